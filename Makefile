@@ -1,0 +1,53 @@
+# Notification hub: build, test, run and benchmark.
+# `make run` and `make test` work on a fresh Debian machine: they install what is missing first.
+
+SWIFT        ?= swift
+DATA_DIR     ?= $(CURDIR)/data
+APT_PACKAGES := libzmq3-dev libsqlite3-dev libssl-dev libmicrohttpd-dev pkg-config mosquitto
+PY_PACKAGES  := pyzmq paho-mqtt
+SUDO         := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+RELEASE_BIN   = $(CURDIR)/.build/release
+DEBUG_BIN     = $(CURDIR)/.build/debug
+
+.PHONY: all deps build release test run bench clean help
+
+all: build
+
+help:
+	@echo "make deps     install missing Debian and Python packages"
+	@echo "make build    debug build of every module and service"
+	@echo "make test     deps, then the whole test suite"
+	@echo "make run      deps, release build, then every service on loopback (Ctrl-C stops them)"
+	@echo "make bench    deps, release build, then throughput against raw libzmq and Mosquitto"
+	@echo "make clean    remove build products (the data folder stays)"
+
+# Installs only what is missing; apt-get update runs first because a fresh machine's lists are empty.
+deps:
+	@missing=""; for p in $(APT_PACKAGES); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:$$missing"; \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+	fi
+	@python3 -c "import zmq, paho.mqtt" 2>/dev/null || python3 -m pip install -q $(PY_PACKAGES) 2>&1 | grep -v "Running pip as the 'root'" || true
+
+build: deps
+	$(SWIFT) build
+
+release: deps
+	$(SWIFT) build -c release
+
+test: deps
+	$(SWIFT) build --build-tests
+	$(SWIFT) test --skip-build --parallel --num-workers 2
+
+run: release
+	@NH_DATA_DIR="$(DATA_DIR)" NH_BIN_DIR="$(RELEASE_BIN)" deploy/run-local.sh
+
+bench: release
+	@NH_BIN_DIR="$(RELEASE_BIN)" deploy/bench.sh
+
+clean:
+	$(SWIFT) package clean
+	rm -rf .build

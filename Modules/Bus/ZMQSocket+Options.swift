@@ -1,0 +1,82 @@
+import CLibZMQ
+import Foundation
+
+extension ZMQSocket {
+    /// How long, in milliseconds, unsent messages are kept after close. -1 waits for ever.
+    public func setLinger(_ milliseconds: Int) throws(ZMQError) {
+        try setOption(ZMQ_LINGER, name: "ZMQ_LINGER", Int32(milliseconds))
+    }
+
+    public func setSendHighWaterMark(_ messages: Int) throws(ZMQError) {
+        try setOption(ZMQ_SNDHWM, name: "ZMQ_SNDHWM", Int32(messages))
+    }
+
+    public func setReceiveHighWaterMark(_ messages: Int) throws(ZMQError) {
+        try setOption(ZMQ_RCVHWM, name: "ZMQ_RCVHWM", Int32(messages))
+    }
+
+    /// Milliseconds a blocking receive waits before returning nil. -1 waits for ever.
+    public func setReceiveTimeout(_ milliseconds: Int) throws(ZMQError) {
+        try setOption(ZMQ_RCVTIMEO, name: "ZMQ_RCVTIMEO", Int32(milliseconds))
+    }
+
+    /// Milliseconds a blocking send waits before returning false. -1 waits for ever.
+    public func setSendTimeout(_ milliseconds: Int) throws(ZMQError) {
+        try setOption(ZMQ_SNDTIMEO, name: "ZMQ_SNDTIMEO", Int32(milliseconds))
+    }
+
+    /// The identity a ROUTER peer sees for this socket.
+    public func setRoutingID(_ id: Data) throws(ZMQError) {
+        try setOption(ZMQ_ROUTING_ID, name: "ZMQ_ROUTING_ID", [UInt8](id))
+    }
+
+    /// The largest inbound message accepted; a peer sending more is disconnected. -1 is no limit.
+    public func setMaxMessageSize(_ bytes: Int) throws(ZMQError) {
+        try setOption(ZMQ_MAXMSGSIZE, name: "ZMQ_MAXMSGSIZE", Int64(bytes))
+    }
+
+    /// On a ROUTER, fail sends to unknown peers instead of dropping them silently.
+    public func setRouterMandatory(_ on: Bool) throws(ZMQError) {
+        try setOption(ZMQ_ROUTER_MANDATORY, name: "ZMQ_ROUTER_MANDATORY", Int32(on ? 1 : 0))
+    }
+
+    /// Queue messages only to completed connections.
+    public func setImmediate(_ on: Bool) throws(ZMQError) {
+        try setOption(ZMQ_IMMEDIATE, name: "ZMQ_IMMEDIATE", Int32(on ? 1 : 0))
+    }
+
+    /// Reconnect backoff: the first interval, and the cap it doubles up to.
+    public func setReconnectInterval(_ milliseconds: Int, max: Int) throws(ZMQError) {
+        try setOption(ZMQ_RECONNECT_IVL, name: "ZMQ_RECONNECT_IVL", Int32(milliseconds))
+        try setOption(ZMQ_RECONNECT_IVL_MAX, name: "ZMQ_RECONNECT_IVL_MAX", Int32(max))
+    }
+
+    /// ZMTP heartbeats: a PING every `interval` ms; the connection drops after `timeout` ms without traffic.
+    public func setHeartbeat(interval: Int, timeout: Int, ttl: Int? = nil) throws(ZMQError) {
+        try setOption(ZMQ_HEARTBEAT_IVL, name: "ZMQ_HEARTBEAT_IVL", Int32(interval))
+        try setOption(ZMQ_HEARTBEAT_TIMEOUT, name: "ZMQ_HEARTBEAT_TIMEOUT", Int32(timeout))
+        try setOption(ZMQ_HEARTBEAT_TTL, name: "ZMQ_HEARTBEAT_TTL", Int32(ttl ?? timeout))
+    }
+
+    /// Milliseconds a connection may take for its handshake, CURVE included.
+    public func setHandshakeInterval(_ milliseconds: Int) throws(ZMQError) {
+        try setOption(ZMQ_HANDSHAKE_IVL, name: "ZMQ_HANDSHAKE_IVL", Int32(milliseconds))
+    }
+
+    /// On a SUB, receive messages whose first frame starts with `prefix`. Empty means everything.
+    public func subscribe(_ prefix: Data = Data()) throws(ZMQError) {
+        try setOption(ZMQ_SUBSCRIBE, name: "ZMQ_SUBSCRIBE", [UInt8](prefix))
+    }
+
+    public func subscribe(_ prefix: String) throws(ZMQError) {
+        try subscribe(Data(prefix.utf8))
+    }
+
+    public func unsubscribe(_ prefix: Data) throws(ZMQError) {
+        try setOption(ZMQ_UNSUBSCRIBE, name: "ZMQ_UNSUBSCRIBE", [UInt8](prefix))
+    }
+
+    public var receiveHighWaterMark: Int {
+        Int((try? intOption(ZMQ_RCVHWM, name: "ZMQ_RCVHWM")) ?? 0)
+    }
+}

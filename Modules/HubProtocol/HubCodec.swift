@@ -1,0 +1,237 @@
+import Foundation
+
+/// Turns messages into envelope bytes and back. Decoding is strict: a malformed envelope, an
+/// unsupported version, a missing field or a field the type does not have is a `HubError` that
+/// names the problem, never a crash.
+public enum HubCodec {
+    static let envelopeKeys: Set<String> = ["v", "type", "id", "auth", "payload"]
+
+    public static func makeEncoder() -> JSONEncoder {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        encoder.dateEncodingStrategy = .custom { date, encoder in
+            var container = encoder.singleValueContainer()
+            try container.encode(WireDate.format(date))
+        }
+        return encoder
+    }
+
+    public static func makeDecoder() -> JSONDecoder {
+        let decoder = JSONDecoder()
+        decoder.dateDecodingStrategy = .custom { decoder in
+            let container = try decoder.singleValueContainer()
+            let text = try container.decode(String.self)
+            guard let date = WireDate.parse(text) else {
+                throw DecodingError.dataCorruptedError(
+                    in: container, debugDescription: "'\(text)' is not an ISO 8601 date-time such as 2026-01-31T12:00:00Z")
+            }
+            return date
+        }
+        return decoder
+    }
+
+    // MARK: Encoding
+
+    public static func encode<M: HubMessage>(_ message: M, id: String, auth: String? = nil) -> Data {
+        encode(Envelope(id: id, auth: auth, payload: message))
+    }
+
+    public static func encode<M: HubMessage>(_ envelope: Envelope<M>) -> Data {
+        do {
+            return try makeEncoder().encode(envelope)
+        } catch {
+            // Every message type is plain data; failing to encode one is a programming error.
+            preconditionFailure("cannot encode \(M.messageType): \(error)")
+        }
+    }
+
+    /// The error reply to a request with correlation id `id`.
+    public static func encodeError(_ error: HubError, id: String) -> Data {
+        encode(error.reply, id: id)
+    }
+
+    // MARK: Decoding
+
+    /// Reads the envelope's header, checking its shape and version.
+    public static func header(of data: Data) throws(HubError) -> EnvelopeHeader {
+        let object = try jsonObject(data)
+        for key in object.keys where !envelopeKeys.contains(key) {
+            throw HubError(.unknownField, "the envelope has no field '\(key)'; its fields are v, type, id, auth and payload")
+        }
+        let probe: HeaderProbe
+        do {
+            probe = try JSONDecoder().decode(HeaderProbe.self, from: data)
+        } catch {
+            throw HubError(.malformedEnvelope, "the envelope must be a JSON object")
+        }
+        guard let v = probe.v else {
+            throw HubError(.malformedEnvelope, "the envelope needs 'v', the protocol version, as an integer")
+        }
+        guard let type = probe.type, !type.isEmpty else {
+            throw HubError(.malformedEnvelope, "the envelope needs 'type', the message type, as a non-empty string")
+        }
+        guard let id = probe.id else {
+            throw HubError(.malformedEnvelope, "the envelope needs 'id', the correlation id, as a string")
+        }
+        if probe.authIsInvalid {
+            throw HubError(.malformedEnvelope, "'auth' must be a string")
+        }
+        guard HubProtocolVersion.supported.contains(v) else {
+            throw HubError(
+                .unsupportedVersion,
+                "protocol version \(v) is not supported; this service speaks \(HubProtocolVersion.supported.lowerBound)...\(HubProtocolVersion.supported.upperBound)")
+        }
+        return EnvelopeHeader(v: v, type: MessageType(rawValue: type), id: id, auth: probe.auth)
+    }
+
+    /// The header fields, each nil when absent or of the wrong JSON type.
+    private struct HeaderProbe: Decodable {
+        var v: Int?
+        var type: String?
+        var id: String?
+        var auth: String?
+        var authIsInvalid = false
+
+        enum CodingKeys: String, CodingKey { case v, type, id, auth }
+
+        init(from decoder: Decoder) throws {
+            let container = try decoder.container(keyedBy: CodingKeys.self)
+            v = try? container.decode(Int.self, forKey: .v)
+            type = try? container.decode(String.self, forKey: .type)
+            id = try? container.decode(String.self, forKey: .id)
+            auth = try? container.decode(String.self, forKey: .auth)
+            if auth == nil, container.contains(.auth), (try? container.decodeNil(forKey: .auth)) != true {
+                authIsInvalid = true
+            }
+        }
+    }
+
+    /// Decodes a whole envelope of a known type, rejecting fields the type does not have.
+    public static func decode<M: HubMessage>(_: M.Type, from data: Data) throws(HubError) -> Envelope<M> {
+        let header = try header(of: data)
+        guard header.type == M.messageType else {
+            throw HubError(.unknownType, "expected a '\(M.messageType)' message, got '\(header.type)'")
+        }
+        let envelope: Envelope<M>
+        do {
+            envelope = try makeDecoder().decode(Envelope<M>.self, from: data)
+        } catch let error as DecodingError {
+            throw HubError(.invalidPayload, "'\(M.messageType)': \(describe(error))")
+        } catch {
+            throw HubError(.invalidPayload, "'\(M.messageType)': \(error)")
+        }
+        if let field = unknownField(in: data, comparedWith: envelope.payload) {
+            throw HubError(.unknownField, "'\(M.messageType)' has no field '\(field)'")
+        }
+        return envelope
+    }
+
+    /// Decodes a reply: the expected type, or the error it carries as a thrown `HubError`.
+    public static func decodeReply<R: HubMessage>(_: R.Type, from data: Data) throws(HubError) -> Envelope<R> {
+        let header = try header(of: data)
+        if header.type == ErrorReply.messageType {
+            let error = try decode(ErrorReply.self, from: data).payload
+            throw HubError(error.code, error.message)
+        }
+        return try decode(R.self, from: data)
+    }
+
+    // MARK: Helpers
+
+    static func jsonObject(_ data: Data) throws(HubError) -> [String: Any] {
+        if data.isEmpty { throw HubError(.emptyMessage, "the message is empty; send a JSON envelope") }
+        let parsed: Any
+        do {
+            parsed = try JSONSerialization.jsonObject(with: data, options: [])
+        } catch {
+            throw HubError(.malformedEnvelope, "the message is not valid JSON; send a JSON envelope {\"v\":1,\"type\":…,\"id\":…,\"payload\":{…}}")
+        }
+        guard let object = parsed as? [String: Any] else {
+            throw HubError(.malformedEnvelope, "the envelope must be a JSON object")
+        }
+        return object
+    }
+
+    /// The first field path present in the input payload but absent from the decoded value,
+    /// found by encoding the value again and comparing the two trees.
+    static func unknownField<M: HubMessage>(in data: Data, comparedWith payload: M) -> String? {
+        guard let input = try? JSONSerialization.jsonObject(with: data) as? [String: Any],
+            let inputPayload = input["payload"],
+            let reencoded = try? makeEncoder().encode(payload),
+            let known = try? JSONSerialization.jsonObject(with: reencoded, options: [.fragmentsAllowed])
+        else { return nil }
+        return firstExtraKey(inputPayload, known, path: "")
+    }
+
+    private static func firstExtraKey(_ input: Any, _ known: Any, path: String) -> String? {
+        switch (input, known) {
+        case let (input as [String: Any], known as [String: Any]):
+            for key in input.keys.sorted() {
+                let value = input[key]!
+                let child = path.isEmpty ? key : "\(path).\(key)"
+                guard let knownValue = known[key] else {
+                    if value is NSNull { continue }
+                    return child
+                }
+                if let extra = firstExtraKey(value, knownValue, path: child) { return extra }
+            }
+            return nil
+        case let (input as [Any], known as [Any]):
+            for (index, pair) in zip(input, known).enumerated() {
+                if let extra = firstExtraKey(pair.0, pair.1, path: "\(path)[\(index)]") { return extra }
+            }
+            return nil
+        default:
+            return nil
+        }
+    }
+
+    static func describe(_ error: DecodingError) -> String {
+        func path(_ context: DecodingError.Context) -> String {
+            let keys = context.codingPath.map { $0.intValue.map { "[\($0)]" } ?? $0.stringValue }
+            let joined = keys.joined(separator: ".").replacingOccurrences(of: ".[", with: "[")
+            return joined.isEmpty ? "the payload" : "'\(joined)'"
+        }
+        switch error {
+        case .keyNotFound(let key, let context):
+            let parent = path(context)
+            return "missing field '\(key.stringValue)'" + (context.codingPath.count > 1 ? " in \(parent)" : "")
+        case .typeMismatch(let type, let context):
+            return "\(path(context)) must be \(describe(type))"
+        case .valueNotFound(let type, let context):
+            return "\(path(context)) must be \(describe(type)), not null"
+        case .dataCorrupted(let context):
+            return "\(path(context)): \(context.debugDescription)"
+        @unknown default:
+            return "\(error)"
+        }
+    }
+
+    private static func describe(_ type: Any.Type) -> String {
+        switch type {
+        case is String.Type: return "a string"
+        case is Int.Type, is Int64.Type, is UInt64.Type, is Int32.Type: return "an integer"
+        case is Double.Type: return "a number"
+        case is Bool.Type: return "true or false"
+        case is [Any].Type: return "an array"
+        default:
+            let name = "\(type)"
+            return name.hasPrefix("Dictionary") || name.hasPrefix("KeyedDecoding") ? "an object" : "a \(name)"
+        }
+    }
+}
+
+/// Dates on the wire: ISO 8601 in UTC with milliseconds, such as 2026-01-31T12:00:00.000Z.
+/// Reading also takes the form without fractional seconds.
+public enum WireDate {
+    static let withFraction = Date.ISO8601FormatStyle(includingFractionalSeconds: true)
+    static let plain = Date.ISO8601FormatStyle()
+
+    public static func format(_ date: Date) -> String {
+        date.formatted(withFraction)
+    }
+
+    public static func parse(_ text: String) -> Date? {
+        (try? withFraction.parse(text)) ?? (try? plain.parse(text))
+    }
+}

@@ -1,0 +1,28 @@
+/// The name of a message on the wire, such as "health" or "installation.upsert".
+public struct MessageType: RawRepresentable, Hashable, Codable, Sendable, ExpressibleByStringLiteral,
+    CustomStringConvertible
+{
+    public let rawValue: String
+
+    public init(rawValue: String) { self.rawValue = rawValue }
+    public init(stringLiteral value: String) { self.rawValue = value }
+    public init(from decoder: Decoder) throws {
+        rawValue = try decoder.singleValueContainer().decode(String.self)
+    }
+    public func encode(to encoder: Encoder) throws {
+        var container = encoder.singleValueContainer()
+        try container.encode(rawValue)
+    }
+
+    public var description: String { rawValue }
+}
+
+/// A message that can travel in an envelope.
+public protocol HubMessage: Codable, Sendable, Equatable {
+    static var messageType: MessageType { get }
+}
+
+/// A request, and the reply type a success carries. Failures carry `ErrorReply`.
+public protocol HubRequest: HubMessage {
+    associatedtype Reply: HubMessage
+}

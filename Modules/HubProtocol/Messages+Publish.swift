@@ -1,0 +1,103 @@
+import Foundation
+
+public enum NotificationFormat: String, Codable, Sendable, CaseIterable {
+    /// The body is delivered as it is.
+    case native
+    /// The body is a property map; each target's template is filled in from it.
+    case template
+}
+
+/// A backend's send. At most one of tagExpression, installationId and userId is set; none is a broadcast.
+public struct SendNotification: HubRequest {
+    public typealias Reply = SendAccepted
+    public static let messageType: MessageType = "notification.send"
+    /// A sender's key for this send: a retry with the same key returns the first send's id.
+    public var idempotencyKey: String?
+    public var format: NotificationFormat
+    /// The native payload, for format native.
+    public var body: String?
+    /// The property map, for format template.
+    public var properties: [String: String]?
+    public var tagExpression: String?
+    public var installationId: String?
+    public var userId: String?
+    /// Seconds the notification stays deliverable.
+    public var timeToLive: Int?
+    /// When set, the send waits until then.
+    public var scheduledAt: Date?
+
+    public init(
+        idempotencyKey: String? = nil, format: NotificationFormat, body: String? = nil,
+        properties: [String: String]? = nil, tagExpression: String? = nil, installationId: String? = nil,
+        userId: String? = nil, timeToLive: Int? = nil, scheduledAt: Date? = nil
+    ) {
+        self.idempotencyKey = idempotencyKey
+        self.format = format
+        self.body = body
+        self.properties = properties
+        self.tagExpression = tagExpression
+        self.installationId = installationId
+        self.userId = userId
+        self.timeToLive = timeToLive
+        self.scheduledAt = scheduledAt
+    }
+}
+
+/// The send is persisted; from here on it will not be lost.
+public struct SendAccepted: HubMessage {
+    public static let messageType: MessageType = "notification.accepted"
+    public var notificationId: String
+    public var state: NotificationState
+    public init(notificationId: String, state: NotificationState) {
+        self.notificationId = notificationId
+        self.state = state
+    }
+}
+
+public enum NotificationState: String, Codable, Sendable, CaseIterable {
+    case enqueued = "Enqueued"
+    case scheduled = "Scheduled"
+    case processing = "Processing"
+    case completed = "Completed"
+    case noTargetFound = "NoTargetFound"
+    case abandoned = "Abandoned"
+    case canceled = "Canceled"
+}
+
+public struct OutcomeRequest: HubRequest {
+    public typealias Reply = NotificationOutcome
+    public static let messageType: MessageType = "notification.outcome"
+    public var notificationId: String
+    public init(notificationId: String) { self.notificationId = notificationId }
+}
+
+public struct NotificationOutcome: HubMessage {
+    public static let messageType: MessageType = "notification.outcome.reply"
+    public var notificationId: String
+    public var state: NotificationState
+    public var enqueuedAt: Date
+    public var startedAt: Date?
+    public var endedAt: Date?
+    public var targets: Int
+    public var delivered: Int
+    public var acknowledged: Int
+    public var expired: Int
+    public var failed: Int
+
+    public init(
+        notificationId: String, state: NotificationState, enqueuedAt: Date, startedAt: Date? = nil,
+        endedAt: Date? = nil, targets: Int = 0, delivered: Int = 0, acknowledged: Int = 0, expired: Int = 0,
+        failed: Int = 0
+    ) {
+        self.notificationId = notificationId
+        self.state = state
+        self.enqueuedAt = enqueuedAt
+        self.startedAt = startedAt
+        self.endedAt = endedAt
+        self.targets = targets
+        self.delivered = delivered
+        self.acknowledged = acknowledged
+        self.expired = expired
+        self.failed = failed
+    }
+}

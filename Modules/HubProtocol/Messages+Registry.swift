@@ -1,0 +1,161 @@
+import Foundation
+
+/// A named template of an installation: a JSON body with placeholders such as `$(messageParam)`.
+public struct InstallationTemplate: Codable, Sendable, Equatable {
+    public var body: String
+    /// An expression for the notification's expiry, in the template language.
+    public var expiry: String?
+    /// Tags of this template alone: a send must match them to use it.
+    public var tags: [String]?
+    public var headers: [String: String]?
+
+    public init(body: String, expiry: String? = nil, tags: [String]? = nil, headers: [String: String]? = nil) {
+        self.body = body
+        self.expiry = expiry
+        self.tags = tags
+        self.headers = headers
+    }
+}
+
+/// A device's registration with the hub.
+public struct Installation: Codable, Sendable, Equatable {
+    public var installationId: String
+    /// "linux" for the hub's own agent; other platforms keep their names.
+    public var platform: String
+    /// The handle the hub delivers to: for an agent, the id it connects with.
+    public var pushChannel: String
+    public var tags: [String]
+    public var userId: String?
+    public var templates: [String: InstallationTemplate]?
+    public var expirationTime: Date?
+    public var createdAt: Date?
+    public var lastSeen: Date?
+
+    public init(
+        installationId: String, platform: String = "linux", pushChannel: String, tags: [String] = [],
+        userId: String? = nil, templates: [String: InstallationTemplate]? = nil, expirationTime: Date? = nil,
+        createdAt: Date? = nil, lastSeen: Date? = nil
+    ) {
+        self.installationId = installationId
+        self.platform = platform
+        self.pushChannel = pushChannel
+        self.tags = tags
+        self.userId = userId
+        self.templates = templates
+        self.expirationTime = expirationTime
+        self.createdAt = createdAt
+        self.lastSeen = lastSeen
+    }
+}
+
+/// Creates an installation or replaces it whole.
+public struct InstallationUpsert: HubRequest {
+    public typealias Reply = InstallationReply
+    public static let messageType: MessageType = "installation.upsert"
+    public var installation: Installation
+    public init(installation: Installation) { self.installation = installation }
+}
+
+/// One JSON Patch (RFC 6902) operation on an installation.
+public struct PatchOperation: Codable, Sendable, Equatable {
+    /// "add", "remove" or "replace".
+    public var op: String
+    /// Such as "/tags", "/tags/World", "/pushChannel", "/userId" or "/templates/news/body".
+    public var path: String
+    public var value: JSONValue?
+
+    public init(op: String, path: String, value: JSONValue? = nil) {
+        self.op = op
+        self.path = path
+        self.value = value
+    }
+}
+
+public struct InstallationPatch: HubRequest {
+    public typealias Reply = InstallationReply
+    public static let messageType: MessageType = "installation.patch"
+    public var installationId: String
+    public var operations: [PatchOperation]
+    public init(installationId: String, operations: [PatchOperation]) {
+        self.installationId = installationId
+        self.operations = operations
+    }
+}
+
+public struct InstallationGet: HubRequest {
+    public typealias Reply = InstallationReply
+    public static let messageType: MessageType = "installation.get"
+    public var installationId: String
+    public init(installationId: String) { self.installationId = installationId }
+}
+
+public struct InstallationDelete: HubRequest {
+    public typealias Reply = Ack
+    public static let messageType: MessageType = "installation.delete"
+    public var installationId: String
+    public init(installationId: String) { self.installationId = installationId }
+}
+
+public struct InstallationReply: HubMessage {
+    public static let messageType: MessageType = "installation.reply"
+    public var installation: Installation
+    public init(installation: Installation) { self.installation = installation }
+}
+
+/// Lists installations, optionally only those with a tag, a page at a time.
+public struct InstallationList: HubRequest {
+    public typealias Reply = InstallationPage
+    public static let messageType: MessageType = "installation.list"
+    public var tag: String?
+    public var limit: Int?
+    /// The `next` of the previous page.
+    public var after: String?
+    public init(tag: String? = nil, limit: Int? = nil, after: String? = nil) {
+        self.tag = tag
+        self.limit = limit
+        self.after = after
+    }
+}
+
+public struct InstallationPage: HubMessage {
+    public static let messageType: MessageType = "installation.page"
+    public var installations: [Installation]
+    /// Pass as `after` for the next page; absent on the last page.
+    public var next: String?
+    public init(installations: [Installation], next: String? = nil) {
+        self.installations = installations
+        self.next = next
+    }
+}
+
+/// Asks the registry for every live installation and the change-stream sequence they stand at.
+public struct RegistrySnapshotRequest: HubRequest {
+    public typealias Reply = RegistrySnapshot
+    public static let messageType: MessageType = "registry.snapshot"
+    public init() {}
+}
+
+public struct RegistrySnapshot: HubMessage {
+    public static let messageType: MessageType = "registry.snapshot.reply"
+    public var sequence: UInt64
+    public var installations: [Installation]
+    public init(sequence: UInt64, installations: [Installation]) {
+        self.sequence = sequence
+        self.installations = installations
+    }
+}
+
+/// An event on the registry's change stream.
+public struct InstallationChanged: HubMessage {
+    public static let messageType: MessageType = "installation.changed"
+    public enum Change: String, Codable, Sendable { case upserted, deleted }
+    public var change: Change
+    public var installationId: String
+    /// The installation as it is now; absent when deleted.
+    public var installation: Installation?
+    public init(change: Change, installationId: String, installation: Installation? = nil) {
+        self.change = change
+        self.installationId = installationId
+        self.installation = installation
+    }
+}

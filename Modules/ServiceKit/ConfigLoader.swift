@@ -1,0 +1,154 @@
+import Foundation
+
+/// A configuration that cannot be used, with what to fix. Services exit with code 2 on one.
+public struct ConfigError: Error, Equatable, CustomStringConvertible {
+    public let description: String
+    public init(_ description: String) { self.description = description }
+}
+
+/// Builds a `HubConfig` from its defaults, then a JSON file, then `NH_*` environment variables,
+/// each overriding the one before. Every leaf field has a variable named after its path:
+/// `dataDir` is `NH_DATA_DIR`, `registry.requests` is `NH_REGISTRY_REQUESTS`.
+public enum ConfigLoader {
+    public static func load(file: String?, environment: [String: String]) throws(ConfigError) -> HubConfig {
+        var tree = try defaultsTree()
+        if let file {
+            guard let data = FileManager.default.contents(atPath: file) else {
+                throw ConfigError("cannot read config file '\(file)'")
+            }
+            let parsed: Any
+            do {
+                parsed = try JSONSerialization.jsonObject(with: data)
+            } catch {
+                throw ConfigError("config file '\(file)' is not valid JSON: \(error.localizedDescription)")
+            }
+            guard let overrides = parsed as? [String: Any] else {
+                throw ConfigError("config file '\(file)' must hold a JSON object")
+            }
+            try merge(overrides, into: &tree, path: [], source: "config file '\(file)'")
+        }
+        try applyEnvironment(environment, to: &tree)
+        let config: HubConfig
+        do {
+            let data = try JSONSerialization.data(withJSONObject: tree)
+            config = try JSONDecoder().decode(HubConfig.self, from: data)
+        } catch {
+            throw ConfigError("config has a value of the wrong type: \(error)")
+        }
+        try validate(config)
+        return config
+    }
+
+    /// The environment variable for a field path, such as ["registry", "requests"] → NH_REGISTRY_REQUESTS.
+    public static func variableName(_ path: [String]) -> String {
+        "NH_" + path.map { component in
+            var snake = ""
+            for character in component {
+                if character.isUppercase, !snake.isEmpty { snake += "_" }
+                snake += character.uppercased()
+            }
+            return snake
+        }.joined(separator: "_")
+    }
+
+    static func defaultsTree() throws(ConfigError) -> [String: Any] {
+        do {
+            let data = try JSONEncoder().encode(HubConfig())
+            return try JSONSerialization.jsonObject(with: data) as? [String: Any] ?? [:]
+        } catch {
+            throw ConfigError("cannot encode the default config: \(error)")
+        }
+    }
+
+    static func merge(_ overrides: [String: Any], into tree: inout [String: Any], path: [String], source: String) throws(ConfigError) {
+        for (key, value) in overrides {
+            let here = (path + [key]).joined(separator: ".")
+            if let nested = value as? [String: Any] {
+                guard var existing = tree[key] as? [String: Any] ?? (isOptionalSection(path + [key]) ? [:] : nil) else {
+                    throw ConfigError("\(source): unknown setting '\(here)'; known settings: \(knownSettings())")
+                }
+                try merge(nested, into: &existing, path: path + [key], source: source)
+                tree[key] = existing
+            } else {
+                guard tree[key] != nil || isOptionalLeaf(path + [key]) else {
+                    throw ConfigError("\(source): unknown setting '\(here)'; known settings: \(knownSettings())")
+                }
+                tree[key] = value
+            }
+        }
+    }
+
+    static func applyEnvironment(_ environment: [String: String], to tree: inout [String: Any]) throws(ConfigError) {
+        for path in leafPaths() {
+            let name = variableName(path)
+            guard let text = environment[name] else { continue }
+            let value: Any
+            if path.count == 1, integerKeys.contains(path[0]) {
+                guard let number = Int(text.trimmingCharacters(in: .whitespaces)) else {
+                    throw ConfigError("\(name)='\(text)' must be an integer")
+                }
+                value = number
+            } else {
+                value = text
+            }
+            if path.count == 1 {
+                tree[path[0]] = value
+            } else {
+                var section = tree[path[0]] as? [String: Any] ?? [:]
+                section[path[1]] = value
+                tree[path[0]] = section
+            }
+        }
+    }
+
+    static let integerKeys: Set<String> = ["maxMessageBytes", "requestTimeoutMs", "requestAttempts", "heartbeatMs"]
+    static let sections = ["registry", "publish", "dispatch", "sync", "agent"]
+    static let sectionKeys = ["requests", "events", "agents"]
+
+    static func leafPaths() -> [[String]] {
+        ["dataDir", "logLevel"].map { [$0] } + integerKeys.sorted().map { [$0] }
+            + sections.flatMap { section in sectionKeys.map { [section, $0] } }
+    }
+
+    static func isOptionalSection(_ path: [String]) -> Bool { false }
+    static func isOptionalLeaf(_ path: [String]) -> Bool {
+        path.count == 2 && sections.contains(path[0]) && sectionKeys.contains(path[1])
+    }
+
+    static func knownSettings() -> String {
+        leafPaths().map { $0.joined(separator: ".") }.joined(separator: ", ")
+    }
+
+    public static func validate(_ config: HubConfig) throws(ConfigError) {
+        guard !config.dataDir.isEmpty else { throw ConfigError("dataDir must not be empty") }
+        guard Logger.Level(name: config.logLevel) != nil else {
+            throw ConfigError(
+                "logLevel '\(config.logLevel)' is not one of \(Logger.Level.allCases.map(\.name).joined(separator: ", "))")
+        }
+        guard config.maxMessageBytes >= 1024 else { throw ConfigError("maxMessageBytes must be at least 1024") }
+        guard config.requestTimeoutMs > 0 else { throw ConfigError("requestTimeoutMs must be positive") }
+        guard config.requestAttempts > 0 else { throw ConfigError("requestAttempts must be positive") }
+        guard config.heartbeatMs > 0 else { throw ConfigError("heartbeatMs must be positive") }
+        for (service, endpoints) in config.serviceEndpoints {
+            for endpoint in [endpoints.requests, endpoints.events, endpoints.agents].compactMap({ $0 }) {
+                try validateEndpoint(endpoint, of: service)
+            }
+        }
+    }
+
+    static func validateEndpoint(_ endpoint: String, of service: String) throws(ConfigError) {
+        let schemes = ["tcp://", "ipc://", "inproc://"]
+        guard let scheme = schemes.first(where: { endpoint.hasPrefix($0) }) else {
+            throw ConfigError("\(service) endpoint '\(endpoint)' must start with tcp://, ipc:// or inproc://")
+        }
+        let rest = endpoint.dropFirst(scheme.count)
+        guard !rest.isEmpty else { throw ConfigError("\(service) endpoint '\(endpoint)' has no address") }
+        if scheme == "tcp://" {
+            guard let colon = rest.lastIndex(of: ":"), let port = Int(rest[rest.index(after: colon)...]),
+                (0...65535).contains(port)
+            else {
+                throw ConfigError("\(service) endpoint '\(endpoint)' needs a port: tcp://HOST:PORT")
+            }
+        }
+    }
+}

@@ -1,0 +1,85 @@
+import Bus
+import Foundation
+
+/// A single-threaded loop over sockets and timers that stops on SIGINT or SIGTERM.
+/// Handlers run one at a time, so service state needs no locks.
+public final class EventLoop {
+    private var poller = Poller()
+    private var handlers: [Int: () throws -> Void] = [:]
+    private var timers: [Timer] = []
+    private let signals: SignalWatcher
+    private let signalIndex: Int
+    private var stopping = false
+    public let logger: Logger
+
+    private struct Timer {
+        let interval: Duration
+        var due: ContinuousClock.Instant
+        let task: () throws -> Void
+    }
+
+    public init(signals: SignalWatcher = SignalWatcher(), logger: Logger) {
+        self.signals = signals
+        self.logger = logger
+        signalIndex = poller.add(fileDescriptor: signals.fileDescriptor)
+    }
+
+    /// Calls `handler` whenever `socket` has something to read.
+    public func watch(_ socket: ZMQSocket, _ handler: @escaping () throws -> Void) {
+        handlers[poller.add(socket)] = handler
+    }
+
+    /// Calls `task` every `milliseconds`, first after one interval.
+    public func every(milliseconds: Int, _ task: @escaping () throws -> Void) {
+        let interval = Duration.milliseconds(milliseconds)
+        timers.append(Timer(interval: interval, due: .now + interval, task: task))
+    }
+
+    /// Ends `run` after the current handler returns.
+    public func stop() { signals.trigger() }
+
+    /// Runs until a signal or `stop()`. A handler that throws is logged and the loop goes on,
+    /// except for a terminated context, which ends it.
+    public func run() throws {
+        while !stopping {
+            let ready = try poller.poll(timeout: nextTimeout())
+            if ready.contains(signalIndex) {
+                let number = signals.drain() ?? 0
+                logger.info("shutting down", ("signal", number))
+                stopping = true
+                break
+            }
+            for index in ready.sorted() {
+                guard let handler = handlers[index] else { continue }
+                do {
+                    try handler()
+                } catch let error as ZMQError where error.isTerminated {
+                    stopping = true
+                } catch {
+                    logger.error("handler failed", ("error", "\(error)"))
+                }
+            }
+            runDueTimers()
+        }
+    }
+
+    private func nextTimeout() -> Int {
+        guard let due = timers.map(\.due).min() else { return -1 }
+        let left = ContinuousClock.now.duration(to: due)
+        if left <= .zero { return 0 }
+        let (seconds, attoseconds) = left.components
+        return Int(seconds) * 1_000 + Int(attoseconds / 1_000_000_000_000_000) + 1
+    }
+
+    private func runDueTimers() {
+        let now = ContinuousClock.now
+        for index in timers.indices where timers[index].due <= now {
+            timers[index].due = now + timers[index].interval
+            do {
+                try timers[index].task()
+            } catch {
+                logger.error("timer failed", ("error", "\(error)"))
+            }
+        }
+    }
+}

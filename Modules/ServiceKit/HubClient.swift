@@ -1,0 +1,54 @@
+import Bus
+import Foundation
+import HubProtocol
+import Synchronization
+
+/// Calls a service over request/reply with `HubProtocol` envelopes: a fresh correlation id per call,
+/// kept across retries so a late reply to an earlier attempt still counts.
+public final class HubClient {
+    public let client: RequestClient
+    /// Sent as the envelope's `auth` on every call that passes none of its own.
+    public var auth: String?
+
+    public init(
+        context: ZMQContext = .shared, connect endpoint: String, policy: RetryPolicy = RetryPolicy(),
+        auth: String? = nil
+    ) throws(ZMQError) {
+        client = try RequestClient(context: context, connect: endpoint, policy: policy)
+        self.auth = auth
+    }
+
+    public var endpoint: String { client.endpoint }
+
+    /// Sends a request and returns its reply. A failure reply is thrown as a `HubError`; no reply at
+    /// all is thrown as a `HubError` with code `timeout`.
+    public func call<R: HubRequest>(_ request: R, auth: String? = nil) throws -> R.Reply {
+        let id = HubClient.nextCorrelationID()
+        let data = HubCodec.encode(request, id: id, auth: auth ?? self.auth)
+        let reply: [Data]
+        do {
+            reply = try client.request([data]) { frames in
+                frames.count == 1 && (try? HubCodec.header(of: frames[0]).id) == id
+            }
+        } catch let error as BusError {
+            throw HubError(.timeout, "\(R.messageType): \(error)")
+        }
+        return try HubCodec.decodeReply(R.Reply.self, from: reply[0]).payload
+    }
+
+    /// Sends raw frames and returns the raw reply, for tools that test the wire itself.
+    public func callRaw(_ frames: [Data]) throws -> [Data] {
+        try client.request(frames)
+    }
+
+    public func close() { client.close() }
+
+    private static let counter = Atomic<UInt64>(0)
+    private static let prefix = String(UInt64.random(in: 0..<UInt64.max), radix: 36)
+
+    /// Unique per process and across processes: a random prefix and a counter.
+    public static func nextCorrelationID() -> String {
+        let number = counter.add(1, ordering: .relaxed).newValue
+        return "\(prefix)-\(number)"
+    }
+}

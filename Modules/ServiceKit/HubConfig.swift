@@ -1,0 +1,50 @@
+/// Everything a service, the agent or the CLI needs to know, with a working default for every field:
+/// all services on loopback, data in `./nh-data`. Each service binds its own endpoints and connects
+/// to the others' from here.
+public struct HubConfig: Codable, Sendable, Equatable {
+    public var dataDir: String = "nh-data"
+    /// trace, debug, info, notice, warning or error.
+    public var logLevel: String = "info"
+    /// The largest request a service accepts; larger ones get `payload_too_large`.
+    public var maxMessageBytes: Int = 1 << 20
+    /// Milliseconds a bus client waits for each reply attempt.
+    public var requestTimeoutMs: Int = 2_000
+    /// Attempts a bus client makes before giving up.
+    public var requestAttempts: Int = 3
+    /// Milliseconds between change-stream heartbeats.
+    public var heartbeatMs: Int = 1_000
+
+    public var registry = Endpoints(requests: "tcp://127.0.0.1:7701", events: "tcp://127.0.0.1:7702")
+    public var publish = Endpoints(requests: "tcp://127.0.0.1:7711")
+    public var dispatch = Endpoints(requests: "tcp://127.0.0.1:7721", agents: "tcp://127.0.0.1:7722")
+    public var sync = Endpoints(requests: "tcp://127.0.0.1:7731", events: "tcp://127.0.0.1:7732")
+    public var agent = Endpoints(requests: "tcp://127.0.0.1:7741")
+
+    public init() {}
+
+    /// A service's bound endpoints. `requests` is where it answers request/reply, health included.
+    public struct Endpoints: Codable, Sendable, Equatable {
+        public var requests: String
+        /// The change stream it publishes, for services that own one.
+        public var events: String?
+        /// Where agents connect, for the dispatcher.
+        public var agents: String?
+
+        public init(requests: String, events: String? = nil, agents: String? = nil) {
+            self.requests = requests
+            self.events = events
+            self.agents = agents
+        }
+    }
+
+    /// The request endpoint of each service, by executable name, in start order.
+    public var serviceEndpoints: [(service: String, endpoints: Endpoints)] {
+        [
+            ("nh-registry", registry),
+            ("nh-sync", sync),
+            ("nh-dispatch", dispatch),
+            ("nh-publish", publish),
+            ("nh-agent", agent),
+        ]
+    }
+}

@@ -1,0 +1,85 @@
+import Bus
+import Foundation
+import HubProtocol
+import Storage
+
+/// What a service gets when it starts: its config, logger, loop and data folder.
+public final class ServiceContext {
+    public let name: String
+    public let config: HubConfig
+    public let logger: Logger
+    public let loop: EventLoop
+    public let dataDirectory: URL
+    public let startedAt = ContinuousClock.now
+    /// Run at shutdown, last added first.
+    private var closers: [() -> Void] = []
+
+    init(name: String, config: HubConfig, logger: Logger, loop: EventLoop, dataDirectory: URL) {
+        self.name = name
+        self.config = config
+        self.logger = logger
+        self.loop = loop
+        self.dataDirectory = dataDirectory
+    }
+
+    /// Opens (creating if needed) this service's database in the data folder and migrates it.
+    public func openStore(_ fileName: String, migrations: [Migration]) throws -> SQLiteDatabase {
+        let path = dataDirectory.appendingPathComponent(fileName).path
+        let database = try SQLiteDatabase(path: path)
+        try database.migrate(migrations)
+        onShutdown { database.close() }
+        logger.info("store open", ("path", path), ("schema", try database.schemaVersion))
+        return database
+    }
+
+    /// Binds a request socket that answers health, and serves it from the loop.
+    public func bindRequests(_ endpoint: String, role: String = "requests", endpoints: @escaping () -> [String: String])
+        throws -> HubServer
+    {
+        let server = try HubServer(bind: endpoint, logger: logger, maxMessageBytes: config.maxMessageBytes)
+        server.on(HealthRequest.self) { [unowned self] _ in self.health(endpoints()) }
+        loop.watch(server.socket) { try server.serve() }
+        onShutdown { server.close() }
+        logger.info("listening", ("role", role), ("endpoint", server.endpoint))
+        return server
+    }
+
+    /// Binds a change-stream publisher that sends a heartbeat every `heartbeatMs`.
+    public func bindEvents(_ endpoint: String, startingAfter sequence: UInt64) throws -> SequencedPublisher {
+        let publisher = try SequencedPublisher(bind: [endpoint], startingAfter: sequence)
+        loop.every(milliseconds: config.heartbeatMs) { try publisher.heartbeat() }
+        onShutdown { publisher.close() }
+        logger.info("publishing", ("role", "events"), ("endpoint", publisher.endpoints.first ?? endpoint))
+        return publisher
+    }
+
+    /// A client of another service, with the configured timeout and attempts.
+    public func client(_ endpoint: String, policy: RetryPolicy? = nil) throws -> HubClient {
+        let client = try HubClient(
+            connect: endpoint,
+            policy: policy ?? RetryPolicy(timeout: config.requestTimeoutMs, attempts: config.requestAttempts))
+        onShutdown { client.close() }
+        return client
+    }
+
+    public func health(_ endpoints: [String: String], status: String = "ok") -> HealthReply {
+        let uptime = startedAt.duration(to: .now)
+        return HealthReply(
+            service: name, status: status, version: HubVersion.current, pid: getpid(),
+            uptimeSeconds: Double(uptime.components.seconds) + Double(uptime.components.attoseconds) / 1e18,
+            endpoints: endpoints)
+    }
+
+    public func onShutdown(_ closer: @escaping () -> Void) {
+        closers.append(closer)
+    }
+
+    func shutdown() {
+        for closer in closers.reversed() { closer() }
+        closers.removeAll()
+    }
+}
+
+public enum HubVersion {
+    public static let current = "0.1.0"
+}

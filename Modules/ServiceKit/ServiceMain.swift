@@ -1,0 +1,82 @@
+import Foundation
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The start and end every service shares: arguments, config (exit 2 when bad), data folder,
+/// logging, signals, the loop, and a clean exit 0 after SIGINT or SIGTERM.
+public enum ServiceMain {
+    public static func run(
+        name: String, summary: String,
+        arguments: [String] = Array(CommandLine.arguments.dropFirst()),
+        environment: [String: String] = ProcessInfo.processInfo.environment,
+        dataSubfolder: String? = nil,
+        setUp: (ServiceContext) throws -> Void
+    ) -> Never {
+        let parsed: Arguments
+        do {
+            parsed = try Arguments(arguments, valued: ["config"], flags: ["version", "check-config"])
+        } catch {
+            fail(name, "\(error)")
+        }
+        if parsed.has("help") {
+            print(usage(name: name, summary: summary))
+            exit(0)
+        }
+        if parsed.has("version") {
+            print("\(name) \(HubVersion.current)")
+            exit(0)
+        }
+        let config: HubConfig
+        do {
+            config = try ConfigLoader.load(file: parsed[option: "config"] ?? environment["NH_CONFIG"], environment: environment)
+        } catch {
+            fail(name, "config error: \(error)")
+        }
+        if parsed.has("check-config") {
+            print("\(name): config ok")
+            exit(0)
+        }
+        var directory = URL(fileURLWithPath: config.dataDir, isDirectory: true)
+        if let dataSubfolder { directory.appendPathComponent(dataSubfolder, isDirectory: true) }
+        do {
+            try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        } catch {
+            fail(name, "config error: cannot create data folder '\(directory.path)': \(error.localizedDescription)")
+        }
+        var logger = Logger(service: name)
+        logger.level = Logger.Level(name: config.logLevel) ?? .info
+        let loop = EventLoop(logger: logger)
+        let context = ServiceContext(name: name, config: config, logger: logger, loop: loop, dataDirectory: directory)
+        do {
+            try setUp(context)
+            logger.info("started", ("pid", getpid()), ("data", directory.path))
+            try loop.run()
+        } catch {
+            logger.error("stopped on error", ("error", "\(error)"))
+            context.shutdown()
+            exit(1)
+        }
+        context.shutdown()
+        logger.info("stopped")
+        exit(0)
+    }
+
+    static func usage(name: String, summary: String) -> String {
+        """
+        \(name): \(summary)
+
+        Usage: \(name) [--config FILE] [--check-config] [--version]
+
+        Settings come from their defaults, then the JSON config file (--config or NH_CONFIG),
+        then NH_* environment variables, such as NH_DATA_DIR and NH_REGISTRY_REQUESTS.
+        Exit codes: 0 after SIGINT or SIGTERM, 1 on a runtime failure, 2 on bad arguments or config.
+        """
+    }
+
+    static func fail(_ name: String, _ message: String) -> Never {
+        FileHandle.standardError.write(Data("\(name): \(message)\n".utf8))
+        exit(2)
+    }
+}

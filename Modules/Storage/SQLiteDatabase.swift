@@ -1,0 +1,170 @@
+import CSQLite
+import Foundation
+
+/// One connection to an SQLite file, in WAL mode with a busy timeout.
+/// Statements are prepared once per SQL text and cached. Not thread-safe: give each thread its own
+/// connection; WAL lets readers on other connections run beside one writer.
+public final class SQLiteDatabase {
+    public let path: String
+    private var handle: OpaquePointer?
+    private var cache: [String: PreparedStatement] = [:]
+    private var transactionDepth = 0
+
+    public struct Options: Sendable {
+        /// Milliseconds a statement waits for another connection's lock before failing.
+        public var busyTimeout: Int32 = 5_000
+        public var readOnly = false
+        /// FULL survives power loss after every commit; NORMAL may lose the last commits then,
+        /// but never corrupts. Accepted notifications need FULL.
+        public var synchronous: String = "FULL"
+
+        public init(busyTimeout: Int32 = 5_000, readOnly: Bool = false, synchronous: String = "FULL") {
+            self.busyTimeout = busyTimeout
+            self.readOnly = readOnly
+            self.synchronous = synchronous
+        }
+    }
+
+    public init(path: String, options: Options = Options()) throws(StorageError) {
+        self.path = path
+        var db: OpaquePointer?
+        let flags = (options.readOnly ? SQLITE_OPEN_READONLY : (SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE))
+            | SQLITE_OPEN_NOMUTEX
+        let rc = sqlite3_open_v2(path, &db, flags, nil)
+        guard rc == SQLITE_OK, let db else {
+            let message = db.map { String(cString: sqlite3_errmsg($0)) } ?? "out of memory"
+            sqlite3_close_v2(db)
+            throw StorageError(code: rc, message: message, operation: "open \(path)")
+        }
+        handle = db
+        sqlite3_extended_result_codes(db, 1)
+        sqlite3_busy_timeout(db, options.busyTimeout)
+        if !options.readOnly {
+            try execute("PRAGMA journal_mode=WAL")
+        }
+        try execute("PRAGMA synchronous=\(options.synchronous == "NORMAL" ? "NORMAL" : "FULL")")
+        try execute("PRAGMA foreign_keys=ON")
+    }
+
+    deinit { close() }
+
+    /// Finalizes every statement and closes the connection.
+    public func close() {
+        for statement in cache.values { statement.finalize() }
+        cache.removeAll()
+        if let handle { sqlite3_close_v2(handle) }
+        handle = nil
+    }
+
+    public var isOpen: Bool { handle != nil }
+
+    func connection() throws(StorageError) -> OpaquePointer {
+        guard let handle else {
+            throw StorageError(code: SQLITE_MISUSE, message: "the database is closed", operation: "use \(path)")
+        }
+        return handle
+    }
+
+    func error(_ rc: Int32, _ operation: String) -> StorageError {
+        let message = handle.map { String(cString: sqlite3_errmsg($0)) } ?? "the database is closed"
+        return StorageError(code: rc, message: message, operation: operation)
+    }
+
+    // MARK: Statements
+
+    /// Runs one or more statements that take no parameters and return no rows.
+    public func execute(_ sql: String) throws(StorageError) {
+        let db = try connection()
+        var message: UnsafeMutablePointer<CChar>?
+        let rc = sqlite3_exec(db, sql, nil, nil, &message)
+        if rc != SQLITE_OK {
+            let text = message.map { String(cString: $0) } ?? "error \(rc)"
+            sqlite3_free(message)
+            throw StorageError(code: rc, message: text, operation: sql)
+        }
+    }
+
+    /// The cached prepared statement for `sql`, reset and with no bindings.
+    public func prepare(_ sql: String) throws(StorageError) -> PreparedStatement {
+        if let statement = cache[sql] {
+            statement.reset()
+            return statement
+        }
+        let statement = try PreparedStatement(database: self, sql: sql)
+        cache[sql] = statement
+        return statement
+    }
+
+    /// Runs a statement that returns no rows; returns how many rows it changed.
+    @discardableResult
+    public func run(_ sql: String, _ parameters: [SQLiteBindable] = []) throws(StorageError) -> Int {
+        let statement = try prepare(sql)
+        try statement.bind(parameters)
+        while try statement.step() {}
+        return Int(sqlite3_changes(try connection()))
+    }
+
+    /// Runs a query and returns every row.
+    public func query(_ sql: String, _ parameters: [SQLiteBindable] = []) throws(StorageError) -> [Row] {
+        let statement = try prepare(sql)
+        try statement.bind(parameters)
+        var rows: [Row] = []
+        while try statement.step() { rows.append(statement.row()) }
+        statement.reset()
+        return rows
+    }
+
+    /// Runs a query and returns its first row, if any.
+    public func queryOne(_ sql: String, _ parameters: [SQLiteBindable] = []) throws(StorageError) -> Row? {
+        let statement = try prepare(sql)
+        try statement.bind(parameters)
+        let row = try statement.step() ? statement.row() : nil
+        statement.reset()
+        return row
+    }
+
+    /// The rowid of the last inserted row.
+    public var lastInsertRowID: Int64 {
+        handle.map { sqlite3_last_insert_rowid($0) } ?? 0
+    }
+
+    // MARK: Transactions
+
+    /// Runs `body` in a transaction: committed when it returns, rolled back when it throws.
+    /// Nested calls become savepoints. IMMEDIATE takes the write lock up front, so a writer waits
+    /// for the busy timeout instead of failing halfway.
+    public func transaction<T>(_ body: () throws -> T) throws -> T {
+        let savepoint = "sp\(transactionDepth)"
+        if transactionDepth == 0 {
+            try execute("BEGIN IMMEDIATE")
+        } else {
+            try execute("SAVEPOINT \(savepoint)")
+        }
+        transactionDepth += 1
+        do {
+            let result = try body()
+            transactionDepth -= 1
+            try execute(transactionDepth == 0 ? "COMMIT" : "RELEASE \(savepoint)")
+            return result
+        } catch {
+            transactionDepth -= 1
+            if transactionDepth == 0 {
+                try? execute("ROLLBACK")
+            } else {
+                try? execute("ROLLBACK TO \(savepoint); RELEASE \(savepoint)")
+            }
+            throw error
+        }
+    }
+
+    public var isInTransaction: Bool { transactionDepth > 0 }
+
+    // MARK: Schema
+
+    /// PRAGMA user_version: the schema version the migrations reached.
+    public var schemaVersion: Int {
+        get throws(StorageError) { try queryOne("PRAGMA user_version")?[0].int ?? 0 }
+    }
+
+    public static var libraryVersion: String { String(cString: sqlite3_libversion()) }
+}

@@ -1,0 +1,55 @@
+// swift-tools-version:6.0
+import PackageDescription
+
+/// Libraries live under `Modules/`, executables under `Services/`, tests under `Tests/`.
+func module(_ name: String, dependencies: [Target.Dependency] = []) -> Target {
+    .target(name: name, dependencies: dependencies, path: "Modules/\(name)")
+}
+
+/// Executable targets are named NH<Directory>, since a module named after its folder ("Dispatch")
+/// would shadow the system module of that name.
+func service(_ directory: String, dependencies: [Target.Dependency]) -> Target {
+    .executableTarget(name: "NH\(directory)", dependencies: dependencies, path: "Services/\(directory)")
+}
+
+func tests(_ name: String, dependencies: [Target.Dependency], resources: [Resource]? = nil) -> Target {
+    .testTarget(name: name, dependencies: dependencies, path: "Tests/\(name)", resources: resources)
+}
+
+let serviceDependencies: [Target.Dependency] = ["Bus", "HubProtocol", "Storage", "ServiceKit"]
+
+let executables: [(product: String, directory: String)] = [
+    ("nh-registry", "Registry"),
+    ("nh-publish", "Publish"),
+    ("nh-dispatch", "Dispatch"),
+    ("nh-sync", "SyncStore"),
+    ("nh-agent", "Agent"),
+    ("nhctl", "Ctl"),
+    ("nh-bench", "Bench"),
+]
+
+let package = Package(
+    name: "NotificationHub",
+    platforms: [.macOS(.v14)],
+    products: executables.map { .executable(name: $0.product, targets: ["NH\($0.directory)"]) },
+    targets: [
+        .systemLibrary(
+            name: "CLibZMQ", path: "Modules/CLibZMQ", pkgConfig: "libzmq",
+            providers: [.apt(["libzmq3-dev"])]),
+        .systemLibrary(
+            name: "CSQLite", path: "Modules/CSQLite", pkgConfig: "sqlite3",
+            providers: [.apt(["libsqlite3-dev"])]),
+        module("Bus", dependencies: ["CLibZMQ"]),
+        module("HubProtocol"),
+        module("Storage", dependencies: ["CSQLite"]),
+        module("ServiceKit", dependencies: ["Bus", "HubProtocol", "Storage"]),
+    ]
+        + executables.map { service($0.directory, dependencies: serviceDependencies) }
+        + [
+            tests("BusTests", dependencies: ["Bus"]),
+            tests("HubProtocolTests", dependencies: ["HubProtocol"], resources: [.copy("Fixtures")]),
+            tests("StorageTests", dependencies: ["Storage"]),
+            tests("ServiceKitTests", dependencies: ["ServiceKit"]),
+            tests("EndToEndTests", dependencies: ["Bus", "HubProtocol", "ServiceKit"]),
+        ]
+)

@@ -1,0 +1,95 @@
+import Bus
+import Foundation
+import HubProtocol
+import ServiceKit
+
+/// nhctl: the operator's command line. Exit codes: 0 success, 1 a service said no or did not
+/// answer, 2 bad arguments or config.
+enum Ctl {
+    static let usage = """
+        nhctl: operate a notification hub
+
+        Usage: nhctl [--config FILE] [--json] [--timeout MS] COMMAND
+
+        Commands:
+          health    ask every service whether it is up, one line each
+
+        Settings come from the defaults, the JSON config file (--config or NH_CONFIG) and NH_*
+        environment variables, as for the services.
+        Exit codes: 0 all good, 1 a service is down or refused, 2 bad arguments or config.
+        """
+
+    static func main(_ arguments: [String], environment: [String: String]) -> Int32 {
+        let parsed: Arguments
+        do {
+            parsed = try Arguments(arguments, valued: ["config", "timeout"], flags: ["json"])
+        } catch {
+            return fail("\(error)\n\n\(usage)")
+        }
+        if parsed.has("help") || parsed.positionals.isEmpty {
+            print(usage)
+            return parsed.has("help") ? 0 : 2
+        }
+        let config: HubConfig
+        do {
+            config = try ConfigLoader.load(file: parsed[option: "config"] ?? environment["NH_CONFIG"], environment: environment)
+        } catch {
+            return fail("config error: \(error)")
+        }
+        let timeout = parsed[option: "timeout"].flatMap(Int.init) ?? 1_000
+        switch parsed.positionals[0] {
+        case "health":
+            return health(config, timeout: timeout, json: parsed.has("json"))
+        case let command:
+            return fail("unknown command '\(command)'\n\n\(usage)")
+        }
+    }
+
+    struct HealthLine: Encodable {
+        var service: String
+        var endpoint: String
+        var status: String
+        var pid: Int32?
+        var uptimeSeconds: Double?
+        var error: String?
+    }
+
+    static func health(_ config: HubConfig, timeout: Int, json: Bool) -> Int32 {
+        var lines: [HealthLine] = []
+        for (service, endpoints) in config.serviceEndpoints {
+            var line = HealthLine(service: service, endpoint: endpoints.requests, status: "down")
+            do {
+                let client = try HubClient(connect: endpoints.requests, policy: RetryPolicy(timeout: timeout, attempts: 1))
+                defer { client.close() }
+                let reply = try client.call(HealthRequest())
+                line.status = reply.service == service ? reply.status : "wrong service: \(reply.service)"
+                line.pid = reply.pid
+                line.uptimeSeconds = reply.uptimeSeconds
+            } catch {
+                line.error = "\(error)"
+            }
+            lines.append(line)
+        }
+        if json {
+            let encoder = JSONEncoder()
+            encoder.outputFormatting = [.sortedKeys]
+            for line in lines {
+                print(String(decoding: (try? encoder.encode(line)) ?? Data(), as: UTF8.self))
+            }
+        } else {
+            for line in lines {
+                let detail = line.pid.map { "pid \($0), up \(String(format: "%.1f", line.uptimeSeconds ?? 0))s" } ?? (line.error ?? "")
+                print(
+                    line.service.padding(toLength: 12, withPad: " ", startingAt: 0) + " "
+                        + line.status.padding(toLength: 5, withPad: " ", startingAt: 0) + " "
+                        + line.endpoint.padding(toLength: 24, withPad: " ", startingAt: 0) + " " + detail)
+            }
+        }
+        return lines.allSatisfy { $0.status == "ok" } ? 0 : 1
+    }
+
+    static func fail(_ message: String) -> Int32 {
+        FileHandle.standardError.write(Data("nhctl: \(message)\n".utf8))
+        return 2
+    }
+}
