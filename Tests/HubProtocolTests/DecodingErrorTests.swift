@@ -1,0 +1,119 @@
+import Foundation
+import HubProtocol
+import Testing
+
+@Suite("Decoding bad input")
+struct DecodingErrorTests {
+    func code(_ text: String) -> ErrorCode? {
+        do {
+            _ = try HubCodec.decode(InstallationGet.self, from: Data(text.utf8))
+            return nil
+        } catch {
+            return error.code
+        }
+    }
+
+    func message(_ text: String) -> String {
+        do {
+            _ = try HubCodec.decode(InstallationGet.self, from: Data(text.utf8))
+            return ""
+        } catch {
+            return error.message
+        }
+    }
+
+    @Test("bad envelopes get the right code", arguments: [
+        ("", ErrorCode.emptyMessage),
+        ("\u{1}\u{2}garbage", .malformedEnvelope),
+        ("[1,2]", .malformedEnvelope),
+        (#"{"type":"installation.get","id":"1","payload":{}}"#, .malformedEnvelope),
+        (#"{"v":true,"type":"installation.get","id":"1","payload":{}}"#, .malformedEnvelope),
+        (#"{"v":"1","type":"installation.get","id":"1","payload":{}}"#, .malformedEnvelope),
+        (#"{"v":1,"id":"1","payload":{}}"#, .malformedEnvelope),
+        (#"{"v":1,"type":"installation.get","payload":{}}"#, .malformedEnvelope),
+        (#"{"v":1,"type":"installation.get","id":"1","auth":5,"payload":{}}"#, .malformedEnvelope),
+        (#"{"v":2,"type":"installation.get","id":"1","payload":{"installationId":"a"}}"#, .unsupportedVersion),
+        (#"{"v":1,"type":"installation.get","id":"1","extra":0,"payload":{"installationId":"a"}}"#, .unknownField),
+        (#"{"v":1,"type":"installation.delete","id":"1","payload":{"installationId":"a"}}"#, .unknownType),
+        (#"{"v":1,"type":"installation.get","id":"1","payload":{}}"#, .invalidPayload),
+        (#"{"v":1,"type":"installation.get","id":"1","payload":{"installationId":7}}"#, .invalidPayload),
+        (#"{"v":1,"type":"installation.get","id":"1"}"#, .invalidPayload),
+        (#"{"v":1,"type":"installation.get","id":"1","payload":{"installationId":"a","color":"red"}}"#, .unknownField),
+    ])
+    func badEnvelope(text: String, expected: ErrorCode) {
+        #expect(code(text) == expected)
+    }
+
+    @Test("messages say what to fix")
+    func messages() {
+        #expect(message(#"{"v":1,"type":"installation.get","id":"1","payload":{}}"#).contains("installationId"))
+        #expect(message(#"{"v":1,"type":"installation.get","id":"1","payload":{"installationId":"a","color":"red"}}"#)
+            .contains("'color'"))
+        #expect(message(#"{"v":9,"type":"installation.get","id":"1","payload":{}}"#).contains("version 9"))
+    }
+
+    @Test("an unknown field deep inside is named by its path")
+    func nestedUnknownField() {
+        let text = #"""
+            {"v":1,"type":"installation.upsert","id":"1","payload":{"installation":{"installationId":"a",
+            "platform":"linux","pushChannel":"c","tags":[],"templates":{"t":{"body":"{}","colour":"x"}}}}}
+            """#
+        do {
+            _ = try HubCodec.decode(InstallationUpsert.self, from: Data(text.utf8))
+            Issue.record("should fail")
+        } catch {
+            #expect(error.code == .unknownField)
+            #expect(error.message.contains("installation.templates.t.colour"))
+        }
+    }
+
+    @Test("a null optional field is not an unknown field")
+    func nullOptional() throws {
+        let text = #"{"v":1,"type":"installation.list","id":"1","auth":null,"payload":{"tag":null,"limit":5}}"#
+        let envelope = try HubCodec.decode(InstallationList.self, from: Data(text.utf8))
+        #expect(envelope.payload == InstallationList(tag: nil, limit: 5))
+        #expect(envelope.auth == nil)
+    }
+
+    @Test("a bad date says which form to use")
+    func badDate() {
+        let text = #"{"v":1,"type":"user.post","id":"1","payload":{"userId":"u","appNotificationId":"a","expiresAt":"tomorrow"}}"#
+        do {
+            _ = try HubCodec.decode(PostUserNotification.self, from: Data(text.utf8))
+            Issue.record("should fail")
+        } catch {
+            #expect(error.code == .invalidPayload)
+            #expect(error.message.contains("ISO 8601"))
+        }
+    }
+
+    @Test("an error reply decodes as a thrown HubError with its code")
+    func errorReply() {
+        let data = HubCodec.encodeError(HubError(.notFound, "no installation 'x'"), id: "7")
+        #expect(throws: HubError(.notFound, "no installation 'x'")) {
+            try HubCodec.decodeReply(InstallationReply.self, from: data)
+        }
+    }
+
+    @Test("the header is readable before the payload type is known")
+    func header() throws {
+        let data = HubCodec.encode(HealthRequest(), id: "abc", auth: "t")
+        #expect(try HubCodec.header(of: data) == EnvelopeHeader(type: "health", id: "abc", auth: "t"))
+    }
+
+    @Test("wire dates are UTC with milliseconds and parse both ways")
+    func dates() {
+        let date = Date(timeIntervalSince1970: 1_780_000_000.25)
+        #expect(WireDate.format(date) == "2026-05-28T20:26:40.250Z")
+        #expect(WireDate.parse("2026-05-28T20:26:40.250Z") == date)
+        #expect(WireDate.parse("2026-05-28T20:26:40Z") == Date(timeIntervalSince1970: 1_780_000_000))
+        #expect(WireDate.parse("yesterday") == nil)
+    }
+
+    @Test("error codes are stable strings")
+    func codes() {
+        #expect(ErrorCode.allCases.count == Set(ErrorCode.allCases.map(\.rawValue)).count)
+        #expect(ErrorCode.malformedFrames.rawValue == "malformed_frames")
+        #expect(ErrorCode.unknownType.rawValue == "unknown_type")
+    }
+}

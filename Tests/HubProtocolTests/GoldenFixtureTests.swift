@@ -1,0 +1,42 @@
+import Foundation
+import HubProtocol
+import Testing
+
+/// Each message type's wire form is pinned by `Fixtures/<type>.json`. A change to a message's
+/// shape fails here until the fixture is regenerated on purpose:
+/// `NH_UPDATE_FIXTURES=1 swift test --filter GoldenFixtureTests`.
+@Suite("Golden wire fixtures")
+struct GoldenFixtureTests {
+    static let directory = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("Fixtures")
+
+    @Test("every message encodes exactly as its fixture and decodes back to itself", arguments: Samples.all.indices)
+    func fixture(index: Int) throws {
+        try check(Samples.all[index])
+    }
+
+    @Test("every message type has one sample and one fixture, and no fixture is left over")
+    func coverage() throws {
+        let types = Samples.all.map { type(of: $0).messageType.rawValue }
+        #expect(Set(types).count == types.count)
+        let files = try FileManager.default.contentsOfDirectory(atPath: Self.directory.path)
+            .filter { $0.hasSuffix(".json") }.map { String($0.dropLast(5)) }
+        #expect(Set(files) == Set(types))
+    }
+
+    func check<M: HubMessage>(_ message: M) throws {
+        let encoded = HubCodec.encode(message, id: "fixture-1", auth: "token")
+        let file = Self.directory.appendingPathComponent("\(M.messageType.rawValue).json")
+        if ProcessInfo.processInfo.environment["NH_UPDATE_FIXTURES"] == "1" {
+            try (encoded + Data("\n".utf8)).write(to: file)
+        }
+        let fixture = try Data(contentsOf: file)
+        let text = String(decoding: fixture, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+        #expect(String(decoding: encoded, as: UTF8.self) == text, "wire format of \(M.messageType) changed")
+        let decoded = try HubCodec.decode(M.self, from: Data(text.utf8))
+        #expect(decoded.payload == message)
+        #expect(decoded.id == "fixture-1")
+        #expect(decoded.auth == "token")
+        #expect(decoded.v == HubProtocolVersion.current)
+        #expect(decoded.type == M.messageType)
+    }
+}

@@ -1,0 +1,72 @@
+import Foundation
+import HubProtocol
+
+/// One sample of every message type, with every optional field set, so the fixtures pin them all.
+enum Samples {
+    static let instant = Date(timeIntervalSince1970: 1_780_000_000.25)
+    static let later = Date(timeIntervalSince1970: 1_780_086_400)
+
+    static let installation = Installation(
+        installationId: "inst-1", platform: "linux", pushChannel: "agent-inst-1", tags: ["World", "Sports"],
+        userId: "alice",
+        templates: [
+            "news": InstallationTemplate(
+                body: #"{"aps":{"alert":"$(messageParam)"}}"#, expiry: "$(expiry)", tags: ["World"],
+                headers: ["X-Priority": "high"])
+        ], expirationTime: later, createdAt: instant, lastSeen: instant)
+
+    static let userNotification = UserNotification(
+        id: "un-1", appNotificationId: "app-1", userId: "alice", visual: VisualContent(title: "Hi", body: "There"),
+        raw: #"{"k":1}"#, priority: "high", group: "chat", expiresAt: later, readState: .read,
+        userActionState: .dismissed, createdAt: instant, modifiedAt: later)
+
+    /// Every message type with its fixture name, which is its type name.
+    static let all: [any HubMessage] = [
+        HealthRequest(),
+        HealthReply(
+            service: "nh-registry", status: "ok", version: "0.1.0", pid: 42, uptimeSeconds: 1.5,
+            endpoints: ["requests": "tcp://127.0.0.1:7701"]),
+        ErrorReply(code: .unknownType, message: "this service does not answer 'x'"),
+        Ack(),
+        InstallationUpsert(installation: installation),
+        InstallationPatch(
+            installationId: "inst-1",
+            operations: [
+                PatchOperation(op: "add", path: "/tags", value: .string("Politics")),
+                PatchOperation(op: "remove", path: "/tags/World"),
+                PatchOperation(
+                    op: "replace", path: "/templates/news",
+                    value: .object(["body": .string("{}"), "tags": .array([.string("a")]), "n": .number(1.5)])),
+            ]),
+        InstallationGet(installationId: "inst-1"),
+        InstallationDelete(installationId: "inst-1"),
+        InstallationReply(installation: installation),
+        InstallationList(tag: "World", limit: 50, after: "inst-0"),
+        InstallationPage(installations: [installation], next: "inst-1"),
+        RegistrySnapshotRequest(),
+        RegistrySnapshot(sequence: 12, installations: [installation]),
+        InstallationChanged(change: .upserted, installationId: "inst-1", installation: installation),
+        SendNotification(
+            idempotencyKey: "k-1", format: .template, body: nil, properties: ["messageParam": "Breaking News!"],
+            tagExpression: "World && !Sports", installationId: nil, userId: nil, timeToLive: 3600,
+            scheduledAt: later),
+        SendAccepted(notificationId: "n-1", state: .enqueued),
+        OutcomeRequest(notificationId: "n-1"),
+        NotificationOutcome(
+            notificationId: "n-1", state: .completed, enqueuedAt: instant, startedAt: instant, endedAt: later,
+            targets: 3, delivered: 3, acknowledged: 2, expired: 0, failed: 1),
+        PostUserNotification(
+            userId: "alice", appNotificationId: "app-1", visual: VisualContent(title: "Hi", body: "There"),
+            raw: "r", priority: "high", group: "chat", expiresAt: later),
+        UserNotificationReply(notification: userNotification),
+        UserChangesRequest(cursor: 7, limit: 100),
+        UserChanges(
+            changes: [
+                UserNotificationChange(kind: .updated, sequence: 8, id: "un-1", notification: userNotification),
+                UserNotificationChange(kind: .deleted, sequence: 9, id: "un-2"),
+            ], cursor: 9, hasMore: false),
+        UpdateUserNotificationState(id: "un-1", readState: .read, userActionState: .dismissed),
+        DeleteUserNotification(id: "un-1"),
+        UserNotificationsChanged(userId: "alice", sequence: 9, origin: "inst-1"),
+    ]
+}
