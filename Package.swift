@@ -12,8 +12,8 @@ func service(_ directory: String, dependencies: [Target.Dependency]) -> Target {
     .executableTarget(name: "NH\(directory)", dependencies: dependencies, path: "Services/\(directory)")
 }
 
-func tests(_ name: String, dependencies: [Target.Dependency]) -> Target {
-    .testTarget(name: name, dependencies: dependencies, path: "Tests/\(name)")
+func tests(_ name: String, dependencies: [Target.Dependency], exclude: [String] = []) -> Target {
+    .testTarget(name: name, dependencies: dependencies, path: "Tests/\(name)", exclude: exclude)
 }
 
 let serviceDependencies: [Target.Dependency] = ["Bus", "HubProtocol", "Storage", "ServiceKit"]
@@ -47,7 +47,7 @@ let package = Package(
         + executables.map { service($0.directory, dependencies: serviceDependencies) }
         + [
             tests("BusTests", dependencies: ["Bus"]),
-            tests("HubProtocolTests", dependencies: ["HubProtocol"]),
+            tests("HubProtocolTests", dependencies: ["HubProtocol"], exclude: ["Fixtures"]),
             tests("StorageTests", dependencies: ["Storage"]),
             tests("ServiceKitTests", dependencies: ["ServiceKit"]),
             tests("EndToEndTests", dependencies: ["Bus", "HubProtocol", "ServiceKit"]),

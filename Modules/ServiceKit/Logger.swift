@@ -91,3 +91,4 @@ public struct Logger: Sendable {
         return escaped + "\""
     }
 }
+

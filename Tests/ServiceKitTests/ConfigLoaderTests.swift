@@ -1,0 +1,67 @@
+import Foundation
+import ServiceKit
+import Testing
+
+@Suite("Config")
+struct ConfigLoaderTests {
+    func file(_ text: String) throws -> String {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("nh-config-\(UUID().uuidString).json").path
+        try Data(text.utf8).write(to: URL(fileURLWithPath: path))
+        return path
+    }
+
+    @Test("defaults need nothing")
+    func defaults() throws {
+        let config = try ConfigLoader.load(file: nil, environment: [:])
+        #expect(config == HubConfig())
+        #expect(config.registry.requests == "tcp://127.0.0.1:7701")
+    }
+
+    @Test("a file overrides defaults, and the environment overrides the file")
+    func layering() throws {
+        let path = try file(#"{"dataDir": "/srv/nh", "logLevel": "debug", "registry": {"requests": "tcp://127.0.0.1:9001"}}"#)
+        let config = try ConfigLoader.load(
+            file: path, environment: ["NH_DATA_DIR": "/var/lib/nh", "NH_SYNC_EVENTS": "ipc:///tmp/sync.events",
+                                      "NH_REQUEST_TIMEOUT_MS": "750", "UNRELATED": "x"])
+        #expect(config.dataDir == "/var/lib/nh")
+        #expect(config.logLevel == "debug")
+        #expect(config.registry.requests == "tcp://127.0.0.1:9001")
+        #expect(config.registry.events == "tcp://127.0.0.1:7702")
+        #expect(config.sync.events == "ipc:///tmp/sync.events")
+        #expect(config.requestTimeoutMs == 750)
+    }
+
+    @Test("variable names follow the field path")
+    func names() {
+        #expect(ConfigLoader.variableName(["dataDir"]) == "NH_DATA_DIR")
+        #expect(ConfigLoader.variableName(["registry", "requests"]) == "NH_REGISTRY_REQUESTS")
+        #expect(ConfigLoader.variableName(["maxMessageBytes"]) == "NH_MAX_MESSAGE_BYTES")
+    }
+
+    @Test("bad config is refused with a message that names the problem", arguments: [
+        (#"{"dataDir": 5}"#, [String: String](), "wrong type"),
+        (#"{"colour": "blue"}"#, [:], "unknown setting 'colour'"),
+        (#"{"registry": {"port": 1}}"#, [:], "unknown setting 'registry.port'"),
+        ("not json", [:], "not valid JSON"),
+        ("[]", [:], "JSON object"),
+        ("{}", ["NH_LOG_LEVEL": "loud"], "logLevel 'loud'"),
+        ("{}", ["NH_REQUEST_ATTEMPTS": "many"], "NH_REQUEST_ATTEMPTS='many' must be an integer"),
+        ("{}", ["NH_REGISTRY_REQUESTS": "127.0.0.1:7701"], "must start with tcp://"),
+        ("{}", ["NH_PUBLISH_REQUESTS": "tcp://127.0.0.1"], "needs a port"),
+        ("{}", ["NH_MAX_MESSAGE_BYTES": "10"], "maxMessageBytes"),
+    ])
+    func refused(text: String, environment: [String: String], expected: String) throws {
+        let path = try file(text)
+        do {
+            _ = try ConfigLoader.load(file: path, environment: environment)
+            Issue.record("config should be refused")
+        } catch {
+            #expect(error.description.contains(expected), "\(error.description)")
+        }
+    }
+
+    @Test("a missing config file is an error, not a silent default")
+    func missingFile() {
+        #expect(throws: ConfigError.self) { try ConfigLoader.load(file: "/nonexistent/nh.json", environment: [:]) }
+    }
+}

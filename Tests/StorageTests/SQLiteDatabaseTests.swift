@@ -1,0 +1,148 @@
+import Foundation
+import Storage
+import Synchronization
+import Testing
+
+@Suite("SQLite store")
+struct SQLiteDatabaseTests {
+    static let migrations = [
+        Migration(version: 1, "CREATE TABLE items (id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE);"),
+        Migration(version: 2, "ALTER TABLE items ADD COLUMN payload BLOB; CREATE INDEX items_by_name ON items(name);"),
+    ]
+
+    func temporaryPath() -> String {
+        let folder = FileManager.default.temporaryDirectory.appendingPathComponent("nh-storage-\(UUID().uuidString)")
+        try? FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        return folder.appendingPathComponent("test.db").path
+    }
+
+    @Test("migrations run from empty, in order, and set the schema version; WAL is on")
+    func migrateFromEmpty() throws {
+        let database = try SQLiteDatabase(path: temporaryPath())
+        #expect(try database.schemaVersion == 0)
+        try database.migrate(Self.migrations)
+        #expect(try database.schemaVersion == 2)
+        #expect(try database.queryOne("PRAGMA journal_mode")?[0].string == "wal")
+        try database.run("INSERT INTO items (name, payload) VALUES (?, ?)", ["a", Data([1, 2, 3])])
+        let row = try database.queryOne("SELECT name, payload FROM items")
+        #expect(row?[0].string == "a")
+        #expect(row?[1].data == Data([1, 2, 3]))
+    }
+
+    @Test("reopening keeps the data and runs only the new migrations")
+    func reopen() throws {
+        let path = temporaryPath()
+        do {
+            let database = try SQLiteDatabase(path: path)
+            try database.migrate(Array(Self.migrations.prefix(1)))
+            try database.run("INSERT INTO items (name) VALUES (?)", ["kept"])
+            database.close()
+        }
+        let database = try SQLiteDatabase(path: path)
+        #expect(try database.schemaVersion == 1)
+        try database.migrate(Self.migrations)
+        try database.migrate(Self.migrations)
+        #expect(try database.schemaVersion == 2)
+        #expect(try database.query("SELECT name FROM items").map { $0[0].string } == ["kept"])
+    }
+
+    @Test("a database newer than the code is refused")
+    func newerSchema() throws {
+        let database = try SQLiteDatabase(path: temporaryPath())
+        try database.migrate(Self.migrations)
+        #expect(throws: StorageError.self) { try database.migrate(Array(Self.migrations.prefix(1))) }
+    }
+
+    @Test("a failing migration leaves the schema where it was")
+    func failingMigration() throws {
+        let database = try SQLiteDatabase(path: temporaryPath())
+        try database.migrate(Array(Self.migrations.prefix(1)))
+        #expect(throws: StorageError.self) {
+            try database.migrate([Self.migrations[0], Migration(version: 2, "CREATE TABLE ok (x); THIS IS NOT SQL;")])
+        }
+        #expect(try database.schemaVersion == 1)
+        #expect(try database.query("SELECT name FROM sqlite_master WHERE name = 'ok'").isEmpty)
+    }
+
+    @Test("a transaction that throws is rolled back; a nested one rolls back alone")
+    func transactions() throws {
+        let database = try SQLiteDatabase(path: temporaryPath())
+        try database.migrate(Self.migrations)
+        struct Boom: Error {}
+        #expect(throws: Boom.self) {
+            try database.transaction {
+                try database.run("INSERT INTO items (name) VALUES ('lost')")
+                throw Boom()
+            }
+        }
+        try database.transaction {
+            try database.run("INSERT INTO items (name) VALUES ('outer')")
+            try? database.transaction {
+                try database.run("INSERT INTO items (name) VALUES ('inner')")
+                throw Boom()
+            }
+        }
+        #expect(try database.query("SELECT name FROM items ORDER BY name").map { $0[0].string } == ["outer"])
+        #expect(!database.isInTransaction)
+    }
+
+    @Test("constraint violations are typed, and wrong parameter counts are caught")
+    func errors() throws {
+        let database = try SQLiteDatabase(path: temporaryPath())
+        try database.migrate(Self.migrations)
+        try database.run("INSERT INTO items (name) VALUES (?)", ["x"])
+        do {
+            try database.run("INSERT INTO items (name) VALUES (?)", ["x"])
+            Issue.record("duplicate should fail")
+        } catch {
+            #expect(error.isConstraintViolation)
+        }
+        #expect(throws: StorageError.self) { try database.run("INSERT INTO items (name) VALUES (?)", []) }
+        #expect(throws: StorageError.self) { try database.run("SELECT * FROM nowhere") }
+        // The statement cache still works after the failures.
+        #expect(try database.queryOne("SELECT count(*) FROM items")?[0].int == 1)
+    }
+
+    @Test("readers on their own connections run beside a writer and see only committed rows")
+    func concurrentReaders() throws {
+        let path = temporaryPath()
+        let writer = try SQLiteDatabase(path: path)
+        try writer.migrate(Self.migrations)
+        let rows = 300
+        let failures = Mutex<[String]>([])
+        let observed = Mutex<[Int]>([])
+        let group = DispatchGroup()
+        for reader in 0..<3 {
+            group.enter()
+            Thread {
+                defer { group.leave() }
+                do {
+                    let database = try SQLiteDatabase(path: path)
+                    var last = 0
+                    var reads = 0
+                    while last < rows && reads < 100_000 {
+                        reads += 1
+                        // Rows go in pairs in one transaction, so a reader never sees an odd count.
+                        let count = try database.queryOne("SELECT count(*) FROM items")?[0].int ?? -1
+                        if count < last || count % 2 != 0 {
+                            failures.withLock { $0.append("reader \(reader) saw \(count) after \(last)") }
+                        }
+                        last = count
+                    }
+                    observed.withLock { $0.append(last) }
+                } catch {
+                    failures.withLock { $0.append("reader \(reader): \(error)") }
+                }
+            }.start()
+        }
+        for index in stride(from: 0, to: rows, by: 2) {
+            try writer.transaction {
+                try writer.run("INSERT INTO items (name) VALUES (?)", ["n\(index)"])
+                try writer.run("INSERT INTO items (name) VALUES (?)", ["n\(index + 1)"])
+            }
+        }
+        group.wait()
+        #expect(failures.withLock { $0 }.isEmpty)
+        #expect(observed.withLock { $0 } == [rows, rows, rows])
+    }
+}
