@@ -44,7 +44,9 @@ let package = Package(
         module("Storage", dependencies: ["CSQLite"]),
         module("ServiceKit", dependencies: ["Bus", "HubProtocol", "Storage"]),
     ]
-        + executables.map { service($0.directory, dependencies: serviceDependencies) }
+        + executables.map {
+            service($0.directory, dependencies: serviceDependencies + ($0.directory == "Bench" ? ["CLibZMQ"] : []))
+        }
         + [
             tests("BusTests", dependencies: ["Bus"]),
             tests("HubProtocolTests", dependencies: ["HubProtocol"], exclude: ["Fixtures"]),

@@ -1,0 +1,162 @@
+import Bus
+import Foundation
+import HubProtocol
+import ServiceKit
+import Testing
+
+/// Real service executables on free loopback ports with a temporary data folder, for one test.
+/// Every process it starts, it ends.
+final class ServiceCluster {
+    static let services = ["nh-registry", "nh-sync", "nh-dispatch", "nh-publish", "nh-agent"]
+
+    let dataDirectory: URL
+    var environment: [String: String]
+    private(set) var processes: [String: Process] = [:]
+
+    init() throws {
+        dataDirectory = FileManager.default.temporaryDirectory.appendingPathComponent("nh-e2e-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: dataDirectory, withIntermediateDirectories: true)
+        var environment = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("NH_") }
+        environment["NH_DATA_DIR"] = dataDirectory.path
+        environment["NH_LOG_LEVEL"] = "debug"
+        environment["NH_HEARTBEAT_MS"] = "200"
+        for variable in [
+            "NH_REGISTRY_REQUESTS", "NH_REGISTRY_EVENTS", "NH_PUBLISH_REQUESTS", "NH_DISPATCH_REQUESTS",
+            "NH_DISPATCH_AGENTS", "NH_SYNC_REQUESTS", "NH_SYNC_EVENTS", "NH_AGENT_REQUESTS",
+        ] {
+            environment[variable] = try Self.freeEndpoint()
+        }
+        self.environment = environment
+    }
+
+    deinit { stopAll() }
+
+    /// The folder that holds the built executables.
+    static let binDirectory: URL = {
+        if let explicit = ProcessInfo.processInfo.environment["NH_BIN_DIR"] {
+            return URL(fileURLWithPath: explicit)
+        }
+        let runner = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
+        for candidate in [runner, runner.deletingLastPathComponent()]
+        where FileManager.default.isExecutableFile(atPath: candidate.appendingPathComponent("nh-registry").path) {
+            return candidate
+        }
+        return URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent().appendingPathComponent(".build/debug")
+    }()
+
+    static func freeEndpoint() throws -> String {
+        let socket = try ZMQContext.shared.socket(.router)
+        try socket.bind("tcp://127.0.0.1:*")
+        let endpoint = socket.lastEndpoint
+        socket.close()
+        return endpoint
+    }
+
+    /// The request endpoint of a service.
+    func endpoint(_ service: String) -> String {
+        let variable = service == "nh-sync" ? "NH_SYNC_REQUESTS"
+            : "NH_" + service.dropFirst(3).uppercased() + "_REQUESTS"
+        return environment[variable]!
+    }
+
+    func logFile(_ service: String) -> URL { dataDirectory.appendingPathComponent("\(service).log") }
+
+    func log(_ service: String) -> String {
+        (try? String(contentsOf: logFile(service), encoding: .utf8)) ?? ""
+    }
+
+    /// Runs an executable to completion and returns its exit status and output.
+    func runTool(_ name: String, _ arguments: [String], environment extra: [String: String] = [:], timeout: TimeInterval = 30)
+        throws -> (status: Int32, output: String, error: String)
+    {
+        let process = Process()
+        process.executableURL = Self.binDirectory.appendingPathComponent(name)
+        process.arguments = arguments
+        process.environment = environment.merging(extra) { $1 }
+        let out = dataDirectory.appendingPathComponent("\(name)-\(UUID().uuidString).out")
+        let err = dataDirectory.appendingPathComponent("\(name)-\(UUID().uuidString).err")
+        FileManager.default.createFile(atPath: out.path, contents: nil)
+        FileManager.default.createFile(atPath: err.path, contents: nil)
+        process.standardOutput = try FileHandle(forWritingTo: out)
+        process.standardError = try FileHandle(forWritingTo: err)
+        try process.run()
+        let deadline = Date().addingTimeInterval(timeout)
+        while process.isRunning && Date() < deadline { Thread.sleep(forTimeInterval: 0.02) }
+        if process.isRunning {
+            process.terminate()
+            process.waitUntilExit()
+            Issue.record("\(name) \(arguments) did not finish within \(timeout) s")
+        }
+        return (
+            process.terminationStatus, (try? String(contentsOf: out, encoding: .utf8)) ?? "",
+            (try? String(contentsOf: err, encoding: .utf8)) ?? ""
+        )
+    }
+
+    /// Starts a service in the background, its standard error going to its log file.
+    @discardableResult
+    func start(_ service: String, arguments: [String] = [], environment extra: [String: String] = [:]) throws -> Process {
+        let process = Process()
+        process.executableURL = Self.binDirectory.appendingPathComponent(service)
+        process.arguments = arguments
+        process.environment = environment.merging(extra) { $1 }
+        if !FileManager.default.fileExists(atPath: logFile(service).path) {
+            FileManager.default.createFile(atPath: logFile(service).path, contents: nil)
+        }
+        let handle = try FileHandle(forWritingTo: logFile(service))
+        handle.seekToEndOfFile()
+        process.standardError = handle
+        process.standardOutput = handle
+        try process.run()
+        processes[service] = process
+        return process
+    }
+
+    func startAll() throws {
+        for service in Self.services { try start(service) }
+        for service in Self.services { try waitHealthy(service) }
+    }
+
+    /// Asks for health until the service answers, for at most `timeout` seconds.
+    @discardableResult
+    func waitHealthy(_ service: String, timeout: TimeInterval = 20) throws -> HealthReply {
+        let deadline = Date().addingTimeInterval(timeout)
+        var lastError: Error?
+        while Date() < deadline {
+            if let process = processes[service], !process.isRunning {
+                throw HubError(.unavailable, "\(service) exited with \(process.terminationStatus):\n\(log(service))")
+            }
+            do {
+                return try health(service, timeout: 300)
+            } catch {
+                lastError = error
+            }
+        }
+        throw HubError(.timeout, "\(service) not healthy within \(timeout) s: \(lastError.map { "\($0)" } ?? "")\n\(log(service))")
+    }
+
+    func health(_ service: String, timeout: Int = 2_000) throws -> HealthReply {
+        let client = try HubClient(connect: endpoint(service), policy: RetryPolicy(timeout: timeout, attempts: 1))
+        defer { client.close() }
+        return try client.call(HealthRequest())
+    }
+
+    /// Sends SIGTERM and waits, at most `timeout` seconds, for the exit status.
+    func stop(_ service: String, timeout: TimeInterval = 10) -> Int32? {
+        guard let process = processes.removeValue(forKey: service) else { return nil }
+        if process.isRunning { process.terminate() }
+        let deadline = Date().addingTimeInterval(timeout)
+        while process.isRunning && Date() < deadline { Thread.sleep(forTimeInterval: 0.02) }
+        if process.isRunning {
+            kill(process.processIdentifier, SIGKILL)
+            process.waitUntilExit()
+            return nil
+        }
+        return process.terminationStatus
+    }
+
+    func stopAll() {
+        for service in processes.keys { _ = stop(service) }
+    }
+}
