@@ -3,7 +3,7 @@
 
 SWIFT        ?= swift
 DATA_DIR     ?= $(CURDIR)/data
-APT_PACKAGES := libzmq3-dev libsqlite3-dev libssl-dev libmicrohttpd-dev pkg-config mosquitto
+APT_PACKAGES := libzmq3-dev libsqlite3-dev libssl-dev libmicrohttpd-dev pkg-config mosquitto mosquitto-clients
 PY_PACKAGES  := pyzmq paho-mqtt
 SUDO         := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 RELEASE_BIN   = $(CURDIR)/.build/release

@@ -10,11 +10,12 @@ public final class SequencedPublisher {
 
     public init(
         context: ZMQContext = .shared, bind endpoints: [String], startingAfter sequence: UInt64 = 0,
-        curve: CurveKeyPair? = nil
+        curve: CurveKeyPair? = nil, sendHighWaterMark: Int = 100_000
     ) throws(ZMQError) {
         socket = try context.socket(.pub)
         try socket.setLinger(0)
-        try socket.setSendHighWaterMark(100_000)
+        // Set before bind: a listener copies the socket's options when it is bound.
+        try socket.setSendHighWaterMark(sendHighWaterMark)
         if let curve { try socket.makeCurveServer(curve) }
         for endpoint in endpoints {
             try socket.bind(endpoint)

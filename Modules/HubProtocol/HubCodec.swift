@@ -5,6 +5,15 @@ import Foundation
 /// names the problem, never a crash.
 public enum HubCodec {
     static let envelopeKeys: Set<String> = ["v", "type", "id", "auth", "payload"]
+    static let encoder = makeEncoder()
+    static let decoder = makeDecoder()
+
+    /// An envelope parsed once: its checked header and its JSON tree, for decoding the payload
+    /// without parsing the bytes again.
+    public struct Parsed: @unchecked Sendable {
+        public let header: EnvelopeHeader
+        let object: [String: Any]
+    }
 
     public static func makeEncoder() -> JSONEncoder {
         let encoder = JSONEncoder()
@@ -38,7 +47,7 @@ public enum HubCodec {
 
     public static func encode<M: HubMessage>(_ envelope: Envelope<M>) -> Data {
         do {
-            return try makeEncoder().encode(envelope)
+            return try encoder.encode(envelope)
         } catch {
             // Every message type is plain data; failing to encode one is a programming error.
             preconditionFailure("cannot encode \(M.messageType): \(error)")
@@ -54,26 +63,26 @@ public enum HubCodec {
 
     /// Reads the envelope's header, checking its shape and version.
     public static func header(of data: Data) throws(HubError) -> EnvelopeHeader {
+        try parse(data).header
+    }
+
+    /// Parses the envelope and checks its header.
+    public static func parse(_ data: Data) throws(HubError) -> Parsed {
         let object = try jsonObject(data)
         for key in object.keys where !envelopeKeys.contains(key) {
             throw HubError(.unknownField, "the envelope has no field '\(key)'; its fields are v, type, id, auth and payload")
         }
-        let probe: HeaderProbe
-        do {
-            probe = try JSONDecoder().decode(HeaderProbe.self, from: data)
-        } catch {
-            throw HubError(.malformedEnvelope, "the envelope must be a JSON object")
-        }
-        guard let v = probe.v else {
+        guard let number = object["v"] as? NSNumber, !isBoolean(number), let v = Int(exactly: number.doubleValue) else {
             throw HubError(.malformedEnvelope, "the envelope needs 'v', the protocol version, as an integer")
         }
-        guard let type = probe.type, !type.isEmpty else {
+        guard let type = object["type"] as? String, !type.isEmpty else {
             throw HubError(.malformedEnvelope, "the envelope needs 'type', the message type, as a non-empty string")
         }
-        guard let id = probe.id else {
+        guard let id = object["id"] as? String else {
             throw HubError(.malformedEnvelope, "the envelope needs 'id', the correlation id, as a string")
         }
-        if probe.authIsInvalid {
+        let auth = object["auth"]
+        if let auth, !(auth is String), !(auth is NSNull) {
             throw HubError(.malformedEnvelope, "'auth' must be a string")
         }
         guard HubProtocolVersion.supported.contains(v) else {
@@ -81,59 +90,50 @@ public enum HubCodec {
                 .unsupportedVersion,
                 "protocol version \(v) is not supported; this service speaks \(HubProtocolVersion.supported.lowerBound)...\(HubProtocolVersion.supported.upperBound)")
         }
-        return EnvelopeHeader(v: v, type: MessageType(rawValue: type), id: id, auth: probe.auth)
+        return Parsed(header: EnvelopeHeader(v: v, type: MessageType(rawValue: type), id: id, auth: auth as? String), object: object)
     }
 
-    /// The header fields, each nil when absent or of the wrong JSON type.
-    private struct HeaderProbe: Decodable {
-        var v: Int?
-        var type: String?
-        var id: String?
-        var auth: String?
-        var authIsInvalid = false
+    static func parsedOrParse(_ parsed: Parsed?, _ data: Data) throws(HubError) -> Parsed {
+        if let parsed { return parsed }
+        return try parse(data)
+    }
 
-        enum CodingKeys: String, CodingKey { case v, type, id, auth }
-
-        init(from decoder: Decoder) throws {
-            let container = try decoder.container(keyedBy: CodingKeys.self)
-            v = try? container.decode(Int.self, forKey: .v)
-            type = try? container.decode(String.self, forKey: .type)
-            id = try? container.decode(String.self, forKey: .id)
-            auth = try? container.decode(String.self, forKey: .auth)
-            if auth == nil, container.contains(.auth), (try? container.decodeNil(forKey: .auth)) != true {
-                authIsInvalid = true
-            }
-        }
+    /// JSON booleans come out of JSONSerialization as NSNumbers of type char.
+    static func isBoolean(_ number: NSNumber) -> Bool {
+        String(cString: number.objCType) == "c"
     }
 
     /// Decodes a whole envelope of a known type, rejecting fields the type does not have.
-    public static func decode<M: HubMessage>(_: M.Type, from data: Data) throws(HubError) -> Envelope<M> {
-        let header = try header(of: data)
+    public static func decode<M: HubMessage>(_: M.Type, from data: Data, parsed: Parsed? = nil) throws(HubError) -> Envelope<M> {
+        let parsed = try parsedOrParse(parsed, data)
+        let header = parsed.header
         guard header.type == M.messageType else {
             throw HubError(.unknownType, "expected a '\(M.messageType)' message, got '\(header.type)'")
         }
         let envelope: Envelope<M>
         do {
-            envelope = try makeDecoder().decode(Envelope<M>.self, from: data)
+            envelope = try decoder.decode(Envelope<M>.self, from: data)
         } catch let error as DecodingError {
             throw HubError(.invalidPayload, "'\(M.messageType)': \(describe(error))")
         } catch {
             throw HubError(.invalidPayload, "'\(M.messageType)': \(error)")
         }
-        if let field = unknownField(in: data, comparedWith: envelope.payload) {
+        if let field = unknownField(in: parsed.object["payload"], comparedWith: envelope.payload) {
             throw HubError(.unknownField, "'\(M.messageType)' has no field '\(field)'")
         }
         return envelope
     }
 
     /// Decodes a reply: the expected type, or the error it carries as a thrown `HubError`.
-    public static func decodeReply<R: HubMessage>(_: R.Type, from data: Data) throws(HubError) -> Envelope<R> {
-        let header = try header(of: data)
-        if header.type == ErrorReply.messageType {
-            let error = try decode(ErrorReply.self, from: data).payload
+    public static func decodeReply<R: HubMessage>(_: R.Type, from data: Data, parsed: Parsed? = nil) throws(HubError)
+        -> Envelope<R>
+    {
+        let parsed = try parsedOrParse(parsed, data)
+        if parsed.header.type == ErrorReply.messageType {
+            let error = try decode(ErrorReply.self, from: data, parsed: parsed).payload
             throw HubError(error.code, error.message)
         }
-        return try decode(R.self, from: data)
+        return try decode(R.self, from: data, parsed: parsed)
     }
 
     // MARK: Helpers
@@ -154,10 +154,9 @@ public enum HubCodec {
 
     /// The first field path present in the input payload but absent from the decoded value,
     /// found by encoding the value again and comparing the two trees.
-    static func unknownField<M: HubMessage>(in data: Data, comparedWith payload: M) -> String? {
-        guard let input = try? JSONSerialization.jsonObject(with: data) as? [String: Any],
-            let inputPayload = input["payload"],
-            let reencoded = try? makeEncoder().encode(payload),
+    static func unknownField<M: HubMessage>(in inputPayload: Any?, comparedWith payload: M) -> String? {
+        guard let inputPayload, let object = inputPayload as? [String: Any], !object.isEmpty,
+            let reencoded = try? encoder.encode(payload),
             let known = try? JSONSerialization.jsonObject(with: reencoded, options: [.fragmentsAllowed])
         else { return nil }
         return firstExtraKey(inputPayload, known, path: "")

@@ -25,15 +25,20 @@ public final class HubClient {
     public func call<R: HubRequest>(_ request: R, auth: String? = nil) throws -> R.Reply {
         let id = HubClient.nextCorrelationID()
         let data = HubCodec.encode(request, id: id, auth: auth ?? self.auth)
+        var parsed: HubCodec.Parsed?
         let reply: [Data]
         do {
             reply = try client.request([data]) { frames in
-                frames.count == 1 && (try? HubCodec.header(of: frames[0]).id) == id
+                guard frames.count == 1, let candidate = try? HubCodec.parse(frames[0]), candidate.header.id == id else {
+                    return false
+                }
+                parsed = candidate
+                return true
             }
         } catch let error as BusError {
             throw HubError(.timeout, "\(R.messageType): \(error)")
         }
-        return try HubCodec.decodeReply(R.Reply.self, from: reply[0]).payload
+        return try HubCodec.decodeReply(R.Reply.self, from: reply[0], parsed: parsed).payload
     }
 
     /// Sends raw frames and returns the raw reply, for tools that test the wire itself.

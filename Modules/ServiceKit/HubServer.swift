@@ -9,7 +9,7 @@ public final class HubServer {
     public let server: RequestServer
     public let logger: Logger
     public let maxMessageBytes: Int
-    private var handlers: [MessageType: (Data, EnvelopeHeader) throws -> Data] = [:]
+    private var handlers: [MessageType: (Data, HubCodec.Parsed) throws -> Data] = [:]
     /// Requests answered with an error, by code; for metrics and tests.
     public private(set) var errorCounts: [ErrorCode: Int] = [:]
     public private(set) var requestCount = 0
@@ -33,10 +33,10 @@ public final class HubServer {
 
     /// Answers requests of type `R` with `handler`. Throwing a `HubError` replies with its code.
     public func on<R: HubRequest>(_: R.Type, _ handler: @escaping (Envelope<R>) throws -> R.Reply) {
-        handlers[R.messageType] = { data, header in
-            let envelope = try HubCodec.decode(R.self, from: data)
+        handlers[R.messageType] = { data, parsed in
+            let envelope = try HubCodec.decode(R.self, from: data, parsed: parsed)
             let reply = try handler(envelope)
-            return HubCodec.encode(reply, id: header.id)
+            return HubCodec.encode(reply, id: parsed.header.id)
         }
     }
 
@@ -64,12 +64,13 @@ public final class HubServer {
             return [fail(HubError(
                 .payloadTooLarge, "the request is \(data.count) bytes; the limit is \(maxMessageBytes)"), id: "")]
         }
-        let header: EnvelopeHeader
+        let parsed: HubCodec.Parsed
         do {
-            header = try HubCodec.header(of: data)
+            parsed = try HubCodec.parse(data)
         } catch {
             return [fail(error, id: HubServer.bestEffortID(data))]
         }
+        let header = parsed.header
         guard let handler = handlers[header.type] else {
             return [fail(HubError(
                 .unknownType,
@@ -77,7 +78,7 @@ public final class HubServer {
                 id: header.id)]
         }
         do {
-            return [try handler(data, header)]
+            return [try handler(data, parsed)]
         } catch let error as HubError {
             return [fail(error, id: header.id)]
         } catch {
