@@ -2,8 +2,8 @@
 import PackageDescription
 
 /// Libraries live under `Modules/`, executables under `Services/`, tests under `Tests/`.
-func module(_ name: String, dependencies: [Target.Dependency] = []) -> Target {
-    .target(name: name, dependencies: dependencies, path: "Modules/\(name)")
+func module(_ name: String, dependencies: [Target.Dependency] = [], exclude: [String] = []) -> Target {
+    .target(name: name, dependencies: dependencies, path: "Modules/\(name)", exclude: exclude)
 }
 
 /// Executable targets are named NH<Directory>, since a module named after its folder ("Dispatch")
@@ -40,7 +40,7 @@ let package = Package(
             name: "CSQLite", path: "Modules/CSQLite", pkgConfig: "sqlite3",
             providers: [.apt(["libsqlite3-dev"])]),
         module("Bus", dependencies: ["CLibZMQ"]),
-        module("HubProtocol"),
+        module("HubProtocol", exclude: ["README.md"]),
         module("Storage", dependencies: ["CSQLite"]),
         module("ServiceKit", dependencies: ["Bus", "HubProtocol", "Storage"]),
     ]
