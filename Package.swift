@@ -16,7 +16,7 @@ func tests(_ name: String, dependencies: [Target.Dependency], exclude: [String] 
     .testTarget(name: name, dependencies: dependencies, path: "Tests/\(name)", exclude: exclude)
 }
 
-let serviceDependencies: [Target.Dependency] = ["Bus", "HubProtocol", "Storage", "ServiceKit"]
+let serviceDependencies: [Target.Dependency] = ["Bus", "HubProtocol", "Storage", "ServiceKit", "Tags", "Templates"]
 
 let executables: [(product: String, directory: String)] = [
     ("nh-registry", "Registry"),
@@ -42,6 +42,8 @@ let package = Package(
         module("Bus", dependencies: ["CLibZMQ"]),
         module("HubProtocol", exclude: ["README.md"]),
         module("Storage", dependencies: ["CSQLite"]),
+        module("Tags"),
+        module("Templates"),
         module("ServiceKit", dependencies: ["Bus", "HubProtocol", "Storage"]),
     ]
         + executables.map {
@@ -51,6 +53,8 @@ let package = Package(
             tests("BusTests", dependencies: ["Bus"]),
             tests("HubProtocolTests", dependencies: ["HubProtocol"], exclude: ["Fixtures"]),
             tests("StorageTests", dependencies: ["Storage"]),
+            tests("TagsTests", dependencies: ["Tags"]),
+            tests("TemplatesTests", dependencies: ["Templates"]),
             tests("ServiceKitTests", dependencies: ["ServiceKit"]),
             tests("EndToEndTests", dependencies: ["Bus", "HubProtocol", "ServiceKit"]),
         ]

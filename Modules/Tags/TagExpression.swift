@@ -1,0 +1,157 @@
+/// A parsed tag expression: tags joined by `&&`, `||` and `!`, with parentheses.
+/// `!` binds tightest, then `&&`, then `||`. An expression that uses only `||` may name up to
+/// 20 tags; any other, up to 6.
+public indirect enum TagExpression: Equatable, Sendable, CustomStringConvertible {
+    case tag(String)
+    case not(TagExpression)
+    case and(TagExpression, TagExpression)
+    case or(TagExpression, TagExpression)
+
+    public static let maxTagsOrOnly = 20
+    public static let maxTags = 6
+
+    public static func parse(_ text: String) throws(TagError) -> TagExpression {
+        var parser = TagExpressionParser(text)
+        let expression = try parser.parseExpression()
+        try parser.expectEnd()
+        let count = expression.tagCount
+        let limit = expression.isOrOnly ? maxTagsOrOnly : maxTags
+        guard count <= limit else {
+            throw TagError(
+                expression.isOrOnly
+                    ? "the expression names \(count) tags; an expression of only || may name at most \(maxTagsOrOnly)"
+                    : "the expression names \(count) tags; an expression with && or ! may name at most \(maxTags)")
+        }
+        return expression
+    }
+
+    public func matches(_ tags: Set<String>) -> Bool {
+        switch self {
+        case .tag(let tag): return tags.contains(tag)
+        case .not(let inner): return !inner.matches(tags)
+        case .and(let left, let right): return left.matches(tags) && right.matches(tags)
+        case .or(let left, let right): return left.matches(tags) || right.matches(tags)
+        }
+    }
+
+    /// Every tag named, in order of appearance.
+    public var tags: [String] {
+        switch self {
+        case .tag(let tag): return [tag]
+        case .not(let inner): return inner.tags
+        case .and(let left, let right), .or(let left, let right): return left.tags + right.tags
+        }
+    }
+
+    public var tagCount: Int { tags.count }
+
+    public var isOrOnly: Bool {
+        switch self {
+        case .tag: return true
+        case .not, .and: return false
+        case .or(let left, let right): return left.isOrOnly && right.isOrOnly
+        }
+    }
+
+    /// Whether an installation with none of the named tags can match, as `!Sports` does.
+    /// When false, only installations holding at least one named tag need to be looked at.
+    public var matchesWithoutTags: Bool { matches([]) }
+
+    public var description: String {
+        switch self {
+        case .tag(let tag): return tag
+        case .not(let inner): return "!\(inner.parenthesized)"
+        case .and(let left, let right): return "\(left.parenthesized) && \(right.parenthesized)"
+        case .or(let left, let right): return "\(left.parenthesized) || \(right.parenthesized)"
+        }
+    }
+
+    private var parenthesized: String {
+        if case .tag = self { return description }
+        if case .not = self { return description }
+        return "(\(description))"
+    }
+}
+
+/// Recursive descent over the expression's bytes, reporting errors by character offset.
+struct TagExpressionParser {
+    let bytes: [UInt8]
+    var index = 0
+
+    init(_ text: String) { bytes = Array(text.utf8) }
+
+    mutating func skipSpaces() {
+        while index < bytes.count, bytes[index] == UInt8(ascii: " ") || bytes[index] == UInt8(ascii: "\t") {
+            index += 1
+        }
+    }
+
+    mutating func take(_ token: String) -> Bool {
+        skipSpaces()
+        let token = Array(token.utf8)
+        guard index + token.count <= bytes.count, Array(bytes[index..<index + token.count]) == token else { return false }
+        index += token.count
+        return true
+    }
+
+    mutating func parseExpression() throws(TagError) -> TagExpression {
+        var left = try parseAnd()
+        while take("||") { left = .or(left, try parseAnd()) }
+        return left
+    }
+
+    mutating func parseAnd() throws(TagError) -> TagExpression {
+        var left = try parseUnary()
+        while take("&&") { left = .and(left, try parseUnary()) }
+        return left
+    }
+
+    mutating func parseUnary() throws(TagError) -> TagExpression {
+        if take("!") { return .not(try parseUnary()) }
+        if take("(") {
+            let open = index - 1
+            let inner = try parseExpression()
+            guard take(")") else { throw TagError("the '(' at \(open) is never closed", position: open) }
+            return inner
+        }
+        return try parseTag()
+    }
+
+    mutating func parseTag() throws(TagError) -> TagExpression {
+        skipSpaces()
+        let start = index
+        if bytes[index...].starts(with: Array("$".utf8)) { index += 1 }
+        while index < bytes.count, Tag.isTagCharacter(bytes[index]) { index += 1 }
+        guard index > start else {
+            if index >= bytes.count {
+                throw TagError("the expression ends where a tag was expected", position: index)
+            }
+            let found = String(decoding: [bytes[index]], as: UTF8.self)
+            throw TagError(
+                "expected a tag at \(index) but found '\(found)'; tags use only A–Z a–z 0–9 _ @ # . : -", position: index)
+        }
+        let tag = String(decoding: bytes[start..<index], as: UTF8.self)
+        if tag.hasPrefix("$") {
+            guard tag.hasPrefix(Tag.installationPrefix) || tag.hasPrefix(Tag.userPrefix),
+                tag.count > (tag.hasPrefix(Tag.userPrefix) ? Tag.userPrefix.count : Tag.installationPrefix.count)
+            else {
+                throw TagError("'\(tag)' at \(start) is not a tag; the special tags are $InstallationId:{id} and $UserId:{user}", position: start)
+            }
+        } else if tag.utf8.count > Tag.maxLength {
+            throw TagError("the tag at \(start) is longer than \(Tag.maxLength) characters", position: start)
+        }
+        return .tag(tag)
+    }
+
+    mutating func expectEnd() throws(TagError) {
+        skipSpaces()
+        guard index == bytes.count else {
+            let rest = String(decoding: bytes[index...].prefix(10), as: UTF8.self)
+            if rest.hasPrefix(")") { throw TagError("the ')' at \(index) has no matching '('", position: index) }
+            if rest.hasPrefix("&") || rest.hasPrefix("|") {
+                throw TagError("'\(rest.prefix(2))' at \(index) is not an operator; use && or ||", position: index)
+            }
+            throw TagError("unexpected '\(rest)' at \(index); join tags with &&, || or !", position: index)
+        }
+    }
+}
