@@ -16,7 +16,7 @@ func tests(_ name: String, dependencies: [Target.Dependency], exclude: [String] 
     .testTarget(name: name, dependencies: dependencies, path: "Tests/\(name)", exclude: exclude)
 }
 
-let serviceDependencies: [Target.Dependency] = ["Bus", "HubProtocol", "Storage", "ServiceKit", "Tags", "Templates"]
+let serviceDependencies: [Target.Dependency] = ["Auth", "Bus", "HubProtocol", "Storage", "ServiceKit", "Tags", "Templates"]
 
 let executables: [(product: String, directory: String)] = [
     ("nh-registry", "Registry"),
@@ -39,12 +39,16 @@ let package = Package(
         .systemLibrary(
             name: "CSQLite", path: "Modules/CSQLite", pkgConfig: "sqlite3",
             providers: [.apt(["libsqlite3-dev"])]),
+        .systemLibrary(
+            name: "COpenSSL", path: "Modules/COpenSSL", pkgConfig: "libcrypto",
+            providers: [.apt(["libssl-dev"])]),
         module("Bus", dependencies: ["CLibZMQ"]),
+        module("Auth", dependencies: ["COpenSSL"]),
         module("HubProtocol", exclude: ["README.md"]),
         module("Storage", dependencies: ["CSQLite"]),
         module("Tags"),
         module("Templates"),
-        module("ServiceKit", dependencies: ["Bus", "HubProtocol", "Storage"]),
+        module("ServiceKit", dependencies: ["Bus", "HubProtocol", "Storage", "Auth"]),
     ]
         + executables.map {
             service($0.directory, dependencies: serviceDependencies + ($0.directory == "Bench" ? ["CLibZMQ"] : []))
@@ -54,6 +58,7 @@ let package = Package(
             tests("HubProtocolTests", dependencies: ["HubProtocol"], exclude: ["Fixtures"]),
             tests("StorageTests", dependencies: ["Storage"]),
             tests("TagsTests", dependencies: ["Tags"]),
+            tests("AuthTests", dependencies: ["Auth"]),
             tests("TemplatesTests", dependencies: ["Templates"]),
             tests("ServiceKitTests", dependencies: ["ServiceKit"]),
             tests("EndToEndTests", dependencies: ["Bus", "HubProtocol", "ServiceKit"]),

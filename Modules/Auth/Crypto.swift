@@ -1,0 +1,50 @@
+import COpenSSL
+import Foundation
+
+/// The few primitives the hub needs, from OpenSSL's libcrypto.
+public enum Crypto {
+    /// HMAC-SHA256 of `message` under `key`.
+    public static func hmacSHA256(key: Data, message: Data) -> Data {
+        var output = [UInt8](repeating: 0, count: Int(EVP_MAX_MD_SIZE))
+        var length: UInt32 = 0
+        key.withUnsafeBytes { keyBytes in
+            message.withUnsafeBytes { messageBytes in
+                _ = HMAC(
+                    EVP_sha256(), keyBytes.baseAddress, Int32(keyBytes.count),
+                    messageBytes.baseAddress?.assumingMemoryBound(to: UInt8.self), messageBytes.count,
+                    &output, &length)
+            }
+        }
+        return Data(output.prefix(Int(length)))
+    }
+
+    public static func sha256(_ data: Data) -> Data {
+        var output = [UInt8](repeating: 0, count: Int(EVP_MAX_MD_SIZE))
+        var length: UInt32 = 0
+        data.withUnsafeBytes { bytes in
+            _ = EVP_Digest(bytes.baseAddress, bytes.count, &output, &length, EVP_sha256(), nil)
+        }
+        return Data(output.prefix(Int(length)))
+    }
+
+    /// Cryptographically random bytes.
+    public static func randomBytes(_ count: Int) -> Data {
+        var bytes = [UInt8](repeating: 0, count: count)
+        guard RAND_bytes(&bytes, Int32(count)) == 1 else {
+            fatalError("RAND_bytes failed: the system has no entropy source")
+        }
+        return Data(bytes)
+    }
+
+    /// Compares in time that does not depend on where the inputs differ.
+    public static func constantTimeEqual(_ a: Data, _ b: Data) -> Bool {
+        guard a.count == b.count else { return false }
+        return a.withUnsafeBytes { left in
+            b.withUnsafeBytes { right in CRYPTO_memcmp(left.baseAddress, right.baseAddress, a.count) == 0 }
+        }
+    }
+}
+
+extension Data {
+    public var hexString: String { map { String(format: "%02x", $0) }.joined() }
+}

@@ -1,0 +1,73 @@
+import Foundation
+
+/// The hub's shared-access keys, kept in `keys.json` in the data folder. On first run the two
+/// default keys are generated; several services starting at once agree on one file.
+public struct KeyStore: Sendable, Equatable {
+    public var keys: [AccessKey]
+
+    public init(keys: [AccessKey]) { self.keys = keys }
+
+    public static let fileName = "keys.json"
+
+    struct File: Codable { var keys: [AccessKey] }
+
+    /// Reads `keys.json` from `directory`, creating it with fresh default keys if it is missing.
+    public static func loadOrCreate(directory: URL) throws -> KeyStore {
+        let url = directory.appendingPathComponent(fileName)
+        if let store = try load(url) { return store }
+        let fresh = KeyStore(keys: [
+            AccessKey.generate(name: AccessKey.defaultListenName, rights: [.listen]),
+            AccessKey.generate(name: AccessKey.defaultFullName, rights: .all),
+        ])
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
+        let data = try encoder.encode(File(keys: fresh.keys))
+        // Write aside, then link into place: link fails if another process won the race,
+        // and then its file is the one everybody uses.
+        let temporary = directory.appendingPathComponent(".keys-\(getpid())-\(UUID().uuidString)")
+        FileManager.default.createFile(atPath: temporary.path, contents: data, attributes: [.posixPermissions: 0o600])
+        defer { unlink(temporary.path) }
+        if link(temporary.path, url.path) != 0 && errno != EEXIST {
+            throw AuthError(.unauthorized, "cannot write \(url.path): \(String(cString: strerror(errno)))")
+        }
+        guard let store = try load(url) else { throw AuthError(.unauthorized, "cannot read \(url.path)") }
+        return store
+    }
+
+    static func load(_ url: URL) throws -> KeyStore? {
+        guard let data = FileManager.default.contents(atPath: url.path) else { return nil }
+        do {
+            return KeyStore(keys: try JSONDecoder().decode(File.self, from: data).keys)
+        } catch {
+            throw AuthError(.unauthorized, "\(url.path) is not a valid key file: \(error)")
+        }
+    }
+
+    public func key(named name: String) -> AccessKey? { keys.first { $0.name == name } }
+
+    /// Checks a token for a resource and a right. Returns the key that signed it.
+    public func authorize(_ token: String?, resource: String, needs: AccessRights, now: Date = Date()) throws(AuthError)
+        -> AccessKey
+    {
+        guard let token, !token.isEmpty else {
+            throw AuthError(.unauthorized, "no credential; sign a SharedAccessSignature token with a key of this hub")
+        }
+        let signature = try SharedAccessSignature(parsing: token)
+        guard let key = key(named: signature.keyName) else {
+            throw AuthError(.unauthorized, "unknown key name '\(signature.keyName)'")
+        }
+        guard signature.isSigned(with: key.key) else {
+            throw AuthError(.unauthorized, "the signature does not match key '\(key.name)'")
+        }
+        guard Double(signature.expiry) > now.timeIntervalSince1970 else {
+            throw AuthError(.unauthorized, "the token expired at \(Date(timeIntervalSince1970: Double(signature.expiry)))")
+        }
+        guard signature.covers(resource) else {
+            throw AuthError(.unauthorized, "the token is for '\(signature.resource)', not '\(resource)'")
+        }
+        guard key.rights.allows(needs) else {
+            throw AuthError(.forbidden, "key '\(key.name)' has \(key.rights) rights; this needs \(needs)")
+        }
+        return key
+    }
+}
