@@ -101,3 +101,43 @@ public struct NotificationOutcome: HubMessage {
         self.failed = failed
     }
 }
+
+/// A send the publish service has persisted, numbered in acceptance order.
+public struct AcceptedNotification: Codable, Sendable, Equatable {
+    public var sequence: UInt64
+    public var notificationId: String
+    public var send: SendNotification
+    public var enqueuedAt: Date
+    public var expiresAt: Date
+
+    public init(sequence: UInt64, notificationId: String, send: SendNotification, enqueuedAt: Date, expiresAt: Date) {
+        self.sequence = sequence
+        self.notificationId = notificationId
+        self.send = send
+        self.enqueuedAt = enqueuedAt
+        self.expiresAt = expiresAt
+    }
+}
+
+/// The dispatcher's pull: accepted notifications after `after`, oldest first.
+public struct PendingNotificationsRequest: HubRequest {
+    public typealias Reply = PendingNotifications
+    public static let messageType: MessageType = "notification.pending"
+    public var after: UInt64
+    public var limit: Int?
+    public init(after: UInt64, limit: Int? = nil) {
+        self.after = after
+        self.limit = limit
+    }
+}
+
+public struct PendingNotifications: HubMessage {
+    public static let messageType: MessageType = "notification.pending.reply"
+    public var notifications: [AcceptedNotification]
+    /// The sequence of the last accepted notification.
+    public var latest: UInt64
+    public init(notifications: [AcceptedNotification], latest: UInt64) {
+        self.notifications = notifications
+        self.latest = latest
+    }
+}

@@ -16,14 +16,20 @@ public struct HealthReply: HubMessage {
     public var uptimeSeconds: Double
     /// What the service has bound, by role, such as "requests" or "events".
     public var endpoints: [String: String]
+    /// Service-specific figures, such as how many installations the dispatcher knows.
+    public var details: [String: String]?
 
-    public init(service: String, status: String, version: String, pid: Int32, uptimeSeconds: Double, endpoints: [String: String]) {
+    public init(
+        service: String, status: String, version: String, pid: Int32, uptimeSeconds: Double, endpoints: [String: String],
+        details: [String: String]? = nil
+    ) {
         self.service = service
         self.status = status
         self.version = version
         self.pid = pid
         self.uptimeSeconds = uptimeSeconds
         self.endpoints = endpoints
+        self.details = details
     }
 }
 

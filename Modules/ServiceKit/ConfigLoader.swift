@@ -101,12 +101,15 @@ public enum ConfigLoader {
         }
     }
 
-    static let integerKeys: Set<String> = ["maxMessageBytes", "requestTimeoutMs", "requestAttempts", "heartbeatMs"]
+    static let integerKeys: Set<String> = [
+        "maxMessageBytes", "requestTimeoutMs", "requestAttempts", "heartbeatMs", "defaultTimeToLive",
+    ]
+    static let stringKeys = ["dataDir", "logLevel", "namespace", "hub"]
     static let sections = ["registry", "publish", "dispatch", "sync", "agent"]
     static let sectionKeys = ["requests", "events", "agents"]
 
     static func leafPaths() -> [[String]] {
-        ["dataDir", "logLevel"].map { [$0] } + integerKeys.sorted().map { [$0] }
+        stringKeys.map { [$0] } + integerKeys.sorted().map { [$0] }
             + sections.flatMap { section in sectionKeys.map { [section, $0] } }
     }
 
@@ -129,6 +132,17 @@ public enum ConfigLoader {
         guard config.requestTimeoutMs > 0 else { throw ConfigError("requestTimeoutMs must be positive") }
         guard config.requestAttempts > 0 else { throw ConfigError("requestAttempts must be positive") }
         guard config.heartbeatMs > 0 else { throw ConfigError("heartbeatMs must be positive") }
+        guard (1...2_592_000).contains(config.defaultTimeToLive) else {
+            throw ConfigError("defaultTimeToLive must be 1 to 2592000 seconds (30 days)")
+        }
+        guard config.namespace.hasPrefix("http://") || config.namespace.hasPrefix("https://")
+            || config.namespace.hasPrefix("sb://")
+        else {
+            throw ConfigError("namespace '\(config.namespace)' must be an http://, https:// or sb:// address")
+        }
+        guard !config.hub.isEmpty, !config.hub.contains("/") else {
+            throw ConfigError("hub '\(config.hub)' must be a name without '/'")
+        }
         for (service, endpoints) in config.serviceEndpoints {
             for endpoint in [endpoints.requests, endpoints.events, endpoints.agents].compactMap({ $0 }) {
                 try validateEndpoint(endpoint, of: service)

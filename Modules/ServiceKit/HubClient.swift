@@ -7,12 +7,13 @@ import Synchronization
 /// kept across retries so a late reply to an earlier attempt still counts.
 public final class HubClient {
     public let client: RequestClient
-    /// Sent as the envelope's `auth` on every call that passes none of its own.
-    public var auth: String?
+    /// Makes the envelope's `auth` for every call that passes none of its own; called per call,
+    /// so a provider can hand out fresh tokens as old ones expire.
+    public var auth: () -> String?
 
     public init(
         context: ZMQContext = .shared, connect endpoint: String, policy: RetryPolicy = RetryPolicy(),
-        auth: String? = nil
+        auth: @escaping () -> String? = { nil }
     ) throws(ZMQError) {
         client = try RequestClient(context: context, connect: endpoint, policy: policy)
         self.auth = auth
@@ -24,7 +25,7 @@ public final class HubClient {
     /// all is thrown as a `HubError` with code `timeout`.
     public func call<R: HubRequest>(_ request: R, auth: String? = nil) throws -> R.Reply {
         let id = HubClient.nextCorrelationID()
-        let data = HubCodec.encode(request, id: id, auth: auth ?? self.auth)
+        let data = HubCodec.encode(request, id: id, auth: auth ?? self.auth())
         var parsed: HubCodec.Parsed?
         let reply: [Data]
         do {

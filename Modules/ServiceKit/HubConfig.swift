@@ -13,9 +13,15 @@ public struct HubConfig: Codable, Sendable, Equatable {
     public var requestAttempts: Int = 3
     /// Milliseconds between change-stream heartbeats.
     public var heartbeatMs: Int = 1_000
+    /// Seconds a notification stays deliverable when its sender gives no time to live.
+    public var defaultTimeToLive: Int = 86_400
+    /// The namespace address that shared-access tokens are signed for; the HTTP gateway's address.
+    public var namespace: String = "http://127.0.0.1:7780/"
+    /// The hub's name under the namespace.
+    public var hub: String = "hub"
 
     public var registry = Endpoints(requests: "tcp://127.0.0.1:7701", events: "tcp://127.0.0.1:7702")
-    public var publish = Endpoints(requests: "tcp://127.0.0.1:7711")
+    public var publish = Endpoints(requests: "tcp://127.0.0.1:7711", events: "tcp://127.0.0.1:7712")
     public var dispatch = Endpoints(requests: "tcp://127.0.0.1:7721", agents: "tcp://127.0.0.1:7722")
     public var sync = Endpoints(requests: "tcp://127.0.0.1:7731", events: "tcp://127.0.0.1:7732")
     public var agent = Endpoints(requests: "tcp://127.0.0.1:7741")
@@ -35,6 +41,11 @@ public struct HubConfig: Codable, Sendable, Equatable {
             self.events = events
             self.agents = agents
         }
+    }
+
+    /// The resource URI every bus request is authorized against: the namespace, then the hub.
+    public var hubResource: String {
+        (namespace.hasSuffix("/") ? namespace : namespace + "/") + hub
     }
 
     /// The request endpoint of each service, by executable name, in start order.

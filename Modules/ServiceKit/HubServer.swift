@@ -9,7 +9,7 @@ public final class HubServer {
     public let server: RequestServer
     public let logger: Logger
     public let maxMessageBytes: Int
-    private var handlers: [MessageType: (Data, HubCodec.Parsed) throws -> Data] = [:]
+    private var handlers: [MessageType: (Data, HubCodec.Parsed, [Data]) throws -> Data] = [:]
     /// Requests answered with an error, by code; for metrics and tests.
     public private(set) var errorCounts: [ErrorCode: Int] = [:]
     public private(set) var requestCount = 0
@@ -33,11 +33,21 @@ public final class HubServer {
 
     /// Answers requests of type `R` with `handler`. Throwing a `HubError` replies with its code.
     public func on<R: HubRequest>(_: R.Type, _ handler: @escaping (Envelope<R>) throws -> R.Reply) {
-        handlers[R.messageType] = { data, parsed in
+        on(R.self) { envelope, _ in try handler(envelope) }
+    }
+
+    /// Like `on`, with the route back to the peer, for servers that push to their peers later.
+    public func on<R: HubRequest>(_: R.Type, _ handler: @escaping (Envelope<R>, _ route: [Data]) throws -> R.Reply) {
+        handlers[R.messageType] = { data, parsed, route in
             let envelope = try HubCodec.decode(R.self, from: data, parsed: parsed)
-            let reply = try handler(envelope)
+            let reply = try handler(envelope, route)
             return HubCodec.encode(reply, id: parsed.header.id)
         }
+    }
+
+    /// Sends a message the peer did not ask for, on a route a handler was given.
+    public func push<M: HubMessage>(_ message: M, to route: [Data], id: String) throws(ZMQError) {
+        try server.reply(to: route, [HubCodec.encode(message, id: id)])
     }
 
     /// The message types this server answers.
@@ -46,11 +56,11 @@ public final class HubServer {
     /// Serves what is waiting on the socket.
     @discardableResult
     public func serve(limit: Int = 256) throws(ZMQError) -> Int {
-        try server.serve(limit: limit) { request in self.handle(request.body) }
+        try server.serve(limit: limit) { request in self.handle(request.body, route: request.route) }
     }
 
     /// The reply to one request's body frames.
-    public func handle(_ body: [Data]) -> [Data] {
+    public func handle(_ body: [Data], route: [Data] = []) -> [Data] {
         requestCount += 1
         guard body.count == 1 else {
             return [fail(HubError(
@@ -78,7 +88,7 @@ public final class HubServer {
                 id: header.id)]
         }
         do {
-            return [try handler(data, parsed)]
+            return [try handler(data, parsed, route)]
         } catch let error as HubError {
             return [fail(error, id: header.id)]
         } catch {

@@ -1,3 +1,4 @@
+import Auth
 import Bus
 import Foundation
 import HubProtocol
@@ -33,11 +34,12 @@ public final class ServiceContext {
     }
 
     /// Binds a request socket that answers health, and serves it from the loop.
-    public func bindRequests(_ endpoint: String, role: String = "requests", endpoints: @escaping () -> [String: String])
-        throws -> HubServer
-    {
+    public func bindRequests(
+        _ endpoint: String, role: String = "requests", endpoints: @escaping () -> [String: String],
+        details: @escaping () -> [String: String]? = { nil }
+    ) throws -> HubServer {
         let server = try HubServer(bind: endpoint, logger: logger, maxMessageBytes: config.maxMessageBytes)
-        server.on(HealthRequest.self) { [unowned self] _ in self.health(endpoints()) }
+        server.on(HealthRequest.self) { [unowned self] _ in self.health(endpoints(), details: details()) }
         loop.watch(server.socket) { try server.serve() }
         onShutdown { server.close() }
         logger.info("listening", ("role", role), ("endpoint", server.endpoint))
@@ -57,17 +59,45 @@ public final class ServiceContext {
     public func client(_ endpoint: String, policy: RetryPolicy? = nil) throws -> HubClient {
         let client = try HubClient(
             connect: endpoint,
-            policy: policy ?? RetryPolicy(timeout: config.requestTimeoutMs, attempts: config.requestAttempts))
+            policy: policy ?? RetryPolicy(timeout: config.requestTimeoutMs, attempts: config.requestAttempts),
+            auth: { [unowned self] in self.serviceToken() })
         onShutdown { client.close() }
         return client
     }
 
-    public func health(_ endpoints: [String: String], status: String = "ok") -> HealthReply {
+    /// The hub's shared-access keys, from `keys.json` in the data folder (made on first run).
+    public lazy var keys: KeyStore = {
+        do {
+            return try KeyStore.loadOrCreate(directory: URL(fileURLWithPath: config.dataDir, isDirectory: true))
+        } catch {
+            logger.error("cannot load keys; every authorized request will be refused", ("error", "\(error)"))
+            return KeyStore(keys: [])
+        }
+    }()
+
+    /// Checks a request's credential for a right, as a `HubError` the caller gets back.
+    @discardableResult
+    public func authorize(_ token: String?, needs: AccessRights) throws(HubError) -> AccessKey {
+        do {
+            return try keys.authorize(token, resource: config.hubResource, needs: needs)
+        } catch {
+            throw HubError(error.kind == .forbidden ? .forbidden : .unauthorized, error.message)
+        }
+    }
+
+    /// A token with every right, for calls between services that share the key file.
+    public func serviceToken() -> String? {
+        guard let key = keys.key(named: AccessKey.defaultFullName) ?? keys.keys.first(where: { $0.rights.contains(.manage) })
+        else { return nil }
+        return ConnectionString(endpoint: config.namespace, keyName: key.name, key: key.key).token(for: config.hubResource)
+    }
+
+    public func health(_ endpoints: [String: String], status: String = "ok", details: [String: String]? = nil) -> HealthReply {
         let uptime = startedAt.duration(to: .now)
         return HealthReply(
             service: name, status: status, version: HubVersion.current, pid: getpid(),
             uptimeSeconds: Double(uptime.components.seconds) + Double(uptime.components.attoseconds) / 1e18,
-            endpoints: endpoints)
+            endpoints: endpoints, details: details)
     }
 
     public func onShutdown(_ closer: @escaping () -> Void) {

@@ -1,22 +1,38 @@
 import Storage
 
-/// The dispatcher's store: per-notification outcome counters.
+/// The dispatcher's store: how far it has pulled, each notification's outcome, and every
+/// delivery until its agent acknowledges it or it expires.
 enum DispatchSchema {
     static let migrations = [
         Migration(
             version: 1,
             """
+            CREATE TABLE cursor (id INTEGER PRIMARY KEY CHECK (id = 1), after INTEGER NOT NULL);
+            INSERT INTO cursor (id, after) VALUES (1, 0);
             CREATE TABLE outcomes (
                 notification_id TEXT PRIMARY KEY,
                 state TEXT NOT NULL,
+                enqueued_at REAL NOT NULL,
+                started_at REAL,
+                ended_at REAL,
                 targets INTEGER NOT NULL DEFAULT 0,
                 delivered INTEGER NOT NULL DEFAULT 0,
                 acknowledged INTEGER NOT NULL DEFAULT 0,
                 expired INTEGER NOT NULL DEFAULT 0,
-                failed INTEGER NOT NULL DEFAULT 0,
-                started_at REAL,
-                ended_at REAL
+                failed INTEGER NOT NULL DEFAULT 0
             );
+            CREATE TABLE deliveries (
+                delivery_id TEXT PRIMARY KEY,
+                notification_id TEXT NOT NULL,
+                installation_id TEXT NOT NULL,
+                template TEXT,
+                payload TEXT NOT NULL,
+                expires_at REAL NOT NULL,
+                delivered_at REAL,
+                acked_at REAL
+            );
+            CREATE INDEX deliveries_pending ON deliveries(installation_id, acked_at);
+            CREATE INDEX deliveries_by_expiry ON deliveries(expires_at) WHERE acked_at IS NULL;
             """),
     ]
 }

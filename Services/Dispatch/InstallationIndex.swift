@@ -1,20 +1,74 @@
 import Foundation
 import HubProtocol
+import Tags
 
-/// The dispatcher's copy of the registry, kept current from its change stream.
+/// The dispatcher's copy of the registry, kept current from its change stream, with the
+/// posting lists that turn a tag expression into candidate installations without a scan.
 struct InstallationIndex {
     private(set) var installations: [String: Installation] = [:]
+    private var byTag: [String: Set<String>] = [:]
+    private var byUser: [String: Set<String>] = [:]
 
     mutating func replace(with snapshot: RegistrySnapshot) {
-        installations = Dictionary(snapshot.installations.map { ($0.installationId, $0) }, uniquingKeysWith: { $1 })
+        installations = [:]
+        byTag = [:]
+        byUser = [:]
+        for installation in snapshot.installations { insert(installation) }
     }
 
     mutating func apply(_ change: InstallationChanged) {
-        switch change.change {
-        case .upserted: installations[change.installationId] = change.installation
-        case .deleted: installations[change.installationId] = nil
+        remove(change.installationId)
+        if change.change == .upserted, let installation = change.installation { insert(installation) }
+    }
+
+    private mutating func insert(_ installation: Installation) {
+        let id = installation.installationId
+        installations[id] = installation
+        for tag in installation.tags { byTag[tag, default: []].insert(id) }
+        for template in (installation.templates ?? [:]).values {
+            for tag in template.tags ?? [] { byTag[tag, default: []].insert(id) }
+        }
+        if let user = installation.userId { byUser[user, default: []].insert(id) }
+    }
+
+    private mutating func remove(_ id: String) {
+        guard let old = installations.removeValue(forKey: id) else { return }
+        var tags = old.tags
+        for template in (old.templates ?? [:]).values { tags += template.tags ?? [] }
+        for tag in tags {
+            byTag[tag]?.remove(id)
+            if byTag[tag]?.isEmpty == true { byTag[tag] = nil }
+        }
+        if let user = old.userId {
+            byUser[user]?.remove(id)
+            if byUser[user]?.isEmpty == true { byUser[user] = nil }
         }
     }
 
     var count: Int { installations.count }
+
+    func installation(_ id: String) -> Installation? { installations[id] }
+
+    func installations(ofUser user: String) -> [Installation] {
+        (byUser[user] ?? []).sorted().compactMap { installations[$0] }
+    }
+
+    /// Installations that can match `expression`: all of them when it can match without any tag
+    /// (as `!Sports` can), otherwise those holding at least one of its tags.
+    func candidates(for expression: TagExpression) -> [Installation] {
+        if expression.matchesWithoutTags { return all }
+        var ids = Set<String>()
+        for tag in expression.tags {
+            if tag.hasPrefix(Tag.installationPrefix) {
+                ids.insert(String(tag.dropFirst(Tag.installationPrefix.count)))
+            } else if tag.hasPrefix(Tag.userPrefix) {
+                ids.formUnion(byUser[String(tag.dropFirst(Tag.userPrefix.count))] ?? [])
+            } else {
+                ids.formUnion(byTag[tag] ?? [])
+            }
+        }
+        return ids.sorted().compactMap { installations[$0] }
+    }
+
+    var all: [Installation] { installations.keys.sorted().compactMap { installations[$0] } }
 }

@@ -1,21 +1,22 @@
 import Storage
 
-/// The publish service's store: accepted notifications, keyed by id and by the sender's idempotency key.
+/// The publish service's store: accepted notifications in acceptance order, keyed by id and by
+/// the sender's idempotency key.
 enum PublishSchema {
     static let migrations = [
         Migration(
             version: 1,
             """
             CREATE TABLE notifications (
-                notification_id TEXT PRIMARY KEY,
+                sequence INTEGER PRIMARY KEY AUTOINCREMENT,
+                notification_id TEXT NOT NULL UNIQUE,
                 idempotency_key TEXT UNIQUE,
-                request BLOB NOT NULL,
+                send BLOB NOT NULL,
                 state TEXT NOT NULL,
                 enqueued_at REAL NOT NULL,
-                scheduled_at REAL,
                 expires_at REAL NOT NULL
             );
-            CREATE INDEX notifications_by_state ON notifications(state, scheduled_at);
+            CREATE INDEX notifications_by_expiry ON notifications(expires_at);
             """),
     ]
 }

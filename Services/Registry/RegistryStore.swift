@@ -3,6 +3,7 @@ import HubProtocol
 import Storage
 
 /// The registry's SQLite store: installations, their tags, and the change-stream sequence.
+/// Every change bumps the sequence in the same transaction, so the stream's numbers are durable.
 final class RegistryStore {
     static let migrations = [
         Migration(
@@ -22,6 +23,7 @@ final class RegistryStore {
             );
             CREATE INDEX installation_tags_by_tag ON installation_tags(tag);
             CREATE INDEX installations_by_user ON installations(user_id);
+            CREATE INDEX installations_by_expiry ON installations(expires_at) WHERE expires_at IS NOT NULL;
             CREATE TABLE stream (id INTEGER PRIMARY KEY CHECK (id = 1), sequence INTEGER NOT NULL);
             INSERT INTO stream (id, sequence) VALUES (1, 0);
             """),
@@ -29,24 +31,123 @@ final class RegistryStore {
 
     let database: SQLiteDatabase
     private let decoder = HubCodec.makeDecoder()
+    private let encoder = HubCodec.makeEncoder()
 
     init(database: SQLiteDatabase) {
         self.database = database
     }
 
-    /// The sequence of the last change published.
+    /// The sequence of the last change.
     func sequence() throws -> UInt64 {
         UInt64(try database.queryOne("SELECT sequence FROM stream WHERE id = 1")?[0].int64 ?? 0)
     }
 
-    /// Every installation that has not expired, with the sequence they stand at, read in one transaction.
+    private func nextSequence() throws -> UInt64 {
+        try database.run("UPDATE stream SET sequence = sequence + 1 WHERE id = 1")
+        return try sequence()
+    }
+
+    /// A live installation, or nil when there is none or it has expired.
+    func get(_ id: String, now: Date) throws -> Installation? {
+        guard let row = try database.queryOne(
+            "SELECT document FROM installations WHERE installation_id = ? AND (expires_at IS NULL OR expires_at > ?)",
+            [id, now.timeIntervalSince1970])
+        else { return nil }
+        return try decode(row[0])
+    }
+
+    /// Creates or replaces an installation, keeping its creation time. Returns it as stored and the change's sequence.
+    func upsert(_ installation: Installation, now: Date) throws -> (Installation, UInt64) {
+        try database.transaction {
+            var stored = installation
+            let existing = try database.queryOne(
+                "SELECT document FROM installations WHERE installation_id = ?", [installation.installationId])
+            stored.createdAt = try existing.map { try decode($0[0]).createdAt } ?? now
+            stored.lastSeen = now
+            stored.tags = Array(NSOrderedSet(array: stored.tags)) as? [String] ?? stored.tags
+            try database.run(
+                """
+                INSERT INTO installations (installation_id, document, user_id, expires_at, updated_at) VALUES (?, ?, ?, ?, ?)
+                ON CONFLICT (installation_id) DO UPDATE SET document = excluded.document, user_id = excluded.user_id,
+                    expires_at = excluded.expires_at, updated_at = excluded.updated_at
+                """,
+                [stored.installationId, try encoder.encode(stored), stored.userId,
+                 stored.expirationTime?.timeIntervalSince1970, now.timeIntervalSince1970])
+            try database.run("DELETE FROM installation_tags WHERE installation_id = ?", [stored.installationId])
+            for tag in stored.tags {
+                try database.run("INSERT INTO installation_tags (installation_id, tag) VALUES (?, ?)", [stored.installationId, tag])
+            }
+            return (stored, try nextSequence())
+        }
+    }
+
+    /// Deletes an installation. Returns the change's sequence, or nil when there was none.
+    func delete(_ id: String) throws -> UInt64? {
+        try database.transaction {
+            guard try database.run("DELETE FROM installations WHERE installation_id = ?", [id]) > 0 else { return nil }
+            return try nextSequence()
+        }
+    }
+
+    /// Deletes installations whose expiration time has passed; returns each id with its change's sequence.
+    func purgeExpired(now: Date) throws -> [(String, UInt64)] {
+        try database.transaction {
+            let ids = try database.query(
+                "SELECT installation_id FROM installations WHERE expires_at IS NOT NULL AND expires_at <= ?",
+                [now.timeIntervalSince1970]
+            ).compactMap { $0[0].string }
+            var purged: [(String, UInt64)] = []
+            for id in ids {
+                try database.run("DELETE FROM installations WHERE installation_id = ?", [id])
+                purged.append((id, try nextSequence()))
+            }
+            return purged
+        }
+    }
+
+    /// A page of live installations in id order, optionally only those with `tag`.
+    func list(tag: String?, after: String?, limit: Int, now: Date) throws -> InstallationPage {
+        let rows: [Row]
+        if let tag {
+            rows = try database.query(
+                """
+                SELECT i.document FROM installations i JOIN installation_tags t ON t.installation_id = i.installation_id
+                WHERE t.tag = ? AND i.installation_id > ? AND (i.expires_at IS NULL OR i.expires_at > ?)
+                ORDER BY i.installation_id LIMIT ?
+                """, [tag, after ?? "", now.timeIntervalSince1970, limit + 1])
+        } else {
+            rows = try database.query(
+                """
+                SELECT document FROM installations WHERE installation_id > ? AND (expires_at IS NULL OR expires_at > ?)
+                ORDER BY installation_id LIMIT ?
+                """, [after ?? "", now.timeIntervalSince1970, limit + 1])
+        }
+        var installations = try rows.map { try decode($0[0]) }
+        var next: String?
+        if installations.count > limit {
+            installations.removeLast()
+            next = installations.last?.installationId
+        }
+        return InstallationPage(installations: installations, next: next)
+    }
+
+    func count(now: Date) throws -> Int {
+        try database.queryOne(
+            "SELECT count(*) FROM installations WHERE expires_at IS NULL OR expires_at > ?", [now.timeIntervalSince1970]
+        )?[0].int ?? 0
+    }
+
+    /// Every live installation and the sequence they stand at, read in one transaction.
     func snapshot(now: Date) throws -> RegistrySnapshot {
         try database.transaction {
             let rows = try database.query(
                 "SELECT document FROM installations WHERE expires_at IS NULL OR expires_at > ? ORDER BY installation_id",
                 [now.timeIntervalSince1970])
-            let installations = try rows.map { try decoder.decode(Installation.self, from: $0[0].data ?? Data()) }
-            return RegistrySnapshot(sequence: try sequence(), installations: installations)
+            return RegistrySnapshot(sequence: try sequence(), installations: try rows.map { try decode($0[0]) })
         }
+    }
+
+    private func decode(_ value: SQLiteValue) throws -> Installation {
+        try decoder.decode(Installation.self, from: value.data ?? Data())
     }
 }

@@ -1,3 +1,4 @@
+import Auth
 import Foundation
 import HubProtocol
 import ServiceKit
@@ -7,7 +8,68 @@ ServiceMain.run(name: "nh-registry", summary: "the registration service: install
     let config = context.config
     let events = try context.bindEvents(config.registry.events ?? "tcp://127.0.0.1:7702", startingAfter: try store.sequence())
     var endpoints: [String: String] = ["events": events.endpoints.first ?? ""]
-    let server = try context.bindRequests(config.registry.requests) { endpoints }
+    let server = try context.bindRequests(config.registry.requests, endpoints: { endpoints }) {
+        ["installations": String((try? store.count(now: Date())) ?? 0), "sequence": String(events.sequence)]
+    }
     endpoints["requests"] = server.endpoint
-    server.on(RegistrySnapshotRequest.self) { _ in try store.snapshot(now: Date()) }
+
+    func publish(_ change: InstallationChanged, sequence: UInt64) throws {
+        try events.publish(topic: "installation", sequence: sequence, body: HubCodec.encode(change, id: String(sequence)))
+    }
+
+    func found(_ id: String) throws -> Installation {
+        guard let installation = try store.get(id, now: Date()) else {
+            throw HubError(.notFound, "no installation '\(id)'")
+        }
+        return installation
+    }
+
+    func save(_ installation: Installation) throws -> InstallationReply {
+        let now = Date()
+        try InstallationRules.validate(installation, now: now)
+        let (stored, sequence) = try store.upsert(installation, now: now)
+        try publish(InstallationChanged(change: .upserted, installationId: stored.installationId, installation: stored), sequence: sequence)
+        context.logger.debug("installation saved", ("id", stored.installationId), ("tags", stored.tags.joined(separator: ",")))
+        return InstallationReply(installation: stored)
+    }
+
+    // Listen may create, read and delete installations; Manage may do everything.
+    server.on(InstallationUpsert.self) { request in
+        try context.authorize(request.auth, needs: .listen)
+        return try save(request.payload.installation)
+    }
+    server.on(InstallationPatch.self) { request in
+        try context.authorize(request.auth, needs: .listen)
+        let current = try found(request.payload.installationId)
+        return try save(try InstallationPatcher.apply(request.payload.operations, to: current))
+    }
+    server.on(InstallationGet.self) { request in
+        try context.authorize(request.auth, needs: .listen)
+        return InstallationReply(installation: try found(request.payload.installationId))
+    }
+    server.on(InstallationDelete.self) { request in
+        try context.authorize(request.auth, needs: .listen)
+        let id = request.payload.installationId
+        guard let sequence = try store.delete(id) else { throw HubError(.notFound, "no installation '\(id)'") }
+        try publish(InstallationChanged(change: .deleted, installationId: id), sequence: sequence)
+        return Ack()
+    }
+    server.on(InstallationList.self) { request in
+        try context.authorize(request.auth, needs: .manage)
+        let limit = request.payload.limit ?? 100
+        guard (1...1000).contains(limit) else { throw HubError(.invalidArgument, "limit must be 1 to 1000") }
+        return try store.list(tag: request.payload.tag, after: request.payload.after, limit: limit, now: Date())
+    }
+    server.on(RegistrySnapshotRequest.self) { request in
+        try context.authorize(request.auth, needs: .manage)
+        return try store.snapshot(now: Date())
+    }
+
+    // Expired installations stop receiving at once (reads skip them) and are purged here.
+    context.loop.every(milliseconds: 5_000) {
+        for (id, sequence) in try store.purgeExpired(now: Date()) {
+            try publish(InstallationChanged(change: .deleted, installationId: id), sequence: sequence)
+            context.logger.info("installation expired", ("id", id))
+        }
+    }
 }

@@ -25,7 +25,7 @@ enum Samples {
         HealthRequest(),
         HealthReply(
             service: "nh-registry", status: "ok", version: "0.1.0", pid: 42, uptimeSeconds: 1.5,
-            endpoints: ["requests": "tcp://127.0.0.1:7701"]),
+            endpoints: ["requests": "tcp://127.0.0.1:7701"], details: ["installations": "3"]),
         ErrorReply(code: .unknownType, message: "this service does not answer 'x'"),
         Ack(),
         InstallationUpsert(installation: installation),
@@ -68,5 +68,20 @@ enum Samples {
         UpdateUserNotificationState(id: "un-1", readState: .read, userActionState: .dismissed),
         DeleteUserNotification(id: "un-1"),
         UserNotificationsChanged(userId: "alice", sequence: 9, origin: "inst-1"),
+        PendingNotificationsRequest(after: 4, limit: 100),
+        PendingNotifications(
+            notifications: [
+                AcceptedNotification(
+                    sequence: 5, notificationId: "n-5",
+                    send: SendNotification(format: .native, body: #"{"message":"hi"}"#, tagExpression: "World", timeToLive: 60),
+                    enqueuedAt: instant, expiresAt: later)
+            ], latest: 5),
+        AgentHello(installationId: "inst-1"),
+        AgentWelcome(installationId: "inst-1", pending: 2),
+        AgentDelivery(
+            deliveryId: "n-5/inst-1/news", notificationId: "n-5", installationId: "inst-1", template: "news",
+            payload: #"{"aps":{"alert":"hi"}}"#, expiresAt: later),
+        AgentAck(deliveryIds: ["n-5/inst-1/news"]),
+        AgentCategoriesChanged(categories: ["World", "Sports"]),
     ]
 }

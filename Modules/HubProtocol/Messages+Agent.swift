@@ -1,0 +1,62 @@
+import Foundation
+
+/// An agent announces itself on the dispatcher's agent socket, and repeats it as its heartbeat.
+/// The dispatcher then sends it every pending delivery for its installation.
+public struct AgentHello: HubRequest {
+    public typealias Reply = AgentWelcome
+    public static let messageType: MessageType = "agent.hello"
+    public var installationId: String
+    public init(installationId: String) { self.installationId = installationId }
+}
+
+public struct AgentWelcome: HubMessage {
+    public static let messageType: MessageType = "agent.welcome"
+    public var installationId: String
+    /// Deliveries about to follow.
+    public var pending: Int
+    public init(installationId: String, pending: Int) {
+        self.installationId = installationId
+        self.pending = pending
+    }
+}
+
+/// One notification for one installation, pushed by the dispatcher. Delivered at least once;
+/// the agent shows each `deliveryId` once and acknowledges it.
+public struct AgentDelivery: HubMessage {
+    public static let messageType: MessageType = "agent.deliver"
+    public var deliveryId: String
+    public var notificationId: String
+    public var installationId: String
+    /// The template it was rendered from; absent for a native notification.
+    public var template: String?
+    /// The rendered or native payload.
+    public var payload: String
+    public var expiresAt: Date
+
+    public init(
+        deliveryId: String, notificationId: String, installationId: String, template: String? = nil, payload: String,
+        expiresAt: Date
+    ) {
+        self.deliveryId = deliveryId
+        self.notificationId = notificationId
+        self.installationId = installationId
+        self.template = template
+        self.payload = payload
+        self.expiresAt = expiresAt
+    }
+}
+
+public struct AgentAck: HubRequest {
+    public typealias Reply = Ack
+    public static let messageType: MessageType = "agent.ack"
+    public var deliveryIds: [String]
+    public init(deliveryIds: [String]) { self.deliveryIds = deliveryIds }
+}
+
+/// Tells a running agent its categories changed, so it registers again now.
+public struct AgentCategoriesChanged: HubRequest {
+    public typealias Reply = Ack
+    public static let messageType: MessageType = "agent.categories"
+    public var categories: [String]
+    public init(categories: [String]) { self.categories = categories }
+}

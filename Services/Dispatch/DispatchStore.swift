@@ -1,0 +1,140 @@
+import Foundation
+import HubProtocol
+import Storage
+
+final class DispatchStore {
+    let database: SQLiteDatabase
+
+    init(database: SQLiteDatabase) {
+        self.database = database
+    }
+
+    func cursor() throws -> UInt64 {
+        UInt64(try database.queryOne("SELECT after FROM cursor WHERE id = 1")?[0].int64 ?? 0)
+    }
+
+    /// Records a pulled notification's deliveries and outcome, and moves the cursor past it, in one transaction.
+    func record(_ notification: AcceptedNotification, plans: [PlannedDelivery], now: Date) throws {
+        try database.transaction {
+            let expired = notification.expiresAt <= now
+            let state: NotificationState = expired ? .abandoned : plans.isEmpty ? .noTargetFound : .completed
+            try database.run(
+                """
+                INSERT OR IGNORE INTO outcomes (notification_id, state, enqueued_at, started_at, ended_at, targets, expired)
+                VALUES (?, ?, ?, ?, ?, ?, ?)
+                """,
+                [notification.notificationId, state.rawValue, notification.enqueuedAt.timeIntervalSince1970,
+                 now.timeIntervalSince1970, now.timeIntervalSince1970, expired ? 0 : plans.count, expired ? 1 : 0])
+            if !expired {
+                for plan in plans {
+                    try database.run(
+                        """
+                        INSERT OR IGNORE INTO deliveries (delivery_id, notification_id, installation_id, template, payload, expires_at)
+                        VALUES (?, ?, ?, ?, ?, ?)
+                        """,
+                        [plan.deliveryId, notification.notificationId, plan.installationId, plan.template, plan.payload,
+                         plan.expiresAt.timeIntervalSince1970])
+                }
+            }
+            try database.run("UPDATE cursor SET after = ? WHERE id = 1 AND after < ?", [notification.sequence, notification.sequence])
+        }
+    }
+
+    enum Selection {
+        /// Everything not acknowledged, as for an agent that just connected.
+        case all
+        /// Only deliveries never sent.
+        case unsent
+        /// Deliveries never sent, or last sent before a time without an acknowledgement since.
+        case sentBefore(Date)
+    }
+
+    /// Deliveries for an installation that are neither acknowledged nor expired, oldest first.
+    func pending(for installationId: String, now: Date, _ selection: Selection = .all, limit: Int = 500) throws -> [AgentDelivery] {
+        let cutoff: Double
+        switch selection {
+        case .all: cutoff = .greatestFiniteMagnitude
+        case .unsent: cutoff = -1
+        case .sentBefore(let date): cutoff = date.timeIntervalSince1970
+        }
+        return try database.query(
+            """
+            SELECT delivery_id, notification_id, template, payload, expires_at FROM deliveries
+            WHERE installation_id = ? AND acked_at IS NULL AND expires_at > ?
+              AND (delivered_at IS NULL OR delivered_at < ?)
+            ORDER BY rowid LIMIT ?
+            """,
+            [installationId, now.timeIntervalSince1970, cutoff, limit]
+        ).map {
+            AgentDelivery(
+                deliveryId: $0[0].string ?? "", notificationId: $0[1].string ?? "", installationId: installationId,
+                template: $0[2].string, payload: $0[3].string ?? "", expiresAt: Date(timeIntervalSince1970: $0[4].double ?? 0))
+        }
+    }
+
+    /// Notes that deliveries went out; the first send of each counts as delivered.
+    func markSent(_ deliveries: [AgentDelivery], now: Date) throws {
+        guard !deliveries.isEmpty else { return }
+        try database.transaction {
+            for delivery in deliveries {
+                let first = try database.run(
+                    "UPDATE deliveries SET delivered_at = ? WHERE delivery_id = ? AND delivered_at IS NULL",
+                    [now.timeIntervalSince1970, delivery.deliveryId])
+                if first == 0 {
+                    try database.run("UPDATE deliveries SET delivered_at = ? WHERE delivery_id = ?", [now.timeIntervalSince1970, delivery.deliveryId])
+                } else {
+                    try database.run("UPDATE outcomes SET delivered = delivered + 1 WHERE notification_id = ?", [delivery.notificationId])
+                }
+            }
+        }
+    }
+
+    /// Records acknowledgements from `installationId`; each delivery counts once. Returns how many were new.
+    @discardableResult
+    func acknowledge(_ deliveryIds: [String], installationId: String, now: Date) throws -> Int {
+        try database.transaction {
+            var fresh = 0
+            for id in deliveryIds {
+                guard let row = try database.queryOne(
+                    "SELECT notification_id FROM deliveries WHERE delivery_id = ? AND installation_id = ? AND acked_at IS NULL",
+                    [id, installationId])
+                else { continue }
+                try database.run("UPDATE deliveries SET acked_at = ? WHERE delivery_id = ?", [now.timeIntervalSince1970, id])
+                try database.run(
+                    "UPDATE outcomes SET acknowledged = acknowledged + 1 WHERE notification_id = ?", [row[0].string ?? ""])
+                fresh += 1
+            }
+            return fresh
+        }
+    }
+
+    /// Removes unacknowledged deliveries past their expiry, counting them as expired.
+    func expire(now: Date) throws -> Int {
+        try database.transaction {
+            let rows = try database.query(
+                "SELECT delivery_id, notification_id FROM deliveries WHERE acked_at IS NULL AND expires_at <= ?",
+                [now.timeIntervalSince1970])
+            for row in rows {
+                try database.run("DELETE FROM deliveries WHERE delivery_id = ?", [row[0].string ?? ""])
+                try database.run("UPDATE outcomes SET expired = expired + 1 WHERE notification_id = ?", [row[1].string ?? ""])
+            }
+            // Acknowledged deliveries are kept a day for outcome queries, then dropped.
+            try database.run("DELETE FROM deliveries WHERE acked_at IS NOT NULL AND acked_at < ?", [now.timeIntervalSince1970 - 86_400])
+            return rows.count
+        }
+    }
+
+    func outcome(_ notificationId: String) throws -> NotificationOutcome? {
+        guard let row = try database.queryOne(
+            """
+            SELECT state, enqueued_at, started_at, ended_at, targets, delivered, acknowledged, expired, failed
+            FROM outcomes WHERE notification_id = ?
+            """, [notificationId])
+        else { return nil }
+        func date(_ value: SQLiteValue) -> Date? { value.double.map { Date(timeIntervalSince1970: $0) } }
+        return NotificationOutcome(
+            notificationId: notificationId, state: NotificationState(rawValue: row[0].string ?? "") ?? .completed,
+            enqueuedAt: date(row[1]) ?? Date(), startedAt: date(row[2]), endedAt: date(row[3]), targets: row[4].int ?? 0,
+            delivered: row[5].int ?? 0, acknowledged: row[6].int ?? 0, expired: row[7].int ?? 0, failed: row[8].int ?? 0)
+    }
+}

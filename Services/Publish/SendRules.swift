@@ -1,0 +1,60 @@
+import Foundation
+import HubProtocol
+import Tags
+
+/// What makes a send acceptable. Plain logic: a request in, its time to live or a `HubError` out.
+enum SendRules {
+    static let maxPayloadBytes = 64 * 1024
+    static let maxTimeToLive = 30 * 86_400
+
+    static func validate(_ send: SendNotification, defaultTimeToLive: Int) throws(HubError) -> Int {
+        let targets = [send.tagExpression, send.installationId, send.userId].compactMap { $0 }
+        guard targets.count <= 1 else {
+            throw HubError(.invalidArgument, "give at most one of tagExpression, installationId and userId; none sends to everyone")
+        }
+        if let expression = send.tagExpression {
+            do {
+                _ = try TagExpression.parse(expression)
+            } catch {
+                throw HubError(.invalidExpression, "tag expression '\(expression)': \(error.message)")
+            }
+        }
+        for (name, value) in [("installationId", send.installationId), ("userId", send.userId)] {
+            if let value, value.isEmpty || !value.utf8.allSatisfy({ Tag.isTagCharacter($0) }) {
+                throw HubError(.invalidArgument, "\(name) '\(value)' may use only A–Z a–z 0–9 _ @ # . : -")
+            }
+        }
+        if send.scheduledAt != nil {
+            throw HubError(.invalidArgument, "scheduledAt is not accepted on notification.send by this version; send without it")
+        }
+        switch send.format {
+        case .native:
+            guard let body = send.body else { throw HubError(.invalidPayload, "a native send needs 'body', the payload") }
+            guard send.properties == nil else {
+                throw HubError(.invalidPayload, "a native send takes 'body', not 'properties'; use format template for a property map")
+            }
+            guard body.utf8.count <= maxPayloadBytes else {
+                throw HubError(.payloadTooLarge, "the body is \(body.utf8.count) bytes; the limit is \(maxPayloadBytes)")
+            }
+            guard (try? JSONSerialization.jsonObject(with: Data(body.utf8), options: [.fragmentsAllowed])) != nil else {
+                throw HubError(.invalidPayload, "a native body for linux agents must be JSON")
+            }
+        case .template:
+            guard let properties = send.properties else {
+                throw HubError(.invalidPayload, "a template send needs 'properties', a map of strings such as {\"messageParam\": \"…\"}")
+            }
+            guard send.body == nil else {
+                throw HubError(.invalidPayload, "a template send takes 'properties', not 'body'")
+            }
+            let size = properties.reduce(0) { $0 + $1.key.utf8.count + $1.value.utf8.count }
+            guard size <= maxPayloadBytes else {
+                throw HubError(.payloadTooLarge, "the properties are \(size) bytes; the limit is \(maxPayloadBytes)")
+            }
+        }
+        let timeToLive = send.timeToLive ?? defaultTimeToLive
+        guard (1...maxTimeToLive).contains(timeToLive) else {
+            throw HubError(.invalidArgument, "timeToLive must be 1 to \(maxTimeToLive) seconds (30 days), not \(timeToLive)")
+        }
+        return timeToLive
+    }
+}

@@ -1,0 +1,75 @@
+import Foundation
+import HubProtocol
+import Tags
+import Templates
+
+/// What makes an installation acceptable. Plain logic: an installation in, the checked one or a
+/// `HubError` out.
+enum InstallationRules {
+    static let maxTemplates = 20
+    static let maxIdLength = 200
+
+    static func validate(_ installation: Installation, now: Date) throws(HubError) {
+        try validateIdentifier(installation.installationId, what: "installationId")
+        guard !installation.platform.isEmpty, installation.platform.count <= 32 else {
+            throw HubError(.invalidArgument, "platform must be 1 to 32 characters, such as 'linux'")
+        }
+        guard !installation.pushChannel.isEmpty, installation.pushChannel.utf8.count <= 1024 else {
+            throw HubError(.invalidArgument, "pushChannel must be 1 to 1024 characters: the handle the hub delivers to")
+        }
+        do {
+            try Tag.validate(all: installation.tags)
+        } catch {
+            throw HubError(.invalidTag, error.message)
+        }
+        if let userId = installation.userId {
+            do {
+                try Tag.validate(userId)
+            } catch {
+                throw HubError(.invalidArgument, "userId: \(error.message.replacingOccurrences(of: "tag", with: "user id"))")
+            }
+        }
+        if let expiration = installation.expirationTime, expiration <= now {
+            throw HubError(.invalidArgument, "expirationTime \(WireDate.format(expiration)) is in the past")
+        }
+        let templates = installation.templates ?? [:]
+        guard templates.count <= maxTemplates else {
+            throw HubError(.invalidTemplate, "an installation has at most \(maxTemplates) templates; this one has \(templates.count)")
+        }
+        for (name, template) in templates.sorted(by: { $0.key < $1.key }) {
+            try validateTemplate(name: name, template)
+        }
+    }
+
+    static func validateIdentifier(_ id: String, what: String) throws(HubError) {
+        guard !id.isEmpty, id.utf8.count <= maxIdLength else {
+            throw HubError(.invalidArgument, "\(what) must be 1 to \(maxIdLength) characters")
+        }
+        guard id.utf8.allSatisfy({ Tag.isTagCharacter($0) }) else {
+            throw HubError(.invalidArgument, "\(what) '\(id)' may use only A–Z a–z 0–9 _ @ # . : -")
+        }
+    }
+
+    static func validateTemplate(name: String, _ template: InstallationTemplate) throws(HubError) {
+        guard !name.isEmpty, name.count <= 64, name.utf8.allSatisfy({ Tag.isTagCharacter($0) }) else {
+            throw HubError(.invalidTemplate, "template name '\(name)' must be 1 to 64 characters of A–Z a–z 0–9 _ @ # . : -")
+        }
+        do {
+            _ = try Template(template.body)
+        } catch {
+            throw HubError(.invalidTemplate, "template '\(name)': \(error.message)")
+        }
+        if let expiry = template.expiry {
+            do {
+                _ = try TemplateExpression.compile(expiry)
+            } catch {
+                throw HubError(.invalidTemplate, "template '\(name)' expiry: \(error.message)")
+            }
+        }
+        do {
+            try Tag.validate(all: template.tags ?? [])
+        } catch {
+            throw HubError(.invalidTag, "template '\(name)': \(error.message)")
+        }
+    }
+}
