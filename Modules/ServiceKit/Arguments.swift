@@ -7,6 +7,7 @@ public struct Arguments: Sendable, Equatable {
 
     public struct Error: Swift.Error, Equatable, CustomStringConvertible {
         public let description: String
+        public init(description: String) { self.description = description }
     }
 
     /// - Parameters:

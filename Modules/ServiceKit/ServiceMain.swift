@@ -12,11 +12,15 @@ public enum ServiceMain {
         arguments: [String] = Array(CommandLine.arguments.dropFirst()),
         environment: [String: String] = ProcessInfo.processInfo.environment,
         dataSubfolder: String? = nil,
+        dataFolder: ((HubConfig) -> URL)? = nil,
         setUp: (ServiceContext) throws -> Void
     ) -> Never {
         let parsed: Arguments
         do {
             parsed = try Arguments(arguments, valued: ["config"], flags: ["version", "check-config"])
+            if let extra = parsed.positionals.first {
+                throw Arguments.Error(description: "unexpected argument '\(extra)'")
+            }
         } catch {
             fail(name, "\(error)")
         }
@@ -40,6 +44,7 @@ public enum ServiceMain {
         }
         var directory = URL(fileURLWithPath: config.dataDir, isDirectory: true)
         if let dataSubfolder { directory.appendPathComponent(dataSubfolder, isDirectory: true) }
+        if let dataFolder { directory = dataFolder(config) }
         do {
             try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         } catch {

@@ -2,9 +2,54 @@ import Foundation
 import HubProtocol
 import ServiceKit
 
-ServiceMain.run(name: "nh-agent", summary: "the client agent: receives notifications on a Linux host", dataSubfolder: "agent") { context in
-    _ = try context.openStore("agent.db", migrations: AgentSchema.migrations)
-    var endpoints: [String: String] = [:]
-    let control = try context.bindRequests(context.config.agent.requests) { endpoints }
-    endpoints["requests"] = control.endpoint
+#if canImport(Glibc)
+import Glibc
+#endif
+
+let usage = """
+    nh-agent: the client agent on a Linux host
+
+    Usage:
+      nh-agent [run]                       receive notifications (the daemon)
+      nh-agent subscribe CATEGORY...       choose the categories to receive, such as World Sports
+      nh-agent unsubscribe CATEGORY...     stop receiving categories
+      nh-agent categories                  show the chosen categories
+      nh-agent id                          show this agent's installation id
+
+    Each notification is written to standard output as one JSON line, passed to the command in
+    NH_AGENT_HOOK (on standard input and as NH_* variables), and shown on the desktop with
+    notify-send when a desktop session is there.
+
+    Environment: NH_AGENT_HOME (default: DATA_DIR/agent), NH_AGENT_CONNECTION_STRING (the listen
+    key), NH_AGENT_TEMPLATE, NH_AGENT_USER, NH_AGENT_HOOK, NH_AGENT_INSTALLATION_ID, and the NH_*
+    settings every service reads.
+    """
+
+let environment = ProcessInfo.processInfo.environment
+var arguments = Array(CommandLine.arguments.dropFirst())
+let command = arguments.first.flatMap { $0.hasPrefix("-") ? nil : $0 } ?? "run"
+if arguments.first == command { arguments.removeFirst() }
+
+if command == "run" {
+    ServiceMain.run(
+        name: "nh-agent", summary: "the client agent: receives notifications on a Linux host", arguments: arguments,
+        dataFolder: { AgentIdentity(config: $0, environment: environment).home }
+    ) { context in
+        let identity = AgentIdentity(config: context.config, environment: environment)
+        let store = AgentStore(database: try context.openStore("agent.db", migrations: AgentSchema.migrations))
+        let daemon = try AgentDaemon(context: context, store: store, identity: identity, environment: environment)
+        var endpoints: [String: String] = [:]
+        let control = try context.bindRequests(context.config.agent.requests, endpoints: { endpoints }) {
+            ["installationId": daemon.installationId, "registered": String(daemon.registered)]
+        }
+        endpoints["requests"] = control.endpoint
+        control.on(AgentCategoriesChanged.self) { request in
+            try store.setCategories(request.payload.categories)
+            daemon.register()
+            return Ack()
+        }
+        try daemon.start()
+    }
 }
+
+exit(AgentCommands.run(command, arguments, environment: environment, usage: usage))

@@ -12,7 +12,16 @@ enum Ctl {
         Usage: nhctl [--config FILE] [--json] [--timeout MS] COMMAND
 
         Commands:
-          health    ask every service whether it is up, one line each
+          health                      ask every service whether it is up, one line each
+          send [TARGET] NAME=VALUE... send a template notification with these properties
+          send [TARGET] --native JSON send a native notification
+               TARGET: --tag EXPRESSION | --installation ID | --user USER (none: everyone)
+               --ttl SECONDS, --idempotency-key KEY
+          outcome ID                  what became of a notification
+          keys                        the hub's connection strings
+
+        Sending uses NH_CONNECTION_STRING, --connection-string, or the full key in the data
+        folder's keys.json.
 
         Settings come from the defaults, the JSON config file (--config or NH_CONFIG) and NH_*
         environment variables, as for the services.
@@ -22,7 +31,10 @@ enum Ctl {
     static func main(_ arguments: [String], environment: [String: String]) -> Int32 {
         let parsed: Arguments
         do {
-            parsed = try Arguments(arguments, valued: ["config", "timeout"], flags: ["json"])
+            parsed = try Arguments(
+                arguments,
+                valued: ["config", "timeout", "tag", "installation", "user", "ttl", "native", "connection-string", "idempotency-key"],
+                flags: ["json"])
         } catch {
             return fail("\(error)\n\n\(usage)")
         }
@@ -40,6 +52,12 @@ enum Ctl {
         switch parsed.positionals[0] {
         case "health":
             return health(config, timeout: timeout, json: parsed.has("json"))
+        case "send":
+            return CtlSend.send(parsed, config: config, environment: environment)
+        case "outcome":
+            return CtlSend.outcome(parsed, config: config, environment: environment)
+        case "keys":
+            return CtlSend.keys(config: config, json: parsed.has("json"))
         case let command:
             return fail("unknown command '\(command)'\n\n\(usage)")
         }

@@ -1,0 +1,120 @@
+import Bus
+import Foundation
+import HubProtocol
+import ServiceKit
+
+/// The agent at work: it registers its installation with the chosen categories, keeps a channel
+/// to the dispatcher (hello as heartbeat, reconnect with backoff), shows each delivery once,
+/// and acknowledges it.
+final class AgentDaemon {
+    let context: ServiceContext
+    let store: AgentStore
+    let identity: AgentIdentity
+    let output: AgentOutput
+    let installationId: String
+    let template: String
+    let userId: String?
+    private let registry: HubClient
+    private let channel: ZMQSocket
+    private(set) var registered = false
+    private var lastRegistrationError = ""
+
+    init(context: ServiceContext, store: AgentStore, identity: AgentIdentity, environment: [String: String]) throws {
+        self.context = context
+        self.store = store
+        self.identity = identity
+        installationId = try environment["NH_AGENT_INSTALLATION_ID"] ?? store.installationId()
+        template = environment["NH_AGENT_TEMPLATE"] ?? #"{"title":"$(title)","message":"$(messageParam)"}"#
+        userId = environment["NH_AGENT_USER"]
+        output = AgentOutput(hook: environment["NH_AGENT_HOOK"], logger: context.logger, environment: environment)
+        registry = try context.client(context.config.registry.requests, policy: RetryPolicy(timeout: 1_000, attempts: 1))
+        registry.auth = { [identity] in identity.token() }
+
+        channel = try ZMQSocket.agentChannel(connect: context.config.dispatch.agents ?? "tcp://127.0.0.1:7722")
+        context.onShutdown { [channel] in channel.close() }
+        if identity.credential == nil {
+            context.logger.warning("no listen key: set NH_AGENT_CONNECTION_STRING; registration and delivery will be refused")
+        }
+    }
+
+    func start() throws {
+        register()
+        try hello()
+        context.loop.watch(channel) { [unowned self] in try self.receive() }
+        context.loop.every(milliseconds: context.config.heartbeatMs) { [unowned self] in
+            if !self.registered { self.register() }
+            try self.hello()
+            self.output.reap()
+        }
+        context.loop.every(milliseconds: 3_600_000) { [unowned self] in
+            try self.store.forgetSeen(before: Date().addingTimeInterval(-31 * 86_400))
+        }
+    }
+
+    /// Registers again with the stored categories; the handle may have changed since last time.
+    func register() {
+        do {
+            let categories = try store.categories
+            let installation = Installation(
+                installationId: installationId, platform: "linux", pushChannel: installationId, tags: categories,
+                userId: userId, templates: ["default": InstallationTemplate(body: template)])
+            _ = try registry.call(InstallationUpsert(installation: installation))
+            registered = true
+            lastRegistrationError = ""
+            context.logger.info("registered", ("installation", installationId), ("categories", categories.joined(separator: ",")))
+        } catch {
+            registered = false
+            let text = "\(error)"
+            if text != lastRegistrationError {
+                context.logger.warning("registration failed; retrying", ("error", text))
+                lastRegistrationError = text
+            }
+        }
+    }
+
+    private func hello() throws {
+        let message = HubCodec.encode(AgentHello(installationId: installationId), id: "hello", auth: identity.token())
+        _ = try channel.send([Data(), message], wait: false)
+    }
+
+    private func receive() throws {
+        var acknowledged: [String] = []
+        while let frames = try channel.receive(wait: false) {
+            guard let body = frames.last, let parsed = try? HubCodec.parse(body) else { continue }
+            switch parsed.header.type {
+            case AgentDelivery.messageType:
+                let delivery = try HubCodec.decode(AgentDelivery.self, from: body, parsed: parsed).payload
+                let now = Date()
+                if try store.markSeen(delivery.deliveryId, notificationId: delivery.notificationId, now: now) {
+                    output.show(delivery, now: now)
+                }
+                acknowledged.append(delivery.deliveryId)
+            case ErrorReply.messageType:
+                let error = try HubCodec.decode(ErrorReply.self, from: body, parsed: parsed).payload
+                context.logger.warning("dispatcher refused", ("code", error.code.rawValue), ("reason", error.message))
+            case AgentWelcome.messageType:
+                let welcome = try HubCodec.decode(AgentWelcome.self, from: body, parsed: parsed).payload
+                if welcome.pending > 0 { context.logger.info("catching up", ("pending", welcome.pending)) }
+            default:
+                continue
+            }
+        }
+        if !acknowledged.isEmpty {
+            let ack = HubCodec.encode(AgentAck(deliveryIds: acknowledged), id: "ack", auth: identity.token())
+            _ = try channel.send([Data(), ack], wait: false)
+        }
+    }
+}
+
+extension ZMQSocket {
+    /// A DEALER to the dispatcher's agent socket with transport heartbeats and reconnect backoff.
+    static func agentChannel(connect endpoint: String) throws -> ZMQSocket {
+        let socket = try ZMQContext.shared.socket(.dealer)
+        try socket.setLinger(0)
+        try socket.setReconnectInterval(100, max: 5_000)
+        try socket.setHeartbeat(interval: 1_000, timeout: 5_000)
+        try socket.setSendHighWaterMark(1_000)
+        try socket.connect(endpoint)
+        return socket
+    }
+}

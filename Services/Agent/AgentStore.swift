@@ -1,0 +1,62 @@
+import Foundation
+import Storage
+
+/// The agent's settings and the set of deliveries already shown, in `agent.db` in its home folder.
+/// The categories live here the way the seed's app keeps them in local storage.
+final class AgentStore {
+    let database: SQLiteDatabase
+
+    init(database: SQLiteDatabase) {
+        self.database = database
+    }
+
+    static func open(home: URL) throws -> AgentStore {
+        try FileManager.default.createDirectory(at: home, withIntermediateDirectories: true)
+        let database = try SQLiteDatabase(path: home.appendingPathComponent("agent.db").path)
+        try database.migrate(AgentSchema.migrations)
+        return AgentStore(database: database)
+    }
+
+    func setting(_ key: String) throws -> String? {
+        try database.queryOne("SELECT value FROM settings WHERE key = ?", [key])?[0].string
+    }
+
+    func set(_ key: String, _ value: String) throws {
+        try database.run(
+            "INSERT INTO settings (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            [key, value])
+    }
+
+    var categories: [String] {
+        get throws {
+            guard let text = try setting("categories") else { return [] }
+            return (try? JSONDecoder().decode([String].self, from: Data(text.utf8))) ?? []
+        }
+    }
+
+    func setCategories(_ categories: [String]) throws {
+        var unique: [String] = []
+        for category in categories where !unique.contains(category) { unique.append(category) }
+        try set("categories", String(decoding: try JSONEncoder().encode(unique), as: UTF8.self))
+    }
+
+    /// This agent's installation id, made once and kept.
+    func installationId() throws -> String {
+        if let id = try setting("installationId") { return id }
+        let id = "linux-" + UUID().uuidString.lowercased()
+        try set("installationId", id)
+        return id
+    }
+
+    /// Records a delivery as shown. Returns false when it was shown before.
+    func markSeen(_ deliveryId: String, notificationId: String, now: Date) throws -> Bool {
+        try database.run(
+            "INSERT OR IGNORE INTO seen (delivery_id, notification_id, seen_at) VALUES (?, ?, ?)",
+            [deliveryId, notificationId, now.timeIntervalSince1970]) > 0
+    }
+
+    /// Forgets shown deliveries older than any that could still be redelivered.
+    func forgetSeen(before: Date) throws {
+        try database.run("DELETE FROM seen WHERE seen_at < ?", [before.timeIntervalSince1970])
+    }
+}

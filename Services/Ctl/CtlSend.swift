@@ -1,0 +1,115 @@
+import Auth
+import Bus
+import Foundation
+import HubProtocol
+import ServiceKit
+
+/// nhctl's sending side: send, outcome, keys.
+enum CtlSend {
+    /// The credential for backend calls: a connection string, or the full key on a host with the data folder.
+    static func credential(_ parsed: Arguments, config: HubConfig, environment: [String: String]) throws -> ConnectionString {
+        if let text = parsed[option: "connection-string"] ?? environment["NH_CONNECTION_STRING"] {
+            return try ConnectionString(parsing: text)
+        }
+        let keys = try KeyStore.loadOrCreate(directory: URL(fileURLWithPath: config.dataDir, isDirectory: true))
+        guard let key = keys.key(named: AccessKey.defaultFullName) else {
+            throw HubError(.unauthorized, "no \(AccessKey.defaultFullName) in \(config.dataDir)/keys.json; pass --connection-string")
+        }
+        return ConnectionString(endpoint: config.namespace, keyName: key.name, key: key.key)
+    }
+
+    static func client(_ endpoint: String, _ credential: ConnectionString, _ config: HubConfig) throws -> HubClient {
+        try HubClient(
+            connect: endpoint, policy: RetryPolicy(timeout: config.requestTimeoutMs, attempts: config.requestAttempts),
+            auth: { credential.token(for: config.hubResource) })
+    }
+
+    static func send(_ parsed: Arguments, config: HubConfig, environment: [String: String]) -> Int32 {
+        var properties: [String: String] = [:]
+        for item in parsed.positionals.dropFirst() {
+            guard let equals = item.firstIndex(of: "=") else {
+                return Ctl.fail("'\(item)' is not NAME=VALUE; template properties are given as messageParam=\"Hello\"")
+            }
+            properties[String(item[..<equals])] = String(item[item.index(after: equals)...])
+        }
+        let native = parsed[option: "native"]
+        if native != nil && !properties.isEmpty { return Ctl.fail("give either --native JSON or NAME=VALUE properties, not both") }
+        if native == nil && properties.isEmpty { return Ctl.fail("nothing to send: give NAME=VALUE properties or --native JSON") }
+        var ttl: Int?
+        if let text = parsed[option: "ttl"] {
+            guard let value = Int(text) else { return Ctl.fail("--ttl must be a number of seconds") }
+            ttl = value
+        }
+        let request = SendNotification(
+            idempotencyKey: parsed[option: "idempotency-key"] ?? UUID().uuidString, format: native == nil ? .template : .native,
+            body: native, properties: native == nil ? properties : nil, tagExpression: parsed[option: "tag"],
+            installationId: parsed[option: "installation"], userId: parsed[option: "user"], timeToLive: ttl)
+        do {
+            let client = try client(config.publish.requests, try credential(parsed, config: config, environment: environment), config)
+            defer { client.close() }
+            let accepted = try client.call(request)
+            if parsed.has("json") {
+                print(#"{"notificationId":"\#(accepted.notificationId)","state":"\#(accepted.state.rawValue)"}"#)
+            } else {
+                print("accepted \(accepted.notificationId) (\(accepted.state.rawValue))")
+            }
+            return 0
+        } catch {
+            return report(error)
+        }
+    }
+
+    static func outcome(_ parsed: Arguments, config: HubConfig, environment: [String: String]) -> Int32 {
+        guard parsed.positionals.count == 2 else { return Ctl.fail("usage: nhctl outcome NOTIFICATION_ID") }
+        let id = parsed.positionals[1]
+        do {
+            let credential = try credential(parsed, config: config, environment: environment)
+            var outcome: NotificationOutcome
+            do {
+                let dispatcher = try client(config.dispatch.requests, credential, config)
+                defer { dispatcher.close() }
+                outcome = try dispatcher.call(OutcomeRequest(notificationId: id))
+            } catch let error as HubError where error.code == .notFound {
+                // Not pulled by the dispatcher yet: the publish service knows it was accepted.
+                let publish = try client(config.publish.requests, credential, config)
+                defer { publish.close() }
+                outcome = try publish.call(OutcomeRequest(notificationId: id))
+            }
+            if parsed.has("json") {
+                let encoder = HubCodec.makeEncoder()
+                print(String(decoding: try encoder.encode(outcome), as: UTF8.self))
+            } else {
+                print("""
+                    \(outcome.notificationId): \(outcome.state.rawValue)
+                      targets \(outcome.targets), delivered \(outcome.delivered), acknowledged \(outcome.acknowledged), expired \(outcome.expired), failed \(outcome.failed)
+                      enqueued \(WireDate.format(outcome.enqueuedAt))\(outcome.endedAt.map { ", processed \(WireDate.format($0))" } ?? "")
+                    """)
+            }
+            return 0
+        } catch {
+            return report(error)
+        }
+    }
+
+    static func keys(config: HubConfig, json: Bool) -> Int32 {
+        do {
+            let keys = try KeyStore.loadOrCreate(directory: URL(fileURLWithPath: config.dataDir, isDirectory: true))
+            for key in keys.keys {
+                let text = key.connectionString(endpoint: config.namespace)
+                print(json ? #"{"name":"\#(key.name)","rights":"\#(key.rights)","connectionString":"\#(text)"}"# : "\(key.name) (\(key.rights)):\n  \(text)")
+            }
+            return 0
+        } catch {
+            return report(error)
+        }
+    }
+
+    static func report(_ error: Error) -> Int32 {
+        if let error = error as? HubError {
+            FileHandle.standardError.write(Data("nhctl: \(error.code.rawValue): \(error.message)\n".utf8))
+            return 1
+        }
+        FileHandle.standardError.write(Data("nhctl: \(error)\n".utf8))
+        return 1
+    }
+}
