@@ -61,6 +61,6 @@ let package = Package(
             tests("AuthTests", dependencies: ["Auth"]),
             tests("TemplatesTests", dependencies: ["Templates"]),
             tests("ServiceKitTests", dependencies: ["ServiceKit"]),
-            tests("EndToEndTests", dependencies: ["Bus", "HubProtocol", "ServiceKit"]),
+            tests("EndToEndTests", dependencies: ["Auth", "Bus", "HubProtocol", "ServiceKit"]),
         ]
 )

@@ -1,3 +1,4 @@
+import Auth
 import Bus
 import Foundation
 import HubProtocol
@@ -21,7 +22,7 @@ final class ServiceCluster {
         environment["NH_LOG_LEVEL"] = "debug"
         environment["NH_HEARTBEAT_MS"] = "200"
         for variable in [
-            "NH_REGISTRY_REQUESTS", "NH_REGISTRY_EVENTS", "NH_PUBLISH_REQUESTS", "NH_DISPATCH_REQUESTS",
+            "NH_REGISTRY_REQUESTS", "NH_REGISTRY_EVENTS", "NH_PUBLISH_REQUESTS", "NH_PUBLISH_EVENTS", "NH_DISPATCH_REQUESTS",
             "NH_DISPATCH_AGENTS", "NH_SYNC_REQUESTS", "NH_SYNC_EVENTS", "NH_AGENT_REQUESTS",
         ] {
             environment[variable] = try Self.freeEndpoint()
@@ -96,20 +97,30 @@ final class ServiceCluster {
 
     /// Starts a service in the background, its standard error going to its log file.
     @discardableResult
-    func start(_ service: String, arguments: [String] = [], environment extra: [String: String] = [:]) throws -> Process {
+    func start(
+        _ service: String, as name: String? = nil, arguments: [String] = [], environment extra: [String: String] = [:],
+        stdout: URL? = nil
+    ) throws -> Process {
+        let name = name ?? service
         let process = Process()
         process.executableURL = Self.binDirectory.appendingPathComponent(service)
         process.arguments = arguments
         process.environment = environment.merging(extra) { $1 }
-        if !FileManager.default.fileExists(atPath: logFile(service).path) {
-            FileManager.default.createFile(atPath: logFile(service).path, contents: nil)
+        for file in [logFile(name), stdout].compactMap({ $0 }) where !FileManager.default.fileExists(atPath: file.path) {
+            FileManager.default.createFile(atPath: file.path, contents: nil)
         }
-        let handle = try FileHandle(forWritingTo: logFile(service))
+        let handle = try FileHandle(forWritingTo: logFile(name))
         handle.seekToEndOfFile()
         process.standardError = handle
-        process.standardOutput = handle
+        if let stdout {
+            let output = try FileHandle(forWritingTo: stdout)
+            output.seekToEndOfFile()
+            process.standardOutput = output
+        } else {
+            process.standardOutput = handle
+        }
         try process.run()
-        processes[service] = process
+        processes[name] = process
         return process
     }
 
@@ -120,7 +131,7 @@ final class ServiceCluster {
 
     /// Asks for health until the service answers, for at most `timeout` seconds.
     @discardableResult
-    func waitHealthy(_ service: String, timeout: TimeInterval = 20) throws -> HealthReply {
+    func waitHealthy(_ service: String, timeout: TimeInterval = 20, endpoint: String? = nil) throws -> HealthReply {
         let deadline = Date().addingTimeInterval(timeout)
         var lastError: Error?
         while Date() < deadline {
@@ -128,7 +139,7 @@ final class ServiceCluster {
                 throw HubError(.unavailable, "\(service) exited with \(process.terminationStatus):\n\(log(service))")
             }
             do {
-                return try health(service, timeout: 300)
+                return try health(service, timeout: 300, endpoint: endpoint)
             } catch {
                 lastError = error
             }
@@ -136,10 +147,33 @@ final class ServiceCluster {
         throw HubError(.timeout, "\(service) not healthy within \(timeout) s: \(lastError.map { "\($0)" } ?? "")\n\(log(service))")
     }
 
-    func health(_ service: String, timeout: Int = 2_000) throws -> HealthReply {
-        let client = try HubClient(connect: endpoint(service), policy: RetryPolicy(timeout: timeout, attempts: 1))
+    func health(_ service: String, timeout: Int = 2_000, endpoint explicit: String? = nil) throws -> HealthReply {
+        let client = try HubClient(connect: explicit ?? endpoint(service), policy: RetryPolicy(timeout: timeout, attempts: 1))
         defer { client.close() }
         return try client.call(HealthRequest())
+    }
+
+    /// Polls `condition` every 50 ms for at most `timeout` seconds; true when it held.
+    @discardableResult
+    func waitUntil(timeout: TimeInterval = 20, _ condition: () throws -> Bool) rethrows -> Bool {
+        let deadline = Date().addingTimeInterval(timeout)
+        while Date() < deadline {
+            if try condition() { return true }
+            Thread.sleep(forTimeInterval: 0.05)
+        }
+        return try condition()
+    }
+
+    /// The hub's keys, as the services made them in the data folder.
+    func keys() throws -> KeyStore { try KeyStore.loadOrCreate(directory: dataDirectory) }
+
+    /// A client of a service that signs with the named key.
+    func client(_ endpoint: String, keyName: String = AccessKey.defaultFullName, timeout: Int = 3_000) throws -> HubClient {
+        let key = try keys().key(named: keyName)!
+        let credential = ConnectionString(endpoint: "http://127.0.0.1:7780/", keyName: key.name, key: key.key)
+        return try HubClient(
+            connect: endpoint, policy: RetryPolicy(timeout: timeout, attempts: 1),
+            auth: { credential.token(for: "http://127.0.0.1:7780/hub") })
     }
 
     /// Sends SIGTERM and waits, at most `timeout` seconds, for the exit status.
