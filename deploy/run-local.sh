@@ -9,6 +9,7 @@ LOGS="$NH_DATA_DIR/logs"
 mkdir -p "$LOGS"
 
 services=(nh-registry nh-sync nh-dispatch nh-publish nh-agent)
+# The agent's JSON lines go to this terminal; every log line goes to the data folder.
 pids=()
 
 stop_all() {
@@ -45,18 +46,21 @@ $("$BIN/nhctl" health)
   publish    requests tcp://127.0.0.1:7711
   agent      control  tcp://127.0.0.1:7741
 
-Talk to it from another terminal:
-  $BIN/nhctl health                 one line per service
-  $BIN/nhctl health --json          the same, for scripts
-  tail -f $LOGS/*.log               what the services are doing
-
-Every request is one JSON envelope on a ZeroMQ DEALER or REQ socket, for example with Python:
-  python3 -c 'import zmq,json; s=zmq.Context().socket(zmq.REQ); s.connect("tcp://127.0.0.1:7701");
-  s.send_json({"v":1,"type":"health","id":"1","payload":{}}); print(s.recv_json())'
+Send a first notification, from another terminal:
+  export NH_DATA_DIR=$NH_DATA_DIR
+  $BIN/nh-agent subscribe World                   # the local agent chooses a category
+  $BIN/nhctl send --tag World messageParam="Breaking World News!"
+The agent prints it here as one JSON line. Then:
+  $BIN/nhctl outcome NOTIFICATION_ID              what became of it
+  $BIN/nhctl keys                                 the listen and full connection strings
+  $BIN/nhctl health                               one line per service
+  tail -f $LOGS/*.log                             what the services are doing
 
 Press Ctrl-C to stop everything.
 TXT
 
-wait -n "${pids[@]}" || true
-echo "a service exited; see $LOGS" >&2
+status=0
+wait -n "${pids[@]}" || status=$?
+# Services exit 0 only when told to stop (Ctrl-C reaches them too); anything else is a failure.
+if [ "$status" -ne 0 ]; then echo "a service exited with status $status; see $LOGS" >&2; fi
 stop_all

@@ -75,6 +75,12 @@ public final class ServiceContext {
         }
     }()
 
+    /// Loads the keys now, making them on first run, so that a key file exists as soon as the
+    /// service is up rather than at its first authorized request.
+    public func prepareKeys() {
+        _ = keys
+    }
+
     /// Checks a request's credential for a right, as a `HubError` the caller gets back.
     @discardableResult
     public func authorize(_ token: String?, needs: AccessRights) throws(HubError) -> AccessKey {

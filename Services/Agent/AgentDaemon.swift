@@ -33,7 +33,7 @@ final class AgentDaemon {
         channel = try ZMQSocket.agentChannel(connect: context.config.dispatch.agents ?? "tcp://127.0.0.1:7722")
         context.onShutdown { [channel] in channel.close() }
         if identity.credential == nil {
-            context.logger.warning("no listen key: set NH_AGENT_CONNECTION_STRING; registration and delivery will be refused")
+            context.logger.warning("no listen key yet: waiting for the hub key file, or set NH_AGENT_CONNECTION_STRING")
         }
     }
 

@@ -3,10 +3,14 @@ import Foundation
 import ServiceKit
 
 /// Where the agent keeps its files and which key it signs with.
-struct AgentIdentity {
+final class AgentIdentity {
     let home: URL
-    let credential: ConnectionString?
     let resource: String
+    private let keyFile: URL
+    private let namespace: String
+    /// Nil until a key is found; on a host that runs the services too, the key file may appear
+    /// only after the agent starts, so it is looked for again on each use.
+    private(set) var credential: ConnectionString?
 
     /// The home folder is `NH_AGENT_HOME`, or `agent/` in the data folder. The credential is the
     /// listen connection string in `NH_AGENT_CONNECTION_STRING`, or, on a host that runs the
@@ -15,20 +19,29 @@ struct AgentIdentity {
         home = environment["NH_AGENT_HOME"].map { URL(fileURLWithPath: $0, isDirectory: true) }
             ?? URL(fileURLWithPath: config.dataDir, isDirectory: true).appendingPathComponent("agent", isDirectory: true)
         resource = config.hubResource
+        namespace = config.namespace
+        keyFile = URL(fileURLWithPath: config.dataDir).appendingPathComponent(KeyStore.fileName)
         if let text = environment["NH_AGENT_CONNECTION_STRING"], let parsed = try? ConnectionString(parsing: text) {
             credential = parsed
-        } else if let data = FileManager.default.contents(
-            atPath: URL(fileURLWithPath: config.dataDir).appendingPathComponent(KeyStore.fileName).path),
+        } else {
+            credential = localListenKey()
+        }
+    }
+
+    /// The listen key from the hub's key file on this host, if there is one. Only the listen key
+    /// is taken: an agent may register and receive, never send.
+    private func localListenKey() -> ConnectionString? {
+        guard let data = FileManager.default.contents(atPath: keyFile.path),
             let object = try? JSONSerialization.jsonObject(with: data) as? [String: Any],
             let keys = object["keys"] as? [[String: Any]],
             let listen = keys.first(where: { $0["name"] as? String == AccessKey.defaultListenName }),
             let key = listen["key"] as? String
-        {
-            credential = ConnectionString(endpoint: config.namespace, keyName: AccessKey.defaultListenName, key: key)
-        } else {
-            credential = nil
-        }
+        else { return nil }
+        return ConnectionString(endpoint: namespace, keyName: AccessKey.defaultListenName, key: key)
     }
 
-    func token() -> String? { credential?.token(for: resource) }
+    func token() -> String? {
+        if credential == nil { credential = localListenKey() }
+        return credential?.token(for: resource)
+    }
 }

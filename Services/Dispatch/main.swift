@@ -6,6 +6,7 @@ import ServiceKit
 
 ServiceMain.run(name: "nh-dispatch", summary: "the dispatcher: resolves targets and delivers to client agents") { context in
     let config = context.config
+    context.prepareKeys()
     let logger = context.logger
     let store = DispatchStore(database: try context.openStore("dispatch.db", migrations: DispatchSchema.migrations))
     var index = InstallationIndex()

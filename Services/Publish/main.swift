@@ -5,6 +5,7 @@ import ServiceKit
 
 ServiceMain.run(name: "nh-publish", summary: "the publish service: accepts notifications from backends") { context in
     let config = context.config
+    context.prepareKeys()
     let store = PublishStore(database: try context.openStore("publish.db", migrations: PublishSchema.migrations))
     // The stream tells dispatchers there is something to pull; the store is the truth.
     let events = try context.bindEvents(config.publish.events ?? "tcp://127.0.0.1:7712", startingAfter: try store.latestSequence())
