@@ -61,6 +61,8 @@ let package = Package(
             tests("AuthTests", dependencies: ["Auth"]),
             tests("TemplatesTests", dependencies: ["Templates"]),
             tests("ServiceKitTests", dependencies: ["ServiceKit"]),
+            tests("DispatchTests", dependencies: ["NHDispatch", "HubProtocol"]),
+            tests("RegistryTests", dependencies: ["NHRegistry", "HubProtocol"]),
             tests("EndToEndTests", dependencies: ["Auth", "Bus", "HubProtocol", "ServiceKit"]),
         ]
 )

@@ -284,4 +284,63 @@ struct BreakingNewsTests {
         let publishLatest = try hub.cluster.health("nh-publish").details?["latest"]
         #expect(publishLatest == "0", "no refused send was accepted")
     }
+
+    @Test("installations list a page at a time, filtered by tag; an expired one stops receiving and is purged")
+    func listingAndExpiry() throws {
+        let hub = try Hub()
+        defer { hub.cluster.stopAll() }
+        let registry = try hub.cluster.client(hub.cluster.endpoint("nh-registry"))
+        defer { registry.close() }
+        for index in 1...5 {
+            _ = try registry.call(InstallationUpsert(installation: Installation(
+                installationId: "dev-\(index)", pushChannel: "dev-\(index)", tags: index % 2 == 0 ? ["Even"] : ["Odd"],
+                templates: ["t": InstallationTemplate(body: Self.seedTemplate)])))
+        }
+        let first = try registry.call(InstallationList(limit: 2))
+        #expect(first.installations.map(\.installationId) == ["dev-1", "dev-2"])
+        let second = try registry.call(InstallationList(limit: 2, after: first.next))
+        #expect(second.installations.map(\.installationId) == ["dev-3", "dev-4"])
+        let last = try registry.call(InstallationList(limit: 2, after: second.next))
+        #expect(last.installations.map(\.installationId) == ["dev-5"])
+        #expect(last.next == nil)
+        #expect(try registry.call(InstallationList(tag: "Even")).installations.map(\.installationId) == ["dev-2", "dev-4"])
+
+        _ = try registry.call(InstallationUpsert(installation: Installation(
+            installationId: "brief", pushChannel: "brief", tags: ["Brief"],
+            templates: ["t": InstallationTemplate(body: Self.seedTemplate)], expirationTime: Date().addingTimeInterval(1.5))))
+        hub.waitForDispatcher(installations: 6, agents: 0)
+        let before = try hub.send(SendNotification(format: .template, properties: ["messageParam": "x"], tagExpression: "Brief"))
+        #expect(hub.cluster.waitUntil { (try? hub.outcome(before))?.targets == 1 })
+        Thread.sleep(forTimeInterval: 1.6)
+        let after = try hub.send(SendNotification(format: .template, properties: ["messageParam": "x"], tagExpression: "Brief"))
+        #expect(hub.cluster.waitUntil { (try? hub.outcome(after))?.state == .noTargetFound })
+        #expect(throws: HubError.self) { try registry.call(InstallationGet(installationId: "brief")) }
+        // The purge removes it from the store and from the dispatcher's copy.
+        hub.waitForDispatcher(installations: 5, agents: 0)
+        #expect(try registry.call(InstallationDelete(installationId: "dev-5")) == Ack())
+        #expect(throws: HubError.self) { try registry.call(InstallationDelete(installationId: "dev-5")) }
+        hub.waitForDispatcher(installations: 4, agents: 0)
+    }
+
+    @Test("the hook gets each notification on standard input and in its environment")
+    func hook() throws {
+        let hub = try Hub()
+        defer { hub.cluster.stopAll() }
+        let captured = hub.cluster.dataDirectory.appendingPathComponent("hook.txt")
+        let control = try ServiceCluster.freeEndpoint()
+        let agent = Agent(name: "H", home: hub.cluster.dataDirectory.appendingPathComponent("agent-H"), control: control,
+                          output: hub.cluster.dataDirectory.appendingPathComponent("agent-H.jsonl"))
+        var environment = hub.agentEnvironment(agent, template: Self.seedTemplate)
+        environment["NH_AGENT_HOOK"] = "printf '%s|' \"$NH_NOTIFICATION_ID\" >> \(captured.path); cat >> \(captured.path)"
+        _ = try hub.cluster.runTool("nh-agent", ["subscribe", "World"], environment: environment)
+        try hub.cluster.start("nh-agent", as: "agent-H", environment: environment, stdout: agent.output)
+        try hub.cluster.waitHealthy("nh-agent", endpoint: control)
+        hub.waitForDispatcher(installations: 1, agents: 1)
+        let id = try hub.send(SendNotification(format: .template, properties: ["messageParam": "hooked"], tagExpression: "World"))
+        hub.waitSettled([id])
+        #expect(hub.cluster.waitUntil { ((try? String(contentsOf: captured, encoding: .utf8)) ?? "").contains("hooked") })
+        let text = (try? String(contentsOf: captured, encoding: .utf8)) ?? ""
+        #expect(text.hasPrefix("\(id)|{"))
+        #expect(text.contains(#""alert":"hooked""#))
+    }
 }

@@ -1,0 +1,73 @@
+import Foundation
+import HubProtocol
+import Testing
+
+@testable import NHRegistry
+
+@Suite("Installation rules and patches")
+struct InstallationPatcherTests {
+    static let base = Installation(
+        installationId: "i1", pushChannel: "c", tags: ["World"],
+        templates: ["news": InstallationTemplate(body: #"{"a":"$(m)"}"#)])
+
+    @Test("JSON Patch paths the REST API allows")
+    func patches() throws {
+        let patched = try InstallationPatcher.apply([
+            PatchOperation(op: "add", path: "/tags", value: .array([.string("Sports"), .string("World")])),
+            PatchOperation(op: "add", path: "/tags/Science"),
+            PatchOperation(op: "remove", path: "/tags/World"),
+            PatchOperation(op: "replace", path: "/userId", value: .string("alice")),
+            PatchOperation(op: "replace", path: "/templates/news/body", value: .string(#"{"b":"$(m)"}"#)),
+            PatchOperation(op: "add", path: "/templates/alt", value: .object(["body": .string("{}"), "tags": .array([.string("x")])])),
+        ], to: Self.base)
+        #expect(patched.tags == ["Sports", "Science"])
+        #expect(patched.userId == "alice")
+        #expect(patched.templates?["news"]?.body == #"{"b":"$(m)"}"#)
+        #expect(patched.templates?["alt"] == InstallationTemplate(body: "{}", tags: ["x"]))
+        let removed = try InstallationPatcher.apply([
+            PatchOperation(op: "remove", path: "/templates/news"), PatchOperation(op: "remove", path: "/userId"),
+            PatchOperation(op: "remove", path: "/tags"),
+        ], to: patched)
+        #expect(removed.templates?.keys.sorted() == ["alt"])
+        #expect(removed.userId == nil)
+        #expect(removed.tags.isEmpty)
+    }
+
+    @Test("bad operations name the problem", arguments: [
+        (PatchOperation(op: "move", path: "/tags"), "op must be"),
+        (PatchOperation(op: "add", path: "tags"), "starts with '/'"),
+        (PatchOperation(op: "add", path: "/colour", value: .string("x")), "patchable paths"),
+        (PatchOperation(op: "remove", path: "/tags/Nope"), "no tag 'Nope'"),
+        (PatchOperation(op: "replace", path: "/pushChannel", value: .number(1)), "must be a string"),
+        (PatchOperation(op: "add", path: "/templates/x", value: .object(["tags": .array([])])), "needs a 'body'"),
+        (PatchOperation(op: "remove", path: "/templates/news/body"), "keep its body"),
+    ])
+    func refused(operation: PatchOperation, reason: String) {
+        do {
+            _ = try InstallationPatcher.apply([operation], to: Self.base)
+            Issue.record("should be refused")
+        } catch {
+            #expect(error.message.contains(reason), "\(error.message)")
+        }
+    }
+
+    @Test("installation rules", arguments: [
+        (Installation(installationId: "", pushChannel: "c"), ErrorCode.invalidArgument),
+        (Installation(installationId: "a b", pushChannel: "c"), .invalidArgument),
+        (Installation(installationId: "i", pushChannel: ""), .invalidArgument),
+        (Installation(installationId: "i", pushChannel: "c", tags: ["bad tag"]), .invalidTag),
+        (Installation(installationId: "i", pushChannel: "c", userId: "a b"), .invalidArgument),
+        (Installation(installationId: "i", pushChannel: "c", templates: ["t": InstallationTemplate(body: "{")]), .invalidTemplate),
+        (Installation(installationId: "i", pushChannel: "c", templates: ["t": InstallationTemplate(body: "{}", expiry: "$(x")]), .invalidTemplate),
+        (Installation(installationId: "i", pushChannel: "c", templates: ["t": InstallationTemplate(body: "{}", tags: ["a b"])]), .invalidTag),
+        (Installation(installationId: "i", pushChannel: "c", expirationTime: Date(timeIntervalSince1970: 0)), .invalidArgument),
+    ])
+    func rules(installation: Installation, expected: ErrorCode) {
+        do {
+            try InstallationRules.validate(installation, now: Date())
+            Issue.record("should be refused")
+        } catch {
+            #expect(error.code == expected)
+        }
+    }
+}
