@@ -14,28 +14,19 @@ public struct KeyStore: Sendable, Equatable {
     /// Reads `keys.json` from `directory`, creating it with fresh default keys if it is missing.
     public static func loadOrCreate(directory: URL) throws -> KeyStore {
         let url = directory.appendingPathComponent(fileName)
-        if let store = try load(url) { return store }
-        let fresh = KeyStore(keys: [
-            AccessKey.generate(name: AccessKey.defaultListenName, rights: [.listen]),
-            AccessKey.generate(name: AccessKey.defaultFullName, rights: .all),
-        ])
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
-        let data = try encoder.encode(File(keys: fresh.keys))
-        // Write aside, then link into place: link fails if another process won the race,
-        // and then its file is the one everybody uses.
-        let temporary = directory.appendingPathComponent(".keys-\(getpid())-\(UUID().uuidString)")
-        FileManager.default.createFile(atPath: temporary.path, contents: data, attributes: [.posixPermissions: 0o600])
-        defer { unlink(temporary.path) }
-        if link(temporary.path, url.path) != 0 && errno != EEXIST {
-            throw AuthError(.unauthorized, "cannot write \(url.path): \(String(cString: strerror(errno)))")
+        let data = try SecretFile.loadOrCreate(url) {
+            let fresh = [
+                AccessKey.generate(name: AccessKey.defaultListenName, rights: [.listen]),
+                AccessKey.generate(name: AccessKey.defaultFullName, rights: .all),
+            ]
+            let encoder = JSONEncoder()
+            encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
+            return try encoder.encode(File(keys: fresh))
         }
-        guard let store = try load(url) else { throw AuthError(.unauthorized, "cannot read \(url.path)") }
-        return store
+        return try decode(data, from: url)
     }
 
-    static func load(_ url: URL) throws -> KeyStore? {
-        guard let data = FileManager.default.contents(atPath: url.path) else { return nil }
+    static func decode(_ data: Data, from url: URL) throws -> KeyStore {
         do {
             return KeyStore(keys: try JSONDecoder().decode(File.self, from: data).keys)
         } catch {

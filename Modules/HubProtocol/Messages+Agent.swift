@@ -60,3 +60,28 @@ public struct AgentCategoriesChanged: HubRequest {
     public var categories: [String]
     public init(categories: [String]) { self.categories = categories }
 }
+
+/// A hint from the dispatcher that a user's notifications changed up to `sequence`. It carries no
+/// content: the agent fetches the changes from the sync store with its user token.
+public struct AgentSignal: HubMessage {
+    public static let messageType: MessageType = "agent.signal"
+    public var userId: String
+    public var sequence: UInt64
+    public init(userId: String, sequence: UInt64) {
+        self.userId = userId
+        self.sequence = sequence
+    }
+}
+
+/// Asks a running agent to act on one of its user's notifications.
+public struct AgentUserAction: HubRequest {
+    public typealias Reply = Ack
+    public static let messageType: MessageType = "agent.user.action"
+    public enum Action: String, Codable, Sendable, CaseIterable { case read, dismiss, activate, snooze, delete }
+    public var id: String
+    public var action: Action
+    public init(id: String, action: Action) {
+        self.id = id
+        self.action = action
+    }
+}

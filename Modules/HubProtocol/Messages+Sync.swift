@@ -134,10 +134,13 @@ public struct UpdateUserNotificationState: HubRequest {
     public var id: String
     public var readState: ReadState?
     public var userActionState: UserActionState?
-    public init(id: String, readState: ReadState? = nil, userActionState: UserActionState? = nil) {
+    /// The installation making the change; it is not signalled about its own change.
+    public var device: String?
+    public init(id: String, readState: ReadState? = nil, userActionState: UserActionState? = nil, device: String? = nil) {
         self.id = id
         self.readState = readState
         self.userActionState = userActionState
+        self.device = device
     }
 }
 
@@ -145,7 +148,75 @@ public struct DeleteUserNotification: HubRequest {
     public typealias Reply = Ack
     public static let messageType: MessageType = "user.delete"
     public var id: String
-    public init(id: String) { self.id = id }
+    public var device: String?
+    public init(id: String, device: String? = nil) {
+        self.id = id
+        self.device = device
+    }
+}
+
+/// The user's current notifications, dismissed ones included, until they expire or are deleted.
+public struct UserHistoryRequest: HubRequest {
+    public typealias Reply = UserHistory
+    public static let messageType: MessageType = "user.history"
+    public init() {}
+}
+
+public struct UserHistory: HubMessage {
+    public static let messageType: MessageType = "user.history.reply"
+    public var notifications: [UserNotification]
+    /// The user's sequence the history stands at.
+    public var cursor: UInt64
+    public init(notifications: [UserNotification], cursor: UInt64) {
+        self.notifications = notifications
+        self.cursor = cursor
+    }
+}
+
+/// A backend (Manage right) enrolls a user's device: a long-lived credential the agent keeps and
+/// trades for short-lived user tokens.
+public struct IssueUserCredential: HubRequest {
+    public typealias Reply = UserCredential
+    public static let messageType: MessageType = "user.credential"
+    public var userId: String
+    /// Seconds the credential is valid; the default is a year.
+    public var lifetime: Int?
+    public init(userId: String, lifetime: Int? = nil) {
+        self.userId = userId
+        self.lifetime = lifetime
+    }
+}
+
+public struct UserCredential: HubMessage {
+    public static let messageType: MessageType = "user.credential.reply"
+    public var userId: String
+    public var credential: String
+    public var expiresAt: Date
+    public init(userId: String, credential: String, expiresAt: Date) {
+        self.userId = userId
+        self.credential = credential
+        self.expiresAt = expiresAt
+    }
+}
+
+/// Trades a user credential for a user token, as when the token expired.
+public struct UserTokenRequest: HubRequest {
+    public typealias Reply = UserToken
+    public static let messageType: MessageType = "user.token"
+    public var credential: String
+    public init(credential: String) { self.credential = credential }
+}
+
+public struct UserToken: HubMessage {
+    public static let messageType: MessageType = "user.token.reply"
+    public var userId: String
+    public var token: String
+    public var expiresAt: Date
+    public init(userId: String, token: String, expiresAt: Date) {
+        self.userId = userId
+        self.token = token
+        self.expiresAt = expiresAt
+    }
 }
 
 /// An event on the sync store's change stream: a user's notifications changed up to `sequence`.

@@ -1,0 +1,89 @@
+import Foundation
+
+/// Signed user identities: `nhu1.<claims>.<signature>`, the claims base64url JSON of the user,
+/// the kind and the expiry, signed with HMAC-SHA256 under the hub's user-token secret.
+///
+/// Two kinds: a long-lived *credential*, issued to a device when a backend enrolls it, and a
+/// short-lived *token*, traded for the credential and sent with each request.
+public struct UserTokens: Sendable {
+    public enum Kind: String, Codable, Sendable { case credential, token }
+
+    public struct Claims: Codable, Sendable, Equatable {
+        public var user: String
+        public var kind: Kind
+        public var expiry: Int
+        public var nonce: String
+
+        enum CodingKeys: String, CodingKey {
+            case user = "u", kind = "k", expiry = "exp", nonce = "n"
+        }
+    }
+
+    let secret: Data
+    static let prefix = "nhu1"
+    public static let fileName = "user-token.key"
+
+    public init(secret: Data) { self.secret = secret }
+
+    /// The secret in `user-token.key` in the data folder, made on first run.
+    public static func loadOrCreate(directory: URL) throws -> UserTokens {
+        let data = try SecretFile.loadOrCreate(directory.appendingPathComponent(fileName)) {
+            Data(Crypto.randomBytes(32).base64EncodedString().utf8)
+        }
+        guard let secret = Data(base64Encoded: String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)),
+            secret.count >= 32
+        else {
+            throw AuthError(.unauthorized, "\(fileName) must hold at least 32 bytes in base64")
+        }
+        return UserTokens(secret: secret)
+    }
+
+    public func issue(user: String, kind: Kind, lifetime: Int, now: Date = Date()) -> (token: String, expiresAt: Date) {
+        let expiry = Int(now.timeIntervalSince1970) + lifetime
+        let claims = Claims(user: user, kind: kind, expiry: expiry, nonce: Crypto.randomBytes(6).base64URL)
+        let body = ((try? JSONEncoder().encode(claims)) ?? Data()).base64URL
+        let signature = Crypto.hmacSHA256(key: secret, message: Data("\(Self.prefix).\(body)".utf8)).base64URL
+        return ("\(Self.prefix).\(body).\(signature)", Date(timeIntervalSince1970: TimeInterval(expiry)))
+    }
+
+    /// The claims of a token of `kind`, when it is well formed, signed with this secret, and not expired.
+    public func verify(_ token: String?, kind: Kind, now: Date = Date()) throws(AuthError) -> Claims {
+        guard let token, !token.isEmpty else {
+            throw AuthError(.unauthorized, "no user \(kind); sign in as a user first")
+        }
+        let parts = token.split(separator: ".", omittingEmptySubsequences: false)
+        guard parts.count == 3, parts[0] == Self.prefix, let body = Data(base64URL: String(parts[1])),
+            let signature = Data(base64URL: String(parts[2]))
+        else {
+            throw AuthError(.unauthorized, "the user \(kind) is malformed")
+        }
+        let expected = Crypto.hmacSHA256(key: secret, message: Data("\(Self.prefix).\(parts[1])".utf8))
+        guard Crypto.constantTimeEqual(expected, signature) else {
+            throw AuthError(.unauthorized, "the user \(kind) has a bad signature")
+        }
+        guard let claims = try? JSONDecoder().decode(Claims.self, from: body) else {
+            throw AuthError(.unauthorized, "the user \(kind) is malformed")
+        }
+        guard claims.kind == kind else {
+            throw AuthError(.unauthorized, "a user \(claims.kind) was given where a user \(kind) is needed")
+        }
+        guard Double(claims.expiry) > now.timeIntervalSince1970 else {
+            throw AuthError(.unauthorized, "the user \(kind) expired at \(Date(timeIntervalSince1970: Double(claims.expiry))); get a fresh one")
+        }
+        return claims
+    }
+}
+
+extension Data {
+    /// Base64 with the URL-safe alphabet and no padding.
+    public var base64URL: String {
+        base64EncodedString().replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
+            .replacingOccurrences(of: "=", with: "")
+    }
+
+    public init?(base64URL text: String) {
+        var base64 = text.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
+        while base64.count % 4 != 0 { base64 += "=" }
+        self.init(base64Encoded: base64)
+    }
+}
