@@ -102,7 +102,7 @@ public enum ConfigLoader {
     }
 
     static let integerKeys: Set<String> = [
-        "maxMessageBytes", "requestTimeoutMs", "requestAttempts", "heartbeatMs", "defaultTimeToLive",
+        "maxMessageBytes", "requestTimeoutMs", "requestAttempts", "heartbeatMs", "defaultTimeToLive", "userTokenLifetime",
     ]
     static let stringKeys = ["dataDir", "logLevel", "namespace", "hub"]
     static let sections = ["registry", "publish", "dispatch", "sync", "agent"]
@@ -134,6 +134,9 @@ public enum ConfigLoader {
         guard config.heartbeatMs > 0 else { throw ConfigError("heartbeatMs must be positive") }
         guard (1...2_592_000).contains(config.defaultTimeToLive) else {
             throw ConfigError("defaultTimeToLive must be 1 to 2592000 seconds (30 days)")
+        }
+        guard (1...86_400).contains(config.userTokenLifetime) else {
+            throw ConfigError("userTokenLifetime must be 1 to 86400 seconds")
         }
         guard config.namespace.hasPrefix("http://") || config.namespace.hasPrefix("https://")
             || config.namespace.hasPrefix("sb://")

@@ -15,6 +15,8 @@ public struct HubConfig: Codable, Sendable, Equatable {
     public var heartbeatMs: Int = 1_000
     /// Seconds a notification stays deliverable when its sender gives no time to live.
     public var defaultTimeToLive: Int = 86_400
+    /// Seconds a user token lives before the agent trades its credential for a fresh one.
+    public var userTokenLifetime: Int = 3_600
     /// The namespace address that shared-access tokens are signed for; the HTTP gateway's address.
     public var namespace: String = "http://127.0.0.1:7780/"
     /// The hub's name under the namespace.

@@ -75,6 +75,25 @@ public final class ServiceContext {
         }
     }()
 
+    /// The secret that signs user credentials and tokens, from `user-token.key` in the data folder.
+    public lazy var userTokens: UserTokens = {
+        do {
+            return try UserTokens.loadOrCreate(directory: URL(fileURLWithPath: config.dataDir, isDirectory: true))
+        } catch {
+            logger.error("cannot load the user-token secret; user requests will be refused", ("error", "\(error)"))
+            return UserTokens(secret: Crypto.randomBytes(32))
+        }
+    }()
+
+    /// The user a request's user token names, as a `HubError` the caller gets back when it does not check out.
+    public func authorizeUser(_ token: String?) throws(HubError) -> String {
+        do {
+            return try userTokens.verify(token, kind: .token).user
+        } catch {
+            throw HubError(.unauthorized, error.message)
+        }
+    }
+
     /// Loads the keys now, making them on first run, so that a key file exists as soon as the
     /// service is up rather than at its first authorized request.
     public func prepareKeys() {

@@ -51,6 +51,38 @@ enum AgentCommands {
             case "id":
                 print(try environment["NH_AGENT_INSTALLATION_ID"] ?? store.installationId())
                 return 0
+            case "login":
+                guard parsed.positionals.count == 1 else { return fail("usage: nh-agent login CREDENTIAL") }
+                try store.set("userCredential", parsed.positionals[0])
+                print("signed in; the agent uses this credential from its next start")
+                return 0
+            case "list":
+                let cache = UserCache(database: store.database)
+                for notification in try cache.all() { print(describe(notification)) }
+                return 0
+            case "history":
+                guard let sync = try userSync(store, config, environment) else { return fail("not signed in as a user; run nh-agent login CREDENTIAL") }
+                for notification in try sync.history().notifications { print(describe(notification)) }
+                return 0
+            case let name where AgentUserAction.Action(rawValue: name) != nil:
+                guard parsed.positionals.count == 1 else { return fail("usage: nh-agent \(name) NOTIFICATION_ID") }
+                let action = AgentUserAction.Action(rawValue: name)!
+                let id = parsed.positionals[0]
+                // A running agent does it, so its own output shows the change at once.
+                if let client = try? HubClient(connect: config.agent.requests, policy: RetryPolicy(timeout: 3_000, attempts: 1)) {
+                    defer { client.close() }
+                    do {
+                        _ = try client.call(AgentUserAction(id: id, action: action))
+                        print("\(name): \(id)")
+                        return 0
+                    } catch let error as HubError where error.code != .timeout {
+                        return fail("\(error.code.rawValue): \(error.message)")
+                    } catch {}
+                }
+                guard let sync = try userSync(store, config, environment) else { return fail("not signed in as a user; run nh-agent login CREDENTIAL") }
+                try sync.act(id, action)
+                print("\(name): \(id)")
+                return 0
             default:
                 return fail("unknown command '\(command)'\n\n\(usage)")
             }
@@ -58,6 +90,24 @@ enum AgentCommands {
             FileHandle.standardError.write(Data("nh-agent: \(error)\n".utf8))
             return 1
         }
+    }
+
+    static func userSync(_ store: AgentStore, _ config: HubConfig, _ environment: [String: String]) throws -> AgentUserSync? {
+        guard let credential = try environment["NH_AGENT_USER_CREDENTIAL"] ?? store.setting("userCredential") else { return nil }
+        let logger = Logger(service: "nh-agent", level: .warning)
+        let client = try HubClient(connect: config.sync.requests, policy: RetryPolicy(timeout: 3_000, attempts: 1))
+        let output = AgentOutput(hook: nil, logger: logger, environment: [:])
+        output.lines = false
+        return AgentUserSync(
+            cache: UserCache(database: store.database), credential: credential,
+            device: try environment["NH_AGENT_INSTALLATION_ID"] ?? store.installationId(), logger: logger, output: output,
+            client: client)
+    }
+
+    static func describe(_ notification: UserNotification) -> String {
+        let title = notification.visual.map { "\($0.title): \($0.body)" } ?? notification.raw ?? ""
+        return "\(notification.id)  \(notification.readState.rawValue.padding(toLength: 6, withPad: " ", startingAt: 0))  "
+            + "\(notification.userActionState.rawValue.padding(toLength: 13, withPad: " ", startingAt: 0))  \(title)"
     }
 
     static func notifyRunningAgent(_ config: HubConfig, _ categories: [String]) -> Bool {

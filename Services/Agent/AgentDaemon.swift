@@ -13,7 +13,8 @@ final class AgentDaemon {
     let output: AgentOutput
     let installationId: String
     let template: String
-    let userId: String?
+    let userSync: AgentUserSync?
+    private let configuredUser: String?
     private let registry: HubClient
     private let channel: ZMQSocket
     private(set) var registered = false
@@ -25,8 +26,16 @@ final class AgentDaemon {
         self.identity = identity
         installationId = try environment["NH_AGENT_INSTALLATION_ID"] ?? store.installationId()
         template = environment["NH_AGENT_TEMPLATE"] ?? #"{"title":"$(title)","message":"$(messageParam)"}"#
-        userId = environment["NH_AGENT_USER"]
+        configuredUser = environment["NH_AGENT_USER"]
         output = AgentOutput(hook: environment["NH_AGENT_HOOK"], logger: context.logger, environment: environment)
+        if let credential = try environment["NH_AGENT_USER_CREDENTIAL"] ?? store.setting("userCredential") {
+            let cache = UserCache(database: store.database)
+            let sync = try context.client(context.config.sync.requests, policy: RetryPolicy(timeout: 2_000, attempts: 1))
+            userSync = AgentUserSync(
+                cache: cache, credential: credential, device: installationId, logger: context.logger, output: output, client: sync)
+        } else {
+            userSync = nil
+        }
         registry = try context.client(context.config.registry.requests, policy: RetryPolicy(timeout: 1_000, attempts: 1))
         registry.auth = { [identity] in identity.token() }
 
@@ -37,7 +46,15 @@ final class AgentDaemon {
         }
     }
 
+    /// The user this agent signs in as: the one its credential names, once a token confirmed it.
+    var userId: String? { userSync?.userId ?? configuredUser }
+
     func start() throws {
+        if let userSync {
+            _ = userSync.accessToken()
+            userSync.syncNow()
+            context.loop.every(milliseconds: 30_000) { userSync.syncNow() }
+        }
         register()
         try hello()
         context.loop.watch(channel) { [unowned self] in try self.receive() }
@@ -53,6 +70,10 @@ final class AgentDaemon {
 
     /// Registers again with the stored categories; the handle may have changed since last time.
     func register() {
+        if let userSync, userSync.userId == nil, userSync.accessToken() == nil {
+            registered = false
+            return
+        }
         do {
             let categories = try store.categories
             let installation = Installation(
@@ -92,6 +113,9 @@ final class AgentDaemon {
             case ErrorReply.messageType:
                 let error = try HubCodec.decode(ErrorReply.self, from: body, parsed: parsed).payload
                 context.logger.warning("dispatcher refused", ("code", error.code.rawValue), ("reason", error.message))
+            case AgentSignal.messageType:
+                let signal = try HubCodec.decode(AgentSignal.self, from: body, parsed: parsed).payload
+                if let userSync, signal.sequence > (try userSync.cache.cursor) { userSync.syncNow() }
             case AgentWelcome.messageType:
                 let welcome = try HubCodec.decode(AgentWelcome.self, from: body, parsed: parsed).payload
                 if welcome.pending > 0 { context.logger.info("catching up", ("pending", welcome.pending)) }

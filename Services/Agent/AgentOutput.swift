@@ -8,6 +8,8 @@ final class AgentOutput {
     let hook: String?
     let logger: Logger
     let desktop: Bool
+    /// Off for one-shot commands, whose output is their own.
+    var lines = true
     private var running: [Process] = []
     static let maxHooks = 16
 
@@ -29,12 +31,73 @@ final class AgentOutput {
         if let template = delivery.template { object["template"] = template }
         let line = (try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes]))
             ?? Data()
-        FileHandle.standardOutput.write(line + Data("\n".utf8))
-        if let hook { runHook(hook, delivery: delivery, line: line) }
+        if lines { FileHandle.standardOutput.write(line + Data("\n".utf8)) }
+        if let hook {
+            runHook(hook, environment: [
+                "NH_EVENT": "notification", "NH_DELIVERY_ID": delivery.deliveryId, "NH_NOTIFICATION_ID": delivery.notificationId,
+                "NH_TEMPLATE": delivery.template ?? "", "NH_PAYLOAD": delivery.payload,
+            ], line: line)
+        }
         if desktop { notifyDesktop(payload) }
     }
 
-    private func runHook(_ command: String, delivery: AgentDelivery, line: Data) {
+    /// A line about the agent itself, such as a token being requested.
+    func event(_ name: String, _ fields: [String: String]) {
+        var object: [String: Any] = fields
+        object["event"] = name
+        object["at"] = WireDate.format(Date())
+        write(object)
+    }
+
+    /// A per-user notification event: created, updated or deleted, with the notification as it is.
+    func userEvent(_ name: String, _ notification: UserNotification) {
+        let document = (try? JSONSerialization.jsonObject(with: HubCodec.encode(UserNotificationReply(notification: notification), id: "")))
+            .flatMap { ($0 as? [String: Any])?["payload"] as? [String: Any] }?["notification"] ?? [:]
+        write(["event": name, "id": notification.id, "notification": document, "at": WireDate.format(Date())])
+        if let hook {
+            let line = (try? JSONSerialization.data(withJSONObject: ["event": name, "notification": document], options: [.sortedKeys])) ?? Data()
+            runHook(hook, environment: [
+                "NH_EVENT": name, "NH_NOTIFICATION_ID": notification.id, "NH_READ_STATE": notification.readState.rawValue,
+                "NH_USER_ACTION_STATE": notification.userActionState.rawValue,
+            ], line: line)
+        }
+    }
+
+    private func write(_ object: [String: Any]) {
+        guard lines else { return }
+        let line = (try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes])) ?? Data()
+        FileHandle.standardOutput.write(line + Data("\n".utf8))
+    }
+
+    /// Shows a user notification on the desktop; returns the id the desktop gave it, to withdraw it later.
+    func showDesktop(_ notification: UserNotification) -> Int? {
+        guard desktop, let visual = notification.visual, let path = AgentOutput.which("notify-send") else { return nil }
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: path)
+        process.arguments = ["--app-name=nh-agent", "--print-id", visual.title, visual.body]
+        let pipe = Pipe()
+        process.standardOutput = pipe
+        guard (try? process.run()) != nil else { return nil }
+        process.waitUntilExit()
+        return Int(String(decoding: pipe.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+            .trimmingCharacters(in: .whitespacesAndNewlines))
+    }
+
+    /// Withdraws a desktop notification from the tray, as when it was dismissed on another device.
+    func withdrawDesktop(_ id: Int) {
+        guard desktop, let path = AgentOutput.which("gdbus") else { return }
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: path)
+        process.arguments = [
+            "call", "--session", "--dest", "org.freedesktop.Notifications", "--object-path", "/org/freedesktop/Notifications",
+            "--method", "org.freedesktop.Notifications.CloseNotification", String(id),
+        ]
+        process.standardOutput = FileHandle.nullDevice
+        process.standardError = FileHandle.nullDevice
+        try? process.run()
+    }
+
+    private func runHook(_ command: String, environment extra: [String: String], line: Data) {
         reap()
         if running.count >= AgentOutput.maxHooks, let oldest = running.first {
             oldest.waitUntilExit()
@@ -43,12 +106,7 @@ final class AgentOutput {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: "/bin/sh")
         process.arguments = ["-c", command]
-        var environment = ProcessInfo.processInfo.environment
-        environment["NH_DELIVERY_ID"] = delivery.deliveryId
-        environment["NH_NOTIFICATION_ID"] = delivery.notificationId
-        environment["NH_TEMPLATE"] = delivery.template ?? ""
-        environment["NH_PAYLOAD"] = delivery.payload
-        process.environment = environment
+        process.environment = ProcessInfo.processInfo.environment.merging(extra) { $1 }
         let input = Pipe()
         process.standardInput = input
         do {

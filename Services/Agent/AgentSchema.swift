@@ -8,6 +8,7 @@ enum AgentSchema {
             """
             CREATE TABLE settings (key TEXT PRIMARY KEY, value TEXT NOT NULL);
             CREATE TABLE seen (delivery_id TEXT PRIMARY KEY, notification_id TEXT NOT NULL, seen_at REAL NOT NULL);
+            CREATE TABLE user_cache (id TEXT PRIMARY KEY, document BLOB NOT NULL, desktop_id INTEGER);
             """),
     ]
 }

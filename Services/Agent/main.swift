@@ -15,14 +15,19 @@ let usage = """
       nh-agent unsubscribe CATEGORY...     stop receiving categories
       nh-agent categories                  show the chosen categories
       nh-agent id                          show this agent's installation id
+      nh-agent login CREDENTIAL            sign in as a user, with a credential from nhctl user credential
+      nh-agent list                        this user's notifications as this agent has them, with states
+      nh-agent history                     the user's notifications in the store, dismissed ones included
+      nh-agent read|dismiss|activate|snooze|delete ID
+                                           change a notification for the user on every device
 
     Each notification is written to standard output as one JSON line, passed to the command in
     NH_AGENT_HOOK (on standard input and as NH_* variables), and shown on the desktop with
     notify-send when a desktop session is there.
 
     Environment: NH_AGENT_HOME (default: DATA_DIR/agent), NH_AGENT_CONNECTION_STRING (the listen
-    key), NH_AGENT_TEMPLATE, NH_AGENT_USER, NH_AGENT_HOOK, NH_AGENT_INSTALLATION_ID, and the NH_*
-    settings every service reads.
+    key), NH_AGENT_USER_CREDENTIAL (instead of login), NH_AGENT_TEMPLATE, NH_AGENT_HOOK,
+    NH_AGENT_INSTALLATION_ID, and the NH_* settings every service reads.
     """
 
 let environment = ProcessInfo.processInfo.environment
@@ -43,6 +48,13 @@ if command == "run" {
             ["installationId": daemon.installationId, "registered": String(daemon.registered)]
         }
         endpoints["requests"] = control.endpoint
+        control.on(AgentUserAction.self) { request in
+            guard let userSync = daemon.userSync else {
+                throw HubError(.invalidArgument, "this agent is not signed in as a user; run nh-agent login CREDENTIAL")
+            }
+            try userSync.act(request.payload.id, request.payload.action)
+            return Ack()
+        }
         control.on(AgentCategoriesChanged.self) { request in
             try store.setCategories(request.payload.categories)
             daemon.register()

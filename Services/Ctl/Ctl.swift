@@ -18,6 +18,9 @@ enum Ctl {
                TARGET: --tag EXPRESSION | --installation ID | --user USER (none: everyone)
                --ttl SECONDS, --idempotency-key KEY
           outcome ID                  what became of a notification
+          user credential USER        enroll a device of USER: prints the credential for nh-agent login
+          user post USER --app-id ID (--title T --body B | --raw R) [--expires-in S] [--priority P] [--group G]
+                                      post a notification to every device of USER
           keys                        the hub's connection strings
 
         Sending uses NH_CONNECTION_STRING, --connection-string, or the full key in the data
@@ -33,7 +36,8 @@ enum Ctl {
         do {
             parsed = try Arguments(
                 arguments,
-                valued: ["config", "timeout", "tag", "installation", "user", "ttl", "native", "connection-string", "idempotency-key"],
+                valued: ["config", "timeout", "tag", "installation", "user", "ttl", "native", "connection-string", "idempotency-key",
+                        "app-id", "title", "body", "raw", "expires-in", "priority", "group", "lifetime"],
                 flags: ["json"])
         } catch {
             return fail("\(error)\n\n\(usage)")
@@ -56,6 +60,8 @@ enum Ctl {
             return CtlSend.send(parsed, config: config, environment: environment)
         case "outcome":
             return CtlSend.outcome(parsed, config: config, environment: environment)
+        case "user":
+            return CtlUser.run(parsed, config: config, environment: environment)
         case "keys":
             return CtlSend.keys(config: config, json: parsed.has("json"))
         case let command:

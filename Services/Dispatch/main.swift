@@ -82,6 +82,39 @@ ServiceMain.run(name: "nh-dispatch", summary: "the dispatcher: resolves targets 
         if latest > (try store.cursor()) { try pull() }
     }
 
+    // The sync store's stream: a user's notifications changed, so signal that user's other devices.
+    // A signal carries no content; a missed one is made up for by signalling every user agent.
+    func signal(_ installation: Installation, sequence: UInt64) throws {
+        guard let user = installation.userId, let route = sessions.route(of: installation.installationId) else { return }
+        try agents.push(AgentSignal(userId: user, sequence: sequence), to: route, id: "signal")
+    }
+    let userChanges = try ZMQContext.shared.socket(.sub)
+    try userChanges.setLinger(0)
+    try userChanges.subscribe()
+    try userChanges.connect(config.sync.events ?? "tcp://127.0.0.1:7732")
+    context.onShutdown { userChanges.close() }
+    var userTracker = SequenceTracker()
+    context.loop.watch(userChanges) {
+        while let frames = try userChanges.receive(wait: false) {
+            guard let message = try? SequencedMessage(frames: frames) else { continue }
+            if userTracker.position == nil { userTracker.reset(to: message.isHeartbeat ? message.sequence : message.sequence - 1) }
+            switch userTracker.observe(message.sequence, heartbeat: message.isHeartbeat) {
+            case .skip: continue
+            case .resync:
+                userTracker.reset(to: message.sequence)
+                for id in sessions.byInstallation.keys.sorted() {
+                    if let installation = index.installation(id) { try signal(installation, sequence: .max) }
+                }
+                logger.info("user change stream gap; signalled every user agent", ("at", message.sequence))
+            case .apply:
+                let change = try HubCodec.decode(UserNotificationsChanged.self, from: message.body).payload
+                for installation in index.installations(ofUser: change.userId) where installation.installationId != change.origin {
+                    try signal(installation, sequence: change.sequence)
+                }
+            }
+        }
+    }
+
     // The agent channel: hello (also the agent's heartbeat), acknowledgements, health.
     var welcomed: [(String, [Data])] = []
     agents.on(AgentHello.self) { request, route in

@@ -1,4 +1,5 @@
 import Auth
+import Bus
 import Foundation
 import HubProtocol
 import ServiceKit
@@ -37,6 +38,16 @@ ServiceMain.run(name: "nh-publish", summary: "the publish service: accepts notif
             throw HubError(.notFound, "no notification '\(request.payload.notificationId)'")
         }
         return NotificationOutcome(notificationId: accepted.notificationId, state: .enqueued, enqueuedAt: accepted.enqueuedAt)
+    }
+    // A user notification is stored by the sync store; the reply comes once it is persisted there.
+    let sync = try context.client(config.sync.requests, policy: RetryPolicy(timeout: config.requestTimeoutMs, attempts: 1))
+    server.on(PostUserNotification.self) { request in
+        try context.authorize(request.auth, needs: .send)
+        do {
+            return try sync.call(request.payload)
+        } catch let error as HubError where error.code == .timeout {
+            throw HubError(.unavailable, "the sync store did not answer; nothing was stored, so the post can be retried")
+        }
     }
     context.loop.every(milliseconds: 60_000) {
         _ = try store.purge(before: Date().addingTimeInterval(-86_400))

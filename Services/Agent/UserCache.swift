@@ -1,0 +1,104 @@
+import Foundation
+import HubProtocol
+import Storage
+
+/// The agent's copy of its user's notifications and the cursor it stands at, kept together so a
+/// restart resumes exactly where it stopped.
+final class UserCache {
+    let database: SQLiteDatabase
+    private let encoder = HubCodec.makeEncoder()
+    private let decoder = HubCodec.makeDecoder()
+
+    /// What applying a batch did, for the agent's output.
+    enum Event: Equatable {
+        case created(UserNotification)
+        case updated(UserNotification, previous: UserNotification)
+        case deleted(UserNotification)
+    }
+
+    init(database: SQLiteDatabase) {
+        self.database = database
+    }
+
+    var cursor: UInt64 {
+        get throws {
+            UInt64(try database.queryOne("SELECT value FROM settings WHERE key = 'userCursor'")?[0].string.flatMap { UInt64($0) } ?? 0)
+        }
+    }
+
+    func notification(_ id: String) throws -> UserNotification? {
+        try database.queryOne("SELECT document FROM user_cache WHERE id = ?", [id])?[0].data
+            .map { try decoder.decode(UserNotification.self, from: $0) }
+    }
+
+    func all() throws -> [UserNotification] {
+        try database.query("SELECT document FROM user_cache").compactMap { try $0[0].data.map { try decoder.decode(UserNotification.self, from: $0) } }
+            .sorted { ($0.createdAt, $0.id) < ($1.createdAt, $1.id) }
+    }
+
+    /// Applies a batch of changes and moves the cursor, in one transaction. Changes that leave a
+    /// notification as the cache already has it raise no event, so nothing is shown twice.
+    func apply(_ changes: UserChanges) throws -> [Event] {
+        try database.transaction {
+            var events: [Event] = []
+            for change in changes.changes {
+                let previous = try notification(change.id)
+                if let current = change.notification {
+                    try database.run(
+                        "INSERT INTO user_cache (id, document) VALUES (?, ?) ON CONFLICT (id) DO UPDATE SET document = excluded.document",
+                        [change.id, try encoder.encode(current)])
+                    if let previous {
+                        if previous != current { events.append(.updated(current, previous: previous)) }
+                    } else {
+                        events.append(.created(current))
+                    }
+                } else if let previous {
+                    try database.run("DELETE FROM user_cache WHERE id = ?", [change.id])
+                    events.append(.deleted(previous))
+                }
+            }
+            try setCursor(changes.cursor)
+            return events
+        }
+    }
+
+    /// Takes a state the agent itself just set, so its own output shows it at once.
+    func store(_ notification: UserNotification) throws -> Event? {
+        let previous = try self.notification(notification.id)
+        guard previous != notification else { return nil }
+        try database.run(
+            "INSERT INTO user_cache (id, document) VALUES (?, ?) ON CONFLICT (id) DO UPDATE SET document = excluded.document",
+            [notification.id, try encoder.encode(notification)])
+        return previous.map { .updated(notification, previous: $0) } ?? .created(notification)
+    }
+
+    func remove(_ id: String) throws -> Event? {
+        guard let previous = try notification(id) else { return nil }
+        try database.run("DELETE FROM user_cache WHERE id = ?", [id])
+        return .deleted(previous)
+    }
+
+    /// Forgets everything, as when the store says the cursor is too old. Returns the deletions.
+    func reset() throws -> [Event] {
+        try database.transaction {
+            let events = try all().map { Event.deleted($0) }
+            try database.run("DELETE FROM user_cache")
+            try setCursor(0)
+            return events
+        }
+    }
+
+    func desktopID(_ id: String) throws -> Int? {
+        try database.queryOne("SELECT desktop_id FROM user_cache WHERE id = ?", [id])?[0].int
+    }
+
+    func setDesktopID(_ id: String, _ desktop: Int) throws {
+        try database.run("UPDATE user_cache SET desktop_id = ? WHERE id = ?", [desktop, id])
+    }
+
+    private func setCursor(_ cursor: UInt64) throws {
+        try database.run(
+            "INSERT INTO settings (key, value) VALUES ('userCursor', ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            [String(cursor)])
+    }
+}
