@@ -13,9 +13,21 @@ struct BenchResult: Encodable {
     var count: Int
     var seconds: Double
     var baseline: String?
+    /// A figure that is not a rate, such as a latency; printed instead of count / seconds.
+    var value: Double?
     var note: String?
 
-    var rate: Double { seconds > 0 ? Double(count) / seconds : 0 }
+    init(name: String, unit: String, count: Int, seconds: Double, baseline: String? = nil, value: Double? = nil, note: String? = nil) {
+        self.name = name
+        self.unit = unit
+        self.count = count
+        self.seconds = seconds
+        self.baseline = baseline
+        self.value = value
+        self.note = note
+    }
+
+    var rate: Double { value ?? (seconds > 0 ? Double(count) / seconds : 0) }
 }
 
 enum BenchReport {
@@ -25,7 +37,7 @@ enum BenchReport {
             encoder.outputFormatting = [.sortedKeys]
             for result in results {
                 var object = (try? JSONSerialization.jsonObject(with: encoder.encode(result))) as? [String: Any] ?? [:]
-                object["rate"] = result.rate.rounded()
+                object["rate"] = result.value ?? result.rate.rounded()
                 if let data = try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys]) {
                     Swift.print(String(decoding: data, as: UTF8.self))
                 }
@@ -42,16 +54,17 @@ enum BenchReport {
                 ratio = String(format: "%.2f× %@", result.rate / base, baseline)
             }
             Swift.print(
-                pad(result.name, 44) + pad(format(result.rate) + " " + result.unit, 16, right: true) + "  "
+                pad(result.name, 44) + pad(format(result.rate, decimals: result.value == nil ? 0 : 2) + " " + result.unit, 16, right: true) + "  "
                     + pad(ratio, 26) + (result.note ?? ""))
         }
     }
 
-    static func format(_ rate: Double) -> String {
+    static func format(_ rate: Double, decimals: Int = 0) -> String {
         let formatter = NumberFormatter()
         formatter.numberStyle = .decimal
-        formatter.maximumFractionDigits = 0
-        return formatter.string(from: NSNumber(value: rate.rounded())) ?? "\(Int(rate))"
+        formatter.maximumFractionDigits = decimals
+        formatter.minimumFractionDigits = decimals
+        return formatter.string(from: NSNumber(value: decimals == 0 ? rate.rounded() : rate)) ?? "\(rate)"
     }
 
     static func pad(_ text: String, _ width: Int, right: Bool = false) -> String {

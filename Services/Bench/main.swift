@@ -8,13 +8,16 @@ import Glibc
 let usage = """
     nh-bench: throughput of the hub's bus beside raw libzmq and Mosquitto, measured in one run
 
-    Usage: nh-bench [--messages N] [--round-trips N] [--size BYTES] [--no-mosquitto] [--json]
+    Usage: nh-bench [--messages N] [--round-trips N] [--size BYTES] [--posts N] [--dismisses N]
+                    [--no-mosquitto] [--no-services] [--json]
+
+    The service figures start the real executables from nh-bench's own folder on free loopback ports.
     """
 
 do {
     let parsed = try Arguments(
-        Array(CommandLine.arguments.dropFirst()), valued: ["messages", "round-trips", "size"],
-        flags: ["no-mosquitto", "json"])
+        Array(CommandLine.arguments.dropFirst()), valued: ["messages", "round-trips", "size", "posts", "dismisses"],
+        flags: ["no-mosquitto", "no-services", "json"])
     if parsed.has("help") {
         print(usage)
         exit(0)
@@ -32,6 +35,10 @@ do {
     results.append(try BusBench.hubProtocolRequests(settings))
     if !parsed.has("no-mosquitto") {
         results.append(MosquittoBench.publishSubscribe(settings))
+    }
+    if !parsed.has("no-services") {
+        results += try UserSyncBench.run(
+            posts: parsed[option: "posts"].flatMap(Int.init) ?? 1_000, dismisses: parsed[option: "dismisses"].flatMap(Int.init) ?? 1_000)
     }
     BenchReport.print(results, settings: settings, json: parsed.has("json"))
 } catch {

@@ -1,0 +1,148 @@
+import Auth
+import Bus
+import Foundation
+import HubProtocol
+import ServiceKit
+import Synchronization
+
+/// The real services, started from the folder nh-bench runs from, on free loopback ports with a
+/// temporary data folder; and agents whose output lines are timestamped as they arrive.
+final class HubCluster {
+    let binDirectory: URL
+    let dataDirectory: URL
+    var environment: [String: String]
+    private var processes: [Process] = []
+
+    init() throws {
+        binDirectory = URL(fileURLWithPath: CommandLine.arguments[0]).resolvingSymlinksInPath().deletingLastPathComponent()
+        dataDirectory = FileManager.default.temporaryDirectory.appendingPathComponent("nh-bench-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: dataDirectory, withIntermediateDirectories: true)
+        var environment = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("NH_") }
+        environment["NH_DATA_DIR"] = dataDirectory.path
+        environment["NH_LOG_LEVEL"] = "warning"
+        for variable in [
+            "NH_REGISTRY_REQUESTS", "NH_REGISTRY_EVENTS", "NH_PUBLISH_REQUESTS", "NH_PUBLISH_EVENTS", "NH_DISPATCH_REQUESTS",
+            "NH_DISPATCH_AGENTS", "NH_SYNC_REQUESTS", "NH_SYNC_EVENTS", "NH_AGENT_REQUESTS",
+        ] {
+            environment[variable] = try Self.freeEndpoint()
+        }
+        self.environment = environment
+    }
+
+    static func freeEndpoint() throws -> String {
+        let socket = try ZMQContext.shared.socket(.router)
+        try socket.bind("tcp://127.0.0.1:*")
+        defer { socket.close() }
+        return socket.lastEndpoint
+    }
+
+    func start(_ executable: String, environment extra: [String: String] = [:], output: Pipe? = nil) throws -> Process {
+        let process = Process()
+        process.executableURL = binDirectory.appendingPathComponent(executable)
+        process.environment = environment.merging(extra) { $1 }
+        process.standardOutput = output ?? FileHandle.nullDevice
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        processes.append(process)
+        return process
+    }
+
+    func startServices() throws {
+        for service in ["nh-registry", "nh-sync", "nh-dispatch", "nh-publish"] { _ = try start(service) }
+        for variable in ["NH_REGISTRY_REQUESTS", "NH_SYNC_REQUESTS", "NH_DISPATCH_REQUESTS", "NH_PUBLISH_REQUESTS"] {
+            try waitHealthy(environment[variable]!)
+        }
+    }
+
+    @discardableResult
+    func waitHealthy(_ endpoint: String) throws -> HealthReply {
+        let deadline = Date().addingTimeInterval(30)
+        while true {
+            do {
+                let client = try HubClient(connect: endpoint, policy: RetryPolicy(timeout: 300, attempts: 1))
+                defer { client.close() }
+                return try client.call(HealthRequest())
+            } catch {
+                if Date() > deadline { throw error }
+            }
+        }
+    }
+
+    /// A client that signs with the full key the services made.
+    func client(_ variable: String) throws -> HubClient {
+        try Self.client(environment[variable]!, credential: try credential())
+    }
+
+    func credential() throws -> ConnectionString {
+        let key = try KeyStore.loadOrCreate(directory: dataDirectory).key(named: AccessKey.defaultFullName)!
+        return ConnectionString(endpoint: "http://127.0.0.1:7780/", keyName: key.name, key: key.key)
+    }
+
+    static func client(_ endpoint: String, credential: ConnectionString) throws -> HubClient {
+        try HubClient(
+            connect: endpoint, policy: RetryPolicy(timeout: 10_000, attempts: 1),
+            auth: { credential.token(for: "http://127.0.0.1:7780/hub") })
+    }
+
+    func stopAll() {
+        for process in processes where process.isRunning { process.terminate() }
+        for process in processes { process.waitUntilExit() }
+        processes.removeAll()
+        try? FileManager.default.removeItem(at: dataDirectory)
+    }
+}
+
+/// Reads an agent's JSON lines on a thread of its own and notes when each (event, id) arrived.
+final class AgentWatcher: @unchecked Sendable {
+    private let condition = NSCondition()
+    private var seen: [String: ContinuousClock.Instant] = [:]
+    private var counts: [String: Int] = [:]
+    let pipe = Pipe()
+
+    func start() {
+        let handle = pipe.fileHandleForReading
+        Thread { [self] in
+            var buffer = Data()
+            while true {
+                let chunk = handle.availableData
+                if chunk.isEmpty { return }
+                buffer.append(chunk)
+                while let newline = buffer.firstIndex(of: 0x0a) {
+                    let line = buffer[buffer.startIndex..<newline]
+                    buffer = Data(buffer[(newline + 1)...])
+                    guard let object = try? JSONSerialization.jsonObject(with: line) as? [String: Any],
+                        let event = object["event"] as? String
+                    else { continue }
+                    let key = "\(event) \(object["id"] as? String ?? "")"
+                    condition.lock()
+                    seen[key] = seen[key] ?? .now
+                    counts[event, default: 0] += 1
+                    condition.broadcast()
+                    condition.unlock()
+                }
+            }
+        }.start()
+    }
+
+    /// When `event` for `id` arrived, waiting at most `timeout` seconds for it.
+    func wait(_ event: String, _ id: String, timeout: TimeInterval = 10) -> ContinuousClock.Instant? {
+        let key = "\(event) \(id)"
+        let deadline = Date().addingTimeInterval(timeout)
+        condition.lock()
+        defer { condition.unlock() }
+        while seen[key] == nil {
+            if !condition.wait(until: deadline) { return nil }
+        }
+        return seen[key]
+    }
+
+    func wait(count: Int, of event: String, timeout: TimeInterval = 60) -> Bool {
+        let deadline = Date().addingTimeInterval(timeout)
+        condition.lock()
+        defer { condition.unlock() }
+        while counts[event, default: 0] < count {
+            if !condition.wait(until: deadline) { return false }
+        }
+        return true
+    }
+}
