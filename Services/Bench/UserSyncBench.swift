@@ -15,7 +15,7 @@ enum UserSyncBench {
 
         var watchers: [AgentWatcher] = []
         var devices: [String] = []
-        for index in 0..<3 {
+        for index in 0..<(Int(ProcessInfo.processInfo.environment["NH_BENCH_DEVICES"] ?? "3") ?? 3) {
             let watcher = AgentWatcher()
             watcher.start()
             let control = try HubCluster.freeEndpoint()
@@ -31,7 +31,7 @@ enum UserSyncBench {
         }
         let dispatcher = cluster.environment["NH_DISPATCH_REQUESTS"]!
         let deadline = Date().addingTimeInterval(30)
-        while try cluster.waitHealthy(dispatcher).details?["agents"] != "3" && Date() < deadline { Thread.sleep(forTimeInterval: 0.05) }
+        while try cluster.waitHealthy(dispatcher).details?["agents"] != String(watchers.count) && Date() < deadline { Thread.sleep(forTimeInterval: 0.05) }
 
         // Durable posts from four concurrent backends; each reply comes after the sync store's commit.
         let ids = Mutex<[String]>([])

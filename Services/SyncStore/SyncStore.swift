@@ -12,9 +12,12 @@ final class SyncStore {
     /// How long a tombstone is kept: longer than any notification can live.
     static let tombstoneRetention: TimeInterval = 31 * 86_400
 
+    /// A committed change: the user's new sequence, and the change stream's sequence for its event,
+    /// taken in the same transaction so that one commit covers both.
     struct Change {
         let userId: String
         let sequence: UInt64
+        let streamSequence: UInt64
     }
 
     init(database: SQLiteDatabase) {
@@ -25,8 +28,7 @@ final class SyncStore {
         UInt64(try database.queryOne("SELECT sequence FROM stream WHERE id = 1")?[0].int64 ?? 0)
     }
 
-    /// Bumps the stream's sequence and returns it, for the change event.
-    func nextStreamSequence() throws -> UInt64 {
+    private func nextStreamSequence() throws -> UInt64 {
         try database.run("UPDATE stream SET sequence = sequence + 1 WHERE id = 1")
         return try streamSequence()
     }
@@ -41,6 +43,10 @@ final class SyncStore {
             "INSERT INTO users (user_id, sequence) VALUES (?, 1) ON CONFLICT (user_id) DO UPDATE SET sequence = sequence + 1",
             [user])
         return try userSequence(user).sequence
+    }
+
+    private func change(_ user: String, _ sequence: UInt64) throws -> Change {
+        Change(userId: user, sequence: sequence, streamSequence: try nextStreamSequence())
     }
 
     /// Stores a post; the same appNotificationId again replaces the notification in place.
@@ -74,7 +80,7 @@ final class SyncStore {
                     """,
                     [document, sequence, expiresAt.timeIntervalSince1970, sequence, id])
             }
-            return (notification, Change(userId: post.userId, sequence: sequence))
+            return (notification, try change(post.userId, sequence))
         }
     }
 
@@ -104,7 +110,7 @@ final class SyncStore {
             try database.run(
                 "UPDATE user_notifications SET document = ?, sequence = ? WHERE id = ?",
                 [try encoder.encode(notification), sequence, id])
-            return (notification, Change(userId: user, sequence: sequence))
+            return (notification, try change(user, sequence))
         }
     }
 
@@ -120,7 +126,7 @@ final class SyncStore {
         try database.run(
             "UPDATE user_notifications SET document = NULL, sequence = ?, deleted_at = ? WHERE id = ?",
             [sequence, now.timeIntervalSince1970, id])
-        return Change(userId: user, sequence: sequence)
+        return try change(user, sequence)
     }
 
     /// Turns expired notifications into tombstones, and drops tombstones every device has had time to see.

@@ -18,9 +18,9 @@ ServiceMain.run(name: "nh-sync", summary: "the sync store: per-user notification
 
     /// Tells the dispatcher, and through it the user's other devices, that something changed.
     func announce(_ change: SyncStore.Change, origin: String? = nil) throws {
-        let sequence = try store.nextStreamSequence()
         let event = UserNotificationsChanged(userId: change.userId, sequence: change.sequence, origin: origin)
-        try events.publish(topic: "user", sequence: sequence, body: HubCodec.encode(event, id: String(sequence)))
+        try events.publish(
+            topic: "user", sequence: change.streamSequence, body: HubCodec.encode(event, id: String(change.streamSequence)))
     }
 
     server.on(PostUserNotification.self) { request in
