@@ -17,24 +17,10 @@ final class HubCluster {
         binDirectory = URL(fileURLWithPath: CommandLine.arguments[0]).resolvingSymlinksInPath().deletingLastPathComponent()
         dataDirectory = FileManager.default.temporaryDirectory.appendingPathComponent("nh-bench-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: dataDirectory, withIntermediateDirectories: true)
-        var environment = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("NH_") }
-        environment["NH_DATA_DIR"] = dataDirectory.path
-        environment["NH_LOG_LEVEL"] = "warning"
-        for variable in [
-            "NH_REGISTRY_REQUESTS", "NH_REGISTRY_EVENTS", "NH_PUBLISH_REQUESTS", "NH_PUBLISH_EVENTS", "NH_DISPATCH_REQUESTS",
-            "NH_DISPATCH_AGENTS", "NH_SYNC_REQUESTS", "NH_SYNC_EVENTS", "NH_AGENT_REQUESTS",
-        ] {
-            environment[variable] = try Self.freeEndpoint()
-        }
-        self.environment = environment
+        environment = try LoopbackEnvironment.make(dataDirectory: dataDirectory, logLevel: "warning")
     }
 
-    static func freeEndpoint() throws -> String {
-        let socket = try ZMQContext.shared.socket(.router)
-        try socket.bind("tcp://127.0.0.1:*")
-        defer { socket.close() }
-        return socket.lastEndpoint
-    }
+    static func freeEndpoint() throws -> String { try LoopbackEnvironment.freeEndpoint() }
 
     func start(_ executable: String, environment extra: [String: String] = [:], output: Pipe? = nil) throws -> Process {
         let process = Process()

@@ -41,7 +41,7 @@ struct RequestReplyTests {
             count == 1 ? nil : [Data("answer \(count)".utf8)]
         }
         defer { server.stop() }
-        let client = try RequestClient(connect: server.endpoint, policy: RetryPolicy(timeout: 300, attempts: 3))
+        let client = try RequestClient(connect: server.endpoint, policy: RetryPolicy(timeout: 1_000, attempts: 3))
         #expect(try client.request([Data("q".utf8)]) == [Data("answer 2".utf8)])
         #expect(server.handled == 2)
     }

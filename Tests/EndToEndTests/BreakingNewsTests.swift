@@ -18,12 +18,7 @@ struct BreakingNewsTests {
         let control: String
         let output: URL
 
-        func lines() -> [[String: Any]] {
-            let text = (try? String(contentsOf: output, encoding: .utf8)) ?? ""
-            return text.split(separator: "\n").compactMap {
-                try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any]
-            }
-        }
+        func lines() -> [[String: Any]] { jsonLines(output) }
 
         func alerts() -> [String] {
             lines().compactMap { line in

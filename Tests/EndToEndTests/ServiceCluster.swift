@@ -17,17 +17,8 @@ final class ServiceCluster {
     init() throws {
         dataDirectory = FileManager.default.temporaryDirectory.appendingPathComponent("nh-e2e-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: dataDirectory, withIntermediateDirectories: true)
-        var environment = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("NH_") }
-        environment["NH_DATA_DIR"] = dataDirectory.path
-        environment["NH_LOG_LEVEL"] = "debug"
+        environment = try LoopbackEnvironment.make(dataDirectory: dataDirectory, logLevel: "debug")
         environment["NH_HEARTBEAT_MS"] = "200"
-        for variable in [
-            "NH_REGISTRY_REQUESTS", "NH_REGISTRY_EVENTS", "NH_PUBLISH_REQUESTS", "NH_PUBLISH_EVENTS", "NH_DISPATCH_REQUESTS",
-            "NH_DISPATCH_AGENTS", "NH_SYNC_REQUESTS", "NH_SYNC_EVENTS", "NH_AGENT_REQUESTS",
-        ] {
-            environment[variable] = try Self.freeEndpoint()
-        }
-        self.environment = environment
     }
 
     deinit { stopAll() }
@@ -46,13 +37,7 @@ final class ServiceCluster {
             .deletingLastPathComponent().appendingPathComponent(".build/debug")
     }()
 
-    static func freeEndpoint() throws -> String {
-        let socket = try ZMQContext.shared.socket(.router)
-        try socket.bind("tcp://127.0.0.1:*")
-        let endpoint = socket.lastEndpoint
-        socket.close()
-        return endpoint
-    }
+    static func freeEndpoint() throws -> String { try LoopbackEnvironment.freeEndpoint() }
 
     /// The request endpoint of a service.
     func endpoint(_ service: String) -> String {
@@ -193,4 +178,10 @@ final class ServiceCluster {
     func stopAll() {
         for service in processes.keys { _ = stop(service) }
     }
+}
+
+/// The JSON objects of a file of JSON lines, such as an agent's output.
+func jsonLines(_ url: URL) -> [[String: Any]] {
+    let text = (try? String(contentsOf: url, encoding: .utf8)) ?? ""
+    return text.split(separator: "\n").compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
 }

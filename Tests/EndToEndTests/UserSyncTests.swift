@@ -16,12 +16,7 @@ struct UserSyncTests {
         let output: URL
         let credential: String
 
-        func lines() -> [[String: Any]] {
-            let text = (try? String(contentsOf: output, encoding: .utf8)) ?? ""
-            return text.split(separator: "\n").compactMap {
-                try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any]
-            }
-        }
+        func lines() -> [[String: Any]] { jsonLines(output) }
 
         func events(_ name: String) -> [[String: Any]] { lines().filter { $0["event"] as? String == name } }
 

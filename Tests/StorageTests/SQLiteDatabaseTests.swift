@@ -111,6 +111,7 @@ struct SQLiteDatabaseTests {
         let rows = 300
         let failures = Mutex<[String]>([])
         let observed = Mutex<[Int]>([])
+        let writerDone = Atomic<Bool>(false)
         let group = DispatchGroup()
         for reader in 0..<3 {
             group.enter()
@@ -119,9 +120,11 @@ struct SQLiteDatabaseTests {
                 do {
                     let database = try SQLiteDatabase(path: path)
                     var last = 0
-                    var reads = 0
-                    while last < rows && reads < 100_000 {
-                        reads += 1
+                    // Read until the writer is done, then once more; the deadline only guards a hang.
+                    let deadline = Date().addingTimeInterval(60)
+                    var finalRead = false
+                    while !finalRead && Date() < deadline {
+                        finalRead = writerDone.load(ordering: .acquiring)
                         // Rows go in pairs in one transaction, so a reader never sees an odd count.
                         let count = try database.queryOne("SELECT count(*) FROM items")?[0].int ?? -1
                         if count < last || count % 2 != 0 {
@@ -141,6 +144,7 @@ struct SQLiteDatabaseTests {
                 try writer.run("INSERT INTO items (name) VALUES (?)", ["n\(index + 1)"])
             }
         }
+        writerDone.store(true, ordering: .releasing)
         group.wait()
         #expect(failures.withLock { $0 }.isEmpty)
         #expect(observed.withLock { $0 } == [rows, rows, rows])

@@ -1,0 +1,33 @@
+import Bus
+import Foundation
+
+/// Environment variables that put every service of one hub on free loopback ports with its own
+/// data folder: what tests and benchmarks use to run the real executables side by side.
+public enum LoopbackEnvironment {
+    public static func make(dataDirectory: URL, logLevel: String = "info", base: [String: String] = ProcessInfo.processInfo.environment)
+        throws -> [String: String]
+    {
+        var environment = base.filter { !$0.key.hasPrefix("NH_") }
+        environment["NH_DATA_DIR"] = dataDirectory.path
+        environment["NH_LOG_LEVEL"] = logLevel
+        let defaults = HubConfig()
+        for (section, endpoints) in [
+            ("registry", defaults.registry), ("publish", defaults.publish), ("dispatch", defaults.dispatch),
+            ("sync", defaults.sync), ("agent", defaults.agent),
+        ] {
+            for (key, value) in [("requests", endpoints.requests), ("events", endpoints.events), ("agents", endpoints.agents)]
+            where value != nil {
+                environment[ConfigLoader.variableName([section, key])] = try freeEndpoint()
+            }
+        }
+        return environment
+    }
+
+    /// A loopback TCP endpoint whose port nothing listens on now.
+    public static func freeEndpoint() throws -> String {
+        let socket = try ZMQContext.shared.socket(.router)
+        defer { socket.close() }
+        try socket.bind("tcp://127.0.0.1:*")
+        return socket.lastEndpoint
+    }
+}
