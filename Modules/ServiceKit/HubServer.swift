@@ -9,7 +9,8 @@ public final class HubServer {
     public let server: RequestServer
     public let logger: Logger
     public let maxMessageBytes: Int
-    private var handlers: [MessageType: (Data, HubCodec.Parsed, [Data]) throws -> Data] = [:]
+    /// A handler returns the reply, or nil when it will reply later.
+    private var handlers: [MessageType: (Data, HubCodec.Parsed, [Data]) throws -> Data?] = [:]
     /// Requests answered with an error, by code; for metrics and tests.
     public private(set) var errorCounts: [ErrorCode: Int] = [:]
     public private(set) var requestCount = 0
@@ -45,6 +46,26 @@ public final class HubServer {
         }
     }
 
+    /// Answers requests of type `R` later: the handler gets a `respond` to call once, from this
+    /// loop, when the answer is known — as when it waits on another service.
+    public func onDeferred<R: HubRequest>(
+        _: R.Type, _ handler: @escaping (Envelope<R>, _ respond: @escaping (Result<R.Reply, HubError>) -> Void) throws -> Void
+    ) {
+        handlers[R.messageType] = { [unowned self] data, parsed, route in
+            let envelope = try HubCodec.decode(R.self, from: data, parsed: parsed)
+            let id = parsed.header.id
+            try handler(envelope) { result in
+                let reply: Data
+                switch result {
+                case .success(let message): reply = HubCodec.encode(message, id: id)
+                case .failure(let error): reply = self.fail(error, id: id)
+                }
+                try? self.server.reply(to: route, [reply])
+            }
+            return nil
+        }
+    }
+
     /// Sends a message the peer did not ask for, on a route a handler was given.
     public func push<M: HubMessage>(_ message: M, to route: [Data], id: String) throws(ZMQError) {
         try server.reply(to: route, [HubCodec.encode(message, id: id)])
@@ -56,10 +77,39 @@ public final class HubServer {
     /// Serves what is waiting on the socket.
     @discardableResult
     public func serve(limit: Int = 256) throws(ZMQError) -> Int {
-        try server.serve(limit: limit) { request in self.handle(request.body, route: request.route) }
+        try server.serve(limit: limit) { request in
+            let reply = self.handle(request.body, route: request.route)
+            return reply.isEmpty ? nil : reply
+        }
     }
 
-    /// The reply to one request's body frames.
+    /// Serves what is waiting as one commit group: every request handled in one transaction, then
+    /// the commit, then the queued effects, then the replies. If the commit fails, every request of
+    /// the group gets `unavailable` and none of them happened.
+    @discardableResult
+    public func serve(limit: Int = 256, group: CommitGroup) throws(ZMQError) -> Int {
+        var requests: [RoutedRequest] = []
+        while requests.count < limit, let frames = try server.socket.receive(wait: false) {
+            let request = RoutedRequest(frames: frames)
+            if !request.route.isEmpty { requests.append(request) }
+        }
+        guard !requests.isEmpty else { return 0 }
+        var replies: [[Data]] = []
+        let committed = group.run {
+            for request in requests { replies.append(handle(request.body, route: request.route)) }
+        }
+        for (index, request) in requests.enumerated() {
+            var reply = replies[index]
+            if !committed {
+                let id = request.body.count == 1 ? HubServer.bestEffortID(request.body[0]) : ""
+                reply = [fail(HubError(.unavailable, "the store could not commit; nothing was changed, so the request can be retried"), id: id)]
+            }
+            if !reply.isEmpty { try server.reply(to: request.route, reply) }
+        }
+        return requests.count
+    }
+
+    /// The reply to one request's body frames; empty when a deferred handler will reply later.
     public func handle(_ body: [Data], route: [Data] = []) -> [Data] {
         requestCount += 1
         guard body.count == 1 else {
@@ -88,7 +138,7 @@ public final class HubServer {
                 id: header.id)]
         }
         do {
-            return [try handler(data, parsed, route)]
+            return try handler(data, parsed, route).map { [$0] } ?? []
         } catch let error as HubError {
             return [fail(error, id: header.id)]
         } catch {
@@ -97,7 +147,7 @@ public final class HubServer {
         }
     }
 
-    private func fail(_ error: HubError, id: String) -> Data {
+    func fail(_ error: HubError, id: String) -> Data {
         errorCounts[error.code, default: 0] += 1
         logger.debug("request refused", ("code", error.code.rawValue), ("reason", error.message))
         return HubCodec.encodeError(error, id: id)

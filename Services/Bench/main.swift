@@ -33,6 +33,7 @@ do {
     results.append(try RawZMQBench.requestReply(settings))
     results.append(try BusBench.requestReply(settings))
     results.append(try BusBench.hubProtocolRequests(settings))
+    results.append(try CodecBench.userPost(settings.roundTrips))
     if !parsed.has("no-mosquitto") {
         results.append(MosquittoBench.publishSubscribe(settings))
     }

@@ -39,14 +39,20 @@ ServiceMain.run(name: "nh-publish", summary: "the publish service: accepts notif
         }
         return NotificationOutcome(notificationId: accepted.notificationId, state: .enqueued, enqueuedAt: accepted.enqueuedAt)
     }
-    // A user notification is stored by the sync store; the reply comes once it is persisted there.
-    let sync = try context.client(config.sync.requests, policy: RetryPolicy(timeout: config.requestTimeoutMs, attempts: 1))
-    server.on(PostUserNotification.self) { request in
+    // A user notification is stored by the sync store, and the reply comes once it is persisted
+    // there. Posts are forwarded without waiting, so many can be in flight while this loop goes on.
+    let sync = try HubForwarder(connect: config.sync.requests, timeoutMs: config.requestTimeoutMs) { context.serviceToken() }
+    context.onShutdown { sync.close() }
+    context.loop.watch(sync.socket) { try sync.receive() }
+    context.loop.every(milliseconds: 100) { sync.expire() }
+    server.onDeferred(PostUserNotification.self) { request, respond in
         try context.authorize(request.auth, needs: .send)
-        do {
-            return try sync.call(request.payload)
-        } catch let error as HubError where error.code == .timeout {
-            throw HubError(.unavailable, "the sync store did not answer; nothing was stored, so the post can be retried")
+        sync.forward(request.payload) { result in
+            if case .failure(let error) = result, error.code == .timeout {
+                respond(.failure(HubError(.unavailable, "the sync store did not answer in time; posting again with the same appNotificationId is safe")))
+            } else {
+                respond(result)
+            }
         }
     }
     context.loop.every(milliseconds: 60_000) {

@@ -9,18 +9,22 @@ ServiceMain.run(name: "nh-sync", summary: "the sync store: per-user notification
     context.prepareKeys()
     _ = context.userTokens
     let store = SyncStore(database: try context.openStore("sync.db", migrations: SyncSchema.migrations))
+    let group = CommitGroup(database: store.database)
     let events = try context.bindEvents(config.sync.events ?? "tcp://127.0.0.1:7732", startingAfter: try store.streamSequence())
     var endpoints: [String: String] = ["events": events.endpoints.first ?? ""]
-    let server = try context.bindRequests(config.sync.requests, endpoints: { endpoints }) {
+    let server = try context.bindRequests(config.sync.requests, group: group, endpoints: { endpoints }) {
         ["notifications": String((try? store.liveCount()) ?? 0), "sequence": String(events.sequence)]
     }
     endpoints["requests"] = server.endpoint
 
-    /// Tells the dispatcher, and through it the user's other devices, that something changed.
+    /// Tells the dispatcher, and through it the user's other devices, that something changed —
+    /// once the change is committed, so that a device that fetches at once finds it.
     func announce(_ change: SyncStore.Change, origin: String? = nil) throws {
         let event = UserNotificationsChanged(userId: change.userId, sequence: change.sequence, origin: origin)
-        try events.publish(
-            topic: "user", sequence: change.streamSequence, body: HubCodec.encode(event, id: String(change.streamSequence)))
+        try group.afterCommit {
+            try events.publish(
+                topic: "user", sequence: change.streamSequence, body: HubCodec.encode(event, id: String(change.streamSequence)))
+        }
     }
 
     server.on(PostUserNotification.self) { request in

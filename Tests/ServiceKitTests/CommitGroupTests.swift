@@ -1,0 +1,105 @@
+import Bus
+import Foundation
+import HubProtocol
+import Storage
+import Testing
+
+@testable import ServiceKit
+
+@Suite("Group commit and forwarding")
+struct CommitGroupTests {
+    func database() throws -> (SQLiteDatabase, String) {
+        let folder = FileManager.default.temporaryDirectory.appendingPathComponent("nh-group-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        let path = folder.appendingPathComponent("g.db").path
+        let database = try SQLiteDatabase(path: path)
+        try database.migrate([Migration(version: 1, "CREATE TABLE installations (id TEXT PRIMARY KEY);")])
+        return (database, path)
+    }
+
+    @Test("waiting requests share one commit; a failing one is rolled back alone; effects run after the commit")
+    func groupCommit() throws {
+        let (database, path) = try database()
+        let group = CommitGroup(database: database)
+        let endpoint = "inproc://group-\(UUID().uuidString)"
+        let server = try HubServer(bind: endpoint, logger: Logger(service: "nh-test", level: .error), maxMessageBytes: 4096)
+        defer { server.close() }
+        let observer = try SQLiteDatabase(path: path)
+        var visibleInEffects: [Int] = []
+        server.on(InstallationGet.self) { request in
+            let id = request.payload.installationId
+            try database.transaction {
+                try database.run("INSERT INTO installations (id) VALUES (?)", [id])
+                if id == "bad" { throw HubError(.invalidArgument, "bad id") }
+            }
+            // Another connection sees the row only once the group has committed.
+            try group.afterCommit {
+                visibleInEffects.append(try observer.queryOne("SELECT count(*) FROM installations WHERE id = ?", [id])?[0].int ?? -1)
+            }
+            return InstallationReply(installation: Installation(installationId: id, pushChannel: "c"))
+        }
+        let dealer = try ZMQContext.shared.socket(.dealer)
+        defer { dealer.close() }
+        try dealer.setReceiveTimeout(2_000)
+        try dealer.connect(endpoint)
+        for id in ["a", "bad", "b"] {
+            try dealer.send([Data(), HubCodec.encode(InstallationGet(installationId: id), id: id)])
+        }
+        var served = 0
+        for _ in 0..<100 where served < 3 {
+            served += try server.serve(group: group)
+            if served < 3 { Thread.sleep(forTimeInterval: 0.01) }
+        }
+        #expect(served == 3)
+        var codes: [String: ErrorCode?] = [:]
+        for _ in 0..<3 {
+            guard let frames = try dealer.receive(), let body = frames.last else { break }
+            let header = try HubCodec.header(of: body)
+            codes[header.id] = header.type == ErrorReply.messageType ? try HubCodec.decode(ErrorReply.self, from: body).payload.code : nil
+        }
+        #expect(codes.count == 3)
+        #expect(codes["bad"] == .some(.invalidArgument))
+        #expect(codes["a"] == .some(nil) && codes["b"] == .some(nil))
+        #expect(try database.query("SELECT id FROM installations ORDER BY id").map { $0[0].string } == ["a", "b"])
+        #expect(visibleInEffects == [1, 1])
+        // Outside a group, an effect runs at once.
+        var ran = false
+        try group.afterCommit { ran = true }
+        #expect(ran)
+    }
+
+    @Test("a forwarder matches replies to requests, many in flight, and times out the unanswered")
+    func forwarder() throws {
+        let endpoint = "inproc://forward-\(UUID().uuidString)"
+        let server = try HubServer(bind: endpoint, logger: Logger(service: "nh-test", level: .error), maxMessageBytes: 4096)
+        defer { server.close() }
+        server.on(InstallationGet.self) { request in
+            guard request.payload.installationId != "missing" else { throw HubError(.notFound, "no installation") }
+            return InstallationReply(installation: Installation(installationId: request.payload.installationId, pushChannel: "c"))
+        }
+        let forwarder = try HubForwarder(connect: endpoint, timeoutMs: 5_000) { nil }
+        defer { forwarder.close() }
+        var results: [String: Result<InstallationReply, HubError>] = [:]
+        for id in ["one", "two", "missing"] {
+            forwarder.forward(InstallationGet(installationId: id)) { results[id] = $0 }
+        }
+        #expect(forwarder.inFlight == 3)
+        for _ in 0..<200 where results.count < 3 {
+            try server.serve()
+            try forwarder.receive()
+            Thread.sleep(forTimeInterval: 0.005)
+        }
+        #expect(try results["one"]?.get().installation.installationId == "one")
+        #expect(try results["two"]?.get().installation.installationId == "two")
+        #expect(throws: HubError.self) { try results["missing"]?.get() }
+        #expect(forwarder.inFlight == 0)
+
+        let nowhere = try HubForwarder(connect: try LoopbackEnvironment.freeEndpoint(), timeoutMs: 50) { nil }
+        defer { nowhere.close() }
+        var late: Result<Ack, HubError>?
+        nowhere.forward(InstallationDelete(installationId: "x")) { late = $0 }
+        nowhere.expire(now: Date().addingTimeInterval(1))
+        #expect(throws: HubError.self) { try late?.get() }
+        if case .failure(let error)? = late { #expect(error.code == .timeout) }
+    }
+}
