@@ -6,16 +6,19 @@ import Foundation
 /// Two kinds: a long-lived *credential*, issued to a device when a backend enrolls it, and a
 /// short-lived *token*, traded for the credential and sent with each request.
 public struct UserTokens: Sendable {
-    public enum Kind: String, Codable, Sendable { case credential, token }
+    /// A user's credential and token; and a ticket that lets one installation fetch one resource.
+    public enum Kind: String, Codable, Sendable { case credential, token, ticket }
 
     public struct Claims: Codable, Sendable, Equatable {
         public var user: String
         public var kind: Kind
         public var expiry: Int
         public var nonce: String
+        /// What a ticket is for, such as a rich payload's id.
+        public var resource: String?
 
         enum CodingKeys: String, CodingKey {
-            case user = "u", kind = "k", expiry = "exp", nonce = "n"
+            case user = "u", kind = "k", expiry = "exp", nonce = "n", resource = "r"
         }
     }
 
@@ -38,9 +41,11 @@ public struct UserTokens: Sendable {
         return UserTokens(secret: secret)
     }
 
-    public func issue(user: String, kind: Kind, lifetime: Int, now: Date = Date()) -> (token: String, expiresAt: Date) {
+    public func issue(user: String, kind: Kind, lifetime: Int, resource: String? = nil, now: Date = Date())
+        -> (token: String, expiresAt: Date)
+    {
         let expiry = Int(now.timeIntervalSince1970) + lifetime
-        let claims = Claims(user: user, kind: kind, expiry: expiry, nonce: Crypto.randomBytes(6).base64URL)
+        let claims = Claims(user: user, kind: kind, expiry: expiry, nonce: Crypto.randomBytes(6).base64URL, resource: resource)
         let body = ((try? JSONEncoder().encode(claims)) ?? Data()).base64URL
         let signature = Crypto.hmacSHA256(key: secret, message: Data("\(Self.prefix).\(body)".utf8)).base64URL
         return ("\(Self.prefix).\(body).\(signature)", Date(timeIntervalSince1970: TimeInterval(expiry)))

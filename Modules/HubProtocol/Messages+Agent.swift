@@ -32,10 +32,13 @@ public struct AgentDelivery: HubMessage {
     /// The rendered or native payload.
     public var payload: String
     public var expiresAt: Date
+    /// For a silent rich notification: what to fetch, and the ticket that lets this installation fetch it.
+    public var rich: RichReference?
+    public var richTicket: String?
 
     public init(
         deliveryId: String, notificationId: String, installationId: String, template: String? = nil, payload: String,
-        expiresAt: Date
+        expiresAt: Date, rich: RichReference? = nil, richTicket: String? = nil
     ) {
         self.deliveryId = deliveryId
         self.notificationId = notificationId
@@ -43,14 +46,22 @@ public struct AgentDelivery: HubMessage {
         self.template = template
         self.payload = payload
         self.expiresAt = expiresAt
+        self.rich = rich
+        self.richTicket = richTicket
     }
 }
 
 public struct AgentAck: HubRequest {
     public typealias Reply = Ack
     public static let messageType: MessageType = "agent.ack"
+    /// Shown to the user.
     public var deliveryIds: [String]
-    public init(deliveryIds: [String]) { self.deliveryIds = deliveryIds }
+    /// Given up on, with the reason; counted as failed, never as delivered.
+    public var failures: [DeliveryFailure]?
+    public init(deliveryIds: [String], failures: [DeliveryFailure]? = nil) {
+        self.deliveryIds = deliveryIds
+        self.failures = failures
+    }
 }
 
 /// Tells a running agent its categories changed, so it registers again now.

@@ -25,11 +25,13 @@ public struct SendNotification: HubRequest {
     public var timeToLive: Int?
     /// When set, the send waits until then.
     public var scheduledAt: Date?
+    /// Set by the publish service for a rich send: the silent notification's reference.
+    public var rich: RichReference?
 
     public init(
         idempotencyKey: String? = nil, format: NotificationFormat, body: String? = nil,
         properties: [String: String]? = nil, tagExpression: String? = nil, installationId: String? = nil,
-        userId: String? = nil, timeToLive: Int? = nil, scheduledAt: Date? = nil
+        userId: String? = nil, timeToLive: Int? = nil, scheduledAt: Date? = nil, rich: RichReference? = nil
     ) {
         self.idempotencyKey = idempotencyKey
         self.format = format
@@ -40,6 +42,7 @@ public struct SendNotification: HubRequest {
         self.userId = userId
         self.timeToLive = timeToLive
         self.scheduledAt = scheduledAt
+        self.rich = rich
     }
 }
 

@@ -102,7 +102,7 @@ public enum ConfigLoader {
     }
 
     static let integerKeys: Set<String> = [
-        "maxMessageBytes", "requestTimeoutMs", "requestAttempts", "heartbeatMs", "defaultTimeToLive", "userTokenLifetime",
+        "maxMessageBytes", "requestTimeoutMs", "requestAttempts", "heartbeatMs", "defaultTimeToLive", "userTokenLifetime", "maxRichBytes",
     ]
     static let stringKeys = ["dataDir", "logLevel", "namespace", "hub"]
     static let sections = ["registry", "publish", "dispatch", "sync", "agent"]
@@ -129,6 +129,7 @@ public enum ConfigLoader {
                 "logLevel '\(config.logLevel)' is not one of \(Logger.Level.allCases.map(\.name).joined(separator: ", "))")
         }
         guard config.maxMessageBytes >= 1024 else { throw ConfigError("maxMessageBytes must be at least 1024") }
+        guard (1...(256 << 20)).contains(config.maxRichBytes) else { throw ConfigError("maxRichBytes must be 1 byte to 256 MiB") }
         guard config.requestTimeoutMs > 0 else { throw ConfigError("requestTimeoutMs must be positive") }
         guard config.requestAttempts > 0 else { throw ConfigError("requestAttempts must be positive") }
         guard config.heartbeatMs > 0 else { throw ConfigError("heartbeatMs must be positive") }

@@ -7,6 +7,8 @@ public struct HubConfig: Codable, Sendable, Equatable {
     public var logLevel: String = "info"
     /// The largest request a service accepts; larger ones get `payload_too_large`.
     public var maxMessageBytes: Int = 1 << 20
+    /// The largest rich payload a backend may send.
+    public var maxRichBytes: Int = 4 << 20
     /// Milliseconds a bus client waits for each reply attempt.
     public var requestTimeoutMs: Int = 2_000
     /// Attempts a bus client makes before giving up.

@@ -36,10 +36,10 @@ public final class ServiceContext {
     /// Binds a request socket that answers health, and serves it from the loop.
     /// With `group`, the requests waiting at once share one commit (see `CommitGroup`).
     public func bindRequests(
-        _ endpoint: String, role: String = "requests", group: CommitGroup? = nil,
+        _ endpoint: String, role: String = "requests", group: CommitGroup? = nil, maxMessageBytes: Int? = nil,
         endpoints: @escaping () -> [String: String], details: @escaping () -> [String: String]? = { nil }
     ) throws -> HubServer {
-        let server = try HubServer(bind: endpoint, logger: logger, maxMessageBytes: config.maxMessageBytes)
+        let server = try HubServer(bind: endpoint, logger: logger, maxMessageBytes: maxMessageBytes ?? config.maxMessageBytes)
         server.on(HealthRequest.self) { [unowned self] _ in self.health(endpoints(), details: details()) }
         if let group {
             loop.watch(server.socket) { try server.serve(group: group) }

@@ -14,6 +14,7 @@ final class AgentDaemon {
     let installationId: String
     let template: String
     let userSync: AgentUserSync?
+    let rich: RichFetcher
     private let configuredUser: String?
     private let registry: HubClient
     private let channel: ZMQSocket
@@ -39,6 +40,11 @@ final class AgentDaemon {
         registry = try context.client(context.config.registry.requests, policy: RetryPolicy(timeout: 1_000, attempts: 1))
         registry.auth = { [identity] in identity.token() }
 
+        let publish = try context.client(context.config.publish.requests, policy: RetryPolicy(timeout: 2_000, attempts: 1))
+        publish.auth = { [identity] in identity.token() }
+        rich = try RichFetcher(
+            store: store, home: context.dataDirectory, client: publish, output: output, logger: context.logger,
+            maxAttempts: Int(environment["NH_AGENT_RICH_ATTEMPTS"] ?? "") ?? 8)
         channel = try ZMQSocket.agentChannel(connect: context.config.dispatch.agents ?? "tcp://127.0.0.1:7722")
         context.onShutdown { [channel] in channel.close() }
         if identity.credential == nil {
@@ -63,6 +69,11 @@ final class AgentDaemon {
             try self.hello()
             self.output.reap()
         }
+        context.loop.every(milliseconds: 200) { [unowned self] in
+            let (shown, failed) = try self.rich.processDue(now: Date())
+            if !shown.isEmpty || !failed.isEmpty { try self.acknowledge(shown, failures: failed) }
+        }
+        context.loop.every(milliseconds: 1_000) { [unowned self] in try self.rich.purge(now: Date()) }
         context.loop.every(milliseconds: 3_600_000) { [unowned self] in
             try self.store.forgetSeen(before: Date().addingTimeInterval(-31 * 86_400))
         }
@@ -100,12 +111,22 @@ final class AgentDaemon {
 
     private func receive() throws {
         var acknowledged: [String] = []
+        var failures: [DeliveryFailure] = []
         while let frames = try channel.receive(wait: false) {
             guard let body = frames.last, let parsed = try? HubCodec.parse(body) else { continue }
             switch parsed.header.type {
             case AgentDelivery.messageType:
                 let delivery = try HubCodec.decode(AgentDelivery.self, from: body, parsed: parsed).payload
                 let now = Date()
+                if delivery.rich != nil {
+                    // Shown, and acknowledged, only once its payload is fetched.
+                    switch try rich.received(delivery, now: now) {
+                    case .acknowledge: acknowledged.append(delivery.deliveryId)
+                    case .fail(let failure): failures.append(failure)
+                    case .wait: break
+                    }
+                    continue
+                }
                 if try store.markSeen(delivery.deliveryId, notificationId: delivery.notificationId, now: now) {
                     output.show(delivery, now: now)
                 }
@@ -123,10 +144,13 @@ final class AgentDaemon {
                 continue
             }
         }
-        if !acknowledged.isEmpty {
-            let ack = HubCodec.encode(AgentAck(deliveryIds: acknowledged), id: "ack", auth: identity.token())
-            _ = try channel.send([Data(), ack], wait: false)
-        }
+        if !acknowledged.isEmpty || !failures.isEmpty { try acknowledge(acknowledged, failures: failures) }
+    }
+
+    private func acknowledge(_ deliveryIds: [String], failures: [DeliveryFailure] = []) throws {
+        let ack = HubCodec.encode(
+            AgentAck(deliveryIds: deliveryIds, failures: failures.isEmpty ? nil : failures), id: "ack", auth: identity.token())
+        _ = try channel.send([Data(), ack], wait: false)
     }
 }
 

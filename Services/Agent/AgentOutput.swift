@@ -20,7 +20,7 @@ final class AgentOutput {
         desktop = hasSession && environment["NH_AGENT_DESKTOP"] != "0" && AgentOutput.which("notify-send") != nil
     }
 
-    func show(_ delivery: AgentDelivery, now: Date) {
+    func show(_ delivery: AgentDelivery, now: Date, richPath: String? = nil) {
         let payload = (try? JSONSerialization.jsonObject(with: Data(delivery.payload.utf8), options: [.fragmentsAllowed]))
             ?? delivery.payload
         var object: [String: Any] = [
@@ -29,16 +29,31 @@ final class AgentOutput {
             "expiresAt": WireDate.format(delivery.expiresAt),
         ]
         if let template = delivery.template { object["template"] = template }
+        if let rich = delivery.rich {
+            var reference: [String: Any] = [
+                "richId": rich.richId, "richType": rich.richType, "message": rich.message, "contentType": rich.contentType,
+                "size": rich.size,
+            ]
+            if let richPath { reference["path"] = richPath }
+            object["rich"] = reference
+        }
         let line = (try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes]))
             ?? Data()
         if lines { FileHandle.standardOutput.write(line + Data("\n".utf8)) }
         if let hook {
             runHook(hook, environment: [
                 "NH_EVENT": "notification", "NH_DELIVERY_ID": delivery.deliveryId, "NH_NOTIFICATION_ID": delivery.notificationId,
-                "NH_TEMPLATE": delivery.template ?? "", "NH_PAYLOAD": delivery.payload,
+                "NH_TEMPLATE": delivery.template ?? "", "NH_PAYLOAD": delivery.payload, "NH_RICH_PATH": richPath ?? "",
             ], line: line)
         }
-        if desktop { notifyDesktop(payload) }
+        if desktop {
+            if let rich = delivery.rich {
+                notifyDesktop(["title": rich.richType.capitalized, "message": rich.message],
+                              icon: rich.contentType.hasPrefix("image/") ? richPath : nil)
+            } else {
+                notifyDesktop(payload)
+            }
+        }
     }
 
     /// A line about the agent itself, such as a token being requested.
@@ -130,7 +145,7 @@ final class AgentOutput {
         }
     }
 
-    private func notifyDesktop(_ payload: Any) {
+    private func notifyDesktop(_ payload: Any, icon: String? = nil) {
         let object = payload as? [String: Any] ?? [:]
         let nested = (object["aps"] as? [String: Any])?["alert"]
         let title = object["title"] as? String ?? "Notification"
@@ -138,7 +153,7 @@ final class AgentOutput {
             ?? (payload as? String ?? "")
         let process = Process()
         process.executableURL = URL(fileURLWithPath: AgentOutput.which("notify-send") ?? "/usr/bin/notify-send")
-        process.arguments = ["--app-name=nh-agent", title, body]
+        process.arguments = ["--app-name=nh-agent"] + (icon.map { ["--icon=\($0)"] } ?? []) + [title, body]
         try? process.run()
     }
 

@@ -9,6 +9,11 @@ enum AgentSchema {
             CREATE TABLE settings (key TEXT PRIMARY KEY, value TEXT NOT NULL);
             CREATE TABLE seen (delivery_id TEXT PRIMARY KEY, notification_id TEXT NOT NULL, seen_at REAL NOT NULL);
             CREATE TABLE user_cache (id TEXT PRIMARY KEY, document BLOB NOT NULL, desktop_id INTEGER);
+            CREATE TABLE rich_pending (
+                delivery_id TEXT PRIMARY KEY, delivery BLOB NOT NULL, attempts INTEGER NOT NULL DEFAULT 0,
+                next_at REAL NOT NULL, last_error TEXT
+            );
+            CREATE TABLE rich_cache (sha256 TEXT PRIMARY KEY, path TEXT NOT NULL, expires_at REAL NOT NULL);
             """),
     ]
 }

@@ -55,6 +55,10 @@ final class AgentStore {
             [deliveryId, notificationId, now.timeIntervalSince1970]) > 0
     }
 
+    func isSeen(_ deliveryId: String) throws -> Bool {
+        try database.queryOne("SELECT 1 FROM seen WHERE delivery_id = ?", [deliveryId]) != nil
+    }
+
     /// Forgets shown deliveries older than any that could still be redelivered.
     func forgetSeen(before: Date) throws {
         try database.run("DELETE FROM seen WHERE seen_at < ?", [before.timeIntervalSince1970])

@@ -34,5 +34,11 @@ enum DispatchSchema {
             CREATE INDEX deliveries_pending ON deliveries(installation_id, acked_at);
             CREATE INDEX deliveries_by_expiry ON deliveries(expires_at) WHERE acked_at IS NULL;
             """),
+        Migration(
+            version: 2,
+            """
+            ALTER TABLE deliveries ADD COLUMN rich BLOB;
+            ALTER TABLE deliveries ADD COLUMN failed_reason TEXT;
+            """),
     ]
 }

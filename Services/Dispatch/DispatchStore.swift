@@ -4,6 +4,8 @@ import Storage
 
 final class DispatchStore {
     let database: SQLiteDatabase
+    private let encoder = HubCodec.makeEncoder()
+    private let decoder = HubCodec.makeDecoder()
 
     init(database: SQLiteDatabase) {
         self.database = database
@@ -29,11 +31,11 @@ final class DispatchStore {
                 for plan in plans {
                     try database.run(
                         """
-                        INSERT OR IGNORE INTO deliveries (delivery_id, notification_id, installation_id, template, payload, expires_at)
-                        VALUES (?, ?, ?, ?, ?, ?)
+                        INSERT OR IGNORE INTO deliveries (delivery_id, notification_id, installation_id, template, payload, expires_at, rich)
+                        VALUES (?, ?, ?, ?, ?, ?, ?)
                         """,
                         [plan.deliveryId, notification.notificationId, plan.installationId, plan.template, plan.payload,
-                         plan.expiresAt.timeIntervalSince1970])
+                         plan.expiresAt.timeIntervalSince1970, try plan.rich.map { try encoder.encode($0) }])
                 }
             }
             try database.run("UPDATE cursor SET after = ? WHERE id = 1 AND after < ?", [notification.sequence, notification.sequence])
@@ -59,7 +61,7 @@ final class DispatchStore {
         }
         return try database.query(
             """
-            SELECT delivery_id, notification_id, template, payload, expires_at FROM deliveries
+            SELECT delivery_id, notification_id, template, payload, expires_at, rich FROM deliveries
             WHERE installation_id = ? AND acked_at IS NULL AND expires_at > ?
               AND (delivered_at IS NULL OR delivered_at < ?)
             ORDER BY rowid LIMIT ?
@@ -68,7 +70,8 @@ final class DispatchStore {
         ).map {
             AgentDelivery(
                 deliveryId: $0[0].string ?? "", notificationId: $0[1].string ?? "", installationId: installationId,
-                template: $0[2].string, payload: $0[3].string ?? "", expiresAt: Date(timeIntervalSince1970: $0[4].double ?? 0))
+                template: $0[2].string, payload: $0[3].string ?? "", expiresAt: Date(timeIntervalSince1970: $0[4].double ?? 0),
+                rich: try $0[5].data.map { try decoder.decode(RichReference.self, from: $0) })
         }
     }
 
@@ -105,6 +108,22 @@ final class DispatchStore {
                 fresh += 1
             }
             return fresh
+        }
+    }
+
+    /// Records deliveries the agent gave up on; each counts once as failed, never as acknowledged.
+    func fail(_ failures: [DeliveryFailure], installationId: String, now: Date) throws {
+        try database.transaction {
+            for failure in failures {
+                guard let row = try database.queryOne(
+                    "SELECT notification_id FROM deliveries WHERE delivery_id = ? AND installation_id = ? AND acked_at IS NULL",
+                    [failure.deliveryId, installationId])
+                else { continue }
+                try database.run(
+                    "UPDATE deliveries SET acked_at = ?, failed_reason = ? WHERE delivery_id = ?",
+                    [now.timeIntervalSince1970, failure.reason, failure.deliveryId])
+                try database.run("UPDATE outcomes SET failed = failed + 1 WHERE notification_id = ?", [row[0].string ?? ""])
+            }
         }
     }
 

@@ -10,6 +10,7 @@ struct PlannedDelivery: Equatable {
     var template: String?
     var payload: String
     var expiresAt: Date
+    var rich: RichReference? = nil
 }
 
 /// Turns an accepted notification into deliveries: resolves its targets from the index and, for a
@@ -46,7 +47,7 @@ struct TargetResolver {
                 plans.append(PlannedDelivery(
                     deliveryId: "\(notification.notificationId)/\(installation.installationId)/native",
                     installationId: installation.installationId, template: nil, payload: send.body ?? "",
-                    expiresAt: notification.expiresAt))
+                    expiresAt: notification.expiresAt, rich: send.rich))
             case .template:
                 let properties = send.properties ?? [:]
                 for (name, registered) in (installation.templates ?? [:]).sorted(by: { $0.key < $1.key }) {

@@ -41,7 +41,14 @@ ServiceMain.run(name: "nh-dispatch", summary: "the dispatcher: resolves targets 
     /// Sends deliveries to an installation's agent if it is connected.
     func send(_ deliveries: [AgentDelivery], to installationId: String) throws {
         guard !deliveries.isEmpty, let route = sessions.route(of: installationId) else { return }
-        for delivery in deliveries {
+        for var delivery in deliveries {
+            // A rich delivery carries a ticket that lets this installation, and no other, fetch the payload.
+            if let rich = delivery.rich {
+                delivery.richTicket = context.userTokens.issue(
+                    user: installationId, kind: .ticket, lifetime: max(60, Int(delivery.expiresAt.timeIntervalSinceNow) + 60),
+                    resource: rich.richId
+                ).token
+            }
             try agents.push(delivery, to: route, id: delivery.deliveryId)
         }
         try store.markSent(deliveries, now: Date())
@@ -133,6 +140,10 @@ ServiceMain.run(name: "nh-dispatch", summary: "the dispatcher: resolves targets 
             throw HubError(.unauthorized, "say agent.hello before acknowledging")
         }
         try store.acknowledge(request.payload.deliveryIds, installationId: id, now: Date())
+        if let failures = request.payload.failures, !failures.isEmpty {
+            try store.fail(failures, installationId: id, now: Date())
+            for failure in failures { logger.warning("delivery failed", ("delivery", failure.deliveryId), ("reason", failure.reason)) }
+        }
         return Ack()
     }
     context.loop.watch(agents.socket) {

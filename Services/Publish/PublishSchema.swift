@@ -18,5 +18,16 @@ enum PublishSchema {
             );
             CREATE INDEX notifications_by_expiry ON notifications(expires_at);
             """),
+        Migration(
+            version: 2,
+            """
+            CREATE TABLE rich_blobs (
+                sha256 TEXT PRIMARY KEY,
+                content_type TEXT NOT NULL,
+                size INTEGER NOT NULL,
+                expires_at REAL NOT NULL
+            );
+            CREATE INDEX rich_blobs_by_expiry ON rich_blobs(expires_at);
+            """),
     ]
 }

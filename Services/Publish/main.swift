@@ -11,20 +11,67 @@ ServiceMain.run(name: "nh-publish", summary: "the publish service: accepts notif
     // The stream tells dispatchers there is something to pull; the store is the truth.
     let events = try context.bindEvents(config.publish.events ?? "tcp://127.0.0.1:7712", startingAfter: try store.latestSequence())
     var endpoints: [String: String] = ["events": events.endpoints.first ?? ""]
-    let server = try context.bindRequests(config.publish.requests, endpoints: { endpoints }) {
-        ["latest": String(events.sequence)]
+    let rich = try RichStore(database: store.database, directory: context.dataDirectory.appendingPathComponent("rich"))
+    // Rich payloads travel base64 in the envelope, so this socket takes a third more than the payload limit.
+    let server = try context.bindRequests(
+        config.publish.requests, maxMessageBytes: max(config.maxMessageBytes, config.maxRichBytes / 3 * 4 + 65_536),
+        endpoints: { endpoints }
+    ) {
+        ["latest": String(events.sequence), "richPayloads": String(rich.count)]
     }
     endpoints["requests"] = server.endpoint
 
-    server.on(SendNotification.self) { request in
-        try context.authorize(request.auth, needs: .send)
-        let timeToLive = try SendRules.validate(request.payload, defaultTimeToLive: config.defaultTimeToLive)
-        let (accepted, isNew) = try store.accept(request.payload, timeToLive: timeToLive, now: Date())
+    func accept(_ send: SendNotification, timeToLive: Int) throws -> AcceptedNotification {
+        let (accepted, isNew) = try store.accept(send, timeToLive: timeToLive, now: Date())
         if isNew {
             try events.publish(topic: "notification", sequence: accepted.sequence, body: Data(accepted.notificationId.utf8))
             context.logger.debug("accepted", ("id", accepted.notificationId), ("sequence", accepted.sequence))
         }
-        return SendAccepted(notificationId: accepted.notificationId, state: .enqueued)
+        return accepted
+    }
+
+    server.on(SendNotification.self) { request in
+        try context.authorize(request.auth, needs: .send)
+        guard request.payload.rich == nil else {
+            throw HubError(.invalidArgument, "'rich' is set by the hub; send rich payloads with rich.send")
+        }
+        let timeToLive = try SendRules.validate(request.payload, defaultTimeToLive: config.defaultTimeToLive)
+        return SendAccepted(notificationId: try accept(request.payload, timeToLive: timeToLive).notificationId, state: .enqueued)
+    }
+
+    // Rich push: the payload is stored first, then the targets get a silent notification that
+    // carries only its id, type and message; they fetch the bytes with the ticket their delivery holds.
+    server.on(SendRichNotification.self) { request in
+        try context.authorize(request.auth, needs: .send)
+        let send = try RichRules.validate(request.payload, maxBytes: config.maxRichBytes)
+        let timeToLive = try SendRules.validate(send, defaultTimeToLive: config.defaultTimeToLive)
+        let expiresAt = Date().addingTimeInterval(TimeInterval(timeToLive))
+        let richId = try rich.store(request.payload.payload, contentType: request.payload.contentType, expiresAt: expiresAt)
+        var silent = send
+        silent.rich = RichReference(
+            richId: richId, richType: request.payload.richType, message: request.payload.message,
+            contentType: request.payload.contentType, size: request.payload.payload.count)
+        return RichAccepted(notificationId: try accept(silent, timeToLive: timeToLive).notificationId, richId: richId)
+    }
+    server.on(RichFetchRequest.self) { request in
+        try context.authorize(request.auth, needs: .listen)
+        let claims: UserTokens.Claims
+        do {
+            claims = try context.userTokens.verify(request.payload.ticket, kind: .ticket)
+        } catch let error as AuthError {
+            throw HubError(.unauthorized, error.message)
+        }
+        guard claims.resource == request.payload.richId else {
+            throw HubError(.forbidden, "this ticket is for another rich payload; only a notification's targets may fetch its payload")
+        }
+        guard let payload = try rich.fetch(request.payload.richId, now: Date()) else {
+            throw HubError(.notFound, "no rich payload '\(request.payload.richId)'; it may have expired")
+        }
+        return payload
+    }
+    context.loop.every(milliseconds: 1_000) {
+        let purged = try rich.purge(now: Date())
+        if purged > 0 { context.logger.info("rich payloads expired", ("count", purged)) }
     }
     server.on(PendingNotificationsRequest.self) { request in
         try context.authorize(request.auth, needs: .manage)
