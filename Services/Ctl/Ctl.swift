@@ -15,6 +15,8 @@ enum Ctl {
           health                      ask every service whether it is up, one line each
           send [TARGET] NAME=VALUE... send a template notification with these properties
           send [TARGET] --native JSON send a native notification
+          send [TARGET] --rich FILE --message TEXT [--rich-type image] [--content-type image/png]
+                                      store FILE and send a silent notification; agents fetch it, then show it
                TARGET: --tag EXPRESSION | --installation ID | --user USER (none: everyone)
                --ttl SECONDS, --idempotency-key KEY
           outcome ID                  what became of a notification
@@ -37,7 +39,8 @@ enum Ctl {
             parsed = try Arguments(
                 arguments,
                 valued: ["config", "timeout", "tag", "installation", "user", "ttl", "native", "connection-string", "idempotency-key",
-                        "app-id", "title", "body", "raw", "expires-in", "priority", "group", "lifetime"],
+                        "app-id", "title", "body", "raw", "expires-in", "priority", "group", "lifetime", "rich", "message", "rich-type",
+                        "content-type"],
                 flags: ["json"])
         } catch {
             return fail("\(error)\n\n\(usage)")

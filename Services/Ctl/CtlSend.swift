@@ -24,7 +24,30 @@ enum CtlSend {
             auth: { credential.token(for: config.hubResource) })
     }
 
+    /// A rich send: the file's bytes are stored by the hub and the targets get a silent notification.
+    static func sendRich(_ parsed: Arguments, file: String, config: HubConfig, environment: [String: String]) -> Int32 {
+        guard let data = FileManager.default.contents(atPath: file) else { return Ctl.fail("cannot read '\(file)'") }
+        guard let message = parsed[option: "message"] else { return Ctl.fail("a rich send needs --message, the text shown with it") }
+        let request = SendRichNotification(
+            idempotencyKey: parsed[option: "idempotency-key"] ?? UUID().uuidString, message: message,
+            richType: parsed[option: "rich-type"] ?? "file", contentType: parsed[option: "content-type"] ?? "application/octet-stream",
+            payload: data, sha256: Crypto.sha256(data).hexString, tagExpression: parsed[option: "tag"],
+            installationId: parsed[option: "installation"], userId: parsed[option: "user"], timeToLive: parsed[option: "ttl"].flatMap(Int.init))
+        do {
+            let client = try client(config.publish.requests, try credential(parsed, config: config, environment: environment), config)
+            defer { client.close() }
+            let accepted = try client.call(request)
+            print(parsed.has("json")
+                ? #"{"notificationId":"\#(accepted.notificationId)","richId":"\#(accepted.richId)"}"#
+                : "accepted \(accepted.notificationId), rich payload \(accepted.richId)")
+            return 0
+        } catch {
+            return report(error)
+        }
+    }
+
     static func send(_ parsed: Arguments, config: HubConfig, environment: [String: String]) -> Int32 {
+        if let file = parsed[option: "rich"] { return sendRich(parsed, file: file, config: config, environment: environment) }
         var properties: [String: String] = [:]
         for item in parsed.positionals.dropFirst() {
             guard let equals = item.firstIndex(of: "=") else {
