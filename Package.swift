@@ -24,6 +24,7 @@ let executables: [(product: String, directory: String)] = [
     ("nh-dispatch", "Dispatch"),
     ("nh-sync", "SyncStore"),
     ("nh-agent", "Agent"),
+    ("nh-gateway", "Gateway"),
     ("nhctl", "Ctl"),
     ("nh-bench", "Bench"),
 ]
@@ -42,6 +43,10 @@ let package = Package(
         .systemLibrary(
             name: "COpenSSL", path: "Modules/COpenSSL", pkgConfig: "libcrypto",
             providers: [.apt(["libssl-dev"])]),
+        .systemLibrary(
+            name: "CMicroHTTPD", path: "Modules/CMicroHTTPD", pkgConfig: "libmicrohttpd",
+            providers: [.apt(["libmicrohttpd-dev"])]),
+        module("HTTPServer", dependencies: ["CMicroHTTPD"]),
         module("Bus", dependencies: ["CLibZMQ"]),
         module("Auth", dependencies: ["COpenSSL"]),
         module("HubProtocol", exclude: ["README.md"]),
@@ -51,7 +56,10 @@ let package = Package(
         module("ServiceKit", dependencies: ["Bus", "HubProtocol", "Storage", "Auth"]),
     ]
         + executables.map {
-            service($0.directory, dependencies: serviceDependencies + ($0.directory == "Bench" ? ["CLibZMQ"] : []))
+            service(
+                $0.directory,
+                dependencies: serviceDependencies
+                    + ($0.directory == "Bench" ? ["CLibZMQ"] : []) + ($0.directory == "Gateway" ? ["HTTPServer"] : []))
         }
         + [
             tests("BusTests", dependencies: ["Bus"]),

@@ -185,7 +185,7 @@ public enum HubCodec {
         }
     }
 
-    static func describe(_ error: DecodingError) -> String {
+    public static func describe(_ error: DecodingError) -> String {
         func path(_ context: DecodingError.Context) -> String {
             let keys = context.codingPath.map { $0.intValue.map { "[\($0)]" } ?? $0.stringValue }
             let joined = keys.joined(separator: ".").replacingOccurrences(of: ".[", with: "[")

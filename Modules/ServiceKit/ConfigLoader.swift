@@ -104,8 +104,8 @@ public enum ConfigLoader {
     static let integerKeys: Set<String> = [
         "maxMessageBytes", "requestTimeoutMs", "requestAttempts", "heartbeatMs", "defaultTimeToLive", "userTokenLifetime", "maxRichBytes",
     ]
-    static let stringKeys = ["dataDir", "logLevel", "namespace", "hub"]
-    static let sections = ["registry", "publish", "dispatch", "sync", "agent"]
+    static let stringKeys = ["dataDir", "logLevel", "namespace", "hub", "gatewayListen", "gatewayCertificate", "gatewayKey"]
+    static let sections = ["registry", "publish", "dispatch", "sync", "agent", "gateway"]
     static let sectionKeys = ["requests", "events", "agents"]
 
     static func leafPaths() -> [[String]] {
@@ -115,7 +115,8 @@ public enum ConfigLoader {
 
     static func isOptionalSection(_ path: [String]) -> Bool { false }
     static func isOptionalLeaf(_ path: [String]) -> Bool {
-        path.count == 2 && sections.contains(path[0]) && sectionKeys.contains(path[1])
+        (path.count == 2 && sections.contains(path[0]) && sectionKeys.contains(path[1]))
+            || (path.count == 1 && ["gatewayCertificate", "gatewayKey"].contains(path[0]))
     }
 
     static func knownSettings() -> String {
@@ -143,6 +144,13 @@ public enum ConfigLoader {
             || config.namespace.hasPrefix("sb://")
         else {
             throw ConfigError("namespace '\(config.namespace)' must be an http://, https:// or sb:// address")
+        }
+        guard (config.gatewayCertificate == nil) == (config.gatewayKey == nil) else {
+            throw ConfigError("give both gatewayCertificate and gatewayKey for HTTPS, or neither")
+        }
+        let listen = config.gatewayListen.split(separator: ":")
+        guard listen.count == 2, let port = Int(listen[1]), (0...65535).contains(port) else {
+            throw ConfigError("gatewayListen '\(config.gatewayListen)' must be ADDRESS:PORT, such as 127.0.0.1:7780")
         }
         guard !config.hub.isEmpty, !config.hub.contains("/") else {
             throw ConfigError("hub '\(config.hub)' must be a name without '/'")

@@ -29,6 +29,12 @@ public struct HubConfig: Codable, Sendable, Equatable {
     public var dispatch = Endpoints(requests: "tcp://127.0.0.1:7721", agents: "tcp://127.0.0.1:7722")
     public var sync = Endpoints(requests: "tcp://127.0.0.1:7731", events: "tcp://127.0.0.1:7732")
     public var agent = Endpoints(requests: "tcp://127.0.0.1:7741")
+    public var gateway = Endpoints(requests: "tcp://127.0.0.1:7781")
+    /// Where the HTTP gateway listens, as ADDRESS:PORT.
+    public var gatewayListen: String = "127.0.0.1:7780"
+    /// PEM files that turn on HTTPS at the gateway; both or neither.
+    public var gatewayCertificate: String? = nil
+    public var gatewayKey: String? = nil
 
     public init() {}
 
@@ -60,6 +66,7 @@ public struct HubConfig: Codable, Sendable, Equatable {
             ("nh-dispatch", dispatch),
             ("nh-publish", publish),
             ("nh-agent", agent),
+            ("nh-gateway", gateway),
         ]
     }
 }

@@ -13,7 +13,7 @@ public enum LoopbackEnvironment {
         let defaults = HubConfig()
         for (section, endpoints) in [
             ("registry", defaults.registry), ("publish", defaults.publish), ("dispatch", defaults.dispatch),
-            ("sync", defaults.sync), ("agent", defaults.agent),
+            ("sync", defaults.sync), ("agent", defaults.agent), ("gateway", defaults.gateway),
         ] {
             for (key, value) in [("requests", endpoints.requests), ("events", endpoints.events), ("agents", endpoints.agents)]
             where value != nil {

@@ -1,0 +1,131 @@
+import CMicroHTTPD
+import Foundation
+
+/// One HTTP request, with its body read whole.
+public struct HTTPRequest: Sendable {
+    public var method: String
+    /// The path, without the query.
+    public var path: String
+    /// Header names lowercased.
+    public var headers: [String: String]
+    /// Query arguments; a key given without a value (`?direct`) maps to "".
+    public var query: [String: String]
+    public var body: Data
+    /// More than the server's body limit arrived; `body` holds only the start.
+    public var bodyTooLarge: Bool
+    public var isTLS: Bool
+
+    public func header(_ name: String) -> String? { headers[name.lowercased()] }
+}
+
+public struct HTTPResponse: Sendable {
+    public var status: Int
+    public var headers: [(String, String)]
+    public var body: Data
+
+    public init(status: Int, headers: [(String, String)] = [], body: Data = Data()) {
+        self.status = status
+        self.headers = headers
+        self.body = body
+    }
+}
+
+/// An HTTP server on libmicrohttpd (plain, or TLS through its GnuTLS support). Requests are handled
+/// one at a time on libmicrohttpd's own thread, so a handler needs no locks for its own state.
+public final class HTTPServer: @unchecked Sendable {
+    public typealias Handler = (HTTPRequest) -> HTTPResponse
+
+    private var daemon: OpaquePointer?
+    let handler: Handler
+    let maxBodyBytes: Int
+    let isTLS: Bool
+    public private(set) var port: UInt16 = 0
+
+    public struct Failure: Error, CustomStringConvertible {
+        public let description: String
+    }
+
+    public init(address: String, port: UInt16, tls: (key: String, certificate: String)? = nil, maxBodyBytes: Int,
+                handler: @escaping Handler) throws {
+        self.handler = handler
+        self.maxBodyBytes = maxBodyBytes
+        isTLS = tls != nil
+        let context = Unmanaged.passUnretained(self).toOpaque()
+        daemon = nh_mhd_start(address, port, HTTPServer.access, context, HTTPServer.completed, tls?.key, tls?.certificate)
+        guard let daemon else {
+            throw Failure(description: "cannot listen on \(address):\(port) (in use, or a bad address or TLS key and certificate)")
+        }
+        self.port = nh_mhd_port(daemon)
+    }
+
+    deinit { stop() }
+
+    public func stop() {
+        if let daemon { MHD_stop_daemon(daemon) }
+        daemon = nil
+    }
+
+    /// What one connection's request has gathered between calls.
+    final class Pending {
+        var body = Data()
+        var tooLarge = false
+    }
+
+    static let access: nh_access_handler = { cls, connection, url, method, _, upload, uploadSize, state in
+        guard let cls, let connection, let uploadSize, let state else { return MHD_Result.NO }
+        let server = Unmanaged<HTTPServer>.fromOpaque(cls).takeUnretainedValue()
+        guard let existing = state.pointee else {
+            state.pointee = Unmanaged.passRetained(Pending()).toOpaque()
+            return MHD_Result.YES
+        }
+        let pending = Unmanaged<Pending>.fromOpaque(existing).takeUnretainedValue()
+        if uploadSize.pointee > 0 {
+            if let upload, pending.body.count + uploadSize.pointee <= server.maxBodyBytes {
+                pending.body.append(UnsafeRawPointer(upload).assumingMemoryBound(to: UInt8.self), count: uploadSize.pointee)
+            } else {
+                pending.tooLarge = true
+            }
+            uploadSize.pointee = 0
+            return MHD_Result.YES
+        }
+        let request = HTTPRequest(
+            method: method.map { String(cString: $0) } ?? "GET", path: url.map { String(cString: $0) } ?? "/",
+            headers: values(connection, MHD_ValueKind.HEADER_KIND, lowercase: true), query: values(connection, MHD_ValueKind.GET_ARGUMENT_KIND, lowercase: false),
+            body: pending.body, bodyTooLarge: pending.tooLarge, isTLS: server.isTLS)
+        let response = server.handler(request)
+        return response.body.withUnsafeBytes { bytes -> MHD_Result in
+            guard let reply = MHD_create_response_from_buffer(
+                bytes.count, UnsafeMutableRawPointer(mutating: bytes.baseAddress), MHD_ResponseMemoryMode.RESPMEM_MUST_COPY)
+            else { return MHD_Result.NO }
+            defer { MHD_destroy_response(reply) }
+            for (name, value) in response.headers { MHD_add_response_header(reply, name, value) }
+            return MHD_queue_response(connection, UInt32(response.status), reply)
+        }
+    }
+
+    static let completed: MHD_RequestCompletedCallback = { _, _, state, _ in
+        guard let state, let pointer = state.pointee else { return }
+        Unmanaged<Pending>.fromOpaque(pointer).release()
+        state.pointee = nil
+    }
+
+    final class Collector {
+        var values: [String: String] = [:]
+        let lowercase: Bool
+        init(lowercase: Bool) { self.lowercase = lowercase }
+    }
+
+    static func values(_ connection: OpaquePointer, _ kind: MHD_ValueKind, lowercase: Bool) -> [String: String] {
+        let collector = Collector(lowercase: lowercase)
+        let context = Unmanaged.passUnretained(collector).toOpaque()
+        _ = MHD_get_connection_values(connection, kind, { cls, _, key, value in
+            guard let cls, let key else { return MHD_Result.YES }
+            let collector = Unmanaged<Collector>.fromOpaque(cls).takeUnretainedValue()
+            let name = String(cString: key)
+            collector.values[collector.lowercase ? name.lowercased() : name] = value.map { String(cString: $0) } ?? ""
+            return MHD_Result.YES
+        }, context)
+        return collector.values
+    }
+}
+

@@ -1,0 +1,43 @@
+import Foundation
+import HTTPServer
+import HubProtocol
+
+/// Responses in the shapes the Notification Hubs REST API uses.
+enum GatewayResponse {
+    static func status(for code: ErrorCode) -> Int {
+        switch code {
+        case .unauthorized: return 401
+        case .forbidden: return 403
+        case .notFound: return 404
+        case .conflict: return 409
+        case .payloadTooLarge: return 413
+        case .timeout, .unavailable: return 503
+        case .internal: return 500
+        default: return 400
+        }
+    }
+
+    /// `<Error><Code>400</Code><Detail>…</Detail></Error>`, as the service answers errors.
+    static func error(_ error: HubError) -> HTTPResponse {
+        let status = status(for: error.code)
+        let body = "<Error><Code>\(status)</Code><Detail>\(escape(error.code.rawValue)): \(escape(error.message))</Detail></Error>"
+        return HTTPResponse(status: status, headers: [("Content-Type", "application/xml; charset=utf-8")], body: Data(body.utf8))
+    }
+
+    static func json(_ status: Int, _ data: Data, headers: [(String, String)] = []) -> HTTPResponse {
+        HTTPResponse(status: status, headers: [("Content-Type", "application/json")] + headers, body: data)
+    }
+
+    static func json(_ status: Int, _ object: Any) -> HTTPResponse {
+        json(status, (try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes])) ?? Data())
+    }
+
+    static func empty(_ status: Int, headers: [(String, String)] = []) -> HTTPResponse {
+        HTTPResponse(status: status, headers: headers)
+    }
+
+    static func escape(_ text: String) -> String {
+        text.replacingOccurrences(of: "&", with: "&amp;").replacingOccurrences(of: "<", with: "&lt;")
+            .replacingOccurrences(of: ">", with: "&gt;").replacingOccurrences(of: "\"", with: "&quot;")
+    }
+}

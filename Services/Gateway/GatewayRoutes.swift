@@ -1,0 +1,244 @@
+import Auth
+import Foundation
+import HTTPServer
+import HubProtocol
+import ServiceKit
+
+/// The Notification Hubs REST API over the hub's services: each HTTP request is checked (hub,
+/// api-version, shared-access signature and rights) and turned into bus requests.
+final class GatewayRoutes {
+    let context: ServiceContext
+    let registry: HubClient
+    let publish: HubClient
+    let dispatch: HubClient
+    let sync: HubClient
+    static let maxMessageBytes = 64 * 1024
+    private(set) var counts: [String: Int] = [:]
+
+    init(context: ServiceContext, registry: HubClient, publish: HubClient, dispatch: HubClient, sync: HubClient) {
+        self.context = context
+        self.registry = registry
+        self.publish = publish
+        self.dispatch = dispatch
+        self.sync = sync
+    }
+
+    var hub: String { context.config.hub }
+
+    func handle(_ request: HTTPRequest) -> HTTPResponse {
+        let response: HTTPResponse
+        do {
+            response = try route(request)
+        } catch let error as HubError {
+            response = GatewayResponse.error(error)
+        } catch {
+            response = GatewayResponse.error(HubError(.internal, "\(error)"))
+        }
+        counts["\(request.method) \(response.status)", default: 0] += 1
+        context.logger.debug("http", ("method", request.method), ("path", request.path), ("status", response.status))
+        return response
+    }
+
+    private func route(_ request: HTTPRequest) throws -> HTTPResponse {
+        let segments = request.path.split(separator: "/").map { $0.removingPercentEncoding ?? String($0) }
+        guard let first = segments.first else { throw HubError(.notFound, "no resource at '/'; hub resources are under /\(hub)/") }
+        guard first == hub else { throw HubError(.notFound, "no hub '\(first)'; this namespace has '\(hub)'") }
+        try checkVersion(request)
+        let rest = Array(segments.dropFirst())
+        switch (request.method, rest.first, rest.count) {
+        case ("PUT", "installations", 2):
+            try authorize(request, .listen)
+            return try putInstallation(rest[1], request)
+        case ("GET", "installations", 2):
+            try authorize(request, .listen)
+            let reply = try registry.call(InstallationGet(installationId: rest[1]))
+            return GatewayResponse.json(200, try InstallationJSON.encode(reply.installation))
+        case ("PATCH", "installations", 2):
+            try authorize(request, .listen)
+            let operations = try InstallationJSON.patch(request.body)
+            _ = try registry.call(InstallationPatch(installationId: rest[1], operations: operations))
+            return GatewayResponse.empty(204)
+        case ("DELETE", "installations", 2), ("DELETE", "registrations", 2):
+            try authorize(request, .listen)
+            do {
+                _ = try registry.call(InstallationDelete(installationId: rest[1]))
+            } catch let error as HubError where error.code == .notFound {
+                // Deleting what is not there succeeds, as the service does.
+            }
+            return GatewayResponse.empty(request.path.contains("/registrations/") ? 200 : 204)
+        case ("POST", "messages", 1):
+            try authorize(request, .send)
+            return try sendMessage(request)
+        case ("GET", "messages", 2):
+            try authorize(request, .send)
+            return try outcome(rest[1], request)
+        case ("GET", "registrations", 1):
+            try authorize(request, .manage)
+            let top = request.query["$top"].flatMap(Int.init) ?? 100
+            let page = try registry.call(InstallationList(
+                limit: min(max(top, 1), 1000), after: request.header("x-ms-continuationtoken")))
+            return RegistrationFeed.feed(page, base: baseURL(request) + "/" + hub)
+        case ("GET", "registrations", 2):
+            try authorize(request, .listen)
+            let reply = try registry.call(InstallationGet(installationId: rest[1]))
+            return RegistrationFeed.entry(reply.installation, base: baseURL(request) + "/" + hub)
+        case ("POST", "users", 3) where rest[2] == "notifications":
+            try authorize(request, .send)
+            return try postUserNotification(rest[1], request)
+        case (_, "installations", _), (_, "messages", _), (_, "registrations", _), (_, "users", _):
+            throw HubError(.invalidArgument, "\(request.method) is not supported on \(request.path)")
+        default:
+            throw HubError(.notFound, "no resource at \(request.path)")
+        }
+    }
+
+    // MARK: Checks
+
+    /// Every published api-version from 2015-01 to 2020-06 is accepted.
+    private func checkVersion(_ request: HTTPRequest) throws {
+        guard let version = request.query["api-version"] else {
+            throw HubError(.invalidArgument, "api-version is required, such as ?api-version=2015-01")
+        }
+        let parts = version.split(separator: "-").compactMap { Int($0) }
+        guard parts.count == 2, (1...12).contains(parts[1]) else {
+            throw HubError(.invalidArgument, "api-version '\(version)' must be YYYY-MM, such as 2015-01")
+        }
+        let month = parts[0] * 12 + parts[1]
+        guard (2015 * 12 + 1...2020 * 12 + 6).contains(month) else {
+            throw HubError(.invalidArgument, "api-version '\(version)' is not one this hub speaks: 2015-01 to 2020-06")
+        }
+    }
+
+    func baseURL(_ request: HTTPRequest) -> String {
+        "\(request.isTLS ? "https" : "http")://\(request.header("host") ?? context.config.gatewayListen)"
+    }
+
+    /// The request's shared-access signature must cover its URL and carry the right.
+    private func authorize(_ request: HTTPRequest, _ needs: AccessRights) throws {
+        guard let header = request.header("authorization") else {
+            throw HubError(.unauthorized, "no Authorization header; send SharedAccessSignature sr=…&sig=…&se=…&skn=…")
+        }
+        do {
+            try context.keys.authorize(header, resource: baseURL(request) + request.path, needs: needs)
+        } catch {
+            throw HubError(error.kind == .forbidden ? .forbidden : .unauthorized, error.message)
+        }
+    }
+
+    // MARK: Installations
+
+    private func putInstallation(_ id: String, _ request: HTTPRequest) throws -> HTTPResponse {
+        var installation = try InstallationJSON.decode(request.body)
+        guard installation.installationId == id else {
+            throw HubError(.invalidArgument, "the body's installationId '\(installation.installationId)' is not the URL's '\(id)'")
+        }
+        installation.createdAt = nil
+        installation.lastSeen = nil
+        _ = try registry.call(InstallationUpsert(installation: installation))
+        return GatewayResponse.empty(200, headers: [("Content-Location", baseURL(request) + request.path)])
+    }
+
+    // MARK: Messages
+
+    private func sendMessage(_ request: HTTPRequest) throws -> HTTPResponse {
+        guard !request.bodyTooLarge, request.body.count <= Self.maxMessageBytes else {
+            throw HubError(.payloadTooLarge, "the notification body is over \(Self.maxMessageBytes) bytes")
+        }
+        guard let format = request.header("servicebusnotification-format") else {
+            throw HubError(.invalidArgument, "ServiceBusNotification-Format is required: template, or linux for a native notification")
+        }
+        var timeToLive: Int?
+        if let text = request.header("servicebusnotification-timetolive") {
+            guard let seconds = Int(text) else {
+                throw HubError(.invalidArgument, "ServiceBusNotification-TimeToLive must be whole seconds, not '\(text)'")
+            }
+            timeToLive = seconds
+        }
+        var send: SendNotification
+        switch format.lowercased() {
+        case "template":
+            send = SendNotification(format: .template, properties: try Self.propertyMap(request.body))
+        case "linux":
+            send = SendNotification(format: .native, body: String(decoding: request.body, as: UTF8.self))
+        default:
+            throw HubError(.invalidArgument, "ServiceBusNotification-Format '\(format)' is not supported here; use template or linux")
+        }
+        send.timeToLive = timeToLive
+        send.idempotencyKey = request.header("servicebusnotification-idempotencykey")
+        if request.query["direct"] != nil {
+            guard let handle = request.header("servicebusnotification-devicehandle") else {
+                throw HubError(.invalidArgument, "a direct send needs ServiceBusNotification-DeviceHandle")
+            }
+            // An agent's device handle is its installation id.
+            send.installationId = handle
+        } else if let tags = request.header("servicebusnotification-tags"), !tags.isEmpty {
+            send.tagExpression = tags
+        }
+        let accepted = try publish.call(send)
+        let location = "\(baseURL(request))/\(hub)/messages/\(accepted.notificationId)?api-version=2015-04"
+        return GatewayResponse.empty(201, headers: [("Location", location), ("TrackingId", accepted.notificationId)])
+    }
+
+    /// A template send's body: a JSON object of strings.
+    static func propertyMap(_ body: Data) throws -> [String: String] {
+        guard let object = try? JSONSerialization.jsonObject(with: body) as? [String: Any] else {
+            throw HubError(.invalidPayload, "a template notification's body must be a JSON object of property names to strings")
+        }
+        var properties: [String: String] = [:]
+        for (key, value) in object {
+            guard let text = value as? String else {
+                throw HubError(.invalidPayload, "template property '\(key)' must be a string")
+            }
+            properties[key] = text
+        }
+        return properties
+    }
+
+    private func outcome(_ id: String, _ request: HTTPRequest) throws -> HTTPResponse {
+        let outcome: NotificationOutcome
+        do {
+            outcome = try dispatch.call(OutcomeRequest(notificationId: id))
+        } catch let error as HubError where error.code == .notFound {
+            outcome = try publish.call(OutcomeRequest(notificationId: id))
+        }
+        var object: [String: Any] = [
+            "notificationId": outcome.notificationId, "state": outcome.state.rawValue,
+            "location": "\(baseURL(request))/\(hub)/messages/\(id)?api-version=2015-04",
+            "enqueueTime": WireDate.format(outcome.enqueuedAt), "targetPlatforms": "linux",
+            "outcomeCounts": [
+                ["name": "Success", "count": outcome.acknowledged], ["name": "Delivered", "count": outcome.delivered],
+                ["name": "Expired", "count": outcome.expired], ["name": "Failed", "count": outcome.failed],
+                ["name": "Targets", "count": outcome.targets],
+            ],
+        ]
+        if let start = outcome.startedAt { object["startTime"] = WireDate.format(start) }
+        if let end = outcome.endedAt { object["endTime"] = WireDate.format(end) }
+        return GatewayResponse.json(200, object)
+    }
+
+    // MARK: User notifications
+
+    private func postUserNotification(_ user: String, _ request: HTTPRequest) throws -> HTTPResponse {
+        guard let object = try? JSONSerialization.jsonObject(with: request.body) as? [String: Any] else {
+            throw HubError(.invalidPayload, "the body must be a JSON object with appNotificationId and visual and/or raw content")
+        }
+        var merged = object
+        merged["userId"] = user
+        let data = try JSONSerialization.data(withJSONObject: merged)
+        let envelope = Data(#"{"v":1,"type":"user.post","id":"http","payload":"#.utf8) + data + Data("}".utf8)
+        let post = try HubCodec.decode(PostUserNotification.self, from: envelope).payload
+        let reply = try publish.call(post)
+        return GatewayResponse.json(201, HubCodec.encode(reply, id: "").jsonPayload(),
+                                    headers: [("Location", "\(baseURL(request))\(request.path)/\(reply.notification.id)")])
+    }
+}
+
+extension Data {
+    /// The `payload` member of an encoded envelope.
+    func jsonPayload() -> Data {
+        guard let object = try? JSONSerialization.jsonObject(with: self) as? [String: Any], let payload = object["payload"],
+            let data = try? JSONSerialization.data(withJSONObject: payload, options: [.sortedKeys, .withoutEscapingSlashes])
+        else { return Data("{}".utf8) }
+        return data
+    }
+}

@@ -1,0 +1,37 @@
+import Auth
+import Bus
+import Foundation
+import HTTPServer
+import HubProtocol
+import ServiceKit
+
+ServiceMain.run(name: "nh-gateway", summary: "the HTTP gateway: the Notification Hubs REST API over the hub's services") { context in
+    let config = context.config
+    context.prepareKeys()
+    let policy = RetryPolicy(timeout: config.requestTimeoutMs, attempts: 1)
+    let routes = GatewayRoutes(
+        context: context, registry: try context.client(config.registry.requests, policy: policy),
+        publish: try context.client(config.publish.requests, policy: policy),
+        dispatch: try context.client(config.dispatch.requests, policy: policy),
+        sync: try context.client(config.sync.requests, policy: policy))
+    // HubClients are used from libmicrohttpd's thread only, one request at a time.
+    var tls: (key: String, certificate: String)?
+    if let certificatePath = config.gatewayCertificate, let keyPath = config.gatewayKey {
+        guard let certificate = try? String(contentsOfFile: certificatePath, encoding: .utf8),
+            let key = try? String(contentsOfFile: keyPath, encoding: .utf8)
+        else {
+            throw ConfigError("cannot read gatewayCertificate '\(certificatePath)' or gatewayKey '\(keyPath)'")
+        }
+        tls = (key, certificate)
+    }
+    let parts = config.gatewayListen.split(separator: ":")
+    let server = try HTTPServer(
+        address: String(parts[0]), port: UInt16(parts[1]) ?? 7780, tls: tls, maxBodyBytes: config.maxRichBytes / 3 * 4 + 65_536
+    ) { request in routes.handle(request) }
+    context.onShutdown { server.stop() }
+    let listening = "\(tls == nil ? "http" : "https")://\(parts[0]):\(server.port)/"
+    context.logger.info("listening", ("role", "http"), ("url", listening))
+    var endpoints: [String: String] = ["http": listening]
+    let control = try context.bindRequests(config.gateway.requests, endpoints: { endpoints })
+    endpoints["requests"] = control.endpoint
+}
