@@ -8,7 +8,7 @@ export NH_DATA_DIR="${NH_DATA_DIR:-$(pwd)/data}"
 LOGS="$NH_DATA_DIR/logs"
 mkdir -p "$LOGS"
 
-services=(nh-registry nh-sync nh-dispatch nh-publish nh-agent)
+services=(nh-registry nh-sync nh-dispatch nh-publish nh-gateway nh-agent)
 # The agent's JSON lines go to this terminal; every log line goes to the data folder.
 pids=()
 
@@ -43,8 +43,12 @@ $("$BIN/nhctl" health)
   registry   requests tcp://127.0.0.1:7701   change stream tcp://127.0.0.1:7702
   sync       requests tcp://127.0.0.1:7731   change stream tcp://127.0.0.1:7732
   dispatch   requests tcp://127.0.0.1:7721   agents        tcp://127.0.0.1:7722
-  publish    requests tcp://127.0.0.1:7711
+  publish    requests tcp://127.0.0.1:7711   accepted hints tcp://127.0.0.1:7712
+  gateway    HTTP     http://127.0.0.1:7780/hub (Notification Hubs REST API)   health tcp://127.0.0.1:7781
   agent      control  tcp://127.0.0.1:7741
+
+Connection strings for backends and SDKs:
+$("$BIN/nhctl" keys)
 
 Send a first notification, from another terminal:
   export NH_DATA_DIR=$NH_DATA_DIR

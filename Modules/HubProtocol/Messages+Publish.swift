@@ -144,3 +144,11 @@ public struct PendingNotifications: HubMessage {
         self.latest = latest
     }
 }
+
+/// Cancels a scheduled send that has not fired yet.
+public struct CancelScheduledNotification: HubRequest {
+    public typealias Reply = Ack
+    public static let messageType: MessageType = "notification.cancel"
+    public var notificationId: String
+    public init(notificationId: String) { self.notificationId = notificationId }
+}

@@ -68,7 +68,14 @@ final class GatewayRoutes {
             return GatewayResponse.empty(request.path.contains("/registrations/") ? 200 : 204)
         case ("POST", "messages", 1):
             try authorize(request, .send)
-            return try sendMessage(request)
+            return try sendMessage(request, scheduled: false)
+        case ("POST", "schedulednotifications", 1):
+            try authorize(request, .send)
+            return try sendMessage(request, scheduled: true)
+        case ("DELETE", "schedulednotifications", 2):
+            try authorize(request, .send)
+            _ = try publish.call(CancelScheduledNotification(notificationId: rest[1]))
+            return GatewayResponse.empty(200)
         case ("GET", "messages", 2):
             try authorize(request, .send)
             return try outcome(rest[1], request)
@@ -85,7 +92,7 @@ final class GatewayRoutes {
         case ("POST", "users", 3) where rest[2] == "notifications":
             try authorize(request, .send)
             return try postUserNotification(rest[1], request)
-        case (_, "installations", _), (_, "messages", _), (_, "registrations", _), (_, "users", _):
+        case (_, "installations", _), (_, "messages", _), (_, "registrations", _), (_, "users", _), (_, "schedulednotifications", _):
             throw HubError(.invalidArgument, "\(request.method) is not supported on \(request.path)")
         default:
             throw HubError(.notFound, "no resource at \(request.path)")
@@ -140,7 +147,7 @@ final class GatewayRoutes {
 
     // MARK: Messages
 
-    private func sendMessage(_ request: HTTPRequest) throws -> HTTPResponse {
+    private func sendMessage(_ request: HTTPRequest, scheduled: Bool) throws -> HTTPResponse {
         guard !request.bodyTooLarge, request.body.count <= Self.maxMessageBytes else {
             throw HubError(.payloadTooLarge, "the notification body is over \(Self.maxMessageBytes) bytes")
         }
@@ -165,6 +172,15 @@ final class GatewayRoutes {
         }
         send.timeToLive = timeToLive
         send.idempotencyKey = request.header("servicebusnotification-idempotencykey")
+        if scheduled {
+            guard let text = request.header("servicebusnotification-scheduletime") else {
+                throw HubError(.invalidArgument, "a scheduled send needs ServiceBusNotification-ScheduleTime, an ISO 8601 UTC time")
+            }
+            guard let time = WireDate.parse(text) ?? WireDate.parse(text + "Z") else {
+                throw HubError(.invalidArgument, "ServiceBusNotification-ScheduleTime '\(text)' is not an ISO 8601 time such as 2026-01-31T12:00:00Z")
+            }
+            send.scheduledAt = time
+        }
         if request.query["direct"] != nil {
             guard let handle = request.header("servicebusnotification-devicehandle") else {
                 throw HubError(.invalidArgument, "a direct send needs ServiceBusNotification-DeviceHandle")
@@ -175,7 +191,8 @@ final class GatewayRoutes {
             send.tagExpression = tags
         }
         let accepted = try publish.call(send)
-        let location = "\(baseURL(request))/\(hub)/messages/\(accepted.notificationId)?api-version=2015-04"
+        let collection = scheduled ? "schedulednotifications" : "messages"
+        let location = "\(baseURL(request))/\(hub)/\(collection)/\(accepted.notificationId)?api-version=2015-04"
         return GatewayResponse.empty(201, headers: [("Location", location), ("TrackingId", accepted.notificationId)])
     }
 

@@ -29,5 +29,18 @@ enum PublishSchema {
             );
             CREATE INDEX rich_blobs_by_expiry ON rich_blobs(expires_at);
             """),
+        Migration(
+            version: 3,
+            """
+            CREATE TABLE scheduled (
+                notification_id TEXT PRIMARY KEY,
+                idempotency_key TEXT UNIQUE,
+                send BLOB NOT NULL,
+                fire_at REAL NOT NULL,
+                state TEXT NOT NULL,
+                enqueued_at REAL NOT NULL
+            );
+            CREATE INDEX scheduled_due ON scheduled(fire_at) WHERE state = 'Scheduled';
+            """),
     ]
 }

@@ -18,7 +18,10 @@ final class PublishStore {
     }
 
     /// Persists a send. A repeated idempotency key returns the first send instead of a new one.
-    func accept(_ send: SendNotification, timeToLive: Int, now: Date) throws -> (AcceptedNotification, isNew: Bool) {
+    /// `id` is given when a scheduled send fires, so it keeps the id its sender was told.
+    func accept(_ send: SendNotification, timeToLive: Int, now: Date, id given: String? = nil) throws
+        -> (AcceptedNotification, isNew: Bool)
+    {
         try database.transaction {
             if let key = send.idempotencyKey,
                 let row = try database.queryOne(
@@ -27,7 +30,7 @@ final class PublishStore {
             {
                 return (try accepted(row), false)
             }
-            let id = UUID().uuidString.lowercased()
+            let id = given ?? UUID().uuidString.lowercased()
             let expiresAt = now.addingTimeInterval(TimeInterval(timeToLive))
             try database.run(
                 """
@@ -42,6 +45,66 @@ final class PublishStore {
                 true
             )
         }
+    }
+
+    // MARK: Scheduled sends
+
+    /// Keeps a send until its time. A repeated idempotency key returns the first one's id.
+    func schedule(_ send: SendNotification, fireAt: Date, now: Date) throws -> String {
+        try database.transaction {
+            if let key = send.idempotencyKey,
+                let row = try database.queryOne("SELECT notification_id FROM scheduled WHERE idempotency_key = ?", [key])
+            {
+                return row[0].string ?? ""
+            }
+            let id = UUID().uuidString.lowercased()
+            try database.run(
+                "INSERT INTO scheduled (notification_id, idempotency_key, send, fire_at, state, enqueued_at) VALUES (?, ?, ?, ?, ?, ?)",
+                [id, send.idempotencyKey, try encoder.encode(send), fireAt.timeIntervalSince1970,
+                 NotificationState.scheduled.rawValue, now.timeIntervalSince1970])
+            return id
+        }
+    }
+
+    /// Moves scheduled sends whose time has come into the accepted ones, each in one transaction,
+    /// so a send fires once whatever restarts happen around it.
+    func fireDue(now: Date, timeToLive: (SendNotification) -> Int) throws -> [AcceptedNotification] {
+        let due = try database.query(
+            "SELECT notification_id, send FROM scheduled WHERE state = ? AND fire_at <= ? ORDER BY fire_at LIMIT 500",
+            [NotificationState.scheduled.rawValue, now.timeIntervalSince1970])
+        var fired: [AcceptedNotification] = []
+        for row in due {
+            let id = row[0].string ?? ""
+            var send = try decoder.decode(SendNotification.self, from: row[1].data ?? Data())
+            send.scheduledAt = nil
+            send.idempotencyKey = nil
+            let accepted = try database.transaction {
+                try database.run("UPDATE scheduled SET state = 'Fired' WHERE notification_id = ?", [id])
+                return try accept(send, timeToLive: timeToLive(send), now: now, id: id).0
+            }
+            fired.append(accepted)
+        }
+        return fired
+    }
+
+    /// Cancels a scheduled send that has not fired.
+    func cancel(_ id: String) throws {
+        guard let row = try database.queryOne("SELECT state FROM scheduled WHERE notification_id = ?", [id]) else {
+            throw HubError(.notFound, "no scheduled notification '\(id)'")
+        }
+        guard row[0].string == NotificationState.scheduled.rawValue else {
+            throw HubError(.conflict, "scheduled notification '\(id)' is \(row[0].string == "Fired" ? "already sent" : "already canceled")")
+        }
+        try database.run("UPDATE scheduled SET state = ? WHERE notification_id = ?", [NotificationState.canceled.rawValue, id])
+    }
+
+    /// A scheduled send's state and enqueue time, while it has not fired.
+    func scheduledState(_ id: String) throws -> (NotificationState, Date)? {
+        guard let row = try database.queryOne(
+            "SELECT state, enqueued_at FROM scheduled WHERE notification_id = ? AND state != 'Fired'", [id]),
+            let state = NotificationState(rawValue: row[0].string ?? "")
+        else { return nil }
+        return (state, Date(timeIntervalSince1970: row[1].double ?? 0))
     }
 
     func pending(after: UInt64, limit: Int) throws -> [AcceptedNotification] {

@@ -7,7 +7,9 @@ enum SendRules {
     static let maxPayloadBytes = 64 * 1024
     static let maxTimeToLive = 30 * 86_400
 
-    static func validate(_ send: SendNotification, defaultTimeToLive: Int) throws(HubError) -> Int {
+    static let maxScheduleAhead: TimeInterval = 7 * 86_400
+
+    static func validate(_ send: SendNotification, defaultTimeToLive: Int, now: Date = Date()) throws(HubError) -> Int {
         let targets = [send.tagExpression, send.installationId, send.userId].compactMap { $0 }
         guard targets.count <= 1 else {
             throw HubError(.invalidArgument, "give at most one of tagExpression, installationId and userId; none sends to everyone")
@@ -24,8 +26,13 @@ enum SendRules {
                 throw HubError(.invalidArgument, "\(name) '\(value)' may use only A–Z a–z 0–9 _ @ # . : -")
             }
         }
-        if send.scheduledAt != nil {
-            throw HubError(.invalidArgument, "scheduledAt is not accepted on notification.send by this version; send without it")
+        if let scheduledAt = send.scheduledAt {
+            guard scheduledAt > now else {
+                throw HubError(.invalidArgument, "scheduledAt \(WireDate.format(scheduledAt)) is in the past; schedule a time ahead, at most 7 days")
+            }
+            guard scheduledAt <= now.addingTimeInterval(maxScheduleAhead) else {
+                throw HubError(.invalidArgument, "scheduledAt \(WireDate.format(scheduledAt)) is more than 7 days ahead")
+            }
         }
         switch send.format {
         case .native:

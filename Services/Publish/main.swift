@@ -36,7 +36,25 @@ ServiceMain.run(name: "nh-publish", summary: "the publish service: accepts notif
             throw HubError(.invalidArgument, "'rich' is set by the hub; send rich payloads with rich.send")
         }
         let timeToLive = try SendRules.validate(request.payload, defaultTimeToLive: config.defaultTimeToLive)
+        if let fireAt = request.payload.scheduledAt {
+            return SendAccepted(notificationId: try store.schedule(request.payload, fireAt: fireAt, now: Date()), state: .scheduled)
+        }
         return SendAccepted(notificationId: try accept(request.payload, timeToLive: timeToLive).notificationId, state: .enqueued)
+    }
+    server.on(CancelScheduledNotification.self) { request in
+        try context.authorize(request.auth, needs: .send)
+        try store.cancel(request.payload.notificationId)
+        return Ack()
+    }
+    // Scheduled sends fire from the store, so one survives any restart and fires once.
+    context.loop.every(milliseconds: 500) {
+        let fired = try store.fireDue(now: Date()) {
+            (try? SendRules.validate($0, defaultTimeToLive: config.defaultTimeToLive)) ?? config.defaultTimeToLive
+        }
+        for accepted in fired {
+            try events.publish(topic: "notification", sequence: accepted.sequence, body: Data(accepted.notificationId.utf8))
+            context.logger.info("scheduled send fired", ("id", accepted.notificationId))
+        }
     }
 
     // Rich push: the payload is stored first, then the targets get a silent notification that
@@ -81,6 +99,9 @@ ServiceMain.run(name: "nh-publish", summary: "the publish service: accepts notif
     }
     server.on(OutcomeRequest.self) { request in
         try context.authorize(request.auth, needs: .send)
+        if let (state, enqueuedAt) = try store.scheduledState(request.payload.notificationId) {
+            return NotificationOutcome(notificationId: request.payload.notificationId, state: state, enqueuedAt: enqueuedAt)
+        }
         guard let accepted = try store.find(request.payload.notificationId) else {
             throw HubError(.notFound, "no notification '\(request.payload.notificationId)'")
         }

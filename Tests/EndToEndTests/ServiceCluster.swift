@@ -8,7 +8,7 @@ import Testing
 /// Real service executables on free loopback ports with a temporary data folder, for one test.
 /// Every process it starts, it ends.
 final class ServiceCluster {
-    static let services = ["nh-registry", "nh-sync", "nh-dispatch", "nh-publish", "nh-agent"]
+    static let services = ["nh-registry", "nh-sync", "nh-dispatch", "nh-publish", "nh-agent", "nh-gateway"]
 
     let dataDirectory: URL
     var environment: [String: String]
@@ -18,6 +18,7 @@ final class ServiceCluster {
         dataDirectory = FileManager.default.temporaryDirectory.appendingPathComponent("nh-e2e-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: dataDirectory, withIntermediateDirectories: true)
         environment = try LoopbackEnvironment.make(dataDirectory: dataDirectory, logLevel: "debug")
+        environment["NH_GATEWAY_LISTEN"] = "127.0.0.1:\(try Self.freeTCPPort())"
         environment["NH_HEARTBEAT_MS"] = "200"
     }
 
@@ -38,6 +39,10 @@ final class ServiceCluster {
     }()
 
     static func freeEndpoint() throws -> String { try LoopbackEnvironment.freeEndpoint() }
+
+    static func freeTCPPort() throws -> Int {
+        Int(try freeEndpoint().split(separator: ":").last ?? "0") ?? 0
+    }
 
     /// The request endpoint of a service.
     func endpoint(_ service: String) -> String {

@@ -52,6 +52,7 @@ enum Samples {
             scheduledAt: later),
         SendAccepted(notificationId: "n-1", state: .enqueued),
         OutcomeRequest(notificationId: "n-1"),
+        CancelScheduledNotification(notificationId: "n-1"),
         NotificationOutcome(
             notificationId: "n-1", state: .completed, enqueuedAt: instant, startedAt: instant, endedAt: later,
             targets: 3, delivered: 3, acknowledged: 2, expired: 0, failed: 1),
