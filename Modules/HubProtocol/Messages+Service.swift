@@ -50,3 +50,22 @@ public struct Ack: HubMessage {
     public static let messageType: MessageType = "ack"
     public init() {}
 }
+
+/// Asks a service for its counters, for the gateway's /metrics.
+public struct MetricsRequest: HubRequest {
+    public typealias Reply = MetricsReply
+    public static let messageType: MessageType = "metrics"
+    public init() {}
+}
+
+/// Prometheus samples: each key is a metric name with its labels, such as
+/// `nh_requests_total{type="health"}`.
+public struct MetricsReply: HubMessage {
+    public static let messageType: MessageType = "metrics.reply"
+    public var service: String
+    public var samples: [String: Double]
+    public init(service: String, samples: [String: Double]) {
+        self.service = service
+        self.samples = samples
+    }
+}

@@ -14,6 +14,8 @@ public final class HubServer {
     /// Requests answered with an error, by code; for metrics and tests.
     public private(set) var errorCounts: [ErrorCode: Int] = [:]
     public private(set) var requestCount = 0
+    /// Requests answered, and the time spent on them, by message type.
+    public private(set) var requestsByType: [MessageType: (count: Int, seconds: Double)] = [:]
 
     public init(
         context: ZMQContext = .shared, bind endpoint: String, logger: Logger, maxMessageBytes: Int,
@@ -69,6 +71,17 @@ public final class HubServer {
     /// Sends a message the peer did not ask for, on a route a handler was given.
     public func push<M: HubMessage>(_ message: M, to route: [Data], id: String) throws(ZMQError) {
         try server.reply(to: route, [HubCodec.encode(message, id: id)])
+    }
+
+    /// This server's counters as Prometheus samples.
+    public var samples: [String: Double] {
+        var samples: [String: Double] = ["nh_requests_received_total": Double(requestCount)]
+        for (type, figures) in requestsByType {
+            samples["nh_requests_total{type=\"\(type)\"}"] = Double(figures.count)
+            samples["nh_request_duration_seconds_sum{type=\"\(type)\"}"] = figures.seconds
+        }
+        for (code, count) in errorCounts { samples["nh_errors_total{code=\"\(code.rawValue)\"}"] = Double(count) }
+        return samples
     }
 
     /// The message types this server answers.
@@ -136,6 +149,13 @@ public final class HubServer {
                 .unknownType,
                 "this service does not answer '\(header.type)'; it answers \(knownTypes.map(\.rawValue).joined(separator: ", "))"),
                 id: header.id)]
+        }
+        let started = ContinuousClock.now
+        defer {
+            let elapsed = started.duration(to: .now)
+            let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+            let previous = requestsByType[header.type] ?? (0, 0)
+            requestsByType[header.type] = (previous.count + 1, previous.seconds + seconds)
         }
         do {
             return try handler(data, parsed, route).map { [$0] } ?? []

@@ -41,6 +41,15 @@ public final class ServiceContext {
     ) throws -> HubServer {
         let server = try HubServer(bind: endpoint, logger: logger, maxMessageBytes: maxMessageBytes ?? config.maxMessageBytes)
         server.on(HealthRequest.self) { [unowned self] _ in self.health(endpoints(), details: details()) }
+        server.on(MetricsRequest.self) { [unowned self, unowned server] _ in
+            var samples = server.samples
+            // Numeric details, such as queue depths and counts, become gauges.
+            for (name, value) in details() ?? [:] {
+                if let number = Double(value) { samples["nh_\(Self.snakeCase(name))"] = number }
+            }
+            samples["nh_uptime_seconds"] = self.health([:]).uptimeSeconds
+            return MetricsReply(service: self.name, samples: samples)
+        }
         if let group {
             loop.watch(server.socket) { try server.serve(group: group) }
         } else {
@@ -128,6 +137,14 @@ public final class ServiceContext {
             service: name, status: status, version: HubVersion.current, pid: getpid(),
             uptimeSeconds: Double(uptime.components.seconds) + Double(uptime.components.attoseconds) / 1e18,
             endpoints: endpoints, details: details)
+    }
+
+    static func snakeCase(_ name: String) -> String {
+        var result = ""
+        for character in name {
+            if character.isUppercase { result += "_" + character.lowercased() } else { result.append(character) }
+        }
+        return result
     }
 
     public func onShutdown(_ closer: @escaping () -> Void) {

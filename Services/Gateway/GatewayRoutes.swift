@@ -1,4 +1,5 @@
 import Auth
+import Bus
 import Foundation
 import HTTPServer
 import HubProtocol
@@ -42,6 +43,7 @@ final class GatewayRoutes {
     private func route(_ request: HTTPRequest) throws -> HTTPResponse {
         let segments = request.path.split(separator: "/").map { $0.removingPercentEncoding ?? String($0) }
         guard let first = segments.first else { throw HubError(.notFound, "no resource at '/'; hub resources are under /\(hub)/") }
+        if first == "metrics", segments.count == 1, request.method == "GET" { return metrics() }
         guard first == hub else { throw HubError(.notFound, "no hub '\(first)'; this namespace has '\(hub)'") }
         try checkVersion(request)
         let rest = Array(segments.dropFirst())
@@ -97,6 +99,41 @@ final class GatewayRoutes {
         default:
             throw HubError(.notFound, "no resource at \(request.path)")
         }
+    }
+
+    // MARK: Metrics
+
+    /// Prometheus text for every service, asked over the bus, and the gateway's own HTTP counts.
+    private func metrics() -> HTTPResponse {
+        var lines: [String] = []
+        var up: [(String, Bool)] = []
+        for (service, endpoints) in context.config.serviceEndpoints where service != "nh-gateway" && service != "nh-agent" {
+            guard let client = try? HubClient(connect: endpoints.requests, policy: RetryPolicy(timeout: 500, attempts: 1)),
+                let reply = try? client.call(MetricsRequest(), auth: context.serviceToken())
+            else {
+                up.append((service, false))
+                continue
+            }
+            client.close()
+            up.append((service, true))
+            for (name, value) in reply.samples.sorted(by: { $0.key < $1.key }) {
+                lines.append(Self.sample(name, service: service, value))
+            }
+        }
+        for (key, count) in counts.sorted(by: { $0.key < $1.key }) {
+            let parts = key.split(separator: " ")
+            lines.append("nh_http_requests_total{service=\"nh-gateway\",method=\"\(parts[0])\",status=\"\(parts[1])\"} \(count)")
+        }
+        for (service, isUp) in up { lines.append("nh_up{service=\"\(service)\"} \(isUp ? 1 : 0)") }
+        return HTTPResponse(
+            status: 200, headers: [("Content-Type", "text/plain; version=0.0.4")], body: Data((lines.joined(separator: "\n") + "\n").utf8))
+    }
+
+    /// Adds the service label to a sample name that may already have labels.
+    static func sample(_ name: String, service: String, _ value: Double) -> String {
+        let label = "service=\"\(service)\""
+        let named = name.contains("{") ? name.replacingOccurrences(of: "{", with: "{\(label),") : "\(name){\(label)}"
+        return "\(named) \(value == value.rounded() && abs(value) < 1e15 ? String(Int64(value)) : String(value))"
     }
 
     // MARK: Checks

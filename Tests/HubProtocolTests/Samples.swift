@@ -27,6 +27,8 @@ enum Samples {
             service: "nh-registry", status: "ok", version: "0.1.0", pid: 42, uptimeSeconds: 1.5,
             endpoints: ["requests": "tcp://127.0.0.1:7701"], details: ["installations": "3"]),
         ErrorReply(code: .unknownType, message: "this service does not answer 'x'"),
+        MetricsRequest(),
+        MetricsReply(service: "nh-registry", samples: [#"nh_requests_total{type="health"}"#: 3]),
         Ack(),
         InstallationUpsert(installation: installation),
         InstallationPatch(
