@@ -3,8 +3,8 @@
 
 SWIFT        ?= swift
 DATA_DIR     ?= $(CURDIR)/data
-APT_PACKAGES := libzmq3-dev libsqlite3-dev libssl-dev libmicrohttpd-dev pkg-config mosquitto mosquitto-clients
-PY_PACKAGES  := pyzmq paho-mqtt
+APT_PACKAGES := libzmq3-dev libsqlite3-dev libssl-dev libmicrohttpd-dev pkg-config openssl mosquitto mosquitto-clients
+PY_PACKAGES  := pytest requests
 SUDO         := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 RELEASE_BIN   = $(CURDIR)/.build/release
 DEBUG_BIN     = $(CURDIR)/.build/debug
@@ -16,7 +16,7 @@ all: build
 help:
 	@echo "make deps     install missing Debian and Python packages"
 	@echo "make build    debug build of every module and service"
-	@echo "make test     deps, then the whole test suite"
+	@echo "make test     deps, then the whole test suite (Swift, then the gateway's REST tests in Python)"
 	@echo "make run      deps, release build, then every service on loopback (Ctrl-C stops them)"
 	@echo "make bench    deps, release build, then throughput against raw libzmq and Mosquitto"
 	@echo "make clean    remove build products (the data folder stays)"
@@ -30,7 +30,7 @@ deps:
 	  echo "installing:$$missing"; \
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
 	fi
-	@python3 -c "import zmq, paho.mqtt" 2>/dev/null || python3 -m pip install -q $(PY_PACKAGES) 2>&1 | grep -v "Running pip as the 'root'" || true
+	@python3 -c "import pytest, requests" 2>/dev/null || python3 -m pip install -q $(PY_PACKAGES) 2>&1 | grep -v "Running pip as the 'root'" || true
 
 build: deps
 	$(SWIFT) build
@@ -40,7 +40,8 @@ release: deps
 
 test: deps
 	$(SWIFT) build --build-tests
-	$(SWIFT) test --skip-build --parallel --num-workers 2
+	$(SWIFT) test --skip-build
+	NH_BIN_DIR="$(DEBUG_BIN)" python3 -m pytest -q Tests/Gateway
 
 run: release
 	@NH_DATA_DIR="$(DATA_DIR)" NH_BIN_DIR="$(RELEASE_BIN)" deploy/run-local.sh

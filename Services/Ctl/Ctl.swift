@@ -19,10 +19,14 @@ enum Ctl {
                                       store FILE and send a silent notification; agents fetch it, then show it
                TARGET: --tag EXPRESSION | --installation ID | --user USER (none: everyone)
                --ttl SECONDS, --idempotency-key KEY
+          send ... --schedule TIME    send at TIME (ISO 8601, at most 7 days ahead); --direct HANDLE sends to one device
+          cancel ID                   cancel a scheduled send that has not fired
           outcome ID                  what became of a notification
+          installations list [--tag T] [--top N] | show ID | delete ID
           user credential USER        enroll a device of USER: prints the credential for nh-agent login
           user post USER --app-id ID (--title T --body B | --raw R) [--expires-in S] [--priority P] [--group G]
                                       post a notification to every device of USER
+          user list USER              USER's notifications in the store, with their states
           keys                        the hub's connection strings
 
         Sending uses NH_CONNECTION_STRING, --connection-string, or the full key in the data
@@ -40,7 +44,7 @@ enum Ctl {
                 arguments,
                 valued: ["config", "timeout", "tag", "installation", "user", "ttl", "native", "connection-string", "idempotency-key",
                         "app-id", "title", "body", "raw", "expires-in", "priority", "group", "lifetime", "rich", "message", "rich-type",
-                        "content-type"],
+                        "content-type", "schedule", "direct", "top"],
                 flags: ["json"])
         } catch {
             return fail("\(error)\n\n\(usage)")
@@ -63,6 +67,10 @@ enum Ctl {
             return CtlSend.send(parsed, config: config, environment: environment)
         case "outcome":
             return CtlSend.outcome(parsed, config: config, environment: environment)
+        case "cancel":
+            return CtlSend.cancel(parsed, config: config, environment: environment)
+        case "installations":
+            return CtlInstallations.run(parsed, config: config, environment: environment)
         case "user":
             return CtlUser.run(parsed, config: config, environment: environment)
         case "keys":

@@ -63,10 +63,16 @@ enum CtlSend {
             guard let value = Int(text) else { return Ctl.fail("--ttl must be a number of seconds") }
             ttl = value
         }
+        var scheduledAt: Date?
+        if let text = parsed[option: "schedule"] {
+            guard let date = WireDate.parse(text) else { return Ctl.fail("--schedule must be an ISO 8601 time such as 2026-01-31T12:00:00Z") }
+            scheduledAt = date
+        }
         let request = SendNotification(
             idempotencyKey: parsed[option: "idempotency-key"] ?? UUID().uuidString, format: native == nil ? .template : .native,
             body: native, properties: native == nil ? properties : nil, tagExpression: parsed[option: "tag"],
-            installationId: parsed[option: "installation"], userId: parsed[option: "user"], timeToLive: ttl)
+            installationId: parsed[option: "installation"] ?? parsed[option: "direct"], userId: parsed[option: "user"],
+            timeToLive: ttl, scheduledAt: scheduledAt)
         do {
             let client = try client(config.publish.requests, try credential(parsed, config: config, environment: environment), config)
             defer { client.close() }
@@ -76,6 +82,19 @@ enum CtlSend {
             } else {
                 print("accepted \(accepted.notificationId) (\(accepted.state.rawValue))")
             }
+            return 0
+        } catch {
+            return report(error)
+        }
+    }
+
+    static func cancel(_ parsed: Arguments, config: HubConfig, environment: [String: String]) -> Int32 {
+        guard parsed.positionals.count == 2 else { return Ctl.fail("usage: nhctl cancel NOTIFICATION_ID") }
+        do {
+            let publish = try client(config.publish.requests, try credential(parsed, config: config, environment: environment), config)
+            defer { publish.close() }
+            _ = try publish.call(CancelScheduledNotification(notificationId: parsed.positionals[1]))
+            print(parsed.has("json") ? #"{"canceled":"\#(parsed.positionals[1])"}"# : "canceled \(parsed.positionals[1])")
             return 0
         } catch {
             return report(error)

@@ -40,8 +40,24 @@ enum CtlUser {
                     priority: parsed[option: "priority"], group: parsed[option: "group"], expiresAt: expiresAt))
                 print(parsed.has("json") ? #"{"id":"\#(reply.notification.id)"}"# : "posted \(reply.notification.id) to \(user)")
                 return 0
+            case "list":
+                let sync = try CtlSend.client(config.sync.requests, credential, config)
+                defer { sync.close() }
+                let enrolled = try sync.call(IssueUserCredential(userId: user, lifetime: 60))
+                let token = try sync.call(UserTokenRequest(credential: enrolled.credential)).token
+                let history = try sync.call(UserHistoryRequest(), auth: token)
+                let encoder = HubCodec.makeEncoder()
+                for notification in history.notifications {
+                    if parsed.has("json") {
+                        print(String(decoding: try encoder.encode(notification), as: UTF8.self))
+                    } else {
+                        let title = notification.visual.map { "\($0.title): \($0.body)" } ?? notification.raw ?? ""
+                        print("\(notification.id)  \(notification.readState.rawValue)  \(notification.userActionState.rawValue)  \(title)")
+                    }
+                }
+                return 0
             default:
-                return Ctl.fail("unknown user command '\(words[0])'; use credential or post")
+                return Ctl.fail("unknown user command '\(words[0])'; use credential, post or list")
             }
         } catch {
             return CtlSend.report(error)

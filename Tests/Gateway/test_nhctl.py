@@ -1,0 +1,89 @@
+"""The same flow as the REST tests, through nhctl: send to an expression, the agent receives it,
+outcome, schedule and cancel, a scheduled send that fires, direct send, list, delete, user posts."""
+import datetime
+import json
+import os
+import subprocess
+
+import pytest
+import requests
+
+from conftest import BIN, wait_until
+
+
+def nhctl(hub, *arguments):
+    result = subprocess.run([os.path.join(BIN, "nhctl"), *arguments, "--json"], env=hub.env, capture_output=True,
+                            text=True, timeout=30)
+    return result
+
+
+def lines(path):
+    try:
+        with open(path) as f:
+            return [json.loads(line) for line in f if line.strip()]
+    except FileNotFoundError:
+        return []
+
+
+@pytest.fixture(scope="module")
+def agent(hub):
+    output = os.path.join(hub.data, "ctl-agent.jsonl")
+    home = os.path.join(hub.data, "ctl-agent")
+    env = {"NH_AGENT_HOME": home, "NH_AGENT_INSTALLATION_ID": "ctl-device",
+           "NH_AGENT_TEMPLATE": '{"aps":{"alert":"$(messageParam)"}}'}
+    subprocess.run([os.path.join(BIN, "nh-agent"), "subscribe", "World"], env={**hub.env, **env}, check=True, capture_output=True)
+    hub.start("ctl-agent", "nh-agent", env=env, stdout=open(output, "ab"))
+    assert wait_until(lambda: nhctl(hub, "installations", "show", "ctl-device").returncode == 0)
+    assert wait_until(lambda: 'nh_agents{service="nh-dispatch"} 1' in requests.get(f"{hub.base}/metrics").text)
+    return output
+
+
+def outcome(hub, notification):
+    result = nhctl(hub, "outcome", notification)
+    return json.loads(result.stdout) if result.returncode == 0 else {}
+
+
+def test_send_outcome_schedule_direct_list_delete(hub, agent):
+    sent = nhctl(hub, "send", "--tag", "World && !Sports", "messageParam=Breaking World News!")
+    assert sent.returncode == 0, sent.stderr
+    notification = json.loads(sent.stdout)["notificationId"]
+    assert wait_until(lambda: any(l.get("payload", {}).get("aps", {}).get("alert") == "Breaking World News!" for l in lines(agent)))
+    assert wait_until(lambda: outcome(hub, notification).get("state") == "Completed"
+                      and outcome(hub, notification).get("acknowledged") == 1)
+
+    later = (datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(hours=2)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    scheduled = json.loads(nhctl(hub, "send", "--tag", "World", "--schedule", later, "messageParam=never").stdout)
+    assert scheduled["state"] == "Scheduled"
+    assert nhctl(hub, "cancel", scheduled["notificationId"]).returncode == 0
+    assert outcome(hub, scheduled["notificationId"])["state"] == "Canceled"
+    assert nhctl(hub, "cancel", scheduled["notificationId"]).returncode == 1
+
+    soon = (datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=2)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    fires = json.loads(nhctl(hub, "send", "--tag", "World", "--schedule", soon, "messageParam=on schedule").stdout)
+    assert wait_until(lambda: any(l.get("payload", {}).get("aps", {}).get("alert") == "on schedule" for l in lines(agent)), timeout=15)
+    assert wait_until(lambda: outcome(hub, fires["notificationId"]).get("state") == "Completed")
+
+    direct = nhctl(hub, "send", "--direct", "ctl-device", "--native", '{"message":"just you"}')
+    assert direct.returncode == 0, direct.stderr
+    assert wait_until(lambda: any(l.get("payload", {}).get("message") == "just you" for l in lines(agent)))
+
+    listed = [json.loads(line) for line in nhctl(hub, "installations", "list", "--tag", "World").stdout.splitlines()]
+    assert [i["installationId"] for i in listed] == ["ctl-device"]
+    assert nhctl(hub, "installations", "delete", "ctl-device").returncode == 0
+    assert nhctl(hub, "installations", "show", "ctl-device").returncode == 1
+
+
+def test_user_post_and_list(hub):
+    posted = nhctl(hub, "user", "post", "carol", "--app-id", "a-1", "--title", "Hello", "--body", "Carol")
+    assert posted.returncode == 0, posted.stderr
+    listed = [json.loads(line) for line in nhctl(hub, "user", "list", "carol").stdout.splitlines()]
+    assert [n["appNotificationId"] for n in listed] == ["a-1"]
+    assert listed[0]["readState"] == "unread"
+
+
+def test_errors_and_help(hub):
+    bad = nhctl(hub, "send", "--tag", "World &&", "messageParam=x")
+    assert bad.returncode == 1 and "invalid_expression" in bad.stderr
+    assert nhctl(hub, "frobnicate").returncode == 2
+    help_text = subprocess.run([os.path.join(BIN, "nhctl"), "send", "--help"], capture_output=True, text=True)
+    assert help_text.returncode == 0 and "--schedule" in help_text.stdout
