@@ -79,6 +79,7 @@ public final class HubServer {
         for (type, figures) in requestsByType {
             samples["nh_requests_total{type=\"\(type)\"}"] = Double(figures.count)
             samples["nh_request_duration_seconds_sum{type=\"\(type)\"}"] = figures.seconds
+            samples["nh_request_duration_seconds_count{type=\"\(type)\"}"] = Double(figures.count)
         }
         for (code, count) in errorCounts { samples["nh_errors_total{code=\"\(code.rawValue)\"}"] = Double(count) }
         return samples

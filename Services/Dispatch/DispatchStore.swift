@@ -143,6 +143,17 @@ final class DispatchStore {
         }
     }
 
+    /// Totals for metrics: deliveries waiting for an acknowledgement, and outcome counters.
+    func totals() throws -> [String: String] {
+        let pending = try database.queryOne("SELECT count(*) FROM deliveries WHERE acked_at IS NULL")?[0].int ?? 0
+        let row = try database.queryOne(
+            "SELECT count(*), coalesce(sum(targets),0), coalesce(sum(delivered),0), coalesce(sum(acknowledged),0), coalesce(sum(expired),0), coalesce(sum(failed),0) FROM outcomes")
+        let names = ["notifications", "targets", "delivered", "acknowledged", "expired", "failed"]
+        var totals = ["pendingDeliveries": String(pending)]
+        for (index, name) in names.enumerated() { totals[name + "Total"] = String(row?[index].int ?? 0) }
+        return totals
+    }
+
     func outcome(_ notificationId: String) throws -> NotificationOutcome? {
         guard let row = try database.queryOne(
             """

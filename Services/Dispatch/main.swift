@@ -32,7 +32,7 @@ ServiceMain.run(name: "nh-dispatch", summary: "the dispatcher: resolves targets 
         [
             "installations": String(index.count), "registrySequence": replica.tracker.position.map(String.init) ?? "none",
             "cursor": String((try? store.cursor()) ?? 0), "agents": String(sessions.count),
-        ]
+        ].merging((try? store.totals()) ?? [:]) { $1 }
     }
     let agents = try context.bindRequests(config.dispatch.agents ?? "tcp://127.0.0.1:7722", role: "agents", endpoints: { endpoints })
     endpoints["requests"] = server.endpoint

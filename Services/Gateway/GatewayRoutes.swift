@@ -91,6 +91,42 @@ final class GatewayRoutes {
             try authorize(request, .listen)
             let reply = try registry.call(InstallationGet(installationId: rest[1]))
             return RegistrationFeed.entry(reply.installation, base: baseURL(request) + "/" + hub)
+        case ("POST", "users", 2) where rest[1] == "tokens":
+            let body = try Self.object(request.body, "a JSON object with the user's credential")
+            guard let credential = body["credential"] as? String else {
+                throw HubError(.invalidPayload, "the body needs 'credential', from nhctl user credential")
+            }
+            return GatewayResponse.json(200, HubCodec.encode(try sync.call(UserTokenRequest(credential: credential)), id: "").jsonPayload())
+        case ("GET", "users", 3) where rest[1] == "me" && rest[2] == "notifications":
+            let limit = request.query["limit"].flatMap(Int.init)
+            let cursor = UInt64(request.query["cursor"] ?? "0") ?? 0
+            let changes = try sync.call(UserChangesRequest(cursor: cursor, limit: limit), auth: try bearer(request))
+            return GatewayResponse.json(200, HubCodec.encode(changes, id: "").jsonPayload())
+        case ("GET", "users", 4) where rest[1] == "me" && rest[2] == "notifications" && rest[3] == "history":
+            let history = try sync.call(UserHistoryRequest(), auth: try bearer(request))
+            return GatewayResponse.json(200, HubCodec.encode(history, id: "").jsonPayload())
+        case ("PATCH", "users", 4) where rest[1] == "me" && rest[2] == "notifications":
+            let body = try Self.object(request.body, "a JSON object with readState and/or userActionState")
+            for key in body.keys where !["readState", "userActionState"].contains(key) {
+                throw HubError(.unknownField, "a state change has no field '\(key)'; use readState and userActionState")
+            }
+            let read = try (body["readState"] as? String).map { text throws -> ReadState in
+                guard let state = ReadState(rawValue: text) else { throw HubError(.invalidArgument, "readState '\(text)' must be unread or read") }
+                return state
+            }
+            let action = try (body["userActionState"] as? String).map { text throws -> UserActionState in
+                guard let state = UserActionState(rawValue: text) else {
+                    throw HubError(.invalidArgument, "userActionState '\(text)' must be noInteraction, activated, dismissed or snoozed")
+                }
+                return state
+            }
+            let reply = try sync.call(
+                UpdateUserNotificationState(id: rest[3], readState: read, userActionState: action, device: request.header("x-device")),
+                auth: try bearer(request))
+            return GatewayResponse.json(200, HubCodec.encode(reply, id: "").jsonPayload())
+        case ("DELETE", "users", 4) where rest[1] == "me" && rest[2] == "notifications":
+            _ = try sync.call(DeleteUserNotification(id: rest[3], device: request.header("x-device")), auth: try bearer(request))
+            return GatewayResponse.empty(204)
         case ("POST", "users", 3) where rest[2] == "notifications":
             try authorize(request, .send)
             return try postUserNotification(rest[1], request)
@@ -271,6 +307,21 @@ final class GatewayRoutes {
     }
 
     // MARK: User notifications
+
+    /// A user's own requests carry `Authorization: Bearer <user token>`.
+    private func bearer(_ request: HTTPRequest) throws -> String {
+        guard let header = request.header("authorization"), header.hasPrefix("Bearer ") else {
+            throw HubError(.unauthorized, "send the user token as Authorization: Bearer <token>; get one at POST /\(hub)/users/tokens")
+        }
+        return String(header.dropFirst(7))
+    }
+
+    static func object(_ body: Data, _ what: String) throws -> [String: Any] {
+        guard let object = try? JSONSerialization.jsonObject(with: body) as? [String: Any] else {
+            throw HubError(.invalidPayload, "the body must be \(what)")
+        }
+        return object
+    }
 
     private func postUserNotification(_ user: String, _ request: HTTPRequest) throws -> HTTPResponse {
         guard let object = try? JSONSerialization.jsonObject(with: request.body) as? [String: Any] else {

@@ -229,3 +229,27 @@ def test_https_with_a_self_signed_certificate(hub, tmp_path):
     with pytest.raises(requests.exceptions.SSLError):
         requests.get(f"{base}/metrics", verify=True, timeout=2)
     assert hub.stop("nh-gateway-tls") == 0
+
+
+def test_user_rest_with_tokens(hub):
+    credential = subprocess.run([os.path.join(BIN, "nhctl"), "user", "credential", "dave"], env=hub.env,
+                                capture_output=True, text=True, check=True).stdout.strip()
+    r = requests.post(f"{hub.base}/hub/users/dave/notifications?{API}", headers=headers(hub),
+                      data=json.dumps({"appNotificationId": "d-1", "visual": {"title": "Hi", "body": "Dave"}}))
+    assert r.status_code == 201, r.text
+    notification = r.json()["notification"]["id"]
+    token = requests.post(f"{hub.base}/hub/users/tokens?{API}", data=json.dumps({"credential": credential})).json()["token"]
+    bearer = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+    changes = requests.get(f"{hub.base}/hub/users/me/notifications?cursor=0&limit=100&{API}", headers=bearer).json()
+    assert [c["id"] for c in changes["changes"]] == [notification] and changes["cursor"] >= 1
+    r = requests.patch(f"{hub.base}/hub/users/me/notifications/{notification}?{API}", headers=bearer,
+                       data=json.dumps({"userActionState": "dismissed"}))
+    assert r.status_code == 200 and r.json()["notification"]["userActionState"] == "dismissed"
+    assert requests.patch(f"{hub.base}/hub/users/me/notifications/{notification}?{API}", headers=bearer,
+                          data=json.dumps({"userActionState": "archived"})).status_code == 400
+    history = requests.get(f"{hub.base}/hub/users/me/notifications/history?{API}", headers=bearer).json()
+    assert history["notifications"][0]["userActionState"] == "dismissed"
+    assert requests.delete(f"{hub.base}/hub/users/me/notifications/{notification}?{API}", headers=bearer).status_code == 204
+    assert requests.get(f"{hub.base}/hub/users/me/notifications/history?{API}", headers=bearer).json()["notifications"] == []
+    assert requests.get(f"{hub.base}/hub/users/me/notifications?{API}").status_code == 401
+    assert requests.get(f"{hub.base}/hub/users/me/notifications?{API}", headers={"Authorization": "Bearer forged"}).status_code == 401
