@@ -203,19 +203,9 @@ struct BreakingNewsTests {
         let hub = try Hub()
         defer { hub.cluster.stopAll() }
         let send = SendNotification(format: .template, properties: ["messageParam": "x"], tagExpression: "World")
-        func code(_ body: () throws -> Any) -> ErrorCode? {
-            do {
-                _ = try body()
-                return nil
-            } catch let error as HubError {
-                return error.code
-            } catch {
-                return .internal
-            }
-        }
-        #expect(code { try hub.send(send, keyName: AccessKey.defaultListenName) } == .forbidden)
+        #expect(errorCode { try hub.send(send, keyName: AccessKey.defaultListenName) } == .forbidden)
         let anonymous = try HubClient(connect: hub.cluster.endpoint("nh-publish"), policy: RetryPolicy(timeout: 3_000, attempts: 1))
-        #expect(code { try anonymous.call(send) } == .unauthorized)
+        #expect(errorCode { try anonymous.call(send) } == .unauthorized)
         anonymous.close()
 
         let registry = try hub.cluster.client(hub.cluster.endpoint("nh-registry"), keyName: AccessKey.defaultListenName)
@@ -225,18 +215,18 @@ struct BreakingNewsTests {
         #expect(try registry.call(InstallationUpsert(installation: good)).installation.tags == ["World"])
         var badTag = good
         badTag.tags = ["Breaking News"]
-        #expect(code { try registry.call(InstallationUpsert(installation: badTag)) } == .invalidTag)
+        #expect(errorCode { try registry.call(InstallationUpsert(installation: badTag)) } == .invalidTag)
         var tooMany = good
         tooMany.tags = (1...61).map { "t\($0)" }
-        #expect(code { try registry.call(InstallationUpsert(installation: tooMany)) } == .invalidTag)
+        #expect(errorCode { try registry.call(InstallationUpsert(installation: tooMany)) } == .invalidTag)
         var badTemplate = good
         badTemplate.templates = ["t": InstallationTemplate(body: #"{"aps":{"alert":"$(messageParam"}}"#)]
-        #expect(code { try registry.call(InstallationUpsert(installation: badTemplate)) } == .invalidTemplate)
+        #expect(errorCode { try registry.call(InstallationUpsert(installation: badTemplate)) } == .invalidTemplate)
         var notJSON = good
         notJSON.templates = ["t": InstallationTemplate(body: "alert: $(messageParam)")]
-        #expect(code { try registry.call(InstallationUpsert(installation: notJSON)) } == .invalidTemplate)
+        #expect(errorCode { try registry.call(InstallationUpsert(installation: notJSON)) } == .invalidTemplate)
         #expect(try registry.call(InstallationGet(installationId: "dev-1")).installation.tags == ["World"])
-        #expect(code { try registry.call(InstallationList()) } == .forbidden)
+        #expect(errorCode { try registry.call(InstallationList()) } == .forbidden)
 
         // Patch: add and remove tags, replace the push channel; a bad operation changes nothing.
         let patched = try registry.call(InstallationPatch(installationId: "dev-1", operations: [
@@ -246,7 +236,7 @@ struct BreakingNewsTests {
         ])).installation
         #expect(patched.tags == ["Sports"])
         #expect(patched.pushChannel == "dev-1b")
-        #expect(code { try registry.call(InstallationPatch(installationId: "dev-1", operations: [
+        #expect(errorCode { try registry.call(InstallationPatch(installationId: "dev-1", operations: [
             PatchOperation(op: "add", path: "/tags", value: .string("ok")), PatchOperation(op: "move", path: "/tags"),
         ])) } == .invalidArgument)
         #expect(try registry.call(InstallationGet(installationId: "dev-1")).installation.tags == ["Sports"])
@@ -260,7 +250,7 @@ struct BreakingNewsTests {
             (SendNotification(format: .template, properties: ["m": "x"], timeToLive: 0), .invalidArgument),
             (SendNotification(format: .template, properties: ["m": "x"], tagExpression: "a", userId: "u"), .invalidArgument),
         ] {
-            #expect(code { try hub.send(bad) } == expected, "\(bad)")
+            #expect(errorCode { try hub.send(bad) } == expected, "\(bad)")
         }
         // A non-string property value and an unknown field, on the raw wire.
         let key = try hub.cluster.keys().key(named: AccessKey.defaultFullName)!

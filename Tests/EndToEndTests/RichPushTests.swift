@@ -69,16 +69,6 @@ struct RichPushTests {
 
     static func image(_ size: Int) -> Data { Crypto.randomBytes(size) }
 
-    static func code(_ body: () throws -> Any) -> ErrorCode? {
-        do {
-            _ = try body()
-            return nil
-        } catch let error as HubError {
-            return error.code
-        } catch {
-            return .internal
-        }
-    }
 
     @Test("a 1 MiB image reaches both of a user's devices, fetched and checked before it is shown; others are refused")
     func imageToUser() throws {
@@ -116,19 +106,19 @@ struct RichPushTests {
         // Not a target: no ticket, a forged one, or one for another payload.
         let listen = try hub.cluster.client(hub.cluster.endpoint("nh-publish"), keyName: AccessKey.defaultListenName)
         defer { listen.close() }
-        #expect(Self.code { try listen.call(RichFetchRequest(richId: accepted.richId, ticket: "")) } == .unauthorized)
-        #expect(Self.code { try listen.call(RichFetchRequest(richId: accepted.richId, ticket: "nhu1.e30.c2ln")) } == .unauthorized)
+        #expect(errorCode { try listen.call(RichFetchRequest(richId: accepted.richId, ticket: "")) } == .unauthorized)
+        #expect(errorCode { try listen.call(RichFetchRequest(richId: accepted.richId, ticket: "nhu1.e30.c2ln")) } == .unauthorized)
         let forged = UserTokens(secret: Data(repeating: 3, count: 32)).issue(user: "x", kind: .ticket, lifetime: 60, resource: accepted.richId)
-        #expect(Self.code { try listen.call(RichFetchRequest(richId: accepted.richId, ticket: forged.token)) } == .unauthorized)
+        #expect(errorCode { try listen.call(RichFetchRequest(richId: accepted.richId, ticket: forged.token)) } == .unauthorized)
         let secret = try UserTokens.loadOrCreate(directory: hub.cluster.dataDirectory)
         let elsewhere = secret.issue(user: "x", kind: .ticket, lifetime: 60, resource: "0000")
-        #expect(Self.code { try listen.call(RichFetchRequest(richId: accepted.richId, ticket: elsewhere.token)) } == .forbidden)
+        #expect(errorCode { try listen.call(RichFetchRequest(richId: accepted.richId, ticket: elsewhere.token)) } == .forbidden)
         let unknown = secret.issue(user: "x", kind: .ticket, lifetime: 60, resource: "ffff")
-        #expect(Self.code { try listen.call(RichFetchRequest(richId: "ffff", ticket: unknown.token)) } == .notFound)
+        #expect(errorCode { try listen.call(RichFetchRequest(richId: "ffff", ticket: unknown.token)) } == .notFound)
         let valid = secret.issue(user: "x", kind: .ticket, lifetime: 60, resource: accepted.richId)
         let anonymous = try HubClient(connect: hub.cluster.endpoint("nh-publish"), policy: RetryPolicy(timeout: 3_000, attempts: 1))
         defer { anonymous.close() }
-        #expect(Self.code { try anonymous.call(RichFetchRequest(richId: accepted.richId, ticket: valid.token)) } == .unauthorized)
+        #expect(errorCode { try anonymous.call(RichFetchRequest(richId: accepted.richId, ticket: valid.token)) } == .unauthorized)
     }
 
     @Test("the publish service dies between the signal and the fetch: the agent's retry succeeds after it is back")
@@ -192,11 +182,11 @@ struct RichPushTests {
         let hub = try Hub()
         defer { hub.cluster.stopAll() }
         let bytes = Self.image(100)
-        #expect(Self.code { try hub.send(SendRichNotification(message: "m", richType: "image", contentType: "image/png", payload: Data())) } == .invalidPayload)
-        #expect(Self.code { try hub.send(SendRichNotification(message: "m", richType: "image", contentType: "", payload: bytes)) } == .invalidArgument)
-        #expect(Self.code { try hub.send(SendRichNotification(message: "m", richType: "image", contentType: "image/png", payload: bytes, sha256: String(repeating: "0", count: 64))) } == .invalidArgument)
-        #expect(Self.code { try hub.send(SendRichNotification(message: "m", richType: "image", contentType: "image/png", payload: Data(repeating: 7, count: (4 << 20) + 1))) } == .payloadTooLarge)
-        #expect(Self.code { try hub.send(SendRichNotification(message: "m", richType: "image", contentType: "image/png", payload: bytes), keyName: AccessKey.defaultListenName) } == .forbidden)
+        #expect(errorCode { try hub.send(SendRichNotification(message: "m", richType: "image", contentType: "image/png", payload: Data())) } == .invalidPayload)
+        #expect(errorCode { try hub.send(SendRichNotification(message: "m", richType: "image", contentType: "", payload: bytes)) } == .invalidArgument)
+        #expect(errorCode { try hub.send(SendRichNotification(message: "m", richType: "image", contentType: "image/png", payload: bytes, sha256: String(repeating: "0", count: 64))) } == .invalidArgument)
+        #expect(errorCode { try hub.send(SendRichNotification(message: "m", richType: "image", contentType: "image/png", payload: Data(repeating: 7, count: (4 << 20) + 1))) } == .payloadTooLarge)
+        #expect(errorCode { try hub.send(SendRichNotification(message: "m", richType: "image", contentType: "image/png", payload: bytes), keyName: AccessKey.defaultListenName) } == .forbidden)
         // A missing content type, on the raw wire.
         let key = try hub.cluster.keys().key(named: AccessKey.defaultFullName)!
         let token = ConnectionString(endpoint: "http://127.0.0.1:7780/", keyName: key.name, key: key.key).token(for: "http://127.0.0.1:7780/hub")

@@ -190,3 +190,15 @@ func jsonLines(_ url: URL) -> [[String: Any]] {
     let text = (try? String(contentsOf: url, encoding: .utf8)) ?? ""
     return text.split(separator: "\n").compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
 }
+
+/// The error code a call failed with, nil when it succeeded.
+func errorCode(_ body: () throws -> Any) -> ErrorCode? {
+    do {
+        _ = try body()
+        return nil
+    } catch let error as HubError {
+        return error.code
+    } catch {
+        return .internal
+    }
+}

@@ -217,41 +217,31 @@ struct UserSyncTests {
         let n = try hub.post("U1", "kept")
         let u1 = try hub.userClient("U1")
         defer { u1.close() }
-        func code(_ body: () throws -> Any) -> ErrorCode? {
-            do {
-                _ = try body()
-                return nil
-            } catch let error as HubError {
-                return error.code
-            } catch {
-                return .internal
-            }
-        }
         let publish = try hub.cluster.client(hub.cluster.endpoint("nh-publish"))
         defer { publish.close() }
-        #expect(code { try u1.call(UpdateUserNotificationState(id: "nope", readState: .read)) } == .notFound)
-        #expect(code { try u1.call(UpdateUserNotificationState(id: n.id)) } == .invalidArgument)
-        #expect(code { try publish.call(PostUserNotification(userId: "U1", appNotificationId: "x", visual: VisualContent(title: "t", body: "b"),
+        #expect(errorCode { try u1.call(UpdateUserNotificationState(id: "nope", readState: .read)) } == .notFound)
+        #expect(errorCode { try u1.call(UpdateUserNotificationState(id: n.id)) } == .invalidArgument)
+        #expect(errorCode { try publish.call(PostUserNotification(userId: "U1", appNotificationId: "x", visual: VisualContent(title: "t", body: "b"),
                                                                 expiresAt: Date().addingTimeInterval(-5))) } == .invalidArgument)
-        #expect(code { try publish.call(PostUserNotification(userId: "U1", appNotificationId: "x", visual: VisualContent(title: "t", body: "b"),
+        #expect(errorCode { try publish.call(PostUserNotification(userId: "U1", appNotificationId: "x", visual: VisualContent(title: "t", body: "b"),
                                                                 expiresAt: Date().addingTimeInterval(31 * 86_400))) } == .invalidArgument)
-        #expect(code { try publish.call(PostUserNotification(userId: "U1", appNotificationId: "x")) } == .invalidPayload)
-        #expect(code { try u1.call(UserChangesRequest(cursor: 999)) } == .invalidArgument)
+        #expect(errorCode { try publish.call(PostUserNotification(userId: "U1", appNotificationId: "x")) } == .invalidPayload)
+        #expect(errorCode { try u1.call(UserChangesRequest(cursor: 999)) } == .invalidArgument)
         let listen = try hub.cluster.client(hub.cluster.endpoint("nh-publish"), keyName: AccessKey.defaultListenName)
         defer { listen.close() }
-        #expect(code { try listen.call(PostUserNotification(userId: "U1", appNotificationId: "y", raw: "r")) } == .forbidden)
+        #expect(errorCode { try listen.call(PostUserNotification(userId: "U1", appNotificationId: "y", raw: "r")) } == .forbidden)
 
         // Missing, expired and forged user tokens.
         let sync = try HubClient(connect: hub.cluster.endpoint("nh-sync"), policy: RetryPolicy(timeout: 3_000, attempts: 1))
         defer { sync.close() }
-        #expect(code { try sync.call(UserHistoryRequest()) } == .unauthorized)
+        #expect(errorCode { try sync.call(UserHistoryRequest()) } == .unauthorized)
         let secret = try UserTokens.loadOrCreate(directory: hub.cluster.dataDirectory)
         let expired = secret.issue(user: "U1", kind: .token, lifetime: -10).token
-        #expect(code { try sync.call(UserHistoryRequest(), auth: expired) } == .unauthorized)
+        #expect(errorCode { try sync.call(UserHistoryRequest(), auth: expired) } == .unauthorized)
         let forged = UserTokens(secret: Data(repeating: 1, count: 32)).issue(user: "U1", kind: .token, lifetime: 60).token
-        #expect(code { try sync.call(UserHistoryRequest(), auth: forged) } == .unauthorized)
+        #expect(errorCode { try sync.call(UserHistoryRequest(), auth: forged) } == .unauthorized)
         let credentialAsToken = secret.issue(user: "U1", kind: .credential, lifetime: 60).token
-        #expect(code { try sync.call(UserHistoryRequest(), auth: credentialAsToken) } == .unauthorized)
+        #expect(errorCode { try sync.call(UserHistoryRequest(), auth: credentialAsToken) } == .unauthorized)
 
         // An unknown state value, on the raw wire.
         let token = try u1.call(UserTokenRequest(credential: try hub.credential("U1"))).token

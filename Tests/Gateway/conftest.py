@@ -80,6 +80,15 @@ class Hub:
         return f"Endpoint={self.base}/;SharedAccessKeyName={name};SharedAccessKey={self.keys()[name]}"
 
 
+def json_lines(path):
+    """The objects of a file of JSON lines, such as an agent's output."""
+    try:
+        with open(path) as f:
+            return [json.loads(line) for line in f if line.strip()]
+    except FileNotFoundError:
+        return []
+
+
 def wait_until(condition, timeout=20.0):
     deadline = time.time() + timeout
     while time.time() < deadline:

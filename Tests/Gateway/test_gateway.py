@@ -9,17 +9,10 @@ import time
 import pytest
 import requests
 
-from conftest import BIN, sas_token, wait_until
+from conftest import BIN, json_lines, sas_token, wait_until
 
 API = "api-version=2015-01"
 
-
-def agent_lines(path):
-    try:
-        with open(path) as f:
-            return [json.loads(line) for line in f if line.strip()]
-    except FileNotFoundError:
-        return []
 
 
 @pytest.fixture(scope="module")
@@ -75,7 +68,7 @@ def test_breaking_news_over_rest(hub, agent):
 
     # 4. The agent receives it, rendered from its template.
     assert wait_until(lambda: any(l.get("payload", {}).get("aps", {}).get("alert") == "Breaking Sports News!"
-                                  for l in agent_lines(agent)))
+                                  for l in json_lines(agent)))
 
     # 5. The outcome becomes Completed with one success.
     assert wait_until(lambda: outcome(hub, location)["state"] == "Completed" and counts(outcome(hub, location))["Success"] == 1)
@@ -103,11 +96,11 @@ def test_scheduled_cancel_and_fire(hub, agent):
     assert r.status_code == 201, r.text
     fired = r.headers["Location"].split("/")[-1].split("?")[0]
     assert outcome(hub, f"{hub.base}/hub/messages/{fired}?{API}")["state"] == "Scheduled"
-    assert wait_until(lambda: any(l.get("payload", {}).get("message") == "on time" for l in agent_lines(agent)), timeout=15)
+    assert wait_until(lambda: any(l.get("payload", {}).get("message") == "on time" for l in json_lines(agent)), timeout=15)
     assert wait_until(lambda: outcome(hub, f"{hub.base}/hub/messages/{fired}?{API}")["state"] == "Completed")
     time.sleep(1.5)
-    assert sum(1 for l in agent_lines(agent) if l.get("payload", {}).get("message") == "on time") == 1
-    assert not any(l.get("payload", {}).get("message") == "never" for l in agent_lines(agent))
+    assert sum(1 for l in json_lines(agent) if l.get("payload", {}).get("message") == "on time") == 1
+    assert not any(l.get("payload", {}).get("message") == "never" for l in json_lines(agent))
 
 
 def test_direct_send_registrations_and_delete(hub, agent):
@@ -116,7 +109,7 @@ def test_direct_send_registrations_and_delete(hub, agent):
                       headers=headers(hub, **{"ServiceBusNotification-Format": "linux",
                                              "ServiceBusNotification-DeviceHandle": "py-device"}))
     assert r.status_code == 201, r.text
-    assert wait_until(lambda: any(l.get("payload", {}).get("message") == "direct" for l in agent_lines(agent)))
+    assert wait_until(lambda: any(l.get("payload", {}).get("message") == "direct" for l in json_lines(agent)))
 
     # 9. List registrations, as an Atom feed, a page at a time.
     r = requests.get(f"{hub.base}/hub/registrations?$top=10&{API}", headers=headers(hub))

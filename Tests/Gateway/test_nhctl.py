@@ -8,7 +8,7 @@ import subprocess
 import pytest
 import requests
 
-from conftest import BIN, wait_until
+from conftest import BIN, json_lines, wait_until
 
 
 def nhctl(hub, *arguments):
@@ -16,13 +16,6 @@ def nhctl(hub, *arguments):
                             text=True, timeout=30)
     return result
 
-
-def lines(path):
-    try:
-        with open(path) as f:
-            return [json.loads(line) for line in f if line.strip()]
-    except FileNotFoundError:
-        return []
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +40,7 @@ def test_send_outcome_schedule_direct_list_delete(hub, agent):
     sent = nhctl(hub, "send", "--tag", "World && !Sports", "messageParam=Breaking World News!")
     assert sent.returncode == 0, sent.stderr
     notification = json.loads(sent.stdout)["notificationId"]
-    assert wait_until(lambda: any(l.get("payload", {}).get("aps", {}).get("alert") == "Breaking World News!" for l in lines(agent)))
+    assert wait_until(lambda: any(l.get("payload", {}).get("aps", {}).get("alert") == "Breaking World News!" for l in json_lines(agent)))
     assert wait_until(lambda: outcome(hub, notification).get("state") == "Completed"
                       and outcome(hub, notification).get("acknowledged") == 1)
 
@@ -60,12 +53,12 @@ def test_send_outcome_schedule_direct_list_delete(hub, agent):
 
     soon = (datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=2)).strftime("%Y-%m-%dT%H:%M:%SZ")
     fires = json.loads(nhctl(hub, "send", "--tag", "World", "--schedule", soon, "messageParam=on schedule").stdout)
-    assert wait_until(lambda: any(l.get("payload", {}).get("aps", {}).get("alert") == "on schedule" for l in lines(agent)), timeout=15)
+    assert wait_until(lambda: any(l.get("payload", {}).get("aps", {}).get("alert") == "on schedule" for l in json_lines(agent)), timeout=15)
     assert wait_until(lambda: outcome(hub, fires["notificationId"]).get("state") == "Completed")
 
     direct = nhctl(hub, "send", "--direct", "ctl-device", "--native", '{"message":"just you"}')
     assert direct.returncode == 0, direct.stderr
-    assert wait_until(lambda: any(l.get("payload", {}).get("message") == "just you" for l in lines(agent)))
+    assert wait_until(lambda: any(l.get("payload", {}).get("message") == "just you" for l in json_lines(agent)))
 
     listed = [json.loads(line) for line in nhctl(hub, "installations", "list", "--tag", "World").stdout.splitlines()]
     assert [i["installationId"] for i in listed] == ["ctl-device"]
