@@ -17,9 +17,9 @@ typedef enum MHD_Result (*nh_access_handler)(void *cls, struct MHD_Connection *c
 static inline struct MHD_Daemon *nh_mhd_start(const char *address, uint16_t port, nh_access_handler handler, void *cls,
                                               MHD_RequestCompletedCallback completed, const char *key_pem,
                                               const char *cert_pem) {
-    static struct sockaddr_in addresses[64];
-    static int next = 0;
-    struct sockaddr_in *sa = &addresses[next++ % 64];
+    /* libmicrohttpd binds inside MHD_start_daemon, so the address need only live for the call. */
+    struct sockaddr_in address_in;
+    struct sockaddr_in *sa = &address_in;
     memset(sa, 0, sizeof(*sa));
     sa->sin_family = AF_INET;
     sa->sin_port = htons(port);

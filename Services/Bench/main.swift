@@ -8,7 +8,7 @@ import Glibc
 let usage = """
     nh-bench: throughput of the hub's bus beside raw libzmq and Mosquitto, measured in one run
 
-    Usage: nh-bench [--messages N] [--round-trips N] [--size BYTES] [--posts N] [--dismisses N]
+    Usage: nh-bench [--messages N] [--round-trips N] [--size BYTES] [--sends N] [--posts N] [--dismisses N]
                     [--no-mosquitto] [--no-services] [--json]
 
     The service figures start the real executables from nh-bench's own folder on free loopback ports.
@@ -16,7 +16,7 @@ let usage = """
 
 do {
     let parsed = try Arguments(
-        Array(CommandLine.arguments.dropFirst()), valued: ["messages", "round-trips", "size", "posts", "dismisses"],
+        Array(CommandLine.arguments.dropFirst()), valued: ["messages", "round-trips", "size", "posts", "dismisses", "sends"],
         flags: ["no-mosquitto", "no-services", "json"])
     if parsed.has("help") {
         print(usage)
@@ -38,6 +38,7 @@ do {
         results.append(MosquittoBench.publishSubscribe(settings))
     }
     if !parsed.has("no-services") {
+        results += try BreakingNewsBench.run(sends: parsed[option: "sends"].flatMap(Int.init) ?? 1_000)
         results += try UserSyncBench.run(
             posts: parsed[option: "posts"].flatMap(Int.init) ?? 1_000, dismisses: parsed[option: "dismisses"].flatMap(Int.init) ?? 1_000)
     }

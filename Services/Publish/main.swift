@@ -12,9 +12,11 @@ ServiceMain.run(name: "nh-publish", summary: "the publish service: accepts notif
     let events = try context.bindEvents(config.publish.events ?? "tcp://127.0.0.1:7712", startingAfter: try store.latestSequence())
     var endpoints: [String: String] = ["events": events.endpoints.first ?? ""]
     let rich = try RichStore(database: store.database, directory: context.dataDirectory.appendingPathComponent("rich"))
+    // Sends waiting at once share one commit; hints go out, and replies back, only after it.
+    let group = CommitGroup(database: store.database)
     // Rich payloads travel base64 in the envelope, so this socket takes a third more than the payload limit.
     let server = try context.bindRequests(
-        config.publish.requests, maxMessageBytes: max(config.maxMessageBytes, config.maxRichBytes / 3 * 4 + 65_536),
+        config.publish.requests, group: group, maxMessageBytes: max(config.maxMessageBytes, config.maxRichBytes / 3 * 4 + 65_536),
         endpoints: { endpoints }
     ) {
         ["latest": String(events.sequence), "richPayloads": String(rich.count)]
@@ -24,7 +26,9 @@ ServiceMain.run(name: "nh-publish", summary: "the publish service: accepts notif
     func accept(_ send: SendNotification, timeToLive: Int) throws -> AcceptedNotification {
         let (accepted, isNew) = try store.accept(send, timeToLive: timeToLive, now: Date())
         if isNew {
-            try events.publish(topic: "notification", sequence: accepted.sequence, body: Data(accepted.notificationId.utf8))
+            try group.afterCommit {
+                try events.publish(topic: "notification", sequence: accepted.sequence, body: Data(accepted.notificationId.utf8))
+            }
             context.logger.debug("accepted", ("id", accepted.notificationId), ("sequence", accepted.sequence))
         }
         return accepted
