@@ -114,7 +114,8 @@ public final class HubServer {
         }
         for (index, request) in requests.enumerated() {
             var reply = replies[index]
-            if !committed {
+            // A deferred request answers on its own later; only the ones answered here failed with the commit.
+            if !committed && !reply.isEmpty {
                 let id = request.body.count == 1 ? HubServer.bestEffortID(request.body[0]) : ""
                 reply = [fail(HubError(.unavailable, "the store could not commit; nothing was changed, so the request can be retried"), id: id)]
             }

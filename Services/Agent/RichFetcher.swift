@@ -94,6 +94,9 @@ final class RichFetcher {
                         [attempts, now.timeIntervalSince1970 + delay, reason, delivery.deliveryId])
                     logger.info("rich fetch failed; retrying", ("delivery", delivery.deliveryId), ("attempt", attempts), ("in", delay))
                 }
+                // Others due now most likely fail the same way; they wait for the next tick rather than
+                // hold the loop for a timeout each.
+                break
             }
         }
         return (shown, failed)
