@@ -137,8 +137,13 @@ final class DispatchStore {
                 try database.run("DELETE FROM deliveries WHERE delivery_id = ?", [row[0].string ?? ""])
                 try database.run("UPDATE outcomes SET expired = expired + 1 WHERE notification_id = ?", [row[1].string ?? ""])
             }
-            // Acknowledged deliveries are kept a day for outcome queries, then dropped.
+            // Acknowledged deliveries are kept a day, and outcomes a week, for queries; then dropped.
             try database.run("DELETE FROM deliveries WHERE acked_at IS NOT NULL AND acked_at < ?", [now.timeIntervalSince1970 - 86_400])
+            try database.run(
+                """
+                DELETE FROM outcomes WHERE ended_at < ?
+                  AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.notification_id = outcomes.notification_id)
+                """, [now.timeIntervalSince1970 - 7 * 86_400])
             return rows.count
         }
     }

@@ -64,12 +64,15 @@ ServiceMain.run(name: "nh-dispatch", summary: "the dispatcher: resolves targets 
             let batch = try publish.call(PendingNotificationsRequest(after: try store.cursor(), limit: 200))
             if batch.notifications.isEmpty { return }
             var touched = Set<String>()
-            for notification in batch.notifications {
-                let now = Date()
-                let plans = resolver.plan(notification, index: index, now: now)
-                try store.record(notification, plans: plans, now: now)
-                touched.formUnion(plans.map(\.installationId))
-                logger.debug("dispatched", ("id", notification.notificationId), ("targets", plans.count))
+            // One commit for the whole batch: the cursor moves past all of it or none of it.
+            try store.database.transaction {
+                for notification in batch.notifications {
+                    let now = Date()
+                    let plans = resolver.plan(notification, index: index, now: now)
+                    try store.record(notification, plans: plans, now: now)
+                    touched.formUnion(plans.map(\.installationId))
+                    logger.debug("dispatched", ("id", notification.notificationId), ("targets", plans.count))
+                }
             }
             for installationId in touched.sorted() where sessions.route(of: installationId) != nil {
                 try send(try store.pending(for: installationId, now: Date(), .unsent), to: installationId)
