@@ -3,8 +3,8 @@ import Foundation
 /// A file made once with fresh content and then only read, safe when several processes start at
 /// once: the content is written aside and linked into place, and a process that loses the race
 /// reads the winner's file.
-enum SecretFile {
-    static func loadOrCreate(_ url: URL, make: () throws -> Data) throws -> Data {
+public enum SecretFile {
+    public static func loadOrCreate(_ url: URL, make: () throws -> Data) throws -> Data {
         if let data = FileManager.default.contents(atPath: url.path) { return data }
         let temporary = url.deletingLastPathComponent().appendingPathComponent(".\(url.lastPathComponent)-\(getpid())-\(UUID().uuidString)")
         FileManager.default.createFile(atPath: temporary.path, contents: try make(), attributes: [.posixPermissions: 0o600])

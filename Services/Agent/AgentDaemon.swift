@@ -45,11 +45,27 @@ final class AgentDaemon {
         rich = try RichFetcher(
             store: store, home: context.dataDirectory, client: publish, output: output, logger: context.logger,
             maxAttempts: Int(environment["NH_AGENT_RICH_ATTEMPTS"] ?? "") ?? 8)
-        channel = try ZMQSocket.agentChannel(connect: context.config.dispatch.agents ?? "tcp://127.0.0.1:7722")
+        channel = try ZMQSocket.agentChannel(
+            connect: context.config.dispatch.agents ?? "tcp://127.0.0.1:7722",
+            keys: try store.channelKeys(), serverKey: try AgentDaemon.serverKey(context, environment))
         context.onShutdown { [channel] in channel.close() }
         if identity.credential == nil {
             context.logger.warning("no listen key yet: waiting for the hub key file, or set NH_AGENT_CONNECTION_STRING")
         }
+    }
+
+    /// The public key of the dispatcher's agent socket: `NH_AGENT_SERVER_KEY`, or the key file in
+    /// the data folder on a host that runs the services, waited for a while since they may be starting.
+    static func serverKey(_ context: ServiceContext, _ environment: [String: String]) throws -> String {
+        if let key = environment["NH_AGENT_SERVER_KEY"] { return key }
+        let directory = URL(fileURLWithPath: context.config.dataDir, isDirectory: true)
+        let deadline = Date().addingTimeInterval(30)
+        while Date() < deadline {
+            if let key = AgentChannelKeys.publicKey(directory: directory) { return key }
+            Thread.sleep(forTimeInterval: 0.1)
+        }
+        throw ConfigError(
+            "no dispatcher key: set NH_AGENT_SERVER_KEY to the public key in the hub's \(AgentChannelKeys.fileName) (nhctl keys prints it)")
     }
 
     /// The user this agent signs in as: the one its credential names, once a token confirmed it.
@@ -155,10 +171,11 @@ final class AgentDaemon {
 }
 
 extension ZMQSocket {
-    /// A DEALER to the dispatcher's agent socket with transport heartbeats and reconnect backoff.
-    static func agentChannel(connect endpoint: String) throws -> ZMQSocket {
+    /// A CURVE DEALER to the dispatcher's agent socket with transport heartbeats and reconnect backoff.
+    static func agentChannel(connect endpoint: String, keys: CurveKeyPair, serverKey: String) throws -> ZMQSocket {
         let socket = try ZMQContext.shared.socket(.dealer)
         try socket.setLinger(0)
+        try socket.makeCurveClient(keys, serverPublicKey: serverKey)
         try socket.setReconnectInterval(100, max: 5_000)
         try socket.setHeartbeat(interval: 1_000, timeout: 5_000)
         try socket.setSendHighWaterMark(1_000)

@@ -1,3 +1,4 @@
+import Bus
 import Foundation
 import Storage
 
@@ -46,6 +47,17 @@ final class AgentStore {
         let id = "linux-" + UUID().uuidString.lowercased()
         try set("installationId", id)
         return id
+    }
+
+    /// This agent's own CURVE key pair, made once and kept.
+    func channelKeys() throws -> CurveKeyPair {
+        if let publicKey = try setting("curvePublicKey"), let secretKey = try setting("curveSecretKey") {
+            return try CurveKeyPair(publicKey: publicKey, secretKey: secretKey)
+        }
+        let pair = try CurveKeyPair.generate()
+        try set("curvePublicKey", pair.publicKey)
+        try set("curveSecretKey", pair.secretKey)
+        return pair
     }
 
     /// Records a delivery as shown. Returns false when it was shown before.

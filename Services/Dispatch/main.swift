@@ -34,7 +34,11 @@ ServiceMain.run(name: "nh-dispatch", summary: "the dispatcher: resolves targets 
             "cursor": String((try? store.cursor()) ?? 0), "agents": String(sessions.count),
         ].merging((try? store.totals()) ?? [:]) { $1 }
     }
-    let agents = try context.bindRequests(config.dispatch.agents ?? "tcp://127.0.0.1:7722", role: "agents", endpoints: { endpoints })
+    // Agents connect from other hosts: their channel is CURVE-encrypted, and only agents that know
+    // this socket's public key can reach it.
+    let channelKeys = try AgentChannelKeys.loadOrCreate(directory: URL(fileURLWithPath: config.dataDir, isDirectory: true))
+    let agents = try context.bindRequests(
+        config.dispatch.agents ?? "tcp://127.0.0.1:7722", role: "agents", curve: channelKeys, endpoints: { endpoints })
     endpoints["requests"] = server.endpoint
     endpoints["agents"] = agents.endpoint
 

@@ -337,4 +337,25 @@ struct BreakingNewsTests {
         #expect(text.contains(#""alert":"hooked""#))
         #expect(hub.cluster.waitUntil { ((try? String(contentsOf: shown, encoding: .utf8)) ?? "").contains("hooked") })
     }
+
+    @Test("the agent channel is CURVE: an agent with the wrong dispatcher key never connects")
+    func agentChannelKeys() throws {
+        let hub = try Hub()
+        defer { hub.cluster.stopAll() }
+        let impostor = Agent(
+            name: "X", home: hub.cluster.dataDirectory.appendingPathComponent("agent-X"), control: try ServiceCluster.freeEndpoint(),
+            output: hub.cluster.dataDirectory.appendingPathComponent("agent-X.jsonl"))
+        var environment = hub.agentEnvironment(impostor, template: Self.seedTemplate)
+        environment["NH_AGENT_SERVER_KEY"] = try CurveKeyPair.generate().publicKey
+        try hub.cluster.start("nh-agent", as: "agent-X", environment: environment, stdout: impostor.output)
+        try hub.cluster.waitHealthy("nh-agent", endpoint: impostor.control)
+        // It registers over the registry's socket, but cannot reach the dispatcher's.
+        hub.waitForDispatcher(installations: 1, agents: 0)
+        Thread.sleep(forTimeInterval: 1)
+        #expect(hub.dispatcherDetails()["agents"] == "0")
+        try hub.startAgent("A", categories: ["World"], template: Self.seedTemplate)
+        hub.waitForDispatcher(installations: 2, agents: 1)
+        let keys = try hub.cluster.runTool("nhctl", ["keys"])
+        #expect(keys.output.contains(try #require(AgentChannelKeys.publicKey(directory: hub.cluster.dataDirectory))))
+    }
 }

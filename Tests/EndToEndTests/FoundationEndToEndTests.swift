@@ -65,10 +65,22 @@ struct FoundationEndToEndTests {
             ([Data(#"{"v":1,"type":"no.such.type","id":"u-1","payload":{}}"#.utf8)], .unknownType),
             ([Data(#"{"v":99,"type":"health","id":"u-2","payload":{}}"#.utf8)], .unsupportedVersion),
         ]
+        // The agent socket speaks CURVE: its peers use the dispatcher's public key and a key pair of their own.
+        let serverKey = try #require(AgentChannelKeys.publicKey(directory: cluster.dataDirectory))
+        let clientKeys = try CurveKeyPair.generate()
+        func curve(_ variable: String) -> (keys: CurveKeyPair, serverPublicKey: String)? {
+            variable == "NH_DISPATCH_AGENTS" ? (clientKeys, serverKey) : nil
+        }
+        let plain = try RequestClient(
+            connect: cluster.environment["NH_DISPATCH_AGENTS"]!, policy: RetryPolicy(timeout: 300, attempts: 1))
+        #expect(throws: BusError.self, "a peer without CURVE cannot reach the agent socket") {
+            try plain.request([HubCodec.encode(HealthRequest(), id: "plain")])
+        }
+        plain.close()
         for (service, variable) in requestSockets {
             let endpoint = cluster.environment[variable]!
             for (frames, code) in cases {
-                let client = try RequestClient(connect: endpoint, policy: RetryPolicy(timeout: 2_000, attempts: 1))
+                let client = try RequestClient(connect: endpoint, policy: RetryPolicy(timeout: 2_000, attempts: 1), curve: curve(variable))
                 let reply = try client.request(frames)
                 client.close()
                 #expect(reply.count == 1, "\(service) \(variable)")
@@ -79,6 +91,7 @@ struct FoundationEndToEndTests {
             // A raw DEALER that skips the delimiter is answered too.
             let raw = try ZMQContext.shared.socket(.dealer)
             try raw.setReceiveTimeout(2_000)
+            if let curve = curve(variable) { try raw.makeCurveClient(curve.keys, serverPublicKey: curve.serverPublicKey) }
             try raw.connect(endpoint)
             try raw.send(Data("garbage".utf8))
             let rawReply = try raw.receive()
