@@ -76,7 +76,4 @@ extension ZMQSocket {
         try setOption(ZMQ_UNSUBSCRIBE, name: "ZMQ_UNSUBSCRIBE", [UInt8](prefix))
     }
 
-    public var receiveHighWaterMark: Int {
-        Int((try? intOption(ZMQ_RCVHWM, name: "ZMQ_RCVHWM")) ?? 0)
-    }
 }

@@ -112,13 +112,6 @@ public final class ZMQSocket {
         }
     }
 
-    // MARK: Readiness
-
-    /// Whether a message can be received now without blocking.
-    public var hasIncoming: Bool {
-        ((try? intOption(ZMQ_EVENTS, name: "ZMQ_EVENTS")) ?? 0) & Int32(ZMQ_POLLIN) != 0
-    }
-
     // MARK: Options
 
     func setOption(_ option: Int32, name: String, _ value: Int32) throws(ZMQError) {

@@ -11,7 +11,6 @@ public enum ServiceMain {
         name: String, summary: String,
         arguments: [String] = Array(CommandLine.arguments.dropFirst()),
         environment: [String: String] = ProcessInfo.processInfo.environment,
-        dataSubfolder: String? = nil,
         dataFolder: ((HubConfig) -> URL)? = nil,
         setUp: (ServiceContext) throws -> Void
     ) -> Never {
@@ -42,9 +41,7 @@ public enum ServiceMain {
             print("\(name): config ok")
             exit(0)
         }
-        var directory = URL(fileURLWithPath: config.dataDir, isDirectory: true)
-        if let dataSubfolder { directory.appendPathComponent(dataSubfolder, isDirectory: true) }
-        if let dataFolder { directory = dataFolder(config) }
+        let directory = dataFolder?(config) ?? URL(fileURLWithPath: config.dataDir, isDirectory: true)
         do {
             try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         } catch {

@@ -13,7 +13,6 @@ public final class SignalWatcher: @unchecked Sendable {  // immutable after init
     public let fileDescriptor: Int32
     private let writeEnd: Int32
     private let sources: [DispatchSourceSignal]
-    private let lastSignal = Atomic<Int32>(0)
 
     public init(signals: [Int32] = [SIGINT, SIGTERM]) {
         var fds: [Int32] = [0, 0]
@@ -37,9 +36,6 @@ public final class SignalWatcher: @unchecked Sendable {  // immutable after init
         self.sources = sources
     }
 
-    /// The last signal number `drain` saw; 0 before any, or after `trigger`.
-    public var lastSignalNumber: Int32 { lastSignal.load(ordering: .relaxed) }
-
     /// Asks the loop to stop, as a signal would.
     public func trigger() {
         var byte: UInt8 = 0
@@ -55,7 +51,6 @@ public final class SignalWatcher: @unchecked Sendable {  // immutable after init
             if count <= 0 { break }
             seen = Int32(buffer[count - 1])
         }
-        if let seen { lastSignal.store(seen, ordering: .relaxed) }
         return seen
     }
 

@@ -39,13 +39,12 @@ enum InstallationJSON {
 
     /// A JSON Patch document (RFC 6902): an array of {op, path, value}.
     static func patch(_ body: Data) throws -> [PatchOperation] {
-        guard let array = try? JSONSerialization.jsonObject(with: body) as? [[String: Any]] else {
+        guard (try? JSONSerialization.jsonObject(with: body)) is [[String: Any]] else {
             throw HubError(.invalidPayload, "a patch is a JSON array of operations such as {\"op\":\"add\",\"path\":\"/tags\",\"value\":\"World\"}")
         }
         do {
             return try HubCodec.makeDecoder().decode([PatchOperation].self, from: body)
         } catch let error as DecodingError {
-            _ = array
             throw HubError(.invalidPayload, "patch: \(HubCodec.describe(error))")
         }
     }
