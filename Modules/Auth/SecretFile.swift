@@ -7,7 +7,9 @@ public enum SecretFile {
     public static func loadOrCreate(_ url: URL, make: () throws -> Data) throws -> Data {
         if let data = FileManager.default.contents(atPath: url.path) { return data }
         let temporary = url.deletingLastPathComponent().appendingPathComponent(".\(url.lastPathComponent)-\(getpid())-\(UUID().uuidString)")
-        FileManager.default.createFile(atPath: temporary.path, contents: try make(), attributes: [.posixPermissions: 0o600])
+        guard FileManager.default.createFile(atPath: temporary.path, contents: try make(), attributes: [.posixPermissions: 0o600]) else {
+            throw AuthError(.unauthorized, "cannot write \(temporary.path)")
+        }
         defer { unlink(temporary.path) }
         if link(temporary.path, url.path) != 0 && errno != EEXIST {
             throw AuthError(.unauthorized, "cannot write \(url.path): \(String(cString: strerror(errno)))")

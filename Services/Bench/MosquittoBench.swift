@@ -22,7 +22,9 @@ enum MosquittoBench {
         let count = settings.messages
         let line = String(repeating: "a", count: max(1, settings.size - 1)) + "\n"
         let input = folder.appendingPathComponent("messages.txt")
-        FileManager.default.createFile(atPath: input.path, contents: Data(String(repeating: line, count: count).utf8))
+        guard FileManager.default.createFile(atPath: input.path, contents: Data(String(repeating: line, count: count).utf8)) else {
+            return skipped("cannot write the message file")
+        }
 
         guard let brokerProcess = try? launch(broker, ["-c", config.path], folder: folder) else {
             return skipped("mosquitto did not start")

@@ -199,7 +199,7 @@ final class GatewayRoutes {
             throw HubError(.unauthorized, "no Authorization header; send SharedAccessSignature sr=…&sig=…&se=…&skn=…")
         }
         do {
-            try context.keys.authorize(header, resource: baseURL(request) + request.path, needs: needs)
+            _ = try context.keys.authorize(header, resource: baseURL(request) + request.path, needs: needs)
         } catch {
             throw HubError(error.kind == .forbidden ? .forbidden : .unauthorized, error.message)
         }
