@@ -26,6 +26,13 @@ public struct KeyStore: Sendable, Equatable {
         return try decode(data, from: url)
     }
 
+    /// Reads `keys.json` from `directory` without making it; nil when it is not there yet.
+    public static func load(directory: URL) throws -> KeyStore? {
+        let url = directory.appendingPathComponent(fileName)
+        guard let data = FileManager.default.contents(atPath: url.path) else { return nil }
+        return try decode(data, from: url)
+    }
+
     static func decode(_ data: Data, from url: URL) throws -> KeyStore {
         do {
             return KeyStore(keys: try JSONDecoder().decode(File.self, from: data).keys)

@@ -54,6 +54,34 @@ public enum HubCodec {
         }
     }
 
+    /// A message's payload alone, as JSON, for surfaces that carry no envelope (the REST API).
+    public static func encodePayload<M: HubMessage>(_ message: M) -> Data {
+        do {
+            return try encoder.encode(message)
+        } catch {
+            preconditionFailure("cannot encode \(M.messageType): \(error)")
+        }
+    }
+
+    /// Decodes a payload given without an envelope, as strictly as `decode`.
+    public static func decodePayload<M: HubMessage>(_: M.Type, from data: Data) throws(HubError) -> M {
+        guard let object = try? JSONSerialization.jsonObject(with: data) as? [String: Any] else {
+            throw HubError(.invalidPayload, "'\(M.messageType)' must be a JSON object")
+        }
+        let payload: M
+        do {
+            payload = try decoder.decode(M.self, from: data)
+        } catch let error as DecodingError {
+            throw HubError(.invalidPayload, "'\(M.messageType)': \(describe(error))")
+        } catch {
+            throw HubError(.invalidPayload, "'\(M.messageType)': \(error)")
+        }
+        if let field = unknownField(in: object, comparedWith: payload) {
+            throw HubError(.unknownField, "'\(M.messageType)' has no field '\(field)'")
+        }
+        return payload
+    }
+
     /// The error reply to a request with correlation id `id`.
     public static func encodeError(_ error: HubError, id: String) -> Data {
         encode(error.reply, id: id)

@@ -31,13 +31,10 @@ final class AgentIdentity {
     /// The listen key from the hub's key file on this host, if there is one. Only the listen key
     /// is taken: an agent may register and receive, never send.
     private func localListenKey() -> ConnectionString? {
-        guard let data = FileManager.default.contents(atPath: keyFile.path),
-            let object = try? JSONSerialization.jsonObject(with: data) as? [String: Any],
-            let keys = object["keys"] as? [[String: Any]],
-            let listen = keys.first(where: { $0["name"] as? String == AccessKey.defaultListenName }),
-            let key = listen["key"] as? String
+        guard let keys = try? KeyStore.load(directory: keyFile.deletingLastPathComponent()),
+            let listen = keys.key(named: AccessKey.defaultListenName)
         else { return nil }
-        return ConnectionString(endpoint: namespace, keyName: AccessKey.defaultListenName, key: key)
+        return ConnectionString(endpoint: namespace, keyName: listen.name, key: listen.key)
     }
 
     func token() -> String? {

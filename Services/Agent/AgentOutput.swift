@@ -37,9 +37,7 @@ final class AgentOutput {
             if let richPath { reference["path"] = richPath }
             object["rich"] = reference
         }
-        let line = (try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes]))
-            ?? Data()
-        if lines { FileHandle.standardOutput.write(line + Data("\n".utf8)) }
+        let line = write(object)
         if let hook {
             runHook(hook, environment: [
                 "NH_EVENT": "notification", "NH_DELIVERY_ID": delivery.deliveryId, "NH_NOTIFICATION_ID": delivery.notificationId,
@@ -66,11 +64,10 @@ final class AgentOutput {
 
     /// A per-user notification event: created, updated or deleted, with the notification as it is.
     func userEvent(_ name: String, _ notification: UserNotification) {
-        let document = (try? JSONSerialization.jsonObject(with: HubCodec.encode(UserNotificationReply(notification: notification), id: "")))
-            .flatMap { ($0 as? [String: Any])?["payload"] as? [String: Any] }?["notification"] ?? [:]
-        write(["event": name, "id": notification.id, "notification": document, "at": WireDate.format(Date())])
+        let document = (try? JSONSerialization.jsonObject(with: HubCodec.encodePayload(UserNotificationReply(notification: notification))))
+            .flatMap { ($0 as? [String: Any])?["notification"] } ?? [:]
+        let line = write(["event": name, "id": notification.id, "notification": document, "at": WireDate.format(Date())])
         if let hook {
-            let line = (try? JSONSerialization.data(withJSONObject: ["event": name, "notification": document], options: [.sortedKeys])) ?? Data()
             runHook(hook, environment: [
                 "NH_EVENT": name, "NH_NOTIFICATION_ID": notification.id, "NH_READ_STATE": notification.readState.rawValue,
                 "NH_USER_ACTION_STATE": notification.userActionState.rawValue,
@@ -78,10 +75,12 @@ final class AgentOutput {
         }
     }
 
-    private func write(_ object: [String: Any]) {
-        guard lines else { return }
+    /// Writes one JSON line to standard output (unless lines are off) and returns it, for the hook.
+    @discardableResult
+    private func write(_ object: [String: Any]) -> Data {
         let line = (try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes])) ?? Data()
-        FileHandle.standardOutput.write(line + Data("\n".utf8))
+        if lines { FileHandle.standardOutput.write(line + Data("\n".utf8)) }
+        return line
     }
 
     /// Shows a user notification on the desktop; returns the id the desktop gave it, to withdraw it later.

@@ -106,17 +106,13 @@ enum CtlSend {
         let id = parsed.positionals[1]
         do {
             let credential = try credential(parsed, config: config, environment: environment)
-            var outcome: NotificationOutcome
-            do {
-                let dispatcher = try client(config.dispatch.requests, credential, config)
-                defer { dispatcher.close() }
-                outcome = try dispatcher.call(OutcomeRequest(notificationId: id))
-            } catch let error as HubError where error.code == .notFound {
-                // Not pulled by the dispatcher yet: the publish service knows it was accepted.
-                let publish = try client(config.publish.requests, credential, config)
-                defer { publish.close() }
-                outcome = try publish.call(OutcomeRequest(notificationId: id))
+            let dispatcher = try client(config.dispatch.requests, credential, config)
+            let publish = try client(config.publish.requests, credential, config)
+            defer {
+                dispatcher.close()
+                publish.close()
             }
+            let outcome = try OutcomeLookup.find(id, dispatch: dispatcher, publish: publish)
             if parsed.has("json") {
                 let encoder = HubCodec.makeEncoder()
                 print(String(decoding: try encoder.encode(outcome), as: UTF8.self))

@@ -96,15 +96,15 @@ final class GatewayRoutes {
             guard let credential = body["credential"] as? String else {
                 throw HubError(.invalidPayload, "the body needs 'credential', from nhctl user credential")
             }
-            return GatewayResponse.json(200, HubCodec.encode(try sync.call(UserTokenRequest(credential: credential)), id: "").jsonPayload())
+            return GatewayResponse.json(200, HubCodec.encodePayload(try sync.call(UserTokenRequest(credential: credential))))
         case ("GET", "users", 3) where rest[1] == "me" && rest[2] == "notifications":
             let limit = request.query["limit"].flatMap(Int.init)
             let cursor = UInt64(request.query["cursor"] ?? "0") ?? 0
             let changes = try sync.call(UserChangesRequest(cursor: cursor, limit: limit), auth: try bearer(request))
-            return GatewayResponse.json(200, HubCodec.encode(changes, id: "").jsonPayload())
+            return GatewayResponse.json(200, HubCodec.encodePayload(changes))
         case ("GET", "users", 4) where rest[1] == "me" && rest[2] == "notifications" && rest[3] == "history":
             let history = try sync.call(UserHistoryRequest(), auth: try bearer(request))
-            return GatewayResponse.json(200, HubCodec.encode(history, id: "").jsonPayload())
+            return GatewayResponse.json(200, HubCodec.encodePayload(history))
         case ("PATCH", "users", 4) where rest[1] == "me" && rest[2] == "notifications":
             let body = try Self.object(request.body, "a JSON object with readState and/or userActionState")
             for key in body.keys where !["readState", "userActionState"].contains(key) {
@@ -123,7 +123,7 @@ final class GatewayRoutes {
             let reply = try sync.call(
                 UpdateUserNotificationState(id: rest[3], readState: read, userActionState: action, device: request.header("x-device")),
                 auth: try bearer(request))
-            return GatewayResponse.json(200, HubCodec.encode(reply, id: "").jsonPayload())
+            return GatewayResponse.json(200, HubCodec.encodePayload(reply))
         case ("DELETE", "users", 4) where rest[1] == "me" && rest[2] == "notifications":
             _ = try sync.call(DeleteUserNotification(id: rest[3], device: request.header("x-device")), auth: try bearer(request))
             return GatewayResponse.empty(204)
@@ -285,12 +285,7 @@ final class GatewayRoutes {
     }
 
     private func outcome(_ id: String, _ request: HTTPRequest) throws -> HTTPResponse {
-        let outcome: NotificationOutcome
-        do {
-            outcome = try dispatch.call(OutcomeRequest(notificationId: id))
-        } catch let error as HubError where error.code == .notFound {
-            outcome = try publish.call(OutcomeRequest(notificationId: id))
-        }
+        let outcome = try OutcomeLookup.find(id, dispatch: dispatch, publish: publish)
         var object: [String: Any] = [
             "notificationId": outcome.notificationId, "state": outcome.state.rawValue,
             "location": "\(baseURL(request))/\(hub)/messages/\(id)?api-version=2015-04",
@@ -329,21 +324,9 @@ final class GatewayRoutes {
         }
         var merged = object
         merged["userId"] = user
-        let data = try JSONSerialization.data(withJSONObject: merged)
-        let envelope = Data(#"{"v":1,"type":"user.post","id":"http","payload":"#.utf8) + data + Data("}".utf8)
-        let post = try HubCodec.decode(PostUserNotification.self, from: envelope).payload
+        let post = try HubCodec.decodePayload(PostUserNotification.self, from: try JSONSerialization.data(withJSONObject: merged))
         let reply = try publish.call(post)
-        return GatewayResponse.json(201, HubCodec.encode(reply, id: "").jsonPayload(),
+        return GatewayResponse.json(201, HubCodec.encodePayload(reply),
                                     headers: [("Location", "\(baseURL(request))\(request.path)/\(reply.notification.id)")])
-    }
-}
-
-extension Data {
-    /// The `payload` member of an encoded envelope.
-    func jsonPayload() -> Data {
-        guard let object = try? JSONSerialization.jsonObject(with: self) as? [String: Any], let payload = object["payload"],
-            let data = try? JSONSerialization.data(withJSONObject: payload, options: [.sortedKeys, .withoutEscapingSlashes])
-        else { return Data("{}".utf8) }
-        return data
     }
 }

@@ -116,4 +116,15 @@ struct DecodingErrorTests {
         #expect(ErrorCode.malformedFrames.rawValue == "malformed_frames")
         #expect(ErrorCode.unknownType.rawValue == "unknown_type")
     }
+
+    @Test("a payload without an envelope decodes as strictly, and encodes back to the same fields")
+    func payloadOnly() throws {
+        let get = try HubCodec.decodePayload(InstallationGet.self, from: Data(#"{"installationId":"a"}"#.utf8))
+        #expect(get == InstallationGet(installationId: "a"))
+        #expect(String(decoding: HubCodec.encodePayload(get), as: UTF8.self) == #"{"installationId":"a"}"#)
+        #expect(throws: HubError(.unknownField, "'installation.get' has no field 'colour'")) {
+            try HubCodec.decodePayload(InstallationGet.self, from: Data(#"{"installationId":"a","colour":"red"}"#.utf8))
+        }
+        #expect(throws: HubError.self) { try HubCodec.decodePayload(InstallationGet.self, from: Data("[]".utf8)) }
+    }
 }
