@@ -18,6 +18,11 @@ func tests(_ name: String, dependencies: [Target.Dependency], exclude: [String] 
 
 let serviceDependencies: [Target.Dependency] = ["Auth", "Bus", "HubProtocol", "Storage", "ServiceKit", "Tags", "Templates"]
 
+/// Extra modules per executable, beside the shared ones.
+let extraDependencies: [String: [Target.Dependency]] = [
+    "Bench": ["CLibZMQ"], "Gateway": ["HTTPServer"], "Dispatch": ["DispatchCore"],
+]
+
 let executables: [(product: String, directory: String)] = [
     ("nh-registry", "Registry"),
     ("nh-publish", "Publish"),
@@ -53,13 +58,13 @@ let package = Package(
         module("Storage", dependencies: ["CSQLite"]),
         module("Tags"),
         module("Templates"),
+        module("DispatchCore", dependencies: ["HubProtocol", "Tags", "Templates"]),
         module("ServiceKit", dependencies: ["Bus", "HubProtocol", "Storage", "Auth"]),
     ]
         + executables.map {
             service(
                 $0.directory,
-                dependencies: serviceDependencies
-                    + ($0.directory == "Bench" ? ["CLibZMQ"] : []) + ($0.directory == "Gateway" ? ["HTTPServer"] : []))
+                dependencies: serviceDependencies + (extraDependencies[$0.directory] ?? []))
         }
         + [
             tests("BusTests", dependencies: ["Bus"]),
@@ -69,8 +74,9 @@ let package = Package(
             tests("AuthTests", dependencies: ["Auth"]),
             tests("TemplatesTests", dependencies: ["Templates"]),
             tests("ServiceKitTests", dependencies: ["ServiceKit"]),
-            tests("DispatchTests", dependencies: ["NHDispatch", "HubProtocol"]),
+            tests("DispatchCoreTests", dependencies: ["DispatchCore", "HubProtocol"]),
             tests("RegistryTests", dependencies: ["NHRegistry", "HubProtocol"]),
+            tests("AgentTests", dependencies: ["NHAgent", "HubProtocol"]),
             tests("EndToEndTests", dependencies: ["Auth", "Bus", "HubProtocol", "ServiceKit"]),
         ]
 )

@@ -13,6 +13,11 @@ public struct CurveKeyPair: Sendable, Equatable, Codable {
         self.secretKey = secretKey
     }
 
+    /// Whether `key` is a CURVE key in Z85 text, as an agent's public key is.
+    public static func isValidKey(_ key: String) -> Bool {
+        (try? validate(key, "key")) != nil
+    }
+
     /// A fresh random key pair.
     public static func generate() throws(ZMQError) -> CurveKeyPair {
         var publicKey = [CChar](repeating: 0, count: 41)

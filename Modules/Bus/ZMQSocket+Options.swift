@@ -58,6 +58,11 @@ extension ZMQSocket {
         try setOption(ZMQ_HEARTBEAT_TTL, name: "ZMQ_HEARTBEAT_TTL", Int32(ttl ?? timeout))
     }
 
+    /// How many connections may wait to be accepted on a bound TCP endpoint (the listen backlog).
+    public func setBacklog(_ connections: Int) throws(ZMQError) {
+        try setOption(ZMQ_BACKLOG, name: "ZMQ_BACKLOG", Int32(connections))
+    }
+
     /// Milliseconds a connection may take for its handshake, CURVE included.
     public func setHandshakeInterval(_ milliseconds: Int) throws(ZMQError) {
         try setOption(ZMQ_HANDSHAKE_IVL, name: "ZMQ_HANDSHAKE_IVL", Int32(milliseconds))

@@ -112,6 +112,32 @@ public final class ZMQSocket {
         }
     }
 
+    /// Receives one whole multipart message with the `User-Id` of the connection it came on: on a
+    /// CURVE socket served by a `ZAPHandler`, the peer's public key. Nil when nothing is waiting.
+    public func receiveFromPeer(wait: Bool = true) throws(ZMQError) -> (frames: [Data], peer: String?)? {
+        let handle = try live("zmq_msg_recv")
+        var frames: [Data] = []
+        var peer: String?
+        var message = zmq_msg_t()
+        zmq_msg_init(&message)
+        defer { zmq_msg_close(&message) }
+        while true {
+            let flags: Int32 = (wait || !frames.isEmpty) ? 0 : ZMQ_DONTWAIT
+            guard try zmqCall("zmq_msg_recv", { zmq_msg_recv(&message, handle, flags) }) != nil else {
+                if frames.isEmpty { return nil }
+                continue
+            }
+            // A ROUTER's routing-id frame is its own and carries no properties; the peer's frames do.
+            if peer == nil, let property = zmq_msg_gets(&message, "User-Id") {
+                let text = String(cString: property)
+                peer = text.isEmpty ? nil : text
+            }
+            let size = zmq_msg_size(&message)
+            frames.append(size == 0 ? Data() : Data(bytes: zmq_msg_data(&message), count: size))
+            if zmq_msg_more(&message) == 0 { return (frames, peer) }
+        }
+    }
+
     // MARK: Options
 
     func setOption(_ option: Int32, name: String, _ value: Int32) throws(ZMQError) {

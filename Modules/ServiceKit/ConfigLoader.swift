@@ -102,7 +102,7 @@ public enum ConfigLoader {
     }
 
     static let integerKeys: Set<String> = [
-        "maxMessageBytes", "requestTimeoutMs", "requestAttempts", "heartbeatMs", "defaultTimeToLive", "userTokenLifetime", "maxRichBytes",
+        "maxMessageBytes", "requestTimeoutMs", "requestAttempts", "heartbeatMs", "agentHeartbeatMs", "defaultTimeToLive", "userTokenLifetime", "maxRichBytes",
     ]
     static let stringKeys = ["dataDir", "logLevel", "namespace", "hub", "gatewayListen", "gatewayCertificate", "gatewayKey"]
     static let sections = ["registry", "publish", "dispatch", "sync", "agent", "gateway"]
@@ -134,6 +134,7 @@ public enum ConfigLoader {
         guard config.requestTimeoutMs > 0 else { throw ConfigError("requestTimeoutMs must be positive") }
         guard config.requestAttempts > 0 else { throw ConfigError("requestAttempts must be positive") }
         guard config.heartbeatMs > 0 else { throw ConfigError("heartbeatMs must be positive") }
+        guard config.agentHeartbeatMs >= 100 else { throw ConfigError("agentHeartbeatMs must be at least 100") }
         guard (1...2_592_000).contains(config.defaultTimeToLive) else {
             throw ConfigError("defaultTimeToLive must be 1 to 2592000 seconds (30 days)")
         }

@@ -15,6 +15,9 @@ public struct HubConfig: Codable, Sendable, Equatable {
     public var requestAttempts: Int = 3
     /// Milliseconds between change-stream heartbeats.
     public var heartbeatMs: Int = 1_000
+    /// Milliseconds between an agent's hellos on its channel, and between libzmq's own heartbeats
+    /// there. The dispatcher ends a session after three of them without a word.
+    public var agentHeartbeatMs: Int = 5_000
     /// Seconds a notification stays deliverable when its sender gives no time to live.
     public var defaultTimeToLive: Int = 86_400
     /// Seconds a user token lives before the agent trades its credential for a fresh one.

@@ -18,6 +18,9 @@ final class AgentDaemon {
     private let configuredUser: String?
     private let registry: HubClient
     private let channel: ZMQSocket
+    private let monitor: SocketMonitor
+    private var core: AgentCore
+    private let keys: CurveKeyPair
     private(set) var registered = false
     private var lastRegistrationError = ""
 
@@ -45,10 +48,19 @@ final class AgentDaemon {
         rich = try RichFetcher(
             store: store, home: context.dataDirectory, client: publish, output: output, logger: context.logger,
             maxAttempts: Int(environment["NH_AGENT_RICH_ATTEMPTS"] ?? "") ?? 8)
+        keys = try store.channelKeys()
+        let heartbeatMs = context.config.agentHeartbeatMs
+        core = AgentCore(settings: AgentCore.Settings(
+            heartbeat: Double(heartbeatMs) / 1000, helloRetry: min(0.5, Double(heartbeatMs) / 1000),
+            richAttempts: Int(environment["NH_AGENT_RICH_ATTEMPTS"] ?? "") ?? 8))
         channel = try ZMQSocket.agentChannel(
             connect: context.config.dispatch.agents ?? "tcp://127.0.0.1:7722",
-            keys: try store.channelKeys(), serverKey: try AgentDaemon.serverKey(context, environment))
-        context.onShutdown { [channel] in channel.close() }
+            keys: keys, serverKey: try AgentDaemon.serverKey(context, environment), heartbeatMs: heartbeatMs)
+        monitor = try SocketMonitor(watching: channel, events: .handshakeSucceeded)
+        context.onShutdown { [channel, monitor] in
+            monitor.close()
+            channel.close()
+        }
         if identity.credential == nil {
             context.logger.warning("no listen key yet: waiting for the hub key file, or set NH_AGENT_CONNECTION_STRING")
         }
@@ -78,11 +90,13 @@ final class AgentDaemon {
             context.loop.every(milliseconds: 30_000) { userSync.syncNow() }
         }
         register()
-        try hello()
         context.loop.watch(channel) { [unowned self] in try self.receive() }
+        context.loop.watch(monitor.socket) { [unowned self] in
+            if try self.monitor.drain().contains(.handshakeSucceeded) { try self.perform(self.core.on(.connected, now: Date())) }
+        }
+        context.loop.every(milliseconds: 100) { [unowned self] in try self.perform(self.core.on(.tick, now: Date())) }
         context.loop.every(milliseconds: context.config.heartbeatMs) { [unowned self] in
             if !self.registered { self.register() }
-            try self.hello()
             self.output.reap()
         }
         context.loop.every(milliseconds: 200) { [unowned self] in
@@ -104,7 +118,7 @@ final class AgentDaemon {
         do {
             let categories = try store.categories
             let installation = Installation(
-                installationId: installationId, platform: "linux", pushChannel: installationId, tags: categories,
+                installationId: installationId, platform: "linux", pushChannel: keys.publicKey, tags: categories,
                 userId: userId, templates: ["default": InstallationTemplate(body: template)])
             _ = try registry.call(InstallationUpsert(installation: installation))
             registered = true
@@ -120,64 +134,70 @@ final class AgentDaemon {
         }
     }
 
-    private func hello() throws {
-        let message = HubCodec.encode(AgentHello(installationId: installationId), id: "hello", auth: identity.token())
-        _ = try channel.send([Data(), message], wait: false)
-    }
-
+    /// Reads what the dispatcher sent, acting on each message, then acknowledges in one message.
     private func receive() throws {
-        var acknowledged: [String] = []
-        var failures: [DeliveryFailure] = []
+        acknowledged = []
+        failures = []
         while let frames = try channel.receive(wait: false) {
-            guard let body = frames.last, let parsed = try? HubCodec.parse(body) else { continue }
-            switch parsed.header.type {
-            case AgentDelivery.messageType:
-                let delivery = try HubCodec.decode(AgentDelivery.self, from: body, parsed: parsed).payload
-                let now = Date()
-                if delivery.rich != nil {
-                    // Shown, and acknowledged, only once its payload is fetched.
-                    switch try rich.received(delivery, now: now) {
-                    case .acknowledge: acknowledged.append(delivery.deliveryId)
-                    case .fail(let failure): failures.append(failure)
-                    case .wait: break
-                    }
-                    continue
-                }
-                if try store.markSeen(delivery.deliveryId, notificationId: delivery.notificationId, now: now) {
-                    output.show(delivery, now: now)
-                }
-                acknowledged.append(delivery.deliveryId)
-            case ErrorReply.messageType:
-                let error = try HubCodec.decode(ErrorReply.self, from: body, parsed: parsed).payload
-                context.logger.warning("dispatcher refused", ("code", error.code.rawValue), ("reason", error.message))
-            case AgentSignal.messageType:
-                let signal = try HubCodec.decode(AgentSignal.self, from: body, parsed: parsed).payload
-                if let userSync, signal.sequence > (try userSync.cache.cursor) { userSync.syncNow() }
-            case AgentWelcome.messageType:
-                let welcome = try HubCodec.decode(AgentWelcome.self, from: body, parsed: parsed).payload
-                if welcome.pending > 0 { context.logger.info("catching up", ("pending", welcome.pending)) }
-            default:
+            let frame: AgentFrame
+            do {
+                frame = try AgentWire.decode(frames, installationId: installationId)
+            } catch {
+                context.logger.warning("unreadable message from the dispatcher", ("error", error.message))
                 continue
             }
+            var seen = false
+            if case .deliver(let delivery) = frame, delivery.rich == nil { seen = try store.isSeen(delivery.deliveryId) }
+            try perform(core.on(.received(frame, seen: seen), now: Date()))
         }
         if !acknowledged.isEmpty || !failures.isEmpty { try acknowledge(acknowledged, failures: failures) }
     }
 
+    private var lastRefusal = ""
+    private var acknowledged: [String] = []
+    private var failures: [DeliveryFailure] = []
+
+    private func perform(_ actions: [AgentCore.Action]) throws {
+        for action in actions {
+            switch action {
+            case .hello:
+                _ = try channel.send(AgentWire.encode(.hello(AgentHello(installationId: installationId))), wait: false)
+            case .show(let delivery):
+                let now = Date()
+                if try store.markSeen(delivery.deliveryId, notificationId: delivery.notificationId, now: now) {
+                    output.show(delivery, now: now)
+                }
+            case .acknowledge(let id):
+                acknowledged.append(id)
+            case .holdForFetch(let delivery):
+                switch try rich.received(delivery, now: Date()) {
+                case .acknowledge: acknowledged.append(delivery.deliveryId)
+                case .fail(let failure): failures.append(failure)
+                case .wait: break
+                }
+            case .syncUser(let sequence):
+                if let userSync, sequence > (try userSync.cache.cursor) { userSync.syncNow() }
+            case .log(let message, let code):
+                if message != lastRefusal { context.logger.warning("dispatcher refused", ("code", code.rawValue), ("reason", message)) }
+                lastRefusal = message
+            }
+        }
+    }
+
     private func acknowledge(_ deliveryIds: [String], failures: [DeliveryFailure] = []) throws {
-        let ack = HubCodec.encode(
-            AgentAck(deliveryIds: deliveryIds, failures: failures.isEmpty ? nil : failures), id: "ack", auth: identity.token())
-        _ = try channel.send([Data(), ack], wait: false)
+        let ack = AgentAck(deliveryIds: deliveryIds, failures: failures.isEmpty ? nil : failures)
+        _ = try channel.send(AgentWire.encode(.ack(ack)), wait: false)
     }
 }
 
 extension ZMQSocket {
     /// A CURVE DEALER to the dispatcher's agent socket with transport heartbeats and reconnect backoff.
-    static func agentChannel(connect endpoint: String, keys: CurveKeyPair, serverKey: String) throws -> ZMQSocket {
+    static func agentChannel(connect endpoint: String, keys: CurveKeyPair, serverKey: String, heartbeatMs: Int) throws -> ZMQSocket {
         let socket = try ZMQContext.shared.socket(.dealer)
         try socket.setLinger(0)
         try socket.makeCurveClient(keys, serverPublicKey: serverKey)
         try socket.setReconnectInterval(100, max: 5_000)
-        try socket.setHeartbeat(interval: 1_000, timeout: 5_000)
+        try socket.setHeartbeat(interval: heartbeatMs, timeout: heartbeatMs * 3)
         try socket.setSendHighWaterMark(1_000)
         try socket.connect(endpoint)
         return socket

@@ -76,7 +76,8 @@ final class RichFetcher {
                 shown.append(delivery.deliveryId)
             } catch {
                 let reason = (error as? HubError)?.description ?? "\(error)"
-                if attempts >= maxAttempts || delivery.expiresAt <= now {
+                switch AgentCore.richRetry(attempts: attempts, maxAttempts: maxAttempts, expiresAt: delivery.expiresAt, now: now) {
+                case .giveUp:
                     let failure = DeliveryFailure(
                         deliveryId: delivery.deliveryId, reason: "rich fetch failed after \(attempts) tries: \(reason)")
                     try database.run(
@@ -87,8 +88,7 @@ final class RichFetcher {
                         "attempts": String(attempts), "reason": reason,
                     ])
                     failed.append(failure)
-                } else {
-                    let delay = min(30, 0.5 * pow(2, Double(attempts - 1)))
+                case .retry(let delay):
                     try database.run(
                         "UPDATE rich_pending SET attempts = ?, next_at = ?, last_error = ? WHERE delivery_id = ?",
                         [attempts, now.timeIntervalSince1970 + delay, reason, delivery.deliveryId])

@@ -1,5 +1,6 @@
 import Foundation
 import HubProtocol
+import DispatchCore
 import Storage
 
 final class DispatchStore {
@@ -42,31 +43,23 @@ final class DispatchStore {
         }
     }
 
-    enum Selection {
-        /// Everything not acknowledged, as for an agent that just connected.
-        case all
-        /// Only deliveries never sent.
-        case unsent
-        /// Deliveries never sent, or last sent before a time without an acknowledgement since.
-        case sentBefore(Date)
+    /// Installations with deliveries neither acknowledged nor expired: at start, whose agents must
+    /// load from the store when they connect.
+    func backlog(now: Date) throws -> Set<String> {
+        Set(try database.query(
+            "SELECT DISTINCT installation_id FROM deliveries WHERE acked_at IS NULL AND expires_at > ?", [now.timeIntervalSince1970]
+        ).compactMap { $0[0].string })
     }
 
     /// Deliveries for an installation that are neither acknowledged nor expired, oldest first.
-    func pending(for installationId: String, now: Date, _ selection: Selection = .all, limit: Int = 500) throws -> [AgentDelivery] {
-        let cutoff: Double
-        switch selection {
-        case .all: cutoff = .greatestFiniteMagnitude
-        case .unsent: cutoff = -1
-        case .sentBefore(let date): cutoff = date.timeIntervalSince1970
-        }
-        return try database.query(
+    func pending(for installationId: String, now: Date, limit: Int = 500) throws -> [AgentDelivery] {
+        try database.query(
             """
             SELECT delivery_id, notification_id, template, payload, expires_at, rich FROM deliveries
             WHERE installation_id = ? AND acked_at IS NULL AND expires_at > ?
-              AND (delivered_at IS NULL OR delivered_at < ?)
             ORDER BY rowid LIMIT ?
             """,
-            [installationId, now.timeIntervalSince1970, cutoff, limit]
+            [installationId, now.timeIntervalSince1970, limit]
         ).map {
             AgentDelivery(
                 deliveryId: $0[0].string ?? "", notificationId: $0[1].string ?? "", installationId: installationId,
@@ -75,39 +68,45 @@ final class DispatchStore {
         }
     }
 
-    /// Notes that deliveries went out; the first send of each counts as delivered.
+    /// Notes that deliveries went out; the first send of each counts as delivered, once per
+    /// notification in the outcome however many of its deliveries went out.
     func markSent(_ deliveries: [AgentDelivery], now: Date) throws {
         guard !deliveries.isEmpty else { return }
         try database.transaction {
+            var first: [String: Int] = [:]
             for delivery in deliveries {
-                let first = try database.run(
+                let changed = try database.run(
                     "UPDATE deliveries SET delivered_at = ? WHERE delivery_id = ? AND delivered_at IS NULL",
                     [now.timeIntervalSince1970, delivery.deliveryId])
-                if first == 0 {
-                    try database.run("UPDATE deliveries SET delivered_at = ? WHERE delivery_id = ?", [now.timeIntervalSince1970, delivery.deliveryId])
-                } else {
-                    try database.run("UPDATE outcomes SET delivered = delivered + 1 WHERE notification_id = ?", [delivery.notificationId])
-                }
+                if changed > 0 { first[delivery.notificationId, default: 0] += 1 }
             }
+            try add(first, to: "delivered")
         }
     }
 
-    /// Records acknowledgements from `installationId`; each delivery counts once. Returns how many were new.
+    /// Records acknowledgements from `installationId`; each delivery counts once, and only for the
+    /// installation it was meant for. Returns how many were new.
     @discardableResult
     func acknowledge(_ deliveryIds: [String], installationId: String, now: Date) throws -> Int {
         try database.transaction {
-            var fresh = 0
+            var fresh: [String: Int] = [:]
             for id in deliveryIds {
-                guard let row = try database.queryOne(
-                    "SELECT notification_id FROM deliveries WHERE delivery_id = ? AND installation_id = ? AND acked_at IS NULL",
-                    [id, installationId])
-                else { continue }
-                try database.run("UPDATE deliveries SET acked_at = ? WHERE delivery_id = ?", [now.timeIntervalSince1970, id])
-                try database.run(
-                    "UPDATE outcomes SET acknowledged = acknowledged + 1 WHERE notification_id = ?", [row[0].string ?? ""])
-                fresh += 1
+                let rows = try database.query(
+                    """
+                    UPDATE deliveries SET acked_at = ? WHERE delivery_id = ? AND installation_id = ? AND acked_at IS NULL
+                    RETURNING notification_id
+                    """, [now.timeIntervalSince1970, id, installationId])
+                if let notification = rows.first?[0].string { fresh[notification, default: 0] += 1 }
             }
-            return fresh
+            try add(fresh, to: "acknowledged")
+            return fresh.values.reduce(0, +)
+        }
+    }
+
+    /// Adds per-notification counts to one outcome column.
+    private func add(_ counts: [String: Int], to column: String) throws {
+        for (notification, count) in counts {
+            try database.run("UPDATE outcomes SET \(column) = \(column) + ? WHERE notification_id = ?", [count, notification])
         }
     }
 

@@ -1,87 +1,181 @@
 import Auth
 import Bus
+import DispatchCore
 import Foundation
 import HubProtocol
 import ServiceKit
 
+// The shell around `Dispatcher`: it turns socket traffic, timers and store answers into events,
+// and carries out the actions that come back. Every turn of the loop ends with one commit.
 ServiceMain.run(name: "nh-dispatch", summary: "the dispatcher: resolves targets and delivers to client agents") { context in
     let config = context.config
     context.prepareKeys()
     let logger = context.logger
     let store = DispatchStore(database: try context.openStore("dispatch.db", migrations: DispatchSchema.migrations))
-    var index = InstallationIndex()
-    var resolver = TargetResolver()
-    var sessions = AgentSessions()
+    var settings = DispatcherSettings()
+    settings.resendAfter = max(2.0, Double(config.heartbeatMs) * 3 / 1000)
+    settings.silenceAfter = max(2.0, Double(config.agentHeartbeatMs) * 3 / 1000)
+    var core = Dispatcher(settings: settings)
+    var turn = DispatchTurn()
+    var sendsBlocked = 0
+
+    // Agents connect from other hosts. Their channel is CURVE-encrypted; each connection is
+    // authenticated once, at its handshake, and every message on it carries the agent's key.
+    let channelKeys = try AgentChannelKeys.loadOrCreate(directory: URL(fileURLWithPath: config.dataDir, isDirectory: true))
+    let zap = try ZAPHandler()
+    context.onShutdown { zap.close() }
+    let agents = try ZMQSocket.agentServer(bind: config.dispatch.agents ?? "tcp://127.0.0.1:7722", keys: channelKeys, config: config)
+    context.onShutdown { agents.close() }
+    logger.info("listening", ("role", "agents"), ("endpoint", agents.lastEndpoint))
+
+    func perform(_ actions: [DispatchAction]) {
+        for action in actions {
+            switch action {
+            case .record(let notification, let plans):
+                turn.records.append((notification, plans))
+            case .send(let route, var delivery):
+                // A rich delivery carries a ticket that lets this installation, and no other, fetch the payload.
+                if let rich = delivery.rich {
+                    delivery.richTicket = context.userTokens.issue(
+                        user: delivery.installationId, kind: .ticket,
+                        lifetime: max(60, Int(delivery.expiresAt.timeIntervalSinceNow) + 60), resource: rich.richId
+                    ).token
+                }
+                if deliver(route, AgentWire.encodeDelivery(delivery)) { turn.sent.append(delivery) }
+            case .reply(let route, let frame):
+                _ = deliver(route, AgentWire.encode(frame))
+            case .acknowledge(let installationId, let ids):
+                turn.acks.append((installationId, ids))
+            case .fail(let installationId, let failures):
+                turn.failures.append((installationId, failures))
+                for failure in failures { logger.warning("delivery failed", ("delivery", failure.deliveryId), ("reason", failure.reason)) }
+            case .load(let installationId, let route, let limit):
+                do {
+                    let deliveries = try store.pending(for: installationId, now: Date(), limit: limit)
+                    perform(core.on(
+                        .loaded(installationId: installationId, route: route, deliveries, complete: deliveries.count < limit), now: Date()))
+                } catch {
+                    logger.error("cannot load pending deliveries", ("installation", installationId), ("error", "\(error)"))
+                }
+            case .note(.connected(let id)):
+                logger.debug("agent connected", ("installation", id))
+            case .note(.dropped(let id, let reason)):
+                logger.info("agent session ended", ("installation", id), ("reason", reason.rawValue))
+            }
+        }
+    }
+
+    /// Sends on a route without waiting. A connection that is gone ends its session; a full queue
+    /// leaves the delivery to its resend.
+    func deliver(_ route: Route, _ frames: [Data]) -> Bool {
+        do {
+            if try agents.send([route] + frames, wait: false) { return true }
+            sendsBlocked += 1
+        } catch where error.errno == EHOSTUNREACH {
+            perform(core.on(.unreachable(route: route), now: Date()))
+        } catch {
+            logger.warning("send to agent failed", ("error", "\(error)"))
+        }
+        return false
+    }
+
+    /// Commits what this turn decided: records, sends, acknowledgements and failures in one transaction.
+    func commit() {
+        guard !turn.isEmpty else { return }
+        let now = Date()
+        do {
+            try store.database.transaction {
+                for (notification, plans) in turn.records { try store.record(notification, plans: plans, now: now) }
+                try store.markSent(turn.sent, now: now)
+                for (installationId, ids) in turn.acks { try store.acknowledge(ids, installationId: installationId, now: now) }
+                for (installationId, failures) in turn.failures { try store.fail(failures, installationId: installationId, now: now) }
+            }
+        } catch {
+            // Nothing is lost: the cursor did not move, so the notifications are pulled and planned
+            // again (the sessions know what they sent), and unrecorded acknowledgements make their
+            // deliveries go out again later, which the agents answer without showing them twice.
+            logger.error("dispatch commit failed", ("error", "\(error)"))
+        }
+        turn = DispatchTurn()
+    }
 
     // The registry's change stream keeps the index current; a gap or a late start takes a snapshot.
-    let registry = try context.client(config.registry.requests, policy: RetryPolicy(timeout: 1_000, attempts: 1))
+    let registry = try context.client(config.registry.requests, policy: RetryPolicy(timeout: 2_000, attempts: 1))
     let replica = try CloneReplica(
         connect: config.registry.events ?? "tcp://127.0.0.1:7702",
         snapshot: {
             let snapshot = try registry.call(RegistrySnapshotRequest())
-            index.replace(with: snapshot)
-            logger.info("registry snapshot", ("sequence", snapshot.sequence), ("installations", index.count))
+            perform(core.on(.snapshot(snapshot), now: Date()))
+            logger.info("registry snapshot", ("sequence", snapshot.sequence), ("installations", core.index.count))
             return snapshot.sequence
         },
-        apply: { message in index.apply(try HubCodec.decode(InstallationChanged.self, from: message.body).payload) })
+        apply: { message in
+            perform(core.on(.installationChanged(try HubCodec.decode(InstallationChanged.self, from: message.body).payload), now: Date()))
+        })
     context.onShutdown { replica.close() }
-    context.loop.watch(replica.socket) { try replica.pump() }
+    context.loop.watch(replica.socket) {
+        try replica.pump()
+        commit()
+    }
+    perform(core.on(.backlog(try store.backlog(now: Date())), now: Date()))
 
-    var endpoints: [String: String] = [:]
+    var endpoints: [String: String] = ["agents": agents.lastEndpoint]
     let server = try context.bindRequests(config.dispatch.requests, endpoints: { endpoints }) {
-        [
-            "installations": String(index.count), "registrySequence": replica.tracker.position.map(String.init) ?? "none",
-            "cursor": String((try? store.cursor()) ?? 0), "agents": String(sessions.count),
-        ].merging((try? store.totals()) ?? [:]) { $1 }
+        let counters = core.counters
+        var details: [String: String] = [:]
+        details["installations"] = String(core.index.count)
+        details["registrySequence"] = replica.tracker.position.map(String.init) ?? "none"
+        details["cursor"] = String((try? store.cursor()) ?? 0)
+        details["agents"] = String(core.sessionCount)
+        details["inFlight"] = String(core.inFlightCount)
+        details["backlogInstallations"] = String(core.backlogCount)
+        details["sentTotal"] = String(counters.sent)
+        details["resentTotal"] = String(counters.resent)
+        details["ackedTotal"] = String(counters.acknowledged)
+        details["unknownAcksTotal"] = String(counters.unknownAcks)
+        details["refusedTotal"] = String(counters.refused)
+        details["signalsTotal"] = String(counters.signals)
+        details["sessionsStartedTotal"] = String(counters.connected)
+        details["sendsBlockedTotal"] = String(sendsBlocked)
+        details["zapAcceptedTotal"] = String(zap.counts.accepted)
+        for reason in DispatchNote.DropReason.allCases {
+            details["sessionsEnded\(reason.rawValue.capitalized)Total"] = String(counters.dropped[reason] ?? 0)
+        }
+        return details.merging((try? store.totals()) ?? [:]) { $1 }
     }
-    // Agents connect from other hosts: their channel is CURVE-encrypted, and only agents that know
-    // this socket's public key can reach it.
-    let channelKeys = try AgentChannelKeys.loadOrCreate(directory: URL(fileURLWithPath: config.dataDir, isDirectory: true))
-    let agents = try context.bindRequests(
-        config.dispatch.agents ?? "tcp://127.0.0.1:7722", role: "agents", curve: channelKeys, endpoints: { endpoints })
     endpoints["requests"] = server.endpoint
-    endpoints["agents"] = agents.endpoint
 
-    /// Sends deliveries to an installation's agent if it is connected.
-    func send(_ deliveries: [AgentDelivery], to installationId: String) throws {
-        guard !deliveries.isEmpty, let route = sessions.route(of: installationId) else { return }
-        for var delivery in deliveries {
-            // A rich delivery carries a ticket that lets this installation, and no other, fetch the payload.
-            if let rich = delivery.rich {
-                delivery.richTicket = context.userTokens.issue(
-                    user: installationId, kind: .ticket, lifetime: max(60, Int(delivery.expiresAt.timeIntervalSinceNow) + 60),
-                    resource: rich.richId
-                ).token
+    // Accepted notifications are pulled from the publish service after the stored cursor, one
+    // request in flight at a time and never waited on: the reply comes back through the loop.
+    // Its stream only says when there is more, so a lost hint costs a tick's delay, never a send.
+    let publish = try HubForwarder(connect: config.publish.requests, timeoutMs: config.requestTimeoutMs) { context.serviceToken() }
+    context.onShutdown { publish.close() }
+    var pulling = false
+    var pullLimit = 100
+    func pull() {
+        guard !pulling, replica.tracker.position != nil, let after = try? store.cursor() else { return }
+        pulling = true
+        publish.forward(PendingNotificationsRequest(after: after, limit: pullLimit)) { result in
+            pulling = false
+            switch result {
+            case .success(let batch):
+                guard !batch.notifications.isEmpty else { return }
+                do { try replica.pump() } catch { logger.warning("registry stream", ("error", "\(error)")) }
+                let before = core.counters.planned
+                perform(core.on(.accepted(batch.notifications), now: Date()))
+                commit()
+                // Large fan-outs come a few notifications at a time, so that one turn stays short.
+                let perNotification = (core.counters.planned - before) / batch.notifications.count
+                pullLimit = max(1, min(100, 20_000 / max(1, perNotification)))
+                pull()
+            case .failure(let error):
+                logger.warning("pull from the publish service failed; trying again", ("error", error.message))
             }
-            try agents.push(delivery, to: route, id: delivery.deliveryId)
         }
-        try store.markSent(deliveries, now: Date())
     }
-
-    // Accepted notifications are pulled from the publish service after the stored cursor; its
-    // stream only says when there is more, so a lost hint costs a heartbeat's delay, never a send.
-    let publish = try context.client(config.publish.requests, policy: RetryPolicy(timeout: 1_000, attempts: 1))
-    func pull() throws {
-        guard replica.tracker.position != nil else { return }
-        while true {
-            try replica.pump()
-            let batch = try publish.call(PendingNotificationsRequest(after: try store.cursor(), limit: 200))
-            if batch.notifications.isEmpty { return }
-            var touched = Set<String>()
-            // One commit for the whole batch: the cursor moves past all of it or none of it.
-            try store.database.transaction {
-                for notification in batch.notifications {
-                    let now = Date()
-                    let plans = resolver.plan(notification, index: index, now: now)
-                    try store.record(notification, plans: plans, now: now)
-                    touched.formUnion(plans.map(\.installationId))
-                    logger.debug("dispatched", ("id", notification.notificationId), ("targets", plans.count))
-                }
-            }
-            for installationId in touched.sorted() where sessions.route(of: installationId) != nil {
-                try send(try store.pending(for: installationId, now: Date(), .unsent), to: installationId)
-            }
-        }
+    context.loop.watch(publish.socket) {
+        try publish.receive()
+        commit()
     }
     let hints = try ZMQContext.shared.socket(.sub)
     try hints.setLinger(0)
@@ -93,15 +187,10 @@ ServiceMain.run(name: "nh-dispatch", summary: "the dispatcher: resolves targets 
         while let frames = try hints.receive(wait: false) {
             if let message = try? SequencedMessage(frames: frames) { latest = max(latest, message.sequence) }
         }
-        if latest > (try store.cursor()) { try pull() }
+        if latest > (try store.cursor()) { pull() }
     }
 
     // The sync store's stream: a user's notifications changed, so signal that user's other devices.
-    // A signal carries no content; a missed one is made up for by signalling every user agent.
-    func signal(_ installation: Installation, sequence: UInt64) throws {
-        guard let user = installation.userId, let route = sessions.route(of: installation.installationId) else { return }
-        try agents.push(AgentSignal(userId: user, sequence: sequence), to: route, id: "signal")
-    }
     let userChanges = try ZMQContext.shared.socket(.sub)
     try userChanges.setLinger(0)
     try userChanges.subscribe()
@@ -116,49 +205,43 @@ ServiceMain.run(name: "nh-dispatch", summary: "the dispatcher: resolves targets 
             case .skip: continue
             case .resync:
                 userTracker.reset(to: message.sequence)
-                for id in sessions.byInstallation.keys.sorted() {
-                    if let installation = index.installation(id) { try signal(installation, sequence: .max) }
-                }
+                perform(core.on(.userStreamGap, now: Date()))
                 logger.info("user change stream gap; signalled every user agent", ("at", message.sequence))
             case .apply:
                 let change = try HubCodec.decode(UserNotificationsChanged.self, from: message.body).payload
-                for installation in index.installations(ofUser: change.userId) where installation.installationId != change.origin {
-                    try signal(installation, sequence: change.sequence)
-                }
+                perform(core.on(.userChanged(change), now: Date()))
             }
         }
     }
 
-    // The agent channel: hello (also the agent's heartbeat), acknowledgements, health.
-    var welcomed: [(String, [Data])] = []
-    agents.on(AgentHello.self) { request, route in
-        try context.authorize(request.auth, needs: .listen)
-        let id = request.payload.installationId
-        let isNew = sessions.hello(installationId: id, route: route, now: Date())
-        if isNew {
-            logger.info("agent connected", ("installation", id))
-            welcomed.append((id, route))
+    // The agent channel: hello (also the heartbeat) and acknowledgements, in compact frames.
+    context.loop.watch(agents) {
+        var handled = 0
+        while handled < 2_000, let (frames, peer) = try agents.receiveFromPeer(wait: false) {
+            handled += 1
+            guard frames.count >= 2 else { continue }
+            let route = frames[0]
+            let body = Array(frames.dropFirst())
+            if body[0].isEmpty {
+                // A JSON envelope behind a delimiter: a client of the older protocol.
+                let error = HubError(.unsupportedVersion, "the agent channel speaks compact frames (see HubProtocol's README); upgrade the agent")
+                _ = deliver(route, [Data(), HubCodec.encodeError(error, id: "")])
+                continue
+            }
+            do {
+                switch try AgentWire.decode(body) {
+                case .hello(let hello):
+                    perform(core.on(.hello(route: route, peerKey: peer, installationId: hello.installationId), now: Date()))
+                case .ack(let ack):
+                    perform(core.on(.ack(route: route, ack), now: Date()))
+                case .welcome, .deliver, .signal, .error:
+                    throw HubError(.unknownType, "agents send only 'hello' and 'ack' on this channel")
+                }
+            } catch let error as HubError {
+                _ = deliver(route, AgentWire.encode(.error(ErrorReply(code: error.code, message: error.message))))
+            }
         }
-        return AgentWelcome(installationId: id, pending: isNew ? try store.pending(for: id, now: Date()).count : 0)
-    }
-    agents.on(AgentAck.self) { request, route in
-        try context.authorize(request.auth, needs: .listen)
-        guard let id = sessions.installation(on: route) else {
-            throw HubError(.unauthorized, "say agent.hello before acknowledging")
-        }
-        try store.acknowledge(request.payload.deliveryIds, installationId: id, now: Date())
-        if let failures = request.payload.failures, !failures.isEmpty {
-            try store.fail(failures, installationId: id, now: Date())
-            for failure in failures { logger.warning("delivery failed", ("delivery", failure.deliveryId), ("reason", failure.reason)) }
-        }
-        return Ack()
-    }
-    context.loop.watch(agents.socket) {
-        try agents.serve()
-        // Everything pending goes out after the welcome, to agents that are new or came back.
-        let batch = welcomed
-        welcomed.removeAll()
-        for (id, _) in batch { try send(try store.pending(for: id, now: Date()), to: id) }
+        commit()
     }
 
     server.on(OutcomeRequest.self) { request in
@@ -169,17 +252,45 @@ ServiceMain.run(name: "nh-dispatch", summary: "the dispatcher: resolves targets 
         return outcome
     }
 
-    // Unacknowledged deliveries go out again; silent agents are forgotten; expired deliveries counted.
-    let resendAfter = max(2.0, Double(config.heartbeatMs) * 3 / 1000)
+    // Resends and silence are decided often; expiry and the pull safety net once a heartbeat.
+    context.loop.every(milliseconds: 100) {
+        perform(core.on(.tick, now: Date()))
+        commit()
+    }
     context.loop.every(milliseconds: config.heartbeatMs) {
-        let now = Date()
-        for id in sessions.drop(silentSince: now.addingTimeInterval(-resendAfter)) {
-            logger.info("agent silent, dropped", ("installation", id))
-        }
-        for id in sessions.byInstallation.keys.sorted() {
-            try send(try store.pending(for: id, now: now, .sentBefore(now.addingTimeInterval(-resendAfter))), to: id)
-        }
-        let expired = try store.expire(now: now)
+        publish.expire()
+        pull()
+        let expired = try store.expire(now: Date())
         if expired > 0 { logger.info("deliveries expired", ("count", expired)) }
+    }
+}
+
+/// What one turn of the loop has to commit.
+struct DispatchTurn {
+    var records: [(AcceptedNotification, [PlannedDelivery])] = []
+    var sent: [AgentDelivery] = []
+    var acks: [(String, [String])] = []
+    var failures: [(String, [DeliveryFailure])] = []
+
+    var isEmpty: Bool { records.isEmpty && sent.isEmpty && acks.isEmpty && failures.isEmpty }
+}
+
+extension ZMQSocket {
+    /// The dispatcher's agent socket: a CURVE ROUTER whose handshakes go through the ZAP handler.
+    /// Sends to a connection that is gone fail at once (so its session ends), the queue per agent
+    /// holds more than a session's window, and libzmq's own heartbeats close dead connections.
+    static func agentServer(bind endpoint: String, keys: CurveKeyPair, config: HubConfig) throws -> ZMQSocket {
+        let socket = try ZMQContext.shared.socket(.router)
+        try socket.setLinger(0)
+        try socket.setRouterMandatory(true)
+        try socket.setSendHighWaterMark(4_096)
+        try socket.setReceiveHighWaterMark(100_000)
+        try socket.setMaxMessageSize(config.maxMessageBytes + 4_096)
+        try socket.setHeartbeat(interval: config.agentHeartbeatMs, timeout: config.agentHeartbeatMs * 3)
+        try socket.setHandshakeInterval(30_000)
+        try socket.setBacklog(4_096)
+        try socket.makeCurveServer(keys)
+        try socket.bind(endpoint)
+        return socket
     }
 }

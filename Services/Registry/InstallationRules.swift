@@ -1,3 +1,4 @@
+import Bus
 import Foundation
 import HubProtocol
 import Tags
@@ -39,6 +40,20 @@ enum InstallationRules {
         for (name, template) in templates.sorted(by: { $0.key < $1.key }) {
             try validateTemplate(name: name, template)
         }
+    }
+
+    /// A `linux` installation is a hub agent, and its push channel is the agent's CURVE public key:
+    /// the dispatcher delivers only to a connection proven to hold that key. Once bound, the key
+    /// changes only with a Manage key, for a device that lost its own; otherwise anyone with the
+    /// listen key could move another device's deliveries to a key of theirs. A push channel that is
+    /// not a key (from before keys were bound) may be replaced by one.
+    static func checkBinding(_ installation: Installation, current: Installation?, mayRebind: Bool) throws(HubError) {
+        guard installation.platform == "linux", let current, current.platform == "linux",
+            current.pushChannel != installation.pushChannel, CurveKeyPair.isValidKey(current.pushChannel), !mayRebind
+        else { return }
+        throw HubError(
+            .forbidden,
+            "installation '\(installation.installationId)' is bound to another device key; only the agent holding that key may register it, or a Manage key may rebind it")
     }
 
     static func validateIdentifier(_ id: String, what: String) throws(HubError) {

@@ -25,9 +25,11 @@ ServiceMain.run(name: "nh-registry", summary: "the registration service: install
         return installation
     }
 
-    func save(_ installation: Installation) throws -> InstallationReply {
+    func save(_ installation: Installation, rights: AccessRights) throws -> InstallationReply {
         let now = Date()
         try InstallationRules.validate(installation, now: now)
+        try InstallationRules.checkBinding(installation, current: try store.get(installation.installationId, now: now),
+                                          mayRebind: rights.contains(.manage))
         let (stored, sequence) = try store.upsert(installation, now: now)
         try publish(InstallationChanged(change: .upserted, installationId: stored.installationId, installation: stored), sequence: sequence)
         context.logger.debug("installation saved", ("id", stored.installationId), ("tags", stored.tags.joined(separator: ",")))
@@ -36,13 +38,13 @@ ServiceMain.run(name: "nh-registry", summary: "the registration service: install
 
     // Listen may create, read and delete installations; Manage may do everything.
     server.on(InstallationUpsert.self) { request in
-        try context.authorize(request.auth, needs: .listen)
-        return try save(request.payload.installation)
+        let key = try context.authorize(request.auth, needs: .listen)
+        return try save(request.payload.installation, rights: key.rights)
     }
     server.on(InstallationPatch.self) { request in
-        try context.authorize(request.auth, needs: .listen)
+        let key = try context.authorize(request.auth, needs: .listen)
         let current = try found(request.payload.installationId)
-        return try save(try InstallationPatcher.apply(request.payload.operations, to: current))
+        return try save(try InstallationPatcher.apply(request.payload.operations, to: current), rights: key.rights)
     }
     server.on(InstallationGet.self) { request in
         try context.authorize(request.auth, needs: .listen)

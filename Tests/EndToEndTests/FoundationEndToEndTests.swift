@@ -54,7 +54,7 @@ struct FoundationEndToEndTests {
         try cluster.startAll()
         let requestSockets: [(service: String, variable: String)] = [
             ("nh-registry", "NH_REGISTRY_REQUESTS"), ("nh-sync", "NH_SYNC_REQUESTS"),
-            ("nh-dispatch", "NH_DISPATCH_REQUESTS"), ("nh-dispatch", "NH_DISPATCH_AGENTS"),
+            ("nh-dispatch", "NH_DISPATCH_REQUESTS"),
             ("nh-publish", "NH_PUBLISH_REQUESTS"), ("nh-agent", "NH_AGENT_REQUESTS"), ("nh-gateway", "NH_GATEWAY_REQUESTS"),
         ]
         let cases: [(frames: [Data], code: ErrorCode)] = [
@@ -65,12 +65,41 @@ struct FoundationEndToEndTests {
             ([Data(#"{"v":1,"type":"no.such.type","id":"u-1","payload":{}}"#.utf8)], .unknownType),
             ([Data(#"{"v":99,"type":"health","id":"u-2","payload":{}}"#.utf8)], .unsupportedVersion),
         ]
-        // The agent socket speaks CURVE: its peers use the dispatcher's public key and a key pair of their own.
+        // The agent socket speaks CURVE and compact frames; its bad input is tested apart.
         let serverKey = try #require(AgentChannelKeys.publicKey(directory: cluster.dataDirectory))
-        let clientKeys = try CurveKeyPair.generate()
-        func curve(_ variable: String) -> (keys: CurveKeyPair, serverPublicKey: String)? {
-            variable == "NH_DISPATCH_AGENTS" ? (clientKeys, serverKey) : nil
+        func curve(_ variable: String) -> (keys: CurveKeyPair, serverPublicKey: String)? { nil }
+        let agentCases: [(frames: [Data], code: ErrorCode)] = [
+            ([Data("garbage".utf8)], .malformedFrames),
+            ([Data("hello".utf8), Data("2".utf8), Data("x".utf8)], .unsupportedVersion),
+            ([Data("hello".utf8), Data("1".utf8)], .malformedFrames),
+            ([Data("deliver".utf8), Data("a".utf8), Data("b".utf8), Data(), Data("1".utf8), Data("{}".utf8)], .unknownType),
+            ([Data("ack".utf8), Data("someone-else/1".utf8)], .unauthorized),
+            ([Data("hello".utf8), Data("1".utf8), Data("not-registered".utf8)], .notFound),
+            ([Data("ack".utf8), Data("a".utf8), Data("no tab here".utf8)], .malformedFrames),
+        ]
+        for (frames, code) in agentCases {
+            let agent = try ZMQContext.shared.socket(.dealer)
+            try agent.setReceiveTimeout(3_000)
+            try agent.makeCurveClient(try CurveKeyPair.generate(), serverPublicKey: serverKey)
+            try agent.connect(cluster.environment["NH_DISPATCH_AGENTS"]!)
+            try agent.send(frames)
+            let reply = try agent.receive()
+            agent.close()
+            guard let reply, case .error(let error) = try AgentWire.decode(reply) else {
+                Issue.record("no error frame for \(frames.map { String(decoding: $0, as: UTF8.self) })")
+                continue
+            }
+            #expect(error.code == code, "agent channel: \(error.message)")
+            #expect(!error.message.isEmpty)
         }
+        // A client of the JSON envelope protocol is told what the channel speaks, in its own terms.
+        let legacy = try RequestClient(
+            connect: cluster.environment["NH_DISPATCH_AGENTS"]!, policy: RetryPolicy(timeout: 3_000, attempts: 1),
+            curve: (try CurveKeyPair.generate(), serverKey))
+        let legacyReply = try legacy.request([HubCodec.encode(AgentHello(installationId: "x"), id: "old")])
+        legacy.close()
+        #expect(try HubCodec.decode(ErrorReply.self, from: legacyReply[0]).payload.code == .unsupportedVersion)
+        #expect(try cluster.health("nh-dispatch").status == "ok", "nh-dispatch after bad agent input")
         let plain = try RequestClient(
             connect: cluster.environment["NH_DISPATCH_AGENTS"]!, policy: RetryPolicy(timeout: 300, attempts: 1))
         #expect(throws: BusError.self, "a peer without CURVE cannot reach the agent socket") {

@@ -44,9 +44,11 @@ def counts(details):
 
 
 def test_breaking_news_over_rest(hub, agent):
-    # 1. Create the installation with a tag and a template (the agent is connected under this id).
+    # 1. Replace the installation with a tag and a template. The agent is connected under this id,
+    #    and a linux installation's push channel is the agent's device key, which the backend keeps.
+    key = requests.get(f"{hub.base}/hub/installations/py-device?{API}", headers=headers(hub)).json()["pushChannel"]
     installation = {
-        "installationId": "py-device", "platform": "linux", "pushChannel": "py-device", "tags": ["World"],
+        "installationId": "py-device", "platform": "linux", "pushChannel": key, "tags": ["World"],
         "templates": {"news": {"body": '{"aps":{"alert":"$(messageParam)"}}'}},
     }
     r = requests.put(f"{hub.base}/hub/installations/py-device?{API}", headers=headers(hub), data=json.dumps(installation))

@@ -4,19 +4,21 @@ import Tags
 
 /// The dispatcher's copy of the registry, kept current from its change stream, with the
 /// posting lists that turn a tag expression into candidate installations without a scan.
-struct InstallationIndex {
-    private(set) var installations: [String: Installation] = [:]
+public struct InstallationIndex {
+    public init() {}
+
+    public private(set) var installations: [String: Installation] = [:]
     private var byTag: [String: Set<String>] = [:]
     private var byUser: [String: Set<String>] = [:]
 
-    mutating func replace(with snapshot: RegistrySnapshot) {
+    public mutating func replace(with snapshot: RegistrySnapshot) {
         installations = [:]
         byTag = [:]
         byUser = [:]
         for installation in snapshot.installations { insert(installation) }
     }
 
-    mutating func apply(_ change: InstallationChanged) {
+    public mutating func apply(_ change: InstallationChanged) {
         remove(change.installationId)
         if change.change == .upserted, let installation = change.installation { insert(installation) }
     }
@@ -45,17 +47,17 @@ struct InstallationIndex {
         }
     }
 
-    var count: Int { installations.count }
+    public var count: Int { installations.count }
 
-    func installation(_ id: String) -> Installation? { installations[id] }
+    public func installation(_ id: String) -> Installation? { installations[id] }
 
-    func installations(ofUser user: String) -> [Installation] {
+    public func installations(ofUser user: String) -> [Installation] {
         (byUser[user] ?? []).sorted().compactMap { installations[$0] }
     }
 
     /// Installations that can match `expression`: all of them when it can match without any tag
     /// (as `!Sports` can), otherwise those holding at least one of its tags.
-    func candidates(for expression: TagExpression) -> [Installation] {
+    public func candidates(for expression: TagExpression) -> [Installation] {
         if expression.matchesWithoutTags { return all }
         var ids = Set<String>()
         for tag in expression.tags {
@@ -70,5 +72,5 @@ struct InstallationIndex {
         return ids.sorted().compactMap { installations[$0] }
     }
 
-    var all: [Installation] { installations.keys.sorted().compactMap { installations[$0] } }
+    public var all: [Installation] { installations.keys.sorted().compactMap { installations[$0] } }
 }

@@ -2,7 +2,7 @@ import Foundation
 import HubProtocol
 import Testing
 
-@testable import NHDispatch
+@testable import DispatchCore
 
 @Suite("Target resolution")
 struct TargetResolverTests {

@@ -4,22 +4,35 @@ import Tags
 import Templates
 
 /// One notification, rendered for one installation.
-struct PlannedDelivery: Equatable {
-    var deliveryId: String
-    var installationId: String
-    var template: String?
-    var payload: String
-    var expiresAt: Date
-    var rich: RichReference? = nil
+public struct PlannedDelivery: Equatable, Sendable {
+    public var deliveryId: String
+    public var installationId: String
+    public var template: String?
+    public var payload: String
+    public var expiresAt: Date
+    public var rich: RichReference? = nil
+
+    public init(
+        deliveryId: String, installationId: String, template: String?, payload: String, expiresAt: Date, rich: RichReference? = nil
+    ) {
+        self.deliveryId = deliveryId
+        self.installationId = installationId
+        self.template = template
+        self.payload = payload
+        self.expiresAt = expiresAt
+        self.rich = rich
+    }
 }
 
 /// Turns an accepted notification into deliveries: resolves its targets from the index and, for a
 /// template send, fills in every matching template of every target — one delivery per template,
 /// as the source documents describe. Plain logic, no IO.
-struct TargetResolver {
+public struct TargetResolver {
+    public init() {}
+
     private var templateCache: [String: Template] = [:]
 
-    mutating func plan(_ notification: AcceptedNotification, index: InstallationIndex, now: Date) -> [PlannedDelivery] {
+    public mutating func plan(_ notification: AcceptedNotification, index: InstallationIndex, now: Date) -> [PlannedDelivery] {
         let send = notification.send
         var expression: TagExpression?
         var candidates: [Installation]

@@ -1,0 +1,422 @@
+import Foundation
+import HubProtocol
+
+/// The dispatcher's decisions, with no IO: agent sessions, planning, delivery with a window per
+/// session, acknowledgements, resends from a queue ordered by due time, silence and user signals.
+///
+/// The service feeds it events (`on(_:now:)`) and carries out the actions it returns, in order:
+/// socket sends, store writes and store reads. Everything it holds in memory is also in the store
+/// (a delivery is recorded in the same turn it is planned), so dropping a session's memory and
+/// loading it again from the store is always safe; that is how a replaced or returning session
+/// resumes.
+public struct Dispatcher {
+    public private(set) var index = InstallationIndex()
+    public private(set) var settings: DispatcherSettings
+    public private(set) var counters = DispatcherCounters()
+    private var resolver = TargetResolver()
+    private var sessions: [Route: Session] = [:]
+    private var routes: [String: Route] = [:]
+    private var inFlight: [String: InFlight] = [:]
+    private var resends = DueQueue()
+    /// Installations whose unacknowledged deliveries are in the store and not in memory.
+    private var backlog: Set<String> = []
+    private var lastSilenceCheck = Date.distantPast
+
+    public init(settings: DispatcherSettings = DispatcherSettings()) {
+        self.settings = settings
+    }
+
+    // MARK: Events
+
+    public mutating func on(_ event: DispatchEvent, now: Date) -> [DispatchAction] {
+        var actions: [DispatchAction] = []
+        switch event {
+        case .backlog(let installations):
+            backlog.formUnion(installations)
+        case .snapshot(let snapshot):
+            index.replace(with: snapshot)
+            for route in sessions.keys.sorted(by: { $0.lexicographicallyPrecedes($1) }) { checkBinding(route, &actions) }
+        case .installationChanged(let change):
+            index.apply(change)
+            if let route = routes[change.installationId] { checkBinding(route, &actions) }
+        case .hello(let route, let peerKey, let installationId):
+            hello(route: route, peerKey: peerKey, installationId: installationId, now: now, &actions)
+        case .ack(let route, let ack):
+            acknowledge(route: route, ack, now: now, &actions)
+        case .accepted(let notifications):
+            plan(notifications, now: now, &actions)
+        case .loaded(let installationId, let route, let deliveries, let complete):
+            loaded(installationId, route: route, deliveries, complete: complete, now: now, &actions)
+        case .unreachable(let route):
+            drop(route, reason: .unreachable, &actions)
+        case .userChanged(let change):
+            for installation in index.installations(ofUser: change.userId) where installation.installationId != change.origin {
+                if let route = routes[installation.installationId] {
+                    actions.append(.reply(route, .signal(AgentSignal(userId: change.userId, sequence: change.sequence))))
+                    counters.signals += 1
+                }
+            }
+        case .userStreamGap:
+            // A signal carries no content, so a missed one is made up for by signalling every user agent.
+            for (id, route) in routes.sorted(by: { $0.key < $1.key }) {
+                guard let user = index.installation(id)?.userId else { continue }
+                actions.append(.reply(route, .signal(AgentSignal(userId: user, sequence: .max))))
+                counters.signals += 1
+            }
+        case .tick:
+            resendDue(now: now, &actions)
+            if now.timeIntervalSince(lastSilenceCheck) >= min(1, settings.silenceAfter / 4) {
+                lastSilenceCheck = now
+                let cutoff = now.addingTimeInterval(-settings.silenceAfter)
+                let silent = sessions.filter { $0.value.lastSeen < cutoff }.map(\.key)
+                for route in silent.sorted(by: { $0.lexicographicallyPrecedes($1) }) { drop(route, reason: .silent, &actions) }
+            }
+        }
+        return actions
+    }
+
+    // MARK: Sessions
+
+    private mutating func hello(route: Route, peerKey: String?, installationId: String, now: Date, _ actions: inout [DispatchAction]) {
+        if var session = sessions[route] {
+            guard session.installationId == installationId else {
+                refuse(route, .forbidden, "this connection speaks for installation '\(session.installationId)'; connect again to speak for another", &actions)
+                return
+            }
+            session.lastSeen = now
+            sessions[route] = session
+            return
+        }
+        guard let peerKey else {
+            refuse(route, .unauthorized, "the agent channel needs a CURVE connection whose key is known to the dispatcher", &actions)
+            return
+        }
+        guard let installation = index.installation(installationId) else {
+            refuse(route, .notFound, "installation '\(installationId)' is not registered; register it, then say hello again", &actions)
+            return
+        }
+        guard installation.pushChannel == peerKey else {
+            refuse(route, .forbidden,
+                   "installation '\(installationId)' is bound to another device key; only the agent holding that key may receive for it (a Manage key can rebind a device that lost its key)",
+                   &actions)
+            return
+        }
+        if let previous = routes[installationId] {
+            // The same device on a new connection, as after a reconnect: the new one wins.
+            drop(previous, reason: .replaced, &actions)
+        }
+        var session = Session(route: route, installationId: installationId, lastSeen: now)
+        session.key = peerKey
+        routes[installationId] = route
+        counters.connected += 1
+        actions.append(.note(.connected(installationId)))
+        if backlog.contains(installationId) {
+            session.loading = true
+            sessions[route] = session
+            actions.append(.load(installationId: installationId, route: route, limit: settings.loadLimit))
+        } else {
+            session.welcomed = true
+            sessions[route] = session
+            actions.append(.reply(route, .welcome(AgentWelcome(installationId: installationId, pending: 0))))
+        }
+    }
+
+    /// Drops a session whose installation is gone or now bound to another key.
+    private mutating func checkBinding(_ route: Route, _ actions: inout [DispatchAction]) {
+        guard let session = sessions[route] else { return }
+        let installation = index.installation(session.installationId)
+        guard installation == nil || installation?.pushChannel != session.key else { return }
+        actions.append(.reply(route, .error(ErrorReply(
+            code: .forbidden, message: "installation '\(session.installationId)' was deleted or bound to another key"))))
+        drop(route, reason: .unbound, &actions)
+    }
+
+    private mutating func drop(_ route: Route, reason: DispatchNote.DropReason, _ actions: inout [DispatchAction]) {
+        guard let session = sessions.removeValue(forKey: route) else { return }
+        if routes[session.installationId] == route { routes[session.installationId] = nil }
+        for id in session.known { inFlight[id] = nil }
+        if !session.known.isEmpty || session.spilled || session.loading { backlog.insert(session.installationId) }
+        counters.dropped[reason, default: 0] += 1
+        actions.append(.note(.dropped(session.installationId, reason)))
+    }
+
+    private mutating func refuse(_ route: Route, _ code: ErrorCode, _ message: String, _ actions: inout [DispatchAction]) {
+        counters.refused += 1
+        actions.append(.reply(route, .error(ErrorReply(code: code, message: message))))
+    }
+
+    // MARK: Planning and delivery
+
+    private mutating func plan(_ notifications: [AcceptedNotification], now: Date, _ actions: inout [DispatchAction]) {
+        var touched: [Route] = []
+        var seen: Set<Route> = []
+        for notification in notifications {
+            let plans = resolver.plan(notification, index: index, now: now)
+            actions.append(.record(notification, plans))
+            counters.planned += plans.count
+            guard notification.expiresAt > now else { continue }
+            for plan in plans {
+                guard let route = routes[plan.installationId], var session = sessions[route] else {
+                    backlog.insert(plan.installationId)
+                    continue
+                }
+                let delivery = AgentDelivery(
+                    deliveryId: plan.deliveryId, notificationId: notification.notificationId, installationId: plan.installationId,
+                    template: plan.template, payload: plan.payload, expiresAt: plan.expiresAt, rich: plan.rich)
+                _ = session.enqueue(delivery, limit: settings.queueLimit)
+                sessions[route] = session
+                if seen.insert(route).inserted { touched.append(route) }
+            }
+        }
+        for route in touched { pump(route, now: now, &actions) }
+    }
+
+    private mutating func loaded(
+        _ installationId: String, route: Route, _ deliveries: [AgentDelivery], complete: Bool, now: Date, _ actions: inout [DispatchAction]
+    ) {
+        // A load for a session that has since gone is dropped; a new session loads for itself.
+        guard var session = sessions[route], session.installationId == installationId else { return }
+        session.loading = false
+        if complete { backlog.remove(installationId) }
+        session.spilled = !complete
+        var fresh = 0
+        for delivery in deliveries where session.enqueue(delivery, limit: settings.queueLimit) { fresh += 1 }
+        if !session.welcomed {
+            session.welcomed = true
+            actions.append(.reply(route, .welcome(AgentWelcome(installationId: installationId, pending: fresh))))
+        }
+        sessions[route] = session
+        pump(route, now: now, &actions)
+    }
+
+    /// Sends from a session's queue while its window has room; loads more when the store has more.
+    private mutating func pump(_ route: Route, now: Date, _ actions: inout [DispatchAction]) {
+        guard var session = sessions[route] else { return }
+        while session.inFlight < settings.window, let delivery = session.dequeue() {
+            guard delivery.expiresAt > now else {
+                session.known.remove(delivery.deliveryId)
+                continue
+            }
+            session.inFlight += 1
+            inFlight[delivery.deliveryId] = InFlight(delivery: delivery, route: route, attempts: 1)
+            resends.push(due: now.addingTimeInterval(settings.resendAfter), id: delivery.deliveryId, attempt: 1)
+            actions.append(.send(route, delivery))
+            counters.sent += 1
+        }
+        if session.waiting == 0 && session.spilled && !session.loading {
+            session.loading = true
+            actions.append(.load(installationId: session.installationId, route: route, limit: settings.loadLimit))
+        }
+        sessions[route] = session
+    }
+
+    private mutating func acknowledge(route: Route, _ ack: AgentAck, now: Date, _ actions: inout [DispatchAction]) {
+        guard var session = sessions[route] else {
+            refuse(route, .unauthorized, "say hello before acknowledging: this connection has no session", &actions)
+            return
+        }
+        session.lastSeen = now
+        let failures = ack.failures ?? []
+        for id in ack.deliveryIds + failures.map(\.deliveryId) {
+            // An id not in flight may still be pending in the store (sent before a restart): the store
+            // records it if it belongs to this installation, and ignores it otherwise.
+            guard session.known.remove(id) != nil else {
+                counters.unknownAcks += 1
+                continue
+            }
+            if inFlight.removeValue(forKey: id) != nil { session.inFlight -= 1 }
+        }
+        sessions[route] = session
+        if !ack.deliveryIds.isEmpty {
+            counters.acknowledged += ack.deliveryIds.count
+            actions.append(.acknowledge(installationId: session.installationId, deliveryIds: ack.deliveryIds))
+        }
+        if !failures.isEmpty {
+            counters.failed += failures.count
+            actions.append(.fail(installationId: session.installationId, failures))
+        }
+        pump(route, now: now, &actions)
+    }
+
+    /// Sends again what is still unacknowledged when its time comes, backing off per delivery.
+    private mutating func resendDue(now: Date, _ actions: inout [DispatchAction]) {
+        var budget = settings.maxResendsPerTick
+        while budget > 0, let entry = resends.popDue(now: now) {
+            guard var flight = inFlight[entry.id], flight.attempts == entry.attempt, var session = sessions[flight.route] else { continue }
+            if flight.delivery.expiresAt <= now {
+                inFlight[entry.id] = nil
+                session.known.remove(entry.id)
+                session.inFlight -= 1
+                sessions[flight.route] = session
+                pump(flight.route, now: now, &actions)
+                continue
+            }
+            budget -= 1
+            flight.attempts += 1
+            inFlight[entry.id] = flight
+            let delay = min(settings.maxResendInterval, settings.resendAfter * pow(2, Double(flight.attempts - 1)))
+            resends.push(due: now.addingTimeInterval(delay), id: entry.id, attempt: flight.attempts)
+            actions.append(.send(flight.route, flight.delivery))
+            counters.resent += 1
+        }
+    }
+
+    // MARK: Queries
+
+    public var sessionCount: Int { sessions.count }
+    public var inFlightCount: Int { inFlight.count }
+    public var backlogCount: Int { backlog.count }
+    public func route(of installationId: String) -> Route? { routes[installationId] }
+    public func installation(on route: Route) -> String? { sessions[route]?.installationId }
+}
+
+/// The ROUTER identity of one agent connection.
+public typealias Route = Data
+
+public struct DispatcherSettings: Sendable, Equatable {
+    /// Seconds without an acknowledgement before a delivery is sent again; doubled per resend.
+    public var resendAfter: TimeInterval = 5
+    public var maxResendInterval: TimeInterval = 60
+    /// Seconds without a word from an agent before its session is dropped.
+    public var silenceAfter: TimeInterval = 15
+    /// Deliveries in flight per session; the rest wait their turn.
+    public var window = 256
+    /// Deliveries held in memory per session; more stay in the store and are loaded as the queue drains.
+    public var queueLimit = 2_048
+    /// Deliveries loaded from the store at a time.
+    public var loadLimit = 500
+    /// Resends per tick, so that a burst of them cannot starve new deliveries.
+    public var maxResendsPerTick = 2_000
+
+    public init() {}
+
+    public init(resendAfter: TimeInterval, silenceAfter: TimeInterval) {
+        self.resendAfter = resendAfter
+        self.silenceAfter = silenceAfter
+    }
+}
+
+public enum DispatchEvent: Sendable {
+    /// At start: installations with unacknowledged deliveries in the store.
+    case backlog(Set<String>)
+    case snapshot(RegistrySnapshot)
+    case installationChanged(InstallationChanged)
+    /// An agent's hello on a connection; `peerKey` is the connection's CURVE key, nil when it has none.
+    case hello(route: Route, peerKey: String?, installationId: String)
+    case ack(route: Route, AgentAck)
+    /// Notifications pulled from the publish service, oldest first.
+    case accepted([AcceptedNotification])
+    /// The answer to a `.load`: the installation's unacknowledged deliveries, oldest first;
+    /// `complete` when there were no more than the limit.
+    case loaded(installationId: String, route: Route, [AgentDelivery], complete: Bool)
+    /// A send found the connection gone.
+    case unreachable(route: Route)
+    case userChanged(UserNotificationsChanged)
+    /// The sync store's stream skipped a sequence number.
+    case userStreamGap
+    case tick
+}
+
+public enum DispatchAction: Equatable, Sendable {
+    /// Store: the notification's deliveries and outcome, and the cursor past it.
+    case record(AcceptedNotification, [PlannedDelivery])
+    /// Socket: a delivery to the agent on the route.
+    case send(Route, AgentDelivery)
+    /// Socket: a welcome, signal or error to the agent on the route.
+    case reply(Route, AgentFrame)
+    /// Store: acknowledgements from an installation's agent.
+    case acknowledge(installationId: String, deliveryIds: [String])
+    /// Store: deliveries the agent gave up on.
+    case fail(installationId: String, [DeliveryFailure])
+    /// Store read: the installation's unacknowledged deliveries, answered with `.loaded`.
+    case load(installationId: String, route: Route, limit: Int)
+    /// Something worth a log line.
+    case note(DispatchNote)
+}
+
+public enum DispatchNote: Equatable, Sendable {
+    public enum DropReason: String, Sendable, CaseIterable {
+        /// Nothing heard for `silenceAfter`.
+        case silent
+        /// The same installation connected again.
+        case replaced
+        /// A send found the connection closed.
+        case unreachable
+        /// The installation was deleted or bound to another key.
+        case unbound
+    }
+
+    case connected(String)
+    case dropped(String, DropReason)
+}
+
+/// Totals since start, for metrics.
+public struct DispatcherCounters: Sendable, Equatable {
+    public var planned = 0
+    public var sent = 0
+    public var resent = 0
+    public var acknowledged = 0
+    public var failed = 0
+    /// Acknowledgements for deliveries not in flight: late repeats, or sent before a restart.
+    public var unknownAcks = 0
+    public var connected = 0
+    public var refused = 0
+    public var signals = 0
+    public var dropped: [DispatchNote.DropReason: Int] = [:]
+}
+
+/// One agent connection speaking for one installation.
+struct Session {
+    let route: Route
+    let installationId: String
+    var key: String?
+    var lastSeen: Date
+    /// Waiting to be sent, oldest first; `head` is the next one.
+    var queue: [AgentDelivery] = []
+    var head = 0
+    var inFlight = 0
+    /// Delivery ids queued or in flight, so that a load from the store adds each once.
+    var known: Set<String> = []
+    var loading = false
+    /// The store holds deliveries the queue had no room for.
+    var spilled = false
+    var welcomed = false
+
+    init(route: Route, installationId: String, lastSeen: Date) {
+        self.route = route
+        self.installationId = installationId
+        self.lastSeen = lastSeen
+    }
+
+    /// Queues a delivery once. Returns false when it was known already or the queue is full,
+    /// in which case it stays in the store for a later load.
+    mutating func enqueue(_ delivery: AgentDelivery, limit: Int) -> Bool {
+        guard !known.contains(delivery.deliveryId) else { return false }
+        guard waiting < limit else {
+            spilled = true
+            return false
+        }
+        known.insert(delivery.deliveryId)
+        queue.append(delivery)
+        return true
+    }
+
+    var waiting: Int { queue.count - head }
+
+    mutating func dequeue() -> AgentDelivery? {
+        guard head < queue.count else { return nil }
+        let delivery = queue[head]
+        head += 1
+        if head == queue.count {
+            queue.removeAll()
+            head = 0
+        }
+        return delivery
+    }
+}
+
+struct InFlight {
+    var delivery: AgentDelivery
+    var route: Route
+    var attempts: Int
+}

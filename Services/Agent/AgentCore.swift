@@ -1,0 +1,100 @@
+import Foundation
+import HubProtocol
+
+/// The agent's decisions on its channel, with no IO: when to say hello, what to do with each
+/// message from the dispatcher (show once, acknowledge, hold a rich one for its fetch, sync the
+/// user's notifications, register again) and when to try a failed rich fetch again.
+/// `AgentDaemon` feeds it events and carries out the actions, in order.
+struct AgentCore {
+    struct Settings: Equatable {
+        /// Seconds between hellos once welcomed: the heartbeat.
+        var heartbeat: TimeInterval = 5
+        /// Seconds between hellos until a welcome comes.
+        var helloRetry: TimeInterval = 0.5
+        /// Rich fetches tried before the notification is reported failed.
+        var richAttempts = 8
+    }
+
+    enum Event: Equatable {
+        /// The channel's handshake completed, on first connect or after a reconnect.
+        case connected
+        /// A message from the dispatcher. `seen`: the delivery was shown before (only for deliveries).
+        case received(AgentFrame, seen: Bool)
+        case tick
+    }
+
+    enum Action: Equatable {
+        case hello
+        /// Note the delivery as shown, then show it; a note that finds it already there skips the showing.
+        case show(AgentDelivery)
+        case acknowledge(String)
+        /// Keep a silent rich delivery until its payload is fetched; only then is it shown.
+        case holdForFetch(AgentDelivery)
+        /// The user's notifications changed past what this agent has.
+        case syncUser(sequence: UInt64)
+        case log(String, code: ErrorCode)
+    }
+
+    let settings: Settings
+    private(set) var welcomed = false
+    /// The last hello was refused: try again once a heartbeat, not at the quick pace.
+    private(set) var refused = false
+    private var lastHello: Date?
+
+    init(settings: Settings = Settings()) {
+        self.settings = settings
+    }
+
+    mutating func on(_ event: Event, now: Date) -> [Action] {
+        switch event {
+        case .connected:
+            welcomed = false
+            return hello(now)
+        case .tick:
+            let interval = welcomed || refused ? settings.heartbeat : settings.helloRetry
+            guard let last = lastHello, now.timeIntervalSince(last) < interval else { return hello(now) }
+            return []
+        case .received(let frame, let seen):
+            switch frame {
+            case .welcome:
+                welcomed = true
+                refused = false
+                return []
+            case .deliver(let delivery):
+                if seen { return [.acknowledge(delivery.deliveryId)] }
+                if delivery.rich != nil { return [.holdForFetch(delivery)] }
+                return [.show(delivery), .acknowledge(delivery.deliveryId)]
+            case .signal(let signal):
+                return [.syncUser(sequence: signal.sequence)]
+            case .error(let error):
+                // A refused hello (not registered, deleted, or bound to another key) is tried again once
+                // a heartbeat: registering is for the agent's start and its categories, and an
+                // installation an operator deleted stays deleted until then.
+                if error.code == .notFound || error.code == .forbidden || error.code == .unauthorized {
+                    welcomed = false
+                    refused = true
+                }
+                return [.log(error.message, code: error.code)]
+            case .hello, .ack:
+                return []
+            }
+        }
+    }
+
+    private mutating func hello(_ now: Date) -> [Action] {
+        lastHello = now
+        return [.hello]
+    }
+
+    enum RichRetry: Equatable {
+        case retry(after: TimeInterval)
+        case giveUp
+    }
+
+    /// After a failed rich fetch: try again with backoff (0.5 s doubling to 30 s), or give up after
+    /// the last attempt or once the notification has expired.
+    static func richRetry(attempts: Int, maxAttempts: Int, expiresAt: Date, now: Date) -> RichRetry {
+        if attempts >= max(1, maxAttempts) || expiresAt <= now { return .giveUp }
+        return .retry(after: min(30, 0.5 * pow(2, Double(attempts - 1))))
+    }
+}

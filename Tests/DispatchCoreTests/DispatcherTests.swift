@@ -1,0 +1,232 @@
+import DispatchCore
+import Foundation
+import HubProtocol
+import Testing
+
+/// The dispatcher's decisions, event by event, with no socket, store or clock.
+@Suite("Dispatcher state machine")
+struct DispatcherTests {
+    static let t0 = Date(timeIntervalSince1970: 1_800_000_000)
+    static let keyA = String(repeating: "a", count: 40)
+    static let keyB = String(repeating: "b", count: 40)
+    static let routeA = Data("route-a".utf8)
+    static let routeB = Data("route-b".utf8)
+
+    static func installation(_ id: String, key: String, tags: [String] = ["World"], user: String? = nil) -> Installation {
+        Installation(
+            installationId: id, pushChannel: key, tags: tags, userId: user,
+            templates: ["t": InstallationTemplate(body: #"{"m":"$(m)"}"#)])
+    }
+
+    static func send(_ sequence: UInt64, tag: String = "World", ttl: TimeInterval = 3_600) -> AcceptedNotification {
+        AcceptedNotification(
+            sequence: sequence, notificationId: "n\(sequence)",
+            send: SendNotification(format: .template, properties: ["m": "hello \(sequence)"], tagExpression: tag),
+            enqueuedAt: t0, expiresAt: t0.addingTimeInterval(ttl))
+    }
+
+    /// A dispatcher that knows `installations` and has `connected` sessions on routes named after them.
+    static func dispatcher(
+        _ installations: [Installation], connected: [(Route, String, String)] = [], settings: DispatcherSettings = DispatcherSettings()
+    ) -> Dispatcher {
+        var dispatcher = Dispatcher(settings: settings)
+        _ = dispatcher.on(.snapshot(RegistrySnapshot(sequence: 1, installations: installations)), now: t0)
+        for (route, id, key) in connected {
+            _ = dispatcher.on(.hello(route: route, peerKey: key, installationId: id), now: t0)
+        }
+        return dispatcher
+    }
+
+    static func sends(_ actions: [DispatchAction]) -> [(Route, String)] {
+        actions.compactMap { if case .send(let route, let delivery) = $0 { return (route, delivery.deliveryId) } else { return nil } }
+    }
+
+    static func errors(_ actions: [DispatchAction]) -> [ErrorCode] {
+        actions.compactMap { if case .reply(_, .error(let error)) = $0 { return error.code } else { return nil } }
+    }
+
+    @Test("a hello with the bound key is welcomed; a planned delivery is recorded, then sent to that session only")
+    func helloAndDeliver() {
+        var dispatcher = Self.dispatcher([Self.installation("a", key: Self.keyA), Self.installation("b", key: Self.keyB, tags: ["Sports"])])
+        let hello = dispatcher.on(.hello(route: Self.routeA, peerKey: Self.keyA, installationId: "a"), now: Self.t0)
+        #expect(hello.contains(.reply(Self.routeA, .welcome(AgentWelcome(installationId: "a", pending: 0)))))
+        let actions = dispatcher.on(.accepted([Self.send(1)]), now: Self.t0)
+        guard case .record(let notification, let plans) = actions.first else {
+            Issue.record("the first action records the notification")
+            return
+        }
+        #expect(notification.notificationId == "n1")
+        #expect(plans.map(\.installationId) == ["a"])
+        #expect(Self.sends(actions).map(\.1) == ["n1/a/t"])
+        #expect(Self.sends(actions).map(\.0) == [Self.routeA])
+    }
+
+    @Test("an impostor's hello for an installation bound to another key is refused, and the real session keeps receiving")
+    func impostorRefused() {
+        var dispatcher = Self.dispatcher([Self.installation("a", key: Self.keyA)], connected: [(Self.routeA, "a", Self.keyA)])
+        let impostor = dispatcher.on(.hello(route: Self.routeB, peerKey: Self.keyB, installationId: "a"), now: Self.t0)
+        #expect(Self.errors(impostor) == [.forbidden])
+        #expect(dispatcher.route(of: "a") == Self.routeA)
+        let noKey = dispatcher.on(.hello(route: Self.routeB, peerKey: nil, installationId: "a"), now: Self.t0)
+        #expect(Self.errors(noKey) == [.unauthorized])
+        let unknown = dispatcher.on(.hello(route: Self.routeB, peerKey: Self.keyB, installationId: "nobody"), now: Self.t0)
+        #expect(Self.errors(unknown) == [.notFound])
+        let actions = dispatcher.on(.accepted([Self.send(1)]), now: Self.t0)
+        #expect(Self.sends(actions).map(\.0) == [Self.routeA])
+        // Acknowledging without a session is refused too.
+        let ack = dispatcher.on(.ack(route: Self.routeB, AgentAck(deliveryIds: ["n1/a/t"])), now: Self.t0)
+        #expect(Self.errors(ack) == [.unauthorized])
+        #expect(dispatcher.inFlightCount == 1)
+    }
+
+    @Test("a delivery not acknowledged is sent again after resendAfter, then with backoff; an ack stops it")
+    func resendAfterSilence() {
+        var settings = DispatcherSettings(resendAfter: 2, silenceAfter: 1_000)
+        settings.maxResendInterval = 60
+        var dispatcher = Self.dispatcher([Self.installation("a", key: Self.keyA)], connected: [(Self.routeA, "a", Self.keyA)], settings: settings)
+        _ = dispatcher.on(.accepted([Self.send(1)]), now: Self.t0)
+        #expect(Self.sends(dispatcher.on(.tick, now: Self.t0.addingTimeInterval(1.9))).isEmpty)
+        #expect(Self.sends(dispatcher.on(.tick, now: Self.t0.addingTimeInterval(2))).map(\.1) == ["n1/a/t"])
+        // The second resend waits twice as long.
+        #expect(Self.sends(dispatcher.on(.tick, now: Self.t0.addingTimeInterval(5.9))).isEmpty)
+        #expect(Self.sends(dispatcher.on(.tick, now: Self.t0.addingTimeInterval(6))).map(\.1) == ["n1/a/t"])
+        #expect(dispatcher.counters.resent == 2)
+        let ack = dispatcher.on(.ack(route: Self.routeA, AgentAck(deliveryIds: ["n1/a/t"])), now: Self.t0.addingTimeInterval(6.1))
+        #expect(ack == [.acknowledge(installationId: "a", deliveryIds: ["n1/a/t"])])
+        #expect(Self.sends(dispatcher.on(.tick, now: Self.t0.addingTimeInterval(100))).isEmpty)
+        #expect(dispatcher.inFlightCount == 0)
+    }
+
+    @Test("a healthy exchange has no resends")
+    func noResendsWhenAcknowledged() {
+        var dispatcher = Self.dispatcher([Self.installation("a", key: Self.keyA)], connected: [(Self.routeA, "a", Self.keyA)])
+        for sequence in 1...50 {
+            let actions = dispatcher.on(.accepted([Self.send(UInt64(sequence))]), now: Self.t0)
+            let ids = Self.sends(actions).map(\.1)
+            _ = dispatcher.on(.ack(route: Self.routeA, AgentAck(deliveryIds: ids)), now: Self.t0)
+        }
+        _ = dispatcher.on(.tick, now: Self.t0.addingTimeInterval(3_000))
+        #expect(dispatcher.counters.resent == 0)
+        #expect(dispatcher.counters.sent == 50)
+        #expect(dispatcher.counters.acknowledged == 50)
+    }
+
+    @Test("a session replaced by a new connection: the old route gets nothing more, the new one loads what is pending")
+    func sessionReplaced() {
+        var dispatcher = Self.dispatcher([Self.installation("a", key: Self.keyA)], connected: [(Self.routeA, "a", Self.keyA)])
+        _ = dispatcher.on(.accepted([Self.send(1)]), now: Self.t0)
+        let hello = dispatcher.on(.hello(route: Self.routeB, peerKey: Self.keyA, installationId: "a"), now: Self.t0)
+        #expect(hello.contains(.note(.dropped("a", .replaced))))
+        #expect(hello.contains(.load(installationId: "a", route: Self.routeB, limit: DispatcherSettings().loadLimit)))
+        #expect(dispatcher.route(of: "a") == Self.routeB)
+        #expect(dispatcher.installation(on: Self.routeA) == nil)
+        // The store answers with the unacknowledged delivery: the new session gets it and a welcome.
+        let pending = AgentDelivery(
+            deliveryId: "n1/a/t", notificationId: "n1", installationId: "a", template: "t", payload: "{}",
+            expiresAt: Self.t0.addingTimeInterval(3_600))
+        let loaded = dispatcher.on(.loaded(installationId: "a", route: Self.routeB, [pending], complete: true), now: Self.t0)
+        #expect(loaded.contains(.reply(Self.routeB, .welcome(AgentWelcome(installationId: "a", pending: 1)))))
+        #expect(Self.sends(loaded).map(\.0) == [Self.routeB])
+        // Nothing goes to the old route, even when its resend would have come.
+        let later = dispatcher.on(.tick, now: Self.t0.addingTimeInterval(10))
+        #expect(Self.sends(later).allSatisfy { $0.0 == Self.routeB })
+        // A load answered for a session that has gone is ignored.
+        #expect(dispatcher.on(.loaded(installationId: "a", route: Self.routeA, [pending], complete: true), now: Self.t0).isEmpty)
+    }
+
+    @Test("an ack for an unknown delivery is passed to the store, which records it only for this installation, and changes nothing here")
+    func ackForUnknownDelivery() {
+        var dispatcher = Self.dispatcher([Self.installation("a", key: Self.keyA)], connected: [(Self.routeA, "a", Self.keyA)])
+        _ = dispatcher.on(.accepted([Self.send(1)]), now: Self.t0)
+        let actions = dispatcher.on(.ack(route: Self.routeA, AgentAck(deliveryIds: ["n9/b/t"])), now: Self.t0)
+        #expect(actions == [.acknowledge(installationId: "a", deliveryIds: ["n9/b/t"])])
+        #expect(dispatcher.counters.unknownAcks == 1)
+        #expect(dispatcher.inFlightCount == 1)
+        // Acknowledging the same delivery twice counts it once in flight.
+        _ = dispatcher.on(.ack(route: Self.routeA, AgentAck(deliveryIds: ["n1/a/t"])), now: Self.t0)
+        _ = dispatcher.on(.ack(route: Self.routeA, AgentAck(deliveryIds: ["n1/a/t"])), now: Self.t0)
+        #expect(dispatcher.inFlightCount == 0)
+        #expect(dispatcher.counters.unknownAcks == 2)
+    }
+
+    @Test("a gap in the user stream signals every connected user agent; a change signals the user's other devices only")
+    func userStreamGapResyncs() {
+        var dispatcher = Self.dispatcher(
+            [
+                Self.installation("phone", key: Self.keyA, user: "alice"), Self.installation("laptop", key: Self.keyB, user: "alice"),
+                Self.installation("other", key: String(repeating: "c", count: 40)),
+            ],
+            connected: [(Self.routeA, "phone", Self.keyA), (Self.routeB, "laptop", Self.keyB)])
+        let change = dispatcher.on(
+            .userChanged(UserNotificationsChanged(userId: "alice", sequence: 7, origin: "phone")), now: Self.t0)
+        #expect(change == [.reply(Self.routeB, .signal(AgentSignal(userId: "alice", sequence: 7)))])
+        let gap = dispatcher.on(.userStreamGap, now: Self.t0)
+        #expect(Set(gap.compactMap { if case .reply(let route, .signal) = $0 { return route } else { return nil } }) == [Self.routeA, Self.routeB])
+    }
+
+    @Test("an agent silent for silenceAfter is dropped; what it had pending goes back to the store's backlog")
+    func silentAgentDropped() {
+        var dispatcher = Self.dispatcher(
+            [Self.installation("a", key: Self.keyA)], connected: [(Self.routeA, "a", Self.keyA)],
+            settings: DispatcherSettings(resendAfter: 100, silenceAfter: 10))
+        _ = dispatcher.on(.accepted([Self.send(1)]), now: Self.t0)
+        _ = dispatcher.on(.hello(route: Self.routeA, peerKey: Self.keyA, installationId: "a"), now: Self.t0.addingTimeInterval(8))
+        #expect(!dispatcher.on(.tick, now: Self.t0.addingTimeInterval(17)).contains(.note(.dropped("a", .silent))))
+        #expect(dispatcher.on(.tick, now: Self.t0.addingTimeInterval(19)).contains(.note(.dropped("a", .silent))))
+        #expect(dispatcher.sessionCount == 0)
+        #expect(dispatcher.inFlightCount == 0)
+        #expect(dispatcher.backlogCount == 1)
+        // Back again: it loads from the store.
+        let hello = dispatcher.on(.hello(route: Self.routeB, peerKey: Self.keyA, installationId: "a"), now: Self.t0.addingTimeInterval(20))
+        #expect(hello.contains { if case .load(installationId: "a", _, _) = $0 { return true } else { return false } })
+    }
+
+    @Test("a connection that is gone ends its session at once")
+    func unreachable() {
+        var dispatcher = Self.dispatcher([Self.installation("a", key: Self.keyA)], connected: [(Self.routeA, "a", Self.keyA)])
+        #expect(dispatcher.on(.unreachable(route: Self.routeA), now: Self.t0) == [.note(.dropped("a", .unreachable))])
+        #expect(dispatcher.sessionCount == 0)
+        let actions = dispatcher.on(.accepted([Self.send(1)]), now: Self.t0)
+        #expect(Self.sends(actions).isEmpty)
+        #expect(dispatcher.backlogCount == 1)
+    }
+
+    @Test("at most `window` deliveries are in flight per session; each ack lets the next one go")
+    func window() {
+        var settings = DispatcherSettings()
+        settings.window = 2
+        var dispatcher = Self.dispatcher([Self.installation("a", key: Self.keyA)], connected: [(Self.routeA, "a", Self.keyA)], settings: settings)
+        let first = dispatcher.on(.accepted((1...5).map { Self.send(UInt64($0)) }), now: Self.t0)
+        #expect(Self.sends(first).map(\.1) == ["n1/a/t", "n2/a/t"])
+        let next = dispatcher.on(.ack(route: Self.routeA, AgentAck(deliveryIds: ["n1/a/t"])), now: Self.t0)
+        #expect(Self.sends(next).map(\.1) == ["n3/a/t"])
+    }
+
+    @Test("an installation deleted or bound to another key loses its session")
+    func rebindEndsSession() {
+        var dispatcher = Self.dispatcher([Self.installation("a", key: Self.keyA)], connected: [(Self.routeA, "a", Self.keyA)])
+        let rebound = Self.installation("a", key: Self.keyB)
+        let actions = dispatcher.on(
+            .installationChanged(InstallationChanged(change: .upserted, installationId: "a", installation: rebound)), now: Self.t0)
+        #expect(Self.errors(actions) == [.forbidden])
+        #expect(actions.contains(.note(.dropped("a", .unbound))))
+        #expect(dispatcher.sessionCount == 0)
+    }
+
+    @Test("a broadcast to many sessions sends one delivery to each")
+    func broadcast() {
+        let count = 2_000
+        let installations = (0..<count).map { Self.installation("i\($0)", key: "k\($0)") }
+        var dispatcher = Self.dispatcher(installations, connected: (0..<count).map { (Data("r\($0)".utf8), "i\($0)", "k\($0)") })
+        #expect(dispatcher.sessionCount == count)
+        let actions = dispatcher.on(.accepted([Self.send(1)]), now: Self.t0)
+        let routes = Self.sends(actions).map(\.0)
+        #expect(routes.count == count)
+        #expect(Set(routes).count == count)
+        for (route, id) in Self.sends(actions) {
+            _ = dispatcher.on(.ack(route: route, AgentAck(deliveryIds: [id])), now: Self.t0)
+        }
+        #expect(dispatcher.inFlightCount == 0)
+        #expect(dispatcher.counters.acknowledged == count)
+    }
+}
