@@ -12,6 +12,7 @@ final class HubCluster {
     let dataDirectory: URL
     var environment: [String: String]
     private var processes: [Process] = []
+    private var named: [String: Process] = [:]
 
     init() throws {
         binDirectory = URL(fileURLWithPath: CommandLine.arguments[0]).resolvingSymlinksInPath().deletingLastPathComponent()
@@ -30,8 +31,15 @@ final class HubCluster {
         process.standardError = FileHandle.nullDevice
         try process.run()
         processes.append(process)
+        named[executable] = process
         return process
     }
+
+    /// The process started from `executable`, the latest if several.
+    func process(_ executable: String) -> Process? { named[executable] }
+
+    /// Ends `process` with the cluster.
+    func adopt(_ process: Process) { processes.append(process) }
 
     func startServices() throws {
         for service in ["nh-registry", "nh-sync", "nh-dispatch", "nh-publish"] { _ = try start(service) }

@@ -15,9 +15,19 @@ let usage = """
     """
 
 do {
+    if CommandLine.arguments.dropFirst().first == "fleet" {
+        let parsed = try Arguments(Array(CommandLine.arguments.dropFirst(2)), valued: ["count", "prefix", "tag", "heartbeat-ms"], flags: [])
+        var options = AgentFleet.Options()
+        options.count = parsed[option: "count"].flatMap(Int.init) ?? options.count
+        options.prefix = parsed[option: "prefix"] ?? options.prefix
+        options.tag = parsed[option: "tag"] ?? options.tag
+        options.heartbeatMs = parsed[option: "heartbeat-ms"].flatMap(Int.init) ?? options.heartbeatMs
+        try AgentFleet.run(options)
+        exit(0)
+    }
     let parsed = try Arguments(
-        Array(CommandLine.arguments.dropFirst()), valued: ["messages", "round-trips", "size", "posts", "dismisses", "sends"],
-        flags: ["no-mosquitto", "no-services", "json"])
+        Array(CommandLine.arguments.dropFirst()), valued: ["messages", "round-trips", "size", "posts", "dismisses", "sends", "fanout", "broadcasts", "latency-sends", "rate"],
+        flags: ["no-mosquitto", "no-services", "no-fanout", "only-fanout", "json"])
     if parsed.has("help") {
         print(usage)
         exit(0)
@@ -27,6 +37,17 @@ do {
         roundTrips: parsed[option: "round-trips"].flatMap(Int.init) ?? 20_000,
         size: parsed[option: "size"].flatMap(Int.init) ?? 200)
     var results: [BenchResult] = []
+    let fanoutSizes = (parsed[option: "fanout"] ?? "1000,10000").split(separator: ",").compactMap { Int($0) }
+    if parsed.has("only-fanout") {
+        results.append(try RawZMQBench.pushPull(settings))
+        for agents in fanoutSizes {
+            results += try FanoutBench.run(
+                agents: agents, broadcasts: parsed[option: "broadcasts"].flatMap(Int.init) ?? 10,
+                latencySends: parsed[option: "latency-sends"].flatMap(Int.init) ?? 3_000, rate: parsed[option: "rate"].flatMap(Int.init) ?? 1_000)
+        }
+        BenchReport.print(results, settings: settings, json: parsed.has("json"))
+        exit(0)
+    }
     results.append(try RawZMQBench.pushPull(settings))
     results.append(try BusBench.pushPull(settings))
     results.append(try BusBench.sequencedPubSub(settings))

@@ -1,0 +1,160 @@
+import Auth
+import Bus
+import Foundation
+import HubProtocol
+import ServiceKit
+import Synchronization
+
+/// Many simulated agents in one process (`nh-bench fleet`), for fan-out figures and tests at scale.
+/// Each is a real installation registered through the registry with the listen key, and a real
+/// CURVE DEALER with a key pair of its own that says hello, acknowledges every delivery and counts
+/// what it saw twice. It reports on standard output, one JSON line per event:
+/// `registered`, then (after a `connect` line on standard input) `welcomed`, then `stats` whenever
+/// its counts change, and `latencies` (milliseconds, for agent 0) when standard input closes.
+enum AgentFleet {
+    struct Options {
+        var count = 1_000
+        var prefix = "fleet"
+        var tag = "fanout"
+        var heartbeatMs = 5_000
+    }
+
+    static func run(_ options: Options) throws {
+        let environment = ProcessInfo.processInfo.environment
+        let config = try ConfigLoader.load(file: nil, environment: environment)
+        let dataDirectory = URL(fileURLWithPath: config.dataDir, isDirectory: true)
+        let keys = try KeyStore.loadOrCreate(directory: dataDirectory)
+        guard let listen = keys.key(named: AccessKey.defaultListenName), let serverKey = AgentChannelKeys.publicKey(directory: dataDirectory)
+        else { throw ConfigError("no hub keys in \(config.dataDir): start the services first") }
+        let credential = ConnectionString(endpoint: config.namespace, keyName: listen.name, key: listen.key)
+        let ids = (0..<options.count).map { "\(options.prefix)-\($0)" }
+        let pairs = try ids.map { _ in try CurveKeyPair.generate() }
+
+        // Registration, many requests in flight, as a fleet of real devices would register.
+        let registry = try HubForwarder(connect: config.registry.requests, timeoutMs: 30_000) { credential.token(for: config.hubResource) }
+        var waiting = 0
+        var failures: [String] = []
+        var next = 0
+        while next < ids.count || waiting > 0 {
+            while next < ids.count && waiting < 256 {
+                let installation = Installation(
+                    installationId: ids[next], platform: "linux", pushChannel: pairs[next].publicKey, tags: [options.tag],
+                    templates: ["default": InstallationTemplate(body: #"{"m":"$(m)"}"#)])
+                waiting += 1
+                registry.forward(InstallationUpsert(installation: installation)) { result in
+                    waiting -= 1
+                    if case .failure(let error) = result { failures.append(error.description) }
+                }
+                next += 1
+            }
+            var poller = Poller()
+            poller.add(registry.socket)
+            _ = try poller.poll(timeout: 100)
+            try registry.receive()
+            registry.expire()
+        }
+        registry.close()
+        guard failures.isEmpty else { throw ConfigError("registration failed: \(failures.first ?? "") (\(failures.count) in all)") }
+        emit(["event": "registered", "count": ids.count])
+
+        // Wait for the word to connect, so that connecting can be timed on its own.
+        guard let line = readLine(), line == "connect" else { return }
+        let context = ZMQContext(ioThreads: 1)
+        var sockets: [ZMQSocket] = []
+        var poller = Poller()
+        let endpoint = config.dispatch.agents ?? "tcp://127.0.0.1:7722"
+        for pair in pairs {
+            let socket = try context.socket(.dealer)
+            try socket.setLinger(0)
+            try socket.makeCurveClient(pair, serverPublicKey: serverKey)
+            try socket.setReconnectInterval(100 + Int.random(in: 0..<400), max: 5_000)
+            try socket.setHeartbeat(interval: options.heartbeatMs, timeout: options.heartbeatMs * 3)
+            try socket.connect(endpoint)
+            poller.add(socket)
+            sockets.append(socket)
+        }
+        // Standard input closing ends the run; a thread waits for it, since zmq_poll does not
+        // report a pipe's hang-up.
+        let closed = Atomic<Bool>(false)
+        Thread {
+            while readLine() != nil {}
+            closed.store(true, ordering: .releasing)
+        }.start()
+        let started = ContinuousClock.now
+        var welcomed = Set<Int>()
+        var seen: [Set<String>] = Array(repeating: [], count: sockets.count)
+        var received = 0, duplicates = 0, acked = 0, errors = 0
+        var latencies: [Double] = []
+        var lastHello = [ContinuousClock.Instant](repeating: .now - .seconds(3600), count: sockets.count)
+        var reported = (0, 0, 0, 0)
+        var lastReport = ContinuousClock.now
+        var welcomedReported = false
+        while !closed.load(ordering: .acquiring) {
+            // Hello until welcomed (quickly), then once a heartbeat.
+            let now = ContinuousClock.now
+            for (index, socket) in sockets.enumerated() {
+                let interval: Duration = welcomed.contains(index) ? .milliseconds(options.heartbeatMs) : .milliseconds(500)
+                if lastHello[index] + interval <= now {
+                    lastHello[index] = now
+                    _ = try socket.send(AgentWire.encode(.hello(AgentHello(installationId: ids[index]))), wait: false)
+                }
+            }
+            let ready = try poller.poll(timeout: 50)
+            for index in ready {
+                var ackIds: [String] = []
+                while let frames = try sockets[index].receive(wait: false) {
+                    switch try? AgentWire.decode(frames, installationId: ids[index]) {
+                    case .deliver(let delivery):
+                        received += 1
+                        if !seen[index].insert(delivery.deliveryId).inserted { duplicates += 1 }
+                        if index == 0, let sent = sentAt(delivery.payload) {
+                            latencies.append(Double(monotonicNanoseconds() - sent) / 1e6)
+                        }
+                        ackIds.append(delivery.deliveryId)
+                    case .welcome:
+                        welcomed.insert(index)
+                    case .error(let error):
+                        errors += 1
+                        if errors <= 3 { FileHandle.standardError.write(Data("fleet: \(ids[index]): \(error.code.rawValue): \(error.message)\n".utf8)) }
+                    default:
+                        errors += 1
+                    }
+                }
+                if !ackIds.isEmpty {
+                    _ = try sockets[index].send(AgentWire.encode(.ack(AgentAck(deliveryIds: ackIds))), wait: false)
+                    acked += ackIds.count
+                }
+            }
+            if !welcomedReported && welcomed.count == sockets.count {
+                welcomedReported = true
+                emit(["event": "welcomed", "count": welcomed.count, "seconds": seconds(since: started)])
+            }
+            let counts = (received, duplicates, acked, errors)
+            if counts != reported && ContinuousClock.now - lastReport > .milliseconds(100) {
+                reported = counts
+                lastReport = .now
+                emit(["event": "stats", "received": received, "duplicates": duplicates, "acked": acked, "errors": errors, "welcomed": welcomed.count])
+            }
+        }
+        emit(["event": "stats", "received": received, "duplicates": duplicates, "acked": acked, "errors": errors, "welcomed": welcomed.count])
+        emit(["event": "latencies", "ms": latencies])
+        for socket in sockets { socket.close() }
+    }
+
+    /// The send time a latency probe carries: `t=<monotonic nanoseconds>;` at the start of its property.
+    static func sentAt(_ payload: String) -> UInt64? {
+        guard let start = payload.range(of: "t="), let end = payload[start.upperBound...].firstIndex(of: ";") else { return nil }
+        return UInt64(payload[start.upperBound..<end])
+    }
+
+    static func monotonicNanoseconds() -> UInt64 {
+        var time = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &time)
+        return UInt64(time.tv_sec) * 1_000_000_000 + UInt64(time.tv_nsec)
+    }
+
+    static func emit(_ object: [String: Any]) {
+        guard let data = try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys]) else { return }
+        FileHandle.standardOutput.write(data + Data("\n".utf8))
+    }
+}

@@ -1,0 +1,234 @@
+import Foundation
+import HubProtocol
+import ServiceKit
+
+/// Broadcasts to N connected agents through the real services: N simulated agents (`AgentFleet`)
+/// in processes of at most 2,500 each, every delivery acknowledged; then latency to one agent at a
+/// fixed send rate with all N connected.
+enum FanoutBench {
+    static let perProcess = 2_500
+
+    struct Figures {
+        var results: [BenchResult] = []
+    }
+
+    static func run(agents: Int, broadcasts: Int, latencySends: Int, rate: Int, size: Int = 256) throws -> [BenchResult] {
+        let cluster = try HubCluster()
+        defer { cluster.stopAll() }
+        try cluster.startServices()
+        let dispatcher = cluster.environment["NH_DISPATCH_REQUESTS"]!
+        guard let dispatchProcess = cluster.process("nh-dispatch") else { return [] }
+        Thread.sleep(forTimeInterval: 0.5)
+        let baseline = residentBytes(dispatchProcess.processIdentifier)
+
+        // Fleets register their installations, then connect on the word.
+        var fleets: [FleetProcess] = []
+        var remaining = agents
+        while remaining > 0 {
+            let count = min(perProcess, remaining)
+            fleets.append(try FleetProcess(cluster: cluster, prefix: "a\(fleets.count)", count: count))
+            remaining -= count
+        }
+        for fleet in fleets where !fleet.wait("registered", timeout: 300) {
+            throw BenchError("fleet \(fleet.prefix) did not register its installations")
+        }
+        _ = waitFor(timeout: 60) { (try? cluster.waitHealthy(dispatcher).details?["installations"]) == String(agents) }
+        Thread.sleep(forTimeInterval: 0.5)
+        let indexed = residentBytes(dispatchProcess.processIdentifier)
+        let connectStart = ContinuousClock.now
+        for fleet in fleets { fleet.send("connect") }
+        let allWelcomed = fleets.allSatisfy { $0.wait("welcomed", timeout: 120) }
+        let connectSeconds = seconds(since: connectStart)
+        _ = waitFor(timeout: 30) { (try? cluster.waitHealthy(dispatcher).details?["agents"]) == String(agents) }
+        Thread.sleep(forTimeInterval: 0.5)
+        let connected = residentBytes(dispatchProcess.processIdentifier)
+
+        // Broadcasts: timed from the first send until every delivery is acknowledged and recorded.
+        let publish = try cluster.client("NH_PUBLISH_REQUESTS")
+        let padding = String(repeating: "x", count: max(0, size - 40))
+        let expected = agents * broadcasts
+        let before = try details(cluster, dispatcher)
+        let start = ContinuousClock.now
+        for index in 0..<broadcasts {
+            _ = try publish.call(SendNotification(
+                format: .template, properties: ["m": "b\(index) \(padding)"], tagExpression: "fanout"))
+        }
+        var reachedSeconds = 0.0
+        var ackedSeconds = 0.0
+        let deadline = Date().addingTimeInterval(180)
+        while Date() < deadline {
+            let received = fleets.reduce(0) { $0 + $1.stat("received") }
+            if reachedSeconds == 0 && received >= expected { reachedSeconds = seconds(since: start) }
+            let acked = (try? details(cluster, dispatcher)["ackedTotal"]).flatMap { Int($0 ?? "") } ?? 0
+            if acked - (Int(before["ackedTotal"] ?? "0") ?? 0) >= expected {
+                ackedSeconds = seconds(since: start)
+                if reachedSeconds == 0 { reachedSeconds = ackedSeconds }
+                break
+            }
+            Thread.sleep(forTimeInterval: 0.01)
+        }
+        Thread.sleep(forTimeInterval: 0.3)
+        let after = try details(cluster, dispatcher)
+        let resends = (Int(after["resentTotal"] ?? "0") ?? 0) - (Int(before["resentTotal"] ?? "0") ?? 0)
+        let duplicates = fleets.reduce(0) { $0 + $1.stat("duplicates") }
+
+        // Latency to one agent (agent 0 of the first fleet) at a fixed rate, all N still connected.
+        let target = "a0-0"
+        let interval = 1.0 / Double(max(1, rate))
+        let latencyStart = ContinuousClock.now
+        for index in 0..<latencySends {
+            let due = latencyStart + .nanoseconds(Int64(Double(index) * interval * 1e9))
+            let wait = ContinuousClock.now.duration(to: due)
+            if wait > .zero { Thread.sleep(forTimeInterval: Double(wait.components.attoseconds) / 1e18 + Double(wait.components.seconds)) }
+            _ = try publish.call(SendNotification(
+                format: .template, properties: ["m": "t=\(AgentFleet.monotonicNanoseconds()); \(padding)"], installationId: target))
+        }
+        let latencyDeadline = Date().addingTimeInterval(30)
+        while Date() < latencyDeadline && fleets[0].stat("received") < fleets[0].count * broadcasts + latencySends {
+            Thread.sleep(forTimeInterval: 0.05)
+        }
+        for fleet in fleets { fleet.finish() }
+        let latencies = fleets[0].latencies.sorted()
+
+        let n = agents.formatted()
+        var results: [BenchResult] = [
+            BenchResult(name: "fan-out N=\(n): connect all agents", unit: "s", count: 0, seconds: 0, value: connectSeconds,
+                        note: allWelcomed ? "CURVE handshake, ZAP, hello, welcome" : "not all welcomed within 120 s"),
+            BenchResult(name: "fan-out N=\(n): reaching agents", unit: "dlv/s", count: reachedSeconds > 0 ? expected : 0,
+                        seconds: reachedSeconds, note: "\(broadcasts) broadcasts of \(size) B"),
+            BenchResult(name: "fan-out N=\(n): acknowledged, recorded", unit: "dlv/s", count: ackedSeconds > 0 ? expected : 0,
+                        seconds: ackedSeconds, note: "resends \(resends), duplicates seen by agents \(duplicates)"),
+            BenchResult(name: "fan-out N=\(n): dispatcher memory per agent", unit: "KiB", count: 0, seconds: 0,
+                        value: Double(max(0, connected - indexed)) / Double(agents) / 1024, note: "RSS growth as N agents connect"),
+            BenchResult(name: "fan-out N=\(n): dispatcher memory per installation", unit: "B", count: 0, seconds: 0,
+                        value: Double(max(0, indexed - baseline)) / Double(agents), note: "RSS growth as N installations are indexed"),
+        ]
+        if !latencies.isEmpty {
+            for (label, quantile) in [("p50", 0.5), ("p99", 0.99), ("p99.9", 0.999)] {
+                results.append(BenchResult(
+                    name: "latency to one agent, \(rate)/s, N=\(n): \(label)", unit: "ms", count: 0, seconds: 0,
+                    value: latencies[min(latencies.count - 1, Int(Double(latencies.count) * quantile))],
+                    note: "\(latencies.count) of \(latencySends) sends, send call to agent receipt"))
+            }
+        }
+        return results
+    }
+
+    static func details(_ cluster: HubCluster, _ endpoint: String) throws -> [String: String] {
+        try cluster.waitHealthy(endpoint).details ?? [:]
+    }
+
+    static func waitFor(timeout: TimeInterval, _ condition: () -> Bool) -> Bool {
+        let deadline = Date().addingTimeInterval(timeout)
+        while Date() < deadline {
+            if condition() { return true }
+            Thread.sleep(forTimeInterval: 0.05)
+        }
+        return false
+    }
+
+    /// A process's resident memory, from /proc.
+    static func residentBytes(_ pid: Int32) -> Int {
+        guard let text = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8),
+            let line = text.split(separator: "\n").first(where: { $0.hasPrefix("VmRSS:") })
+        else { return 0 }
+        return (Int(line.split(separator: " ").dropFirst().first ?? "") ?? 0) * 1024
+    }
+}
+
+struct BenchError: Error, CustomStringConvertible {
+    let description: String
+    init(_ description: String) { self.description = description }
+}
+
+/// One `nh-bench fleet` process and what it has reported.
+final class FleetProcess: @unchecked Sendable {
+    let prefix: String
+    let count: Int
+    private let process: Process
+    private let input = Pipe()
+    private let output = Pipe()
+    private let condition = NSCondition()
+    private var events: Set<String> = []
+    private var stats: [String: Int] = [:]
+    private(set) var latencies: [Double] = []
+
+    init(cluster: HubCluster, prefix: String, count: Int, heartbeatMs: Int = 5_000) throws {
+        self.prefix = prefix
+        self.count = count
+        process = Process()
+        process.executableURL = cluster.binDirectory.appendingPathComponent("nh-bench")
+        process.arguments = ["fleet", "--count", String(count), "--prefix", prefix, "--heartbeat-ms", String(heartbeatMs)]
+        process.environment = cluster.environment
+        process.standardInput = input
+        process.standardOutput = output
+        try process.run()
+        cluster.adopt(process)
+        let handle = output.fileHandleForReading
+        Thread { [self] in
+            var buffer = Data()
+            while true {
+                let chunk = handle.availableData
+                if chunk.isEmpty { break }
+                buffer.append(chunk)
+                while let newline = buffer.firstIndex(of: 0x0a) {
+                    let line = buffer[buffer.startIndex..<newline]
+                    buffer = Data(buffer[(newline + 1)...])
+                    guard let object = try? JSONSerialization.jsonObject(with: line) as? [String: Any],
+                        let event = object["event"] as? String
+                    else { continue }
+                    condition.lock()
+                    events.insert(event)
+                    if event == "stats" {
+                        for (key, value) in object { if let number = value as? Int { stats[key] = number } }
+                    }
+                    if event == "latencies" { latencies = object["ms"] as? [Double] ?? [] }
+                    condition.broadcast()
+                    condition.unlock()
+                }
+            }
+            condition.lock()
+            events.insert("exit")
+            condition.broadcast()
+            condition.unlock()
+        }.start()
+    }
+
+    func send(_ line: String) {
+        input.fileHandleForWriting.write(Data((line + "\n").utf8))
+    }
+
+    func wait(_ event: String, timeout: TimeInterval) -> Bool {
+        let deadline = Date().addingTimeInterval(timeout)
+        condition.lock()
+        defer { condition.unlock() }
+        while !events.contains(event) {
+            if events.contains("exit") || !condition.wait(until: deadline) { return false }
+        }
+        return true
+    }
+
+    func stat(_ name: String) -> Int {
+        condition.lock()
+        defer { condition.unlock() }
+        return stats[name] ?? 0
+    }
+
+    @discardableResult
+    func waitStat(_ name: String, atLeast value: Int, timeout: TimeInterval) -> Bool {
+        let deadline = Date().addingTimeInterval(timeout)
+        condition.lock()
+        defer { condition.unlock() }
+        while (stats[name] ?? 0) < value {
+            if events.contains("exit") || !condition.wait(until: deadline) { return false }
+        }
+        return true
+    }
+
+    /// Closes the fleet's input, which makes it report its latencies and exit.
+    func finish() {
+        try? input.fileHandleForWriting.close()
+        _ = wait("exit", timeout: 30)
+        process.waitUntilExit()
+    }
+}
