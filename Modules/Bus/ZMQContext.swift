@@ -7,17 +7,24 @@ public final class ZMQContext: @unchecked Sendable {
     /// One context per process is the usual shape; services share this one.
     public static let shared = ZMQContext()
 
-    public init(ioThreads: Int = 1) {
+    /// `maxSockets` raises libzmq's limit of 1,023 sockets per context, for a process that holds many.
+    public init(ioThreads: Int = 1, maxSockets: Int? = nil) {
         guard let handle = zmq_ctx_new() else {
             fatalError("zmq_ctx_new failed: out of memory")
         }
         zmq_ctx_set(handle, ZMQ_IO_THREADS, Int32(ioThreads))
+        if let maxSockets { zmq_ctx_set(handle, ZMQ_MAX_SOCKETS, Int32(maxSockets)) }
         self.handle = handle
     }
 
     deinit {
         // Sockets hold a strong reference to their context, so all of them are closed by now.
         while zmq_ctx_term(handle) != 0 && zmq_errno() == EINTR {}
+    }
+
+    /// Sets the number of I/O threads; takes effect only before the context's first socket.
+    public func setIOThreads(_ count: Int) {
+        zmq_ctx_set(handle, ZMQ_IO_THREADS, Int32(count))
     }
 
     public func socket(_ type: SocketType) throws(ZMQError) -> ZMQSocket {

@@ -63,6 +63,15 @@ extension ZMQSocket {
         try setOption(ZMQ_BACKLOG, name: "ZMQ_BACKLOG", Int32(connections))
     }
 
+    /// TCP keepalive: probes after `idle` seconds of silence, every `interval` seconds, `count` times
+    /// before the connection is closed.
+    public func setTCPKeepalive(idle: Int, interval: Int, count: Int) throws(ZMQError) {
+        try setOption(ZMQ_TCP_KEEPALIVE, name: "ZMQ_TCP_KEEPALIVE", Int32(1))
+        try setOption(ZMQ_TCP_KEEPALIVE_IDLE, name: "ZMQ_TCP_KEEPALIVE_IDLE", Int32(idle))
+        try setOption(ZMQ_TCP_KEEPALIVE_INTVL, name: "ZMQ_TCP_KEEPALIVE_INTVL", Int32(interval))
+        try setOption(ZMQ_TCP_KEEPALIVE_CNT, name: "ZMQ_TCP_KEEPALIVE_CNT", Int32(count))
+    }
+
     /// Milliseconds a connection may take for its handshake, CURVE included.
     public func setHandshakeInterval(_ milliseconds: Int) throws(ZMQError) {
         try setOption(ZMQ_HANDSHAKE_IVL, name: "ZMQ_HANDSHAKE_IVL", Int32(milliseconds))

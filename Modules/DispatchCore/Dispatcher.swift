@@ -198,8 +198,8 @@ public struct Dispatcher {
                 continue
             }
             session.inFlight += 1
-            inFlight[delivery.deliveryId] = InFlight(delivery: delivery, route: route, attempts: 1)
-            resends.push(due: now.addingTimeInterval(settings.resendAfter), id: delivery.deliveryId, attempt: 1)
+            inFlight[delivery.deliveryId] = InFlight(delivery: delivery, route: route, attempts: 1, sentAt: now)
+            resends.push(due: now.addingTimeInterval(session.resendTimeout(settings)), id: delivery.deliveryId, attempt: 1)
             actions.append(.send(route, delivery))
             counters.sent += 1
         }
@@ -224,7 +224,11 @@ public struct Dispatcher {
                 counters.unknownAcks += 1
                 continue
             }
-            if inFlight.removeValue(forKey: id) != nil { session.inFlight -= 1 }
+            if let flight = inFlight.removeValue(forKey: id) {
+                session.inFlight -= 1
+                // Only a delivery sent once says how long this agent takes (Karn's rule).
+                if flight.attempts == 1 { session.observe(roundTrip: now.timeIntervalSince(flight.sentAt)) }
+            }
         }
         sessions[route] = session
         if !ack.deliveryIds.isEmpty {
@@ -254,7 +258,7 @@ public struct Dispatcher {
             budget -= 1
             flight.attempts += 1
             inFlight[entry.id] = flight
-            let delay = min(settings.maxResendInterval, settings.resendAfter * pow(2, Double(flight.attempts - 1)))
+            let delay = min(settings.maxResendInterval, session.resendTimeout(settings) * pow(2, Double(flight.attempts - 1)))
             resends.push(due: now.addingTimeInterval(delay), id: entry.id, attempt: flight.attempts)
             actions.append(.send(flight.route, flight.delivery))
             counters.resent += 1
@@ -381,6 +385,27 @@ struct Session {
     /// The store holds deliveries the queue had no room for.
     var spilled = false
     var welcomed = false
+    /// Smoothed acknowledgement time and its variation, as TCP estimates its round trip (RFC 6298).
+    var smoothedRoundTrip: TimeInterval?
+    var roundTripVariation: TimeInterval = 0
+
+    mutating func observe(roundTrip sample: TimeInterval) {
+        guard let smoothed = smoothedRoundTrip else {
+            smoothedRoundTrip = sample
+            roundTripVariation = sample / 2
+            return
+        }
+        roundTripVariation = 0.75 * roundTripVariation + 0.25 * abs(smoothed - sample)
+        smoothedRoundTrip = 0.875 * smoothed + 0.125 * sample
+    }
+
+    /// How long to wait for an acknowledgement before sending again: never less than the
+    /// configured time, longer for an agent that is slow to answer, so that a busy agent is not
+    /// sent what it already has.
+    func resendTimeout(_ settings: DispatcherSettings) -> TimeInterval {
+        let estimate = (smoothedRoundTrip ?? 0) + 4 * roundTripVariation
+        return min(settings.maxResendInterval, max(settings.resendAfter, estimate))
+    }
 
     init(route: Route, installationId: String, lastSeen: Date) {
         self.route = route
@@ -419,4 +444,5 @@ struct InFlight {
     var delivery: AgentDelivery
     var route: Route
     var attempts: Int
+    var sentAt: Date
 }

@@ -24,9 +24,11 @@ public final class ServiceContext {
     }
 
     /// Opens (creating if needed) this service's database in the data folder and migrates it.
-    public func openStore(_ fileName: String, migrations: [Migration]) throws -> SQLiteDatabase {
+    /// `synchronous` is FULL for what must survive power loss once acknowledged to a sender;
+    /// NORMAL for state that can be rebuilt from another service's store, which WAL keeps intact.
+    public func openStore(_ fileName: String, migrations: [Migration], synchronous: String = "FULL") throws -> SQLiteDatabase {
         let path = dataDirectory.appendingPathComponent(fileName).path
-        let database = try SQLiteDatabase(path: path)
+        let database = try SQLiteDatabase(path: path, options: SQLiteDatabase.Options(synchronous: synchronous))
         try database.migrate(migrations)
         onShutdown { database.close() }
         logger.info("store open", ("path", path), ("schema", try database.schemaVersion))

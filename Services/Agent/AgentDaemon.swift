@@ -197,7 +197,8 @@ extension ZMQSocket {
         try socket.setLinger(0)
         try socket.makeCurveClient(keys, serverPublicKey: serverKey)
         try socket.setReconnectInterval(100, max: 5_000)
-        try socket.setHeartbeat(interval: heartbeatMs, timeout: heartbeatMs * 3)
+        // No TTL: it would make the dispatcher arm a timer per agent (see its agent socket).
+        try socket.setHeartbeat(interval: heartbeatMs, timeout: heartbeatMs * 3, ttl: 0)
         try socket.setSendHighWaterMark(1_000)
         try socket.connect(endpoint)
         return socket

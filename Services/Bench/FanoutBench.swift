@@ -65,9 +65,9 @@ enum FanoutBench {
                 if reachedSeconds == 0 { reachedSeconds = ackedSeconds }
                 break
             }
-            Thread.sleep(forTimeInterval: 0.01)
+            Thread.sleep(forTimeInterval: 0.02)
         }
-        Thread.sleep(forTimeInterval: 0.3)
+        Thread.sleep(forTimeInterval: 1.1)
         let after = try details(cluster, dispatcher)
         let resends = (Int(after["resentTotal"] ?? "0") ?? 0) - (Int(before["resentTotal"] ?? "0") ?? 0)
         let duplicates = fleets.reduce(0) { $0 + $1.stat("duplicates") }

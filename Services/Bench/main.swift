@@ -55,6 +55,7 @@ do {
     results.append(try BusBench.requestReply(settings))
     results.append(try BusBench.hubProtocolRequests(settings))
     results.append(try CodecBench.userPost(settings.roundTrips))
+    results += try CodecBench.agentDelivery(settings.roundTrips)
     if !parsed.has("no-mosquitto") {
         results.append(MosquittoBench.publishSubscribe(settings))
     }

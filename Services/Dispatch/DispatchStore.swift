@@ -85,7 +85,8 @@ final class DispatchStore {
     }
 
     /// Records acknowledgements from `installationId`; each delivery counts once, and only for the
-    /// installation it was meant for. Returns how many were new.
+    /// installation it was meant for. An acknowledged delivery is done: its row goes, and the
+    /// outcome keeps the count. Returns how many were new.
     @discardableResult
     func acknowledge(_ deliveryIds: [String], installationId: String, now: Date) throws -> Int {
         try database.transaction {
@@ -93,9 +94,9 @@ final class DispatchStore {
             for id in deliveryIds {
                 let rows = try database.query(
                     """
-                    UPDATE deliveries SET acked_at = ? WHERE delivery_id = ? AND installation_id = ? AND acked_at IS NULL
+                    DELETE FROM deliveries WHERE delivery_id = ? AND installation_id = ? AND acked_at IS NULL
                     RETURNING notification_id
-                    """, [now.timeIntervalSince1970, id, installationId])
+                    """, [id, installationId])
                 if let notification = rows.first?[0].string { fresh[notification, default: 0] += 1 }
             }
             try add(fresh, to: "acknowledged")
@@ -136,14 +137,20 @@ final class DispatchStore {
                 try database.run("DELETE FROM deliveries WHERE delivery_id = ?", [row[0].string ?? ""])
                 try database.run("UPDATE outcomes SET expired = expired + 1 WHERE notification_id = ?", [row[1].string ?? ""])
             }
-            // Acknowledged deliveries are kept a day, and outcomes a week, for queries; then dropped.
+            return rows.count
+        }
+    }
+
+    /// Drops failed deliveries after a day and outcomes after a week, once none of their deliveries
+    /// is left. It reads every delivery once, so it runs rarely.
+    func purge(now: Date) throws {
+        try database.transaction {
             try database.run("DELETE FROM deliveries WHERE acked_at IS NOT NULL AND acked_at < ?", [now.timeIntervalSince1970 - 86_400])
             try database.run(
                 """
                 DELETE FROM outcomes WHERE ended_at < ?
-                  AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.notification_id = outcomes.notification_id)
+                  AND notification_id NOT IN (SELECT DISTINCT notification_id FROM deliveries)
                 """, [now.timeIntervalSince1970 - 7 * 86_400])
-            return rows.count
         }
     }
 

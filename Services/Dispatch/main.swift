@@ -7,13 +7,23 @@ import ServiceKit
 
 // The shell around `Dispatcher`: it turns socket traffic, timers and store answers into events,
 // and carries out the actions that come back. Every turn of the loop ends with one commit.
+// Two I/O threads share the agents' CURVE handshakes and encryption; set before any socket exists.
+ZMQContext.shared.setIOThreads(2)
+
 ServiceMain.run(name: "nh-dispatch", summary: "the dispatcher: resolves targets and delivers to client agents") { context in
     let config = context.config
     context.prepareKeys()
     let logger = context.logger
-    let store = DispatchStore(database: try context.openStore("dispatch.db", migrations: DispatchSchema.migrations))
+    // The dispatcher's store can lose its last commits to a power cut without losing anything: the
+    // cursor then points back into the publish service's durable log, the notifications are planned
+    // again, lost acknowledgements make their deliveries go out again, and agents show each once.
+    let store = DispatchStore(
+        database: try context.openStore("dispatch.db", migrations: DispatchSchema.migrations, synchronous: "NORMAL"))
     var settings = DispatcherSettings()
-    settings.resendAfter = max(2.0, Double(config.heartbeatMs) * 3 / 1000)
+    // A live connection loses nothing (a closed one ends its session, and the next one loads what
+    // is pending), so a resend is only for a delivery dropped at a full queue or an acknowledgement
+    // the agent could not send: it waits six agent heartbeats, longer for a slow agent.
+    settings.resendAfter = Double(config.agentHeartbeatMs) * 6 / 1000
     settings.silenceAfter = max(2.0, Double(config.agentHeartbeatMs) * 3 / 1000)
     var core = Dispatcher(settings: settings)
     var turn = DispatchTurn()
@@ -120,6 +130,8 @@ ServiceMain.run(name: "nh-dispatch", summary: "the dispatcher: resolves targets 
     perform(core.on(.backlog(try store.backlog(now: Date())), now: Date()))
 
     var endpoints: [String: String] = ["agents": agents.lastEndpoint]
+    var totals: [String: String] = [:]
+    var totalsAt = ContinuousClock.now - .seconds(60)
     let server = try context.bindRequests(config.dispatch.requests, endpoints: { endpoints }) {
         let counters = core.counters
         var details: [String: String] = [:]
@@ -141,7 +153,12 @@ ServiceMain.run(name: "nh-dispatch", summary: "the dispatcher: resolves targets 
         for reason in DispatchNote.DropReason.allCases {
             details["sessionsEnded\(reason.rawValue.capitalized)Total"] = String(counters.dropped[reason] ?? 0)
         }
-        return details.merging((try? store.totals()) ?? [:]) { $1 }
+        // The store's totals scan its tables: taken at most once a second, however often health is asked.
+        if totalsAt.duration(to: .now) > .seconds(1) {
+            totals = (try? store.totals()) ?? totals
+            totalsAt = .now
+        }
+        return details.merging(totals) { $1 }
     }
     endpoints["requests"] = server.endpoint
 
@@ -263,6 +280,7 @@ ServiceMain.run(name: "nh-dispatch", summary: "the dispatcher: resolves targets 
         let expired = try store.expire(now: Date())
         if expired > 0 { logger.info("deliveries expired", ("count", expired)) }
     }
+    context.loop.every(milliseconds: 600_000) { try store.purge(now: Date()) }
 }
 
 /// What one turn of the loop has to commit.
@@ -277,8 +295,13 @@ struct DispatchTurn {
 
 extension ZMQSocket {
     /// The dispatcher's agent socket: a CURVE ROUTER whose handshakes go through the ZAP handler.
-    /// Sends to a connection that is gone fail at once (so its session ends), the queue per agent
-    /// holds more than a session's window, and libzmq's own heartbeats close dead connections.
+    /// Sends to a connection that is gone fail at once (so its session ends), and the queue per
+    /// agent holds more than a session's window.
+    ///
+    /// The socket arms no timer per connection: libzmq cancels a timer by scanning every timer of
+    /// its I/O thread, so a heartbeat or handshake timer per agent would make each message cost
+    /// O(agents). Liveness comes from the agents' hellos (a session ends after three heartbeats
+    /// of silence) and from TCP keepalive, which closes connections whose host has gone.
     static func agentServer(bind endpoint: String, keys: CurveKeyPair, config: HubConfig) throws -> ZMQSocket {
         let socket = try ZMQContext.shared.socket(.router)
         try socket.setLinger(0)
@@ -286,8 +309,8 @@ extension ZMQSocket {
         try socket.setSendHighWaterMark(4_096)
         try socket.setReceiveHighWaterMark(100_000)
         try socket.setMaxMessageSize(config.maxMessageBytes + 4_096)
-        try socket.setHeartbeat(interval: config.agentHeartbeatMs, timeout: config.agentHeartbeatMs * 3)
-        try socket.setHandshakeInterval(30_000)
+        try socket.setHandshakeInterval(0)
+        try socket.setTCPKeepalive(idle: 60, interval: 10, count: 3)
         try socket.setBacklog(4_096)
         try socket.makeCurveServer(keys)
         try socket.bind(endpoint)
