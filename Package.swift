@@ -44,6 +44,9 @@ let package = Package(
             name: "COpenSSL", path: "Modules/COpenSSL", pkgConfig: "libcrypto",
             providers: [.apt(["libssl-dev"])]),
         .systemLibrary(
+            name: "CMosquitto", path: "Modules/CMosquitto", pkgConfig: "libmosquitto",
+            providers: [.apt(["libmosquitto-dev"])]),
+        .systemLibrary(
             name: "CMicroHTTPD", path: "Modules/CMicroHTTPD", pkgConfig: "libmicrohttpd",
             providers: [.apt(["libmicrohttpd-dev"])]),
         module("HTTPServer", dependencies: ["CMicroHTTPD"]),
@@ -59,7 +62,7 @@ let package = Package(
             service(
                 $0.directory,
                 dependencies: serviceDependencies
-                    + ($0.directory == "Bench" ? ["CLibZMQ"] : []) + ($0.directory == "Gateway" ? ["HTTPServer"] : []))
+                    + ($0.directory == "Bench" ? ["CLibZMQ", "CMosquitto"] : []) + ($0.directory == "Gateway" ? ["HTTPServer"] : []))
         }
         + [
             tests("BusTests", dependencies: ["Bus"]),
