@@ -3,7 +3,7 @@
 
 SWIFT        ?= swift
 DATA_DIR     ?= $(CURDIR)/data
-APT_PACKAGES := libzmq3-dev libsqlite3-dev libssl-dev libmicrohttpd-dev pkg-config openssl mosquitto mosquitto-clients
+APT_PACKAGES := libzmq3-dev libsqlite3-dev libssl-dev libmicrohttpd-dev libmosquitto-dev pkg-config openssl mosquitto mosquitto-clients
 PY_PACKAGES  := pytest requests
 SUDO         := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 RELEASE_BIN   = $(CURDIR)/.build/release

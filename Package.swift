@@ -20,7 +20,7 @@ let serviceDependencies: [Target.Dependency] = ["Auth", "Bus", "HubProtocol", "S
 
 /// Extra modules per executable, beside the shared ones.
 let extraDependencies: [String: [Target.Dependency]] = [
-    "Bench": ["CLibZMQ"], "Gateway": ["HTTPServer"], "Dispatch": ["DispatchCore"],
+    "Bench": ["CLibZMQ", "CMosquitto"], "Gateway": ["HTTPServer"], "Dispatch": ["DispatchCore"],
 ]
 
 let executables: [(product: String, directory: String)] = [
@@ -48,6 +48,9 @@ let package = Package(
         .systemLibrary(
             name: "COpenSSL", path: "Modules/COpenSSL", pkgConfig: "libcrypto",
             providers: [.apt(["libssl-dev"])]),
+        .systemLibrary(
+            name: "CMosquitto", path: "Modules/CMosquitto", pkgConfig: "libmosquitto",
+            providers: [.apt(["libmosquitto-dev"])]),
         .systemLibrary(
             name: "CMicroHTTPD", path: "Modules/CMicroHTTPD", pkgConfig: "libmicrohttpd",
             providers: [.apt(["libmicrohttpd-dev"])]),

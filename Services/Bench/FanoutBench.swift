@@ -92,12 +92,15 @@ enum FanoutBench {
 
         let n = agents.formatted()
         var results: [BenchResult] = [
-            BenchResult(name: "fan-out N=\(n): connect all agents", unit: "s", count: 0, seconds: 0, value: connectSeconds,
+            BenchResult(name: "fan-out N=\(n): connect all agents", unit: "s", count: 0, seconds: 0,
+                        baseline: MosquittoFanout.connectName(n: agents, qos: 1), value: connectSeconds,
                         note: allWelcomed ? "CURVE handshake, ZAP, hello, welcome" : "not all welcomed within 120 s"),
             BenchResult(name: "fan-out N=\(n): reaching agents", unit: "dlv/s", count: reachedSeconds > 0 ? expected : 0,
-                        seconds: reachedSeconds, note: "\(broadcasts) broadcasts of \(size) B"),
+                        seconds: reachedSeconds, baseline: MosquittoFanout.deliveryName(n: agents, qos: 1),
+                        note: "\(broadcasts) broadcasts of \(size) B"),
             BenchResult(name: "fan-out N=\(n): acknowledged, recorded", unit: "dlv/s", count: ackedSeconds > 0 ? expected : 0,
-                        seconds: ackedSeconds, note: "resends \(resends), duplicates seen by agents \(duplicates)"),
+                        seconds: ackedSeconds, baseline: MosquittoFanout.deliveryName(n: agents, qos: 1),
+                        note: "resends \(resends), duplicates seen by agents \(duplicates)"),
             BenchResult(name: "fan-out N=\(n): dispatcher memory per agent", unit: "KiB", count: 0, seconds: 0,
                         value: Double(max(0, connected - indexed)) / Double(agents) / 1024, note: "RSS growth as N agents connect"),
             BenchResult(name: "fan-out N=\(n): dispatcher memory per installation", unit: "B", count: 0, seconds: 0,
@@ -107,6 +110,7 @@ enum FanoutBench {
             for (label, quantile) in [("p50", 0.5), ("p99", 0.99), ("p99.9", 0.999)] {
                 results.append(BenchResult(
                     name: "latency to one agent, \(rate)/s, N=\(n): \(label)", unit: "ms", count: 0, seconds: 0,
+                    baseline: MosquittoFanout.latencyName(n: agents, percentile: label),
                     value: latencies[min(latencies.count - 1, Int(Double(latencies.count) * quantile))],
                     note: "\(latencies.count) of \(latencySends) sends, send call to agent receipt"))
             }

@@ -9,10 +9,40 @@ let usage = """
     nh-bench: throughput of the hub's bus beside raw libzmq and Mosquitto, measured in one run
 
     Usage: nh-bench [--messages N] [--round-trips N] [--size BYTES] [--sends N] [--posts N] [--dismisses N]
-                    [--no-mosquitto] [--no-services] [--json]
+                    [--fanout N,N...] [--broadcasts B] [--rate SENDS/S] [--latency-count C]
+                    [--no-mosquitto] [--no-services] [--no-fanout] [--json]
+           nh-bench fanout [--fanout N,N...] [--broadcasts B] [--rate SENDS/S] [--latency-count C] [--json]
+           nh-bench fanout-mqtt [--fanout N,N...] [--broadcasts B] [--rate SENDS/S] [--latency-count C] [--json]
 
     The service figures start the real executables from nh-bench's own folder on free loopback ports.
+    The fan-out figures (at N = 1,000 and 10,000 unless --fanout says otherwise) broadcast B times
+    (default 10) to N simulated agents, each a real installation and a CURVE connection that
+    acknowledges every delivery, then time sends to one agent at a fixed rate (default 1,000/s)
+    with all N connected; beside them, Mosquitto fans the same payload out to N subscribers at
+    QoS 1 and QoS 0, and to one of N at the same rate. `fanout` runs only those; `fanout-mqtt`
+    only Mosquitto's.
     """
+
+/// The fan-out figures at each N: the hub's, then Mosquitto's at QoS 1 and QoS 0 and its latency.
+func fanout(_ parsed: Arguments, sizes: [Int], hub: Bool, mosquitto: Bool) throws -> [BenchResult] {
+    let broadcasts = parsed[option: "broadcasts"].flatMap(Int.init) ?? 10
+    let rate = parsed[option: "rate"].flatMap(Int.init) ?? 1_000
+    let count = parsed[option: "latency-count"].flatMap(Int.init) ?? 5_000
+    var results: [BenchResult] = []
+    for n in sizes {
+        if hub { results += try FanoutBench.run(agents: n, broadcasts: broadcasts, latencySends: count, rate: rate) }
+        if mosquitto {
+            results += MosquittoFanout.run(n: n, broadcasts: broadcasts, qos: 1)
+            results += MosquittoFanout.run(n: n, broadcasts: broadcasts, qos: 0)
+            results += MosquittoFanout.latency(n: n, rate: rate, count: count)
+        }
+    }
+    return results
+}
+
+if CommandLine.arguments.count > 1 && CommandLine.arguments[1] == "mqtt-subscribers" {
+    exit(MQTTSubscriberSwarm.main(Array(CommandLine.arguments.dropFirst(2))))
+}
 
 do {
     if CommandLine.arguments.dropFirst().first == "fleet" {
@@ -26,28 +56,37 @@ do {
         exit(0)
     }
     let parsed = try Arguments(
-        Array(CommandLine.arguments.dropFirst()), valued: ["messages", "round-trips", "size", "posts", "dismisses", "sends", "fanout", "broadcasts", "latency-sends", "rate"],
-        flags: ["no-mosquitto", "no-services", "no-fanout", "only-fanout", "json"])
+        Array(CommandLine.arguments.dropFirst()),
+        valued: ["messages", "round-trips", "size", "posts", "dismisses", "sends", "fanout", "broadcasts", "rate", "latency-count"],
+        flags: ["no-mosquitto", "no-services", "no-fanout", "json"])
     if parsed.has("help") {
         print(usage)
         exit(0)
+    }
+    var fanoutSizes = [1_000, 10_000]
+    if let list = parsed[option: "fanout"] {
+        fanoutSizes = list.split(separator: ",").compactMap { Int($0.trimmingCharacters(in: .whitespaces)) }
+        guard !fanoutSizes.isEmpty, fanoutSizes.allSatisfy({ $0 > 0 }) else {
+            throw Arguments.Error(description: "--fanout takes agent counts such as 1000,10000")
+        }
     }
     let settings = BenchSettings(
         messages: parsed[option: "messages"].flatMap(Int.init) ?? 500_000,
         roundTrips: parsed[option: "round-trips"].flatMap(Int.init) ?? 20_000,
         size: parsed[option: "size"].flatMap(Int.init) ?? 200)
-    var results: [BenchResult] = []
-    let fanoutSizes = (parsed[option: "fanout"] ?? "1000,10000").split(separator: ",").compactMap { Int($0) }
-    if parsed.has("only-fanout") {
-        results.append(try RawZMQBench.pushPull(settings))
-        for agents in fanoutSizes {
-            results += try FanoutBench.run(
-                agents: agents, broadcasts: parsed[option: "broadcasts"].flatMap(Int.init) ?? 10,
-                latencySends: parsed[option: "latency-sends"].flatMap(Int.init) ?? 3_000, rate: parsed[option: "rate"].flatMap(Int.init) ?? 1_000)
-        }
-        BenchReport.print(results, settings: settings, json: parsed.has("json"))
+    switch parsed.positionals.first {
+    case nil:
+        break
+    case "fanout", "fanout-mqtt":
+        let hub = parsed.positionals.first == "fanout"
+        let results = (hub ? [try RawZMQBench.pushPull(settings)] : [])
+            + (try fanout(parsed, sizes: fanoutSizes, hub: hub, mosquitto: !parsed.has("no-mosquitto")))
+        BenchReport.print(results, settings: BenchSettings(messages: 0, roundTrips: 0, size: FanoutPayload.size), json: parsed.has("json"))
         exit(0)
+    case let other?:
+        throw Arguments.Error(description: "unknown command \(other); see --help")
     }
+    var results: [BenchResult] = []
     results.append(try RawZMQBench.pushPull(settings))
     results.append(try BusBench.pushPull(settings))
     results.append(try BusBench.sequencedPubSub(settings))
@@ -63,6 +102,9 @@ do {
         results += try BreakingNewsBench.run(sends: parsed[option: "sends"].flatMap(Int.init) ?? 1_000)
         results += try UserSyncBench.run(
             posts: parsed[option: "posts"].flatMap(Int.init) ?? 1_000, dismisses: parsed[option: "dismisses"].flatMap(Int.init) ?? 1_000)
+        if !parsed.has("no-fanout") {
+            results += try fanout(parsed, sizes: fanoutSizes, hub: true, mosquitto: !parsed.has("no-mosquitto"))
+        }
     }
     BenchReport.print(results, settings: settings, json: parsed.has("json"))
 } catch {
