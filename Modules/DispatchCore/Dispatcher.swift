@@ -20,6 +20,10 @@ public struct Dispatcher {
     private var resends = DueQueue()
     /// Installations whose unacknowledged deliveries are in the store and not in memory.
     private var backlog: Set<String> = []
+    /// Sessions with deliveries waiting for room under `maxInFlight`, oldest first.
+    private var starved: [Route] = []
+    private var starvedHead = 0
+    private var isStarved: Set<Route> = []
     private var lastSilenceCheck = Date.distantPast
 
     public init(settings: DispatcherSettings = DispatcherSettings()) {
@@ -65,6 +69,7 @@ public struct Dispatcher {
             }
         case .tick:
             resendDue(now: now, &actions)
+            feedStarved(now: now, &actions)
             if now.timeIntervalSince(lastSilenceCheck) >= min(1, settings.silenceAfter / 4) {
                 lastSilenceCheck = now
                 let cutoff = now.addingTimeInterval(-settings.silenceAfter)
@@ -192,7 +197,7 @@ public struct Dispatcher {
     /// Sends from a session's queue while its window has room; loads more when the store has more.
     private mutating func pump(_ route: Route, now: Date, _ actions: inout [DispatchAction]) {
         guard var session = sessions[route] else { return }
-        while session.inFlight < settings.window, let delivery = session.dequeue() {
+        while session.inFlight < settings.window, inFlight.count < settings.maxInFlight, let delivery = session.dequeue() {
             guard delivery.expiresAt > now else {
                 session.known.remove(delivery.deliveryId)
                 continue
@@ -207,7 +212,27 @@ public struct Dispatcher {
             session.loading = true
             actions.append(.load(installationId: session.installationId, route: route, limit: settings.loadLimit))
         }
+        if session.waiting > 0 && session.inFlight < settings.window && isStarved.insert(route).inserted {
+            starved.append(route)
+        }
         sessions[route] = session
+    }
+
+    /// Gives room freed under `maxInFlight` to the sessions that waited for it, in turn.
+    private mutating func feedStarved(now: Date, _ actions: inout [DispatchAction]) {
+        while inFlight.count < settings.maxInFlight, starvedHead < starved.count {
+            let route = starved[starvedHead]
+            starvedHead += 1
+            isStarved.remove(route)
+            pump(route, now: now, &actions)
+        }
+        if starvedHead == starved.count {
+            starved.removeAll(keepingCapacity: true)
+            starvedHead = 0
+        } else if starvedHead > 4_096 && starvedHead * 2 > starved.count {
+            starved.removeFirst(starvedHead)
+            starvedHead = 0
+        }
     }
 
     private mutating func acknowledge(route: Route, _ ack: AgentAck, now: Date, _ actions: inout [DispatchAction]) {
@@ -240,6 +265,7 @@ public struct Dispatcher {
             actions.append(.fail(installationId: session.installationId, failures))
         }
         pump(route, now: now, &actions)
+        feedStarved(now: now, &actions)
     }
 
     /// Sends again what is still unacknowledged when its time comes, backing off per delivery.
@@ -291,6 +317,10 @@ public struct DispatcherSettings: Sendable, Equatable {
     public var loadLimit = 500
     /// Resends per tick, so that a burst of them cannot starve new deliveries.
     public var maxResendsPerTick = 2_000
+    /// Deliveries in flight across all sessions. A broadcast to many agents goes out as fast as
+    /// they acknowledge, so that the queues in front of them stay short and a delivery waits in
+    /// memory rather than in a socket buffer, where it would outlive its resend time.
+    public var maxInFlight = 20_000
 
     public init() {}
 

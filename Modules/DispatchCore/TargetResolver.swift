@@ -51,6 +51,9 @@ public struct TargetResolver {
         candidates = candidates.filter { ($0.expirationTime ?? .distantFuture) > now }
 
         var plans: [PlannedDelivery] = []
+        // Installations of one app share their templates: each distinct body is rendered once per notification.
+        var rendered: [String: String] = [:]
+        var expiries: [String: Date?] = [:]
         for installation in candidates {
             let tags = Tag.effectiveTags(
                 stored: installation.tags, installationId: installation.installationId, userId: installation.userId)
@@ -68,16 +71,24 @@ public struct TargetResolver {
                     guard expression?.matches(templateTags) ?? true else { continue }
                     guard let template = compiled(registered.body) else { continue }
                     var expiresAt = notification.expiresAt
-                    if let expiry = registered.expiry, let compiled = try? TemplateExpression.compile(expiry),
-                        let date = WireDate.parse(compiled.renderText(lowercased(properties)))
-                    {
-                        expiresAt = min(expiresAt, date)
+                    if let expiry = registered.expiry {
+                        let date = expiries[expiry] ?? (try? TemplateExpression.compile(expiry)).flatMap {
+                            WireDate.parse($0.renderText(lowercased(properties)))
+                        }
+                        expiries[expiry] = date
+                        if let date { expiresAt = min(expiresAt, date) }
                     }
                     guard expiresAt > now else { continue }
+                    func renderedPayload() -> String {
+                        if let payload = rendered[registered.body] { return payload }
+                        let payload = template.render(properties)
+                        rendered[registered.body] = payload
+                        return payload
+                    }
                     plans.append(PlannedDelivery(
                         deliveryId: "\(notification.notificationId)/\(installation.installationId)/\(name)",
                         installationId: installation.installationId, template: name,
-                        payload: template.render(properties), expiresAt: expiresAt))
+                        payload: renderedPayload(), expiresAt: expiresAt))
                 }
             }
         }

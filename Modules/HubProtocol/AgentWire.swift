@@ -19,133 +19,117 @@ public enum AgentFrame: Equatable, Sendable {
     case error(ErrorReply)
 }
 
-/// Encodes and decodes `AgentFrame`s. Plain functions over frames; no sockets.
+/// Encodes and decodes `AgentFrame`s. Each message is one ZeroMQ frame: lines of text, the first
+/// naming the message, the last running to the end of the frame for the fields that may hold
+/// anything (a payload, an error message). One frame per message matters: CURVE seals each frame
+/// on its own, so a message split over six frames costs six encryptions. Plain functions; no sockets.
 public enum AgentWire {
     public static let version = "1"
-    /// The most frames a message of the channel has.
-    public static let maxFrames = 8
+    /// The most lines a message has before its free-form last field.
+    static let maxHeaderLines = 8
 
     public enum Verb: String, CaseIterable, Sendable {
         case hello, ack, welcome, deliver, signal, error
     }
 
-    public static func encode(_ frame: AgentFrame) -> [Data] {
+    public static func encode(_ frame: AgentFrame) -> Data {
         switch frame {
         case .hello(let hello):
-            return [verb(.hello), Data(version.utf8), Data(hello.installationId.utf8)]
+            return lines(.hello, [version, hello.installationId])
         case .ack(let ack):
-            var frames = [verb(.ack), Data(ack.deliveryIds.joined(separator: "\n").utf8)]
-            if let failures = ack.failures, !failures.isEmpty {
-                frames.append(Data(failures.map { "\($0.deliveryId)\t\(oneLine($0.reason))" }.joined(separator: "\n").utf8))
-            }
-            return frames
+            let failures = (ack.failures ?? []).map { "!\($0.deliveryId)\t\(oneLine($0.reason))" }
+            return lines(.ack, ack.deliveryIds + failures)
         case .welcome(let welcome):
-            return [verb(.welcome), Data(welcome.installationId.utf8), Data(String(welcome.pending).utf8)]
+            return lines(.welcome, [welcome.installationId, String(welcome.pending)])
         case .deliver(let delivery):
             return encodeDelivery(delivery)
         case .signal(let signal):
-            return [verb(.signal), Data(signal.userId.utf8), Data(String(signal.sequence).utf8)]
+            return lines(.signal, [signal.userId, String(signal.sequence)])
         case .error(let error):
-            return [verb(.error), Data(error.code.rawValue.utf8), Data(error.message.utf8)]
+            return lines(.error, [error.code.rawValue, error.message])
         }
     }
 
-    /// The frames of a delivery. The installation id is not sent: a session speaks for one installation.
-    public static func encodeDelivery(_ delivery: AgentDelivery) -> [Data] {
-        var frames = [
-            verb(.deliver), Data(delivery.deliveryId.utf8), Data(delivery.notificationId.utf8),
-            Data((delivery.template ?? "").utf8), Data(String(milliseconds(delivery.expiresAt)).utf8),
-            Data(delivery.payload.utf8),
-        ]
-        if let rich = delivery.rich {
-            frames.append((try? richEncoder.encode(rich)) ?? Data())
-            frames.append(Data((delivery.richTicket ?? "").utf8))
-        }
-        return frames
+    /// The frame of a delivery. The installation id is not sent: a session speaks for one installation.
+    public static func encodeDelivery(_ delivery: AgentDelivery) -> Data {
+        let rich = delivery.rich.flatMap { try? richEncoder.encode($0) }.map { String(decoding: $0, as: UTF8.self) } ?? ""
+        return lines(.deliver, [
+            delivery.deliveryId, delivery.notificationId, delivery.template ?? "", String(milliseconds(delivery.expiresAt)),
+            rich, delivery.richTicket ?? "", delivery.payload,
+        ])
     }
 
     /// Decodes one message. `installationId` fills in a delivery's installation, which the wire
     /// leaves out. Anything that does not check out is a `malformed_frames` error saying what is wrong.
-    public static func decode(_ frames: [Data], installationId: String = "") throws(HubError) -> AgentFrame {
-        guard let first = frames.first else { throw malformed("the message has no frames") }
-        guard frames.count <= maxFrames else {
-            throw malformed("the message has \(frames.count) frames; no agent-channel message has more than \(maxFrames)")
-        }
-        guard let name = String(data: first, encoding: .utf8), let verb = Verb(rawValue: name) else {
-            let shown = String(decoding: first.prefix(24), as: UTF8.self)
+    public static func decode(_ frame: Data, installationId: String = "") throws(HubError) -> AgentFrame {
+        guard !frame.isEmpty else { throw malformed("the message is empty") }
+        guard let text = String(data: frame, encoding: .utf8) else { throw malformed("the message is not UTF-8") }
+        let firstBreak = text.firstIndex(of: "\n") ?? text.endIndex
+        let name = String(text[..<firstBreak])
+        guard let verb = Verb(rawValue: name) else {
             throw malformed(
-                "the first frame '\(shown)' names no agent-channel message; expected one of \(Verb.allCases.map(\.rawValue).joined(separator: ", "))")
+                "the first line '\(name.prefix(24))' names no agent-channel message; expected one of \(Verb.allCases.map(\.rawValue).joined(separator: ", "))")
         }
-        func text(_ index: Int, _ what: String) throws(HubError) -> String {
-            guard index < frames.count else { throw malformed("'\(name)' needs frame \(index + 1), \(what)") }
-            guard let value = String(data: frames[index], encoding: .utf8) else {
-                throw malformed("'\(name)' frame \(index + 1), \(what), is not UTF-8")
+        let rest = firstBreak < text.endIndex ? text[text.index(after: firstBreak)...] : ""
+        /// The message's fields: `count` lines, the last of which runs to the end.
+        func fields(_ count: Int, _ what: String) throws(HubError) -> [String] {
+            let parts = rest.split(separator: "\n", maxSplits: count - 1, omittingEmptySubsequences: false).map(String.init)
+            guard firstBreak < text.endIndex, parts.count == count else {
+                throw malformed("'\(name)' has \(firstBreak == text.endIndex ? 0 : parts.count) of its \(count) fields (\(what)), one per line")
             }
-            return value
+            return parts
         }
-        func count(_ allowed: ClosedRange<Int>) throws(HubError) {
-            guard allowed.contains(frames.count) else {
-                let expected = allowed.lowerBound == allowed.upperBound ? "\(allowed.lowerBound)" : "\(allowed.lowerBound) to \(allowed.upperBound)"
-                throw malformed("'\(name)' has \(frames.count) frames; it has \(expected)")
-            }
-        }
-        func number<T: FixedWidthInteger>(_ index: Int, _ what: String, as: T.Type) throws(HubError) -> T {
-            let value = try text(index, what)
-            guard let parsed = T(value) else { throw malformed("'\(name)' \(what) '\(value)' is not a whole number") }
+        func number<T: FixedWidthInteger>(_ value: String, _ what: String, as: T.Type) throws(HubError) -> T {
+            guard let parsed = T(value) else { throw malformed("'\(name)' \(what) '\(value.prefix(24))' is not a whole number") }
             return parsed
         }
         switch verb {
         case .hello:
-            try count(3...3)
-            let version = try text(1, "the protocol version")
-            guard version == Self.version else {
-                throw HubError(.unsupportedVersion, "agent channel version '\(version)' is not spoken here; this dispatcher speaks \(Self.version)")
+            let parts = try fields(2, "version, installation id")
+            guard parts[0] == Self.version else {
+                throw HubError(.unsupportedVersion, "agent channel version '\(parts[0].prefix(24))' is not spoken here; this dispatcher speaks \(Self.version)")
             }
-            let id = try text(2, "the installation id")
-            guard !id.isEmpty else { throw malformed("'hello' has an empty installation id") }
-            return .hello(AgentHello(installationId: id))
+            guard !parts[1].isEmpty, !parts[1].contains("\n") else { throw malformed("'hello' needs one installation id on its second line") }
+            return .hello(AgentHello(installationId: parts[1]))
         case .ack:
-            try count(2...3)
-            let ids = try text(1, "the delivery ids").split(separator: "\n").map(String.init)
+            var ids: [String] = []
             var failures: [DeliveryFailure] = []
-            if frames.count == 3 {
-                for line in try text(2, "the failures").split(separator: "\n") {
+            for line in rest.split(separator: "\n") {
+                if line.first == "!" {
                     guard let tab = line.firstIndex(of: "\t") else {
                         throw malformed("'ack' failure '\(line.prefix(60))' needs a tab between delivery id and reason")
                     }
-                    failures.append(DeliveryFailure(deliveryId: String(line[..<tab]), reason: String(line[line.index(after: tab)...])))
+                    failures.append(DeliveryFailure(deliveryId: String(line[line.index(after: line.startIndex)..<tab]), reason: String(line[line.index(after: tab)...])))
+                } else {
+                    ids.append(String(line))
                 }
             }
             return .ack(AgentAck(deliveryIds: ids, failures: failures.isEmpty ? nil : failures))
         case .welcome:
-            try count(3...3)
-            return .welcome(AgentWelcome(installationId: try text(1, "the installation id"), pending: try number(2, "pending", as: Int.self)))
+            let parts = try fields(2, "installation id, pending")
+            return .welcome(AgentWelcome(installationId: parts[0], pending: try number(parts[1], "pending", as: Int.self)))
         case .deliver:
-            guard frames.count == 6 || frames.count == 8 else {
-                throw malformed("'deliver' has \(frames.count) frames; it has 6, or 8 with a rich reference and ticket")
-            }
-            let template = try text(3, "the template name")
+            let parts = try fields(7, "delivery id, notification id, template, expiry, rich reference, ticket, payload")
             var delivery = AgentDelivery(
-                deliveryId: try text(1, "the delivery id"), notificationId: try text(2, "the notification id"),
-                installationId: installationId, template: template.isEmpty ? nil : template,
-                payload: try text(5, "the payload"),
-                expiresAt: Date(timeIntervalSince1970: Double(try number(4, "expiry (milliseconds since 1970)", as: Int64.self)) / 1000))
-            if frames.count == 8 {
+                deliveryId: parts[0], notificationId: parts[1], installationId: installationId, template: parts[2].isEmpty ? nil : parts[2],
+                payload: parts[6],
+                expiresAt: Date(timeIntervalSince1970: Double(try number(parts[3], "expiry (milliseconds since 1970)", as: Int64.self)) / 1000))
+            guard !delivery.deliveryId.isEmpty else { throw malformed("'deliver' has an empty delivery id") }
+            if !parts[4].isEmpty {
                 do {
-                    delivery.rich = try HubCodec.makeDecoder().decode(RichReference.self, from: frames[6])
+                    delivery.rich = try HubCodec.makeDecoder().decode(RichReference.self, from: Data(parts[4].utf8))
                 } catch {
-                    throw malformed("'deliver' frame 7 is not a rich reference: \(error)")
+                    throw malformed("'deliver' line 6 is not a rich reference: \(error)")
                 }
-                delivery.richTicket = try text(7, "the rich ticket")
+                delivery.richTicket = parts[5]
             }
             return .deliver(delivery)
         case .signal:
-            try count(3...3)
-            return .signal(AgentSignal(userId: try text(1, "the user id"), sequence: try number(2, "sequence", as: UInt64.self)))
+            let parts = try fields(2, "user id, sequence")
+            return .signal(AgentSignal(userId: parts[0], sequence: try number(parts[1], "sequence", as: UInt64.self)))
         case .error:
-            try count(3...3)
-            let code = try text(1, "the error code")
-            return .error(ErrorReply(code: ErrorCode(rawValue: code) ?? .internal, message: try text(2, "the message")))
+            let parts = try fields(2, "code, message")
+            return .error(ErrorReply(code: ErrorCode(rawValue: parts[0]) ?? .internal, message: parts[1]))
         }
     }
 
@@ -156,7 +140,14 @@ public enum AgentWire {
 
     private static let richEncoder = HubCodec.makeEncoder()
 
-    private static func verb(_ verb: Verb) -> Data { Data(verb.rawValue.utf8) }
+    private static func lines(_ verb: Verb, _ fields: [String]) -> Data {
+        var text = verb.rawValue
+        for field in fields {
+            text += "\n"
+            text += field
+        }
+        return Data(text.utf8)
+    }
 
     private static func oneLine(_ text: String) -> String {
         String(text.map { $0 == "\n" || $0 == "\t" || $0 == "\r" ? " " : $0 })

@@ -141,9 +141,10 @@ final class AgentDaemon {
         while let frames = try channel.receive(wait: false) {
             let frame: AgentFrame
             do {
-                frame = try AgentWire.decode(frames, installationId: installationId)
+                guard frames.count == 1 else { throw HubError(.malformedFrames, "a message of \(frames.count) frames; the channel sends one") }
+                frame = try AgentWire.decode(frames[0], installationId: installationId)
             } catch {
-                context.logger.warning("unreadable message from the dispatcher", ("error", error.message))
+                context.logger.warning("unreadable message from the dispatcher", ("error", (error as? HubError)?.message ?? "\(error)"))
                 continue
             }
             var seen = false

@@ -110,7 +110,7 @@ enum AgentFleet {
                 var ackIds: [String] = []
                 while let frames = try sockets[index].receive(wait: false) {
                     busy = true
-                    switch try? AgentWire.decode(frames, installationId: ids[index]) {
+                    switch try? AgentWire.decode(frames.last ?? Data(), installationId: ids[index]) {
                     case .deliver(let delivery):
                         received += 1
                         if !seen[index].insert(delivery.deliveryId).inserted { duplicates += 1 }

@@ -51,9 +51,9 @@ ServiceMain.run(name: "nh-dispatch", summary: "the dispatcher: resolves targets 
                         lifetime: max(60, Int(delivery.expiresAt.timeIntervalSinceNow) + 60), resource: rich.richId
                     ).token
                 }
-                if deliver(route, AgentWire.encodeDelivery(delivery)) { turn.sent.append(delivery) }
+                if deliver(route, [AgentWire.encodeDelivery(delivery)]) { turn.sent.append(delivery) }
             case .reply(let route, let frame):
-                _ = deliver(route, AgentWire.encode(frame))
+                _ = deliver(route, [AgentWire.encode(frame)])
             case .acknowledge(let installationId, let ids):
                 turn.acks.append((installationId, ids))
             case .fail(let installationId, let failures):
@@ -246,7 +246,10 @@ ServiceMain.run(name: "nh-dispatch", summary: "the dispatcher: resolves targets 
                 continue
             }
             do {
-                switch try AgentWire.decode(body) {
+                guard body.count == 1 else {
+                    throw HubError(.malformedFrames, "the message has \(body.count) frames; each agent-channel message is one frame")
+                }
+                switch try AgentWire.decode(body[0]) {
                 case .hello(let hello):
                     perform(core.on(.hello(route: route, peerKey: peer, installationId: hello.installationId), now: Date()))
                 case .ack(let ack):
@@ -255,7 +258,7 @@ ServiceMain.run(name: "nh-dispatch", summary: "the dispatcher: resolves targets 
                     throw HubError(.unknownType, "agents send only 'hello' and 'ack' on this channel")
                 }
             } catch let error as HubError {
-                _ = deliver(route, AgentWire.encode(.error(ErrorReply(code: error.code, message: error.message))))
+                _ = deliver(route, [AgentWire.encode(.error(ErrorReply(code: error.code, message: error.message)))])
             }
         }
         commit()

@@ -229,4 +229,39 @@ struct DispatcherTests {
         #expect(dispatcher.inFlightCount == 0)
         #expect(dispatcher.counters.acknowledged == count)
     }
+
+    @Test("at most maxInFlight deliveries are out across sessions; an ack gives the room to a session that waited")
+    func globalInFlightCap() {
+        var settings = DispatcherSettings()
+        settings.maxInFlight = 3
+        var dispatcher = Self.dispatcher(
+            [Self.installation("a", key: Self.keyA), Self.installation("b", key: Self.keyB)],
+            connected: [(Self.routeA, "a", Self.keyA), (Self.routeB, "b", Self.keyB)], settings: settings)
+        let first = dispatcher.on(.accepted([Self.send(1), Self.send(2)]), now: Self.t0)
+        #expect(Self.sends(first).count == 3)
+        #expect(dispatcher.inFlightCount == 3)
+        let (route, id) = Self.sends(first)[0]
+        let next = dispatcher.on(.ack(route: route, AgentAck(deliveryIds: [id])), now: Self.t0)
+        #expect(Self.sends(next).count == 1)
+        #expect(Set(Self.sends(first).map(\.1) + Self.sends(next).map(\.1)) == ["n1/a/t", "n2/a/t", "n1/b/t", "n2/b/t"])
+    }
+
+    @Test("an agent slow to acknowledge gets a longer resend time, learned from its acknowledgements")
+    func resendTimeAdapts() {
+        var dispatcher = Self.dispatcher(
+            [Self.installation("a", key: Self.keyA)], connected: [(Self.routeA, "a", Self.keyA)],
+            settings: DispatcherSettings(resendAfter: 2, silenceAfter: 1_000))
+        _ = dispatcher.on(.accepted([Self.send(1)]), now: Self.t0)
+        // Acknowledged after 10 s (the resend at 2 s went out meanwhile, so this sample does not count)…
+        _ = dispatcher.on(.tick, now: Self.t0.addingTimeInterval(2))
+        _ = dispatcher.on(.ack(route: Self.routeA, AgentAck(deliveryIds: ["n1/a/t"])), now: Self.t0.addingTimeInterval(10))
+        // …and a delivery sent once and acknowledged after 10 s does count.
+        let t1 = Self.t0.addingTimeInterval(20)
+        _ = dispatcher.on(.accepted([Self.send(2)]), now: t1)
+        _ = dispatcher.on(.ack(route: Self.routeA, AgentAck(deliveryIds: ["n2/a/t"])), now: t1.addingTimeInterval(10))
+        let t2 = Self.t0.addingTimeInterval(40)
+        _ = dispatcher.on(.accepted([Self.send(3)]), now: t2)
+        #expect(Self.sends(dispatcher.on(.tick, now: t2.addingTimeInterval(5))).isEmpty, "not resent after resendAfter: the agent takes 10 s")
+        #expect(Self.sends(dispatcher.on(.tick, now: t2.addingTimeInterval(31))).map(\.1) == ["n3/a/t"])
+    }
 }

@@ -133,8 +133,8 @@ final class RawAgent {
 
     func next(timeout: TimeInterval) -> AgentFrame? {
         try? socket.setReceiveTimeout(Int(timeout * 1000))
-        guard let frames = try? socket.receive() else { return nil }
-        return try? AgentWire.decode(frames)
+        guard let frames = try? socket.receive(), frames.count == 1 else { return nil }
+        return try? AgentWire.decode(frames[0])
     }
 
     func close() { socket.close() }

@@ -70,12 +70,13 @@ struct FoundationEndToEndTests {
         func curve(_ variable: String) -> (keys: CurveKeyPair, serverPublicKey: String)? { nil }
         let agentCases: [(frames: [Data], code: ErrorCode)] = [
             ([Data("garbage".utf8)], .malformedFrames),
-            ([Data("hello".utf8), Data("2".utf8), Data("x".utf8)], .unsupportedVersion),
-            ([Data("hello".utf8), Data("1".utf8)], .malformedFrames),
-            ([Data("deliver".utf8), Data("a".utf8), Data("b".utf8), Data(), Data("1".utf8), Data("{}".utf8)], .unknownType),
-            ([Data("ack".utf8), Data("someone-else/1".utf8)], .unauthorized),
-            ([Data("hello".utf8), Data("1".utf8), Data("not-registered".utf8)], .notFound),
-            ([Data("ack".utf8), Data("a".utf8), Data("no tab here".utf8)], .malformedFrames),
+            ([Data("hello\n2\nx".utf8)], .unsupportedVersion),
+            ([Data("hello\n1".utf8)], .malformedFrames),
+            ([Data("hello".utf8), Data("1".utf8), Data("x".utf8)], .malformedFrames),
+            ([Data("deliver\na\nb\n\n1\n\n\n{}".utf8)], .unknownType),
+            ([Data("ack\nsomeone-else/1".utf8)], .unauthorized),
+            ([Data("hello\n1\nnot-registered".utf8)], .notFound),
+            ([Data("ack\na\n!no tab here".utf8)], .malformedFrames),
         ]
         for (frames, code) in agentCases {
             let agent = try ZMQContext.shared.socket(.dealer)
@@ -85,7 +86,7 @@ struct FoundationEndToEndTests {
             try agent.send(frames)
             let reply = try agent.receive()
             agent.close()
-            guard let reply, case .error(let error) = try AgentWire.decode(reply) else {
+            guard let reply, reply.count == 1, case .error(let error) = try AgentWire.decode(reply[0]) else {
                 Issue.record("no error frame for \(frames.map { String(decoding: $0, as: UTF8.self) })")
                 continue
             }

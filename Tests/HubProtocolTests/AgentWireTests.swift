@@ -3,7 +3,7 @@ import HubProtocol
 import Testing
 
 /// The agent channel's compact frames: every message round-trips, and golden fixtures pin the
-/// bytes (`Fixtures/agent-wire/<name>.frames`, one frame per line, escaped as JSON strings).
+/// bytes (`Fixtures/agent-wire/<name>.frame`, the frame as it goes on the wire).
 @Suite("Agent channel frames")
 struct AgentWireTests {
     static let directory = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("Fixtures/agent-wire")
@@ -31,18 +31,14 @@ struct AgentWireTests {
     @Test("every message encodes exactly as its fixture and decodes back to itself", arguments: samples.indices)
     func fixture(index: Int) throws {
         let (name, frame) = Self.samples[index]
-        let frames = AgentWire.encode(frame)
-        let text = frames.map { frame -> String in
-            let data = try! JSONSerialization.data(withJSONObject: String(decoding: frame, as: UTF8.self), options: [.fragmentsAllowed, .withoutEscapingSlashes])
-            return String(decoding: data, as: UTF8.self)
-        }.joined(separator: "\n") + "\n"
-        let file = Self.directory.appendingPathComponent("\(name).frames")
+        let encoded = AgentWire.encode(frame)
+        let file = Self.directory.appendingPathComponent("\(name).frame")
         if ProcessInfo.processInfo.environment["NH_UPDATE_FIXTURES"] == "1" {
             try FileManager.default.createDirectory(at: Self.directory, withIntermediateDirectories: true)
-            try Data(text.utf8).write(to: file)
+            try encoded.write(to: file)
         }
-        #expect(try String(contentsOf: file, encoding: .utf8) == text, "frames of \(name) changed")
-        var decoded = try AgentWire.decode(frames, installationId: "linux-1")
+        #expect(try Data(contentsOf: file) == encoded, "the frame of \(name) changed")
+        var decoded = try AgentWire.decode(encoded, installationId: "linux-1")
         if case .deliver(var delivery) = decoded {
             // The wire carries milliseconds.
             delivery.expiresAt = Self.expiry
@@ -53,24 +49,26 @@ struct AgentWireTests {
 
     @Test("bad frames are refused with a code and a message that says what is wrong")
     func badFrames() {
-        let cases: [([Data], ErrorCode, String)] = [
-            ([], .malformedFrames, "no frames"),
-            ([Data("nope".utf8)], .malformedFrames, "names no agent-channel message"),
-            ([Data("hello".utf8), Data("9".utf8), Data("x".utf8)], .unsupportedVersion, "version '9'"),
-            ([Data("hello".utf8), Data("1".utf8), Data()], .malformedFrames, "empty installation id"),
-            ([Data("welcome".utf8), Data("x".utf8), Data("many".utf8)], .malformedFrames, "not a whole number"),
-            ([Data("deliver".utf8), Data("a".utf8)], .malformedFrames, "it has 6, or 8"),
-            (Array(repeating: Data("ack".utf8), count: 9), .malformedFrames, "no agent-channel message has more than 8"),
-            ([Data("ack".utf8), Data([0xff, 0xfe])], .malformedFrames, "not UTF-8"),
+        let cases: [(String, ErrorCode, String)] = [
+            ("", .malformedFrames, "empty"),
+            ("nope", .malformedFrames, "names no agent-channel message"),
+            ("hello\n9\nx", .unsupportedVersion, "version '9'"),
+            ("hello\n1\n", .malformedFrames, "one installation id"),
+            ("hello", .malformedFrames, "has 0 of its 2 fields"),
+            ("welcome\nx\nmany", .malformedFrames, "not a whole number"),
+            ("deliver\na\nb", .malformedFrames, "has 2 of its 7 fields"),
+            ("deliver\na\nb\nt\nsoon\n\n\n{}", .malformedFrames, "expiry (milliseconds since 1970) 'soon'"),
+            ("ack\n!a no tab", .malformedFrames, "needs a tab"),
         ]
-        for (frames, code, text) in cases {
-            #expect(throws: HubError.self) { try AgentWire.decode(frames) }
+        for (frame, code, text) in cases {
+            #expect(throws: HubError.self) { try AgentWire.decode(Data(frame.utf8)) }
             do {
-                _ = try AgentWire.decode(frames)
+                _ = try AgentWire.decode(Data(frame.utf8))
             } catch {
                 #expect(error.code == code)
                 #expect(error.message.contains(text), "\(error.message)")
             }
         }
+        #expect(throws: HubError.self) { try AgentWire.decode(Data([0xff, 0xfe])) }
     }
 }
