@@ -77,6 +77,17 @@ extension ZMQSocket {
         try setOption(ZMQ_HANDSHAKE_IVL, name: "ZMQ_HANDSHAKE_IVL", Int32(milliseconds))
     }
 
+    /// The descriptor that becomes readable when the socket's state may have changed (ZMQ_FD), for
+    /// watching many sockets with epoll. It only hints: check `hasIncoming` and read until nothing is left.
+    public var fileDescriptor: Int32 {
+        get throws(ZMQError) { try intOption(ZMQ_FD, name: "ZMQ_FD") }
+    }
+
+    /// Whether a message is waiting (ZMQ_EVENTS has POLLIN).
+    public var hasIncoming: Bool {
+        get throws(ZMQError) { try intOption(ZMQ_EVENTS, name: "ZMQ_EVENTS") & Int32(ZMQ_POLLIN) != 0 }
+    }
+
     /// On a SUB, receive messages whose first frame starts with `prefix`. Empty means everything.
     public func subscribe(_ prefix: Data = Data()) throws(ZMQError) {
         try setOption(ZMQ_SUBSCRIBE, name: "ZMQ_SUBSCRIBE", [UInt8](prefix))
