@@ -95,7 +95,7 @@ struct AgentChannelTests {
         #expect(refusal.code == .forbidden)
         #expect(refusal.message.contains("bound to another device key"))
 
-        let accepted = try publish.call(SendNotification(format: .native, body: "for the real one", installationId: "device-1"))
+        let accepted = try publish.call(SendNotification(format: .native, body: #"{"message":"for the real one"}"#, installationId: "device-1"))
         guard case .deliver(let delivery) = realAgent.next(timeout: 10) else {
             Issue.record("the real agent got no delivery")
             return
@@ -110,7 +110,13 @@ struct AgentChannelTests {
             return
         }
         #expect(ended.code == .forbidden)
-        #expect(fake.hello("device-1") == .welcome(AgentWelcome(installationId: "device-1", pending: 0)))
+        // The rebound device is welcomed and gets what was never acknowledged.
+        #expect(fake.hello("device-1") == .welcome(AgentWelcome(installationId: "device-1", pending: 1)))
+        guard case .deliver(let again) = fake.next(timeout: 10) else {
+            Issue.record("the rebound device got no delivery")
+            return
+        }
+        #expect(again.notificationId == accepted.notificationId)
     }
 }
 
@@ -153,8 +159,10 @@ final class Fleet {
         process.arguments = ["fleet", "--count", String(count), "--prefix", "f", "--tag", "fanout"]
         process.environment = cluster.environment
         process.standardInput = input
+        let log = cluster.logFile("fleet")
+        guard FileManager.default.createFile(atPath: log.path, contents: nil) else { throw HubError(.internal, "cannot write \(log.path)") }
         process.standardOutput = try FileHandle(forWritingTo: output)
-        process.standardError = try FileHandle(forWritingTo: cluster.logFile("fleet"))
+        process.standardError = try FileHandle(forWritingTo: log)
         try process.run()
     }
 
