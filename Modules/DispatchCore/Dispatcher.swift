@@ -83,13 +83,12 @@ public struct Dispatcher {
     // MARK: Sessions
 
     private mutating func hello(route: Route, peerKey: String?, installationId: String, now: Date, _ actions: inout [DispatchAction]) {
-        if var session = sessions[route] {
+        if let session = sessions[route] {
             guard session.installationId == installationId else {
                 refuse(route, .forbidden, "this connection speaks for installation '\(session.installationId)'; connect again to speak for another", &actions)
                 return
             }
             session.lastSeen = now
-            sessions[route] = session
             return
         }
         guard let peerKey else {
@@ -110,7 +109,7 @@ public struct Dispatcher {
             // The same device on a new connection, as after a reconnect: the new one wins.
             drop(previous, reason: .replaced, &actions)
         }
-        var session = Session(route: route, installationId: installationId, lastSeen: now)
+        let session = Session(route: route, installationId: installationId, lastSeen: now)
         session.key = peerKey
         routes[installationId] = route
         counters.connected += 1
@@ -161,7 +160,7 @@ public struct Dispatcher {
             counters.planned += plans.count
             guard notification.expiresAt > now else { continue }
             for plan in plans {
-                guard let route = routes[plan.installationId], var session = sessions[route] else {
+                guard let route = routes[plan.installationId], let session = sessions[route] else {
                     backlog.insert(plan.installationId)
                     continue
                 }
@@ -169,7 +168,6 @@ public struct Dispatcher {
                     deliveryId: plan.deliveryId, notificationId: notification.notificationId, installationId: plan.installationId,
                     template: plan.template, payload: plan.payload, expiresAt: plan.expiresAt, rich: plan.rich)
                 _ = session.enqueue(delivery, limit: settings.queueLimit)
-                sessions[route] = session
                 if seen.insert(route).inserted { touched.append(route) }
             }
         }
@@ -180,7 +178,7 @@ public struct Dispatcher {
         _ installationId: String, route: Route, _ deliveries: [AgentDelivery], complete: Bool, now: Date, _ actions: inout [DispatchAction]
     ) {
         // A load for a session that has since gone is dropped; a new session loads for itself.
-        guard var session = sessions[route], session.installationId == installationId else { return }
+        guard let session = sessions[route], session.installationId == installationId else { return }
         session.loading = false
         if complete { backlog.remove(installationId) }
         session.spilled = !complete
@@ -190,13 +188,12 @@ public struct Dispatcher {
             session.welcomed = true
             actions.append(.reply(route, .welcome(AgentWelcome(installationId: installationId, pending: fresh))))
         }
-        sessions[route] = session
         pump(route, now: now, &actions)
     }
 
     /// Sends from a session's queue while its window has room; loads more when the store has more.
     private mutating func pump(_ route: Route, now: Date, _ actions: inout [DispatchAction]) {
-        guard var session = sessions[route] else { return }
+        guard let session = sessions[route] else { return }
         while session.inFlight < settings.window, inFlight.count < settings.maxInFlight, let delivery = session.dequeue() {
             guard delivery.expiresAt > now else {
                 session.known.remove(delivery.deliveryId)
@@ -215,7 +212,6 @@ public struct Dispatcher {
         if session.waiting > 0 && session.inFlight < settings.window && isStarved.insert(route).inserted {
             starved.append(route)
         }
-        sessions[route] = session
     }
 
     /// Gives room freed under `maxInFlight` to the sessions that waited for it, in turn.
@@ -236,7 +232,7 @@ public struct Dispatcher {
     }
 
     private mutating func acknowledge(route: Route, _ ack: AgentAck, now: Date, _ actions: inout [DispatchAction]) {
-        guard var session = sessions[route] else {
+        guard let session = sessions[route] else {
             refuse(route, .unauthorized, "say hello before acknowledging: this connection has no session", &actions)
             return
         }
@@ -255,7 +251,6 @@ public struct Dispatcher {
                 if flight.attempts == 1 { session.observe(roundTrip: now.timeIntervalSince(flight.sentAt)) }
             }
         }
-        sessions[route] = session
         if !ack.deliveryIds.isEmpty {
             counters.acknowledged += ack.deliveryIds.count
             actions.append(.acknowledge(installationId: session.installationId, deliveryIds: ack.deliveryIds))
@@ -272,12 +267,11 @@ public struct Dispatcher {
     private mutating func resendDue(now: Date, _ actions: inout [DispatchAction]) {
         var budget = settings.maxResendsPerTick
         while budget > 0, let entry = resends.popDue(now: now) {
-            guard var flight = inFlight[entry.id], flight.attempts == entry.attempt, var session = sessions[flight.route] else { continue }
+            guard var flight = inFlight[entry.id], flight.attempts == entry.attempt, let session = sessions[flight.route] else { continue }
             if flight.delivery.expiresAt <= now {
                 inFlight[entry.id] = nil
                 session.known.remove(entry.id)
                 session.inFlight -= 1
-                sessions[flight.route] = session
                 pump(flight.route, now: now, &actions)
                 continue
             }
@@ -399,8 +393,10 @@ public struct DispatcherCounters: Sendable, Equatable {
     public var dropped: [DispatchNote.DropReason: Int] = [:]
 }
 
-/// One agent connection speaking for one installation.
-struct Session {
+/// One agent connection speaking for one installation. A class, so that the dispatcher changes a
+/// session where it lives: a struct copied out of the dictionary would copy its queue and set on
+/// every change.
+final class Session {
     let route: Route
     let installationId: String
     var key: String?
@@ -419,7 +415,7 @@ struct Session {
     var smoothedRoundTrip: TimeInterval?
     var roundTripVariation: TimeInterval = 0
 
-    mutating func observe(roundTrip sample: TimeInterval) {
+    func observe(roundTrip sample: TimeInterval) {
         guard let smoothed = smoothedRoundTrip else {
             smoothedRoundTrip = sample
             roundTripVariation = sample / 2
@@ -445,7 +441,7 @@ struct Session {
 
     /// Queues a delivery once. Returns false when it was known already or the queue is full,
     /// in which case it stays in the store for a later load.
-    mutating func enqueue(_ delivery: AgentDelivery, limit: Int) -> Bool {
+    func enqueue(_ delivery: AgentDelivery, limit: Int) -> Bool {
         guard !known.contains(delivery.deliveryId) else { return false }
         guard waiting < limit else {
             spilled = true
@@ -458,7 +454,7 @@ struct Session {
 
     var waiting: Int { queue.count - head }
 
-    mutating func dequeue() -> AgentDelivery? {
+    func dequeue() -> AgentDelivery? {
         guard head < queue.count else { return nil }
         let delivery = queue[head]
         head += 1

@@ -40,5 +40,12 @@ enum DispatchSchema {
             ALTER TABLE deliveries ADD COLUMN rich BLOB;
             ALTER TABLE deliveries ADD COLUMN failed_reason TEXT;
             """),
+        // A broadcast's deliveries share their payload: stored once per notification and body.
+        Migration(
+            version: 3,
+            """
+            CREATE TABLE payloads (id INTEGER PRIMARY KEY, notification_id TEXT NOT NULL, body TEXT NOT NULL);
+            ALTER TABLE deliveries ADD COLUMN payload_id INTEGER;
+            """),
     ]
 }

@@ -16,8 +16,10 @@ final class DispatchStore {
         UInt64(try database.queryOne("SELECT after FROM cursor WHERE id = 1")?[0].int64 ?? 0)
     }
 
-    /// Records a pulled notification's deliveries and outcome, and moves the cursor past it, in one transaction.
-    func record(_ notification: AcceptedNotification, plans: [PlannedDelivery], now: Date) throws {
+    /// Records a pulled notification's deliveries and outcome, and moves the cursor past it, in one
+    /// transaction. Deliveries in `sent` went out in the same turn: they are recorded as delivered
+    /// at once. Each distinct payload is stored once, however many installations it went to.
+    func record(_ notification: AcceptedNotification, plans: [PlannedDelivery], sent: Set<String>, now: Date) throws {
         try database.transaction {
             let expired = notification.expiresAt <= now
             let state: NotificationState = expired ? .abandoned : plans.isEmpty ? .noTargetFound : .completed
@@ -29,15 +31,31 @@ final class DispatchStore {
                 [notification.notificationId, state.rawValue, notification.enqueuedAt.timeIntervalSince1970,
                  now.timeIntervalSince1970, now.timeIntervalSince1970, expired ? 0 : plans.count, expired ? 1 : 0])
             if !expired {
+                var payloadIds: [String: Int64] = [:]
+                var delivered = 0
                 for plan in plans {
-                    try database.run(
+                    let payloadId: Int64
+                    if let known = payloadIds[plan.payload] {
+                        payloadId = known
+                    } else {
+                        try database.run(
+                            "INSERT INTO payloads (notification_id, body) VALUES (?, ?)", [notification.notificationId, plan.payload])
+                        payloadId = database.lastInsertRowID
+                        payloadIds[plan.payload] = payloadId
+                    }
+                    let wentOut = sent.contains(plan.deliveryId)
+                    let inserted = try database.run(
                         """
-                        INSERT OR IGNORE INTO deliveries (delivery_id, notification_id, installation_id, template, payload, expires_at, rich)
-                        VALUES (?, ?, ?, ?, ?, ?, ?)
+                        INSERT OR IGNORE INTO deliveries
+                          (delivery_id, notification_id, installation_id, template, payload, payload_id, expires_at, rich, delivered_at)
+                        VALUES (?, ?, ?, ?, '', ?, ?, ?, ?)
                         """,
-                        [plan.deliveryId, notification.notificationId, plan.installationId, plan.template, plan.payload,
-                         plan.expiresAt.timeIntervalSince1970, try plan.rich.map { try encoder.encode($0) }])
+                        [plan.deliveryId, notification.notificationId, plan.installationId, plan.template, payloadId,
+                         plan.expiresAt.timeIntervalSince1970, try plan.rich.map { try encoder.encode($0) },
+                         wentOut ? now.timeIntervalSince1970 : nil])
+                    if inserted > 0 && wentOut { delivered += 1 }
                 }
+                try add([notification.notificationId: delivered], to: "delivered")
             }
             try database.run("UPDATE cursor SET after = ? WHERE id = 1 AND after < ?", [notification.sequence, notification.sequence])
         }
@@ -55,7 +73,9 @@ final class DispatchStore {
     func pending(for installationId: String, now: Date, limit: Int = 500) throws -> [AgentDelivery] {
         try database.query(
             """
-            SELECT delivery_id, notification_id, template, payload, expires_at, rich FROM deliveries
+            SELECT delivery_id, notification_id, template,
+                   coalesce((SELECT body FROM payloads p WHERE p.id = deliveries.payload_id), payload), expires_at, rich
+            FROM deliveries
             WHERE installation_id = ? AND acked_at IS NULL AND expires_at > ?
             ORDER BY rowid LIMIT ?
             """,
@@ -141,8 +161,8 @@ final class DispatchStore {
         }
     }
 
-    /// Drops failed deliveries after a day and outcomes after a week, once none of their deliveries
-    /// is left. It reads every delivery once, so it runs rarely.
+    /// Drops failed deliveries after a day, outcomes after a week, and payloads, once none of their
+    /// deliveries is left. It reads every delivery once, so it runs rarely.
     func purge(now: Date) throws {
         try database.transaction {
             try database.run("DELETE FROM deliveries WHERE acked_at IS NOT NULL AND acked_at < ?", [now.timeIntervalSince1970 - 86_400])
@@ -151,6 +171,7 @@ final class DispatchStore {
                 DELETE FROM outcomes WHERE ended_at < ?
                   AND notification_id NOT IN (SELECT DISTINCT notification_id FROM deliveries)
                 """, [now.timeIntervalSince1970 - 7 * 86_400])
+            try database.run("DELETE FROM payloads WHERE notification_id NOT IN (SELECT DISTINCT notification_id FROM deliveries)")
         }
     }
 

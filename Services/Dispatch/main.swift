@@ -95,8 +95,14 @@ ServiceMain.run(name: "nh-dispatch", summary: "the dispatcher: resolves targets 
         let now = Date()
         do {
             try store.database.transaction {
-                for (notification, plans) in turn.records { try store.record(notification, plans: plans, now: now) }
-                try store.markSent(turn.sent, now: now)
+                // Deliveries planned and sent in this turn are recorded as sent in the same write.
+                let sentIds = Set(turn.sent.map(\.deliveryId))
+                var recorded = Set<String>()
+                for (notification, plans) in turn.records {
+                    try store.record(notification, plans: plans, sent: sentIds, now: now)
+                    if !sentIds.isEmpty { recorded.formUnion(plans.map(\.deliveryId)) }
+                }
+                try store.markSent(recorded.isEmpty ? turn.sent : turn.sent.filter { !recorded.contains($0.deliveryId) }, now: now)
                 for (installationId, ids) in turn.acks { try store.acknowledge(ids, installationId: installationId, now: now) }
                 for (installationId, failures) in turn.failures { try store.fail(failures, installationId: installationId, now: now) }
             }
