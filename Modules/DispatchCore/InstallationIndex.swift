@@ -10,6 +10,10 @@ public struct InstallationIndex {
     public private(set) var installations: [String: Installation] = [:]
     private var byTag: [String: Set<String>] = [:]
     private var byUser: [String: Set<String>] = [:]
+    /// Installations of one app mostly share their tag lists and templates: each distinct one is
+    /// kept once and the installations share its storage.
+    private var sharedTags: Set<[String]> = []
+    private var sharedTemplates: Set<[String: InstallationTemplate]> = []
 
     public mutating func replace(with snapshot: RegistrySnapshot) {
         installations = [:]
@@ -23,7 +27,16 @@ public struct InstallationIndex {
         if change.change == .upserted, let installation = change.installation { insert(installation) }
     }
 
-    private mutating func insert(_ installation: Installation) {
+    private mutating func insert(_ incoming: Installation) {
+        var installation = incoming
+        // Lists no installation uses any more would stay in the tables; past twice the
+        // installations the tables start over, which only costs sharing for a while.
+        if sharedTags.count > 2 * max(1_000, installations.count) { sharedTags = [] }
+        if sharedTemplates.count > 2 * max(1_000, installations.count) { sharedTemplates = [] }
+        installation.tags = sharedTags.insert(installation.tags).memberAfterInsert
+        if let templates = installation.templates {
+            installation.templates = sharedTemplates.insert(templates).memberAfterInsert
+        }
         let id = installation.installationId
         installations[id] = installation
         for tag in installation.tags { byTag[tag, default: []].insert(id) }

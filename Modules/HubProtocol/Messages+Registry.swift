@@ -1,7 +1,7 @@
 import Foundation
 
 /// A named template of an installation: a JSON body with placeholders such as `$(messageParam)`.
-public struct InstallationTemplate: Codable, Sendable, Equatable {
+public struct InstallationTemplate: Codable, Sendable, Hashable {
     public var body: String
     /// An expression for the notification's expiry, in the template language.
     public var expiry: String?

@@ -197,7 +197,8 @@ extension ZMQSocket {
         let socket = try ZMQContext.shared.socket(.dealer)
         try socket.setLinger(0)
         try socket.makeCurveClient(keys, serverPublicKey: serverKey)
-        try socket.setReconnectInterval(100, max: 5_000)
+        // A jittered first interval spreads a crowd of agents reconnecting after a dispatcher restart.
+        try socket.setReconnectInterval(100 + Int.random(in: 0..<900), max: 5_000)
         // No TTL: it would make the dispatcher arm a timer per agent (see its agent socket).
         try socket.setHeartbeat(interval: heartbeatMs, timeout: heartbeatMs * 3, ttl: 0)
         try socket.setSendHighWaterMark(1_000)
