@@ -90,26 +90,7 @@ public final class ZMQSocket {
     /// Receives one whole multipart message.
     /// Returns nil when nothing arrives: immediately when `wait` is false, or after the receive timeout.
     public func receive(wait: Bool = true) throws(ZMQError) -> [Data]? {
-        let handle = try live("zmq_msg_recv")
-        var frames: [Data] = []
-        var message = zmq_msg_t()
-        zmq_msg_init(&message)
-        defer { zmq_msg_close(&message) }
-        while true {
-            let flags: Int32 = (wait || !frames.isEmpty) ? 0 : ZMQ_DONTWAIT
-            guard try zmqCall("zmq_msg_recv", { zmq_msg_recv(&message, handle, flags) }) != nil else {
-                if frames.isEmpty { return nil }
-                // The rest of a multipart message is always there once the first frame is.
-                continue
-            }
-            let size = zmq_msg_size(&message)
-            if size == 0 {
-                frames.append(Data())
-            } else {
-                frames.append(Data(bytes: zmq_msg_data(&message), count: size))
-            }
-            if zmq_msg_more(&message) == 0 { return frames }
-        }
+        try receiveFromPeer(wait: wait)?.frames
     }
 
     /// Receives one whole multipart message with the `User-Id` of the connection it came on: on a

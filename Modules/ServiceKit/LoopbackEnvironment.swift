@@ -23,11 +23,26 @@ public enum LoopbackEnvironment {
         return environment
     }
 
-    /// A loopback TCP endpoint whose port nothing listens on now.
+    /// A loopback TCP endpoint whose port nothing listens on now. It is taken below the kernel's
+    /// range of ephemeral ports, so that the outgoing connections of other processes (thousands,
+    /// for a fleet of simulated agents) cannot take it before the service binds it.
     public static func freeEndpoint() throws -> String {
         let socket = try ZMQContext.shared.socket(.router)
         defer { socket.close() }
+        let low = ephemeralPortsStart()
+        if low > 11_000 {
+            for _ in 0..<64 {
+                let endpoint = "tcp://127.0.0.1:\(Int.random(in: 10_000..<low))"
+                if (try? socket.bind(endpoint)) != nil { return endpoint }
+            }
+        }
         try socket.bind("tcp://127.0.0.1:*")
         return socket.lastEndpoint
+    }
+
+    /// The first port of the kernel's ephemeral range (32768 when it cannot be read).
+    static func ephemeralPortsStart() -> Int {
+        let text = (try? String(contentsOfFile: "/proc/sys/net/ipv4/ip_local_port_range", encoding: .utf8)) ?? ""
+        return text.split(whereSeparator: { $0 == " " || $0 == "\t" || $0 == "\n" }).first.flatMap { Int($0) } ?? 32_768
     }
 }

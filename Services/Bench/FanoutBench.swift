@@ -168,34 +168,22 @@ final class FleetProcess: @unchecked Sendable {
         process.standardOutput = output
         try process.run()
         cluster.adopt(process)
-        let handle = output.fileHandleForReading
-        Thread { [self] in
-            var buffer = Data()
-            while true {
-                let chunk = handle.availableData
-                if chunk.isEmpty { break }
-                buffer.append(chunk)
-                while let newline = buffer.firstIndex(of: 0x0a) {
-                    let line = buffer[buffer.startIndex..<newline]
-                    buffer = Data(buffer[(newline + 1)...])
-                    guard let object = try? JSONSerialization.jsonObject(with: line) as? [String: Any],
-                        let event = object["event"] as? String
-                    else { continue }
-                    condition.lock()
-                    events.insert(event)
-                    if event == "stats" {
-                        for (key, value) in object { if let number = value as? Int { stats[key] = number } }
-                    }
-                    if event == "latencies" { latencies = object["ms"] as? [Double] ?? [] }
-                    condition.broadcast()
-                    condition.unlock()
-                }
+        JSONLines.read(output.fileHandleForReading, line: { [self] object in
+            guard let event = object["event"] as? String else { return }
+            condition.lock()
+            events.insert(event)
+            if event == "stats" {
+                for (key, value) in object { if let number = value as? Int { stats[key] = number } }
             }
+            if event == "latencies" { latencies = object["ms"] as? [Double] ?? [] }
+            condition.broadcast()
+            condition.unlock()
+        }) { [self] in
             condition.lock()
             events.insert("exit")
             condition.broadcast()
             condition.unlock()
-        }.start()
+        }
     }
 
     func send(_ line: String) {

@@ -94,28 +94,15 @@ final class AgentWatcher: @unchecked Sendable {
     let pipe = Pipe()
 
     func start() {
-        let handle = pipe.fileHandleForReading
-        Thread { [self] in
-            var buffer = Data()
-            while true {
-                let chunk = handle.availableData
-                if chunk.isEmpty { return }
-                buffer.append(chunk)
-                while let newline = buffer.firstIndex(of: 0x0a) {
-                    let line = buffer[buffer.startIndex..<newline]
-                    buffer = Data(buffer[(newline + 1)...])
-                    guard let object = try? JSONSerialization.jsonObject(with: line) as? [String: Any],
-                        let event = object["event"] as? String
-                    else { continue }
-                    let key = "\(event) \(object["id"] as? String ?? "")"
-                    condition.lock()
-                    seen[key] = seen[key] ?? .now
-                    counts[event, default: 0] += 1
-                    condition.broadcast()
-                    condition.unlock()
-                }
-            }
-        }.start()
+        JSONLines.read(pipe.fileHandleForReading, line: { [self] object in
+            guard let event = object["event"] as? String else { return }
+            let key = "\(event) \(object["id"] as? String ?? "")"
+            condition.lock()
+            seen[key] = seen[key] ?? .now
+            counts[event, default: 0] += 1
+            condition.broadcast()
+            condition.unlock()
+        })
     }
 
     /// When `event` for `id` arrived, waiting at most `timeout` seconds for it.

@@ -179,29 +179,17 @@ enum MosquittoFanout {
         private var ended = 0
 
         func read(_ handle: FileHandle, process index: Int) {
-            Thread { [self] in
-                var buffer = Data()
-                while true {
-                    let chunk = handle.availableData
-                    if chunk.isEmpty { break }
-                    buffer.append(chunk)
-                    while let newline = buffer.firstIndex(of: 0x0a) {
-                        let line = buffer[buffer.startIndex..<newline]
-                        buffer = Data(buffer[(newline + 1)...])
-                        take(line, process: index, at: .now)
-                    }
-                }
+            JSONLines.read(handle, line: { [self] object in take(object, process: index, at: .now) }) { [self] in
                 condition.lock()
                 ended += 1
                 if !done.contains(index) { problems.append("subscriber process \(index) ended without a report") }
                 condition.broadcast()
                 condition.unlock()
-            }.start()
+            }
         }
 
-        private func take(_ line: Data, process index: Int, at instant: ContinuousClock.Instant) {
-            guard let object = try? JSONSerialization.jsonObject(with: line) as? [String: Any], let event = object["event"] as? String
-            else { return }
+        private func take(_ object: [String: Any], process index: Int, at instant: ContinuousClock.Instant) {
+            guard let event = object["event"] as? String else { return }
             condition.lock()
             defer {
                 condition.broadcast()
