@@ -159,6 +159,33 @@ public final class SQLiteDatabase {
 
     public var isInTransaction: Bool { transactionDepth > 0 }
 
+    private var groupOpen = false
+
+    /// Opens a transaction that stays open across calls until `commitGroup()`, so that many small
+    /// writes share one commit; `transaction` calls inside it become savepoints. For a store whose
+    /// last moments may be lost on a crash because they can be rebuilt: each commit writes every
+    /// page it touched to the log once, however many writes changed it.
+    public func beginGroup() throws(StorageError) {
+        guard !groupOpen else { return }
+        precondition(transactionDepth == 0, "a group opens outside any transaction")
+        try execute("BEGIN IMMEDIATE")
+        transactionDepth = 1
+        groupOpen = true
+    }
+
+    /// Commits the open group, if any. On failure everything since `beginGroup()` is rolled back.
+    public func commitGroup() throws(StorageError) {
+        guard groupOpen else { return }
+        groupOpen = false
+        transactionDepth = 0
+        do {
+            try execute("COMMIT")
+        } catch {
+            try? execute("ROLLBACK")
+            throw error
+        }
+    }
+
     // MARK: Schema
 
     /// PRAGMA user_version: the schema version the migrations reached.

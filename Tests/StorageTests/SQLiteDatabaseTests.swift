@@ -149,4 +149,29 @@ struct SQLiteDatabaseTests {
         #expect(failures.withLock { $0 }.isEmpty)
         #expect(observed.withLock { $0 } == [rows, rows, rows])
     }
+
+    @Test("a group of writes is seen by its own connection at once and by others after commitGroup; a failing write inside it undoes only itself")
+    func groupCommit() throws {
+        let path = temporaryPath()
+        let writer = try SQLiteDatabase(path: path)
+        try writer.migrate(Self.migrations)
+        let reader = try SQLiteDatabase(path: path)
+        try writer.beginGroup()
+        try writer.transaction { try writer.run("INSERT INTO items (name) VALUES (?)", ["first"]) }
+        #expect(throws: StorageError.self) {
+            try writer.transaction {
+                try writer.run("INSERT INTO items (name) VALUES (?)", ["second"])
+                try writer.run("INSERT INTO items (name) VALUES (?)", ["first"])
+            }
+        }
+        try writer.beginGroup()
+        #expect(try writer.query("SELECT name FROM items ORDER BY id").compactMap { $0[0].string } == ["first"])
+        #expect(try reader.queryOne("SELECT count(*) FROM items")?[0].int == 0)
+        try writer.commitGroup()
+        #expect(try reader.query("SELECT name FROM items").compactMap { $0[0].string } == ["first"])
+        // With no group open, a transaction commits on its own as before.
+        try writer.commitGroup()
+        try writer.transaction { try writer.run("INSERT INTO items (name) VALUES (?)", ["third"]) }
+        #expect(try reader.queryOne("SELECT count(*) FROM items")?[0].int == 2)
+    }
 }
