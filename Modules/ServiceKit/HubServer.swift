@@ -17,13 +17,10 @@ public final class HubServer {
     /// Requests answered, and the time spent on them, by message type.
     public private(set) var requestsByType: [MessageType: (count: Int, seconds: Double)] = [:]
 
-    public init(
-        context: ZMQContext = .shared, bind endpoint: String, logger: Logger, maxMessageBytes: Int,
-        curve: CurveKeyPair? = nil
-    ) throws(ZMQError) {
+    public init(context: ZMQContext = .shared, bind endpoint: String, logger: Logger, maxMessageBytes: Int) throws(ZMQError) {
         // The socket limit is a backstop well above the checked limit, so that an oversized request
         // still gets a readable error reply instead of a dropped connection.
-        var options = RequestServer.Options(maxMessageSize: maxMessageBytes * 4 + 4096, curve: curve)
+        var options = RequestServer.Options(maxMessageSize: maxMessageBytes * 4 + 4096)
         options.sendHighWaterMark = 100_000
         options.receiveHighWaterMark = 100_000
         server = try RequestServer(context: context, bind: [endpoint], options: options)

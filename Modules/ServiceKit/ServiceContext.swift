@@ -39,11 +39,10 @@ public final class ServiceContext {
     /// With `group`, the requests waiting at once share one commit (see `CommitGroup`).
     public func bindRequests(
         _ endpoint: String, role: String = "requests", group: CommitGroup? = nil, maxMessageBytes: Int? = nil,
-        curve: CurveKeyPair? = nil,
         endpoints: @escaping () -> [String: String], details: @escaping () -> [String: String]? = { nil }
     ) throws -> HubServer {
         let server = try HubServer(
-            bind: endpoint, logger: logger, maxMessageBytes: maxMessageBytes ?? config.maxMessageBytes, curve: curve)
+            bind: endpoint, logger: logger, maxMessageBytes: maxMessageBytes ?? config.maxMessageBytes)
         server.on(HealthRequest.self) { [unowned self] _ in self.health(endpoints(), details: details()) }
         server.on(MetricsRequest.self) { [unowned self, unowned server] _ in
             var samples = server.samples

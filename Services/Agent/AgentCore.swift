@@ -11,8 +11,6 @@ struct AgentCore {
         var heartbeat: TimeInterval = 5
         /// Seconds between hellos until a welcome comes.
         var helloRetry: TimeInterval = 0.5
-        /// Rich fetches tried before the notification is reported failed.
-        var richAttempts = 8
     }
 
     enum Event: Equatable {

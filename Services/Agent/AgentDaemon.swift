@@ -51,8 +51,7 @@ final class AgentDaemon {
         keys = try store.channelKeys()
         let heartbeatMs = context.config.agentHeartbeatMs
         core = AgentCore(settings: AgentCore.Settings(
-            heartbeat: Double(heartbeatMs) / 1000, helloRetry: min(0.5, Double(heartbeatMs) / 1000),
-            richAttempts: Int(environment["NH_AGENT_RICH_ATTEMPTS"] ?? "") ?? 8))
+            heartbeat: Double(heartbeatMs) / 1000, helloRetry: min(0.5, Double(heartbeatMs) / 1000)))
         channel = try ZMQSocket.agentChannel(
             connect: context.config.dispatch.agents ?? "tcp://127.0.0.1:7722",
             keys: keys, serverKey: try AgentDaemon.serverKey(context, environment), heartbeatMs: heartbeatMs)

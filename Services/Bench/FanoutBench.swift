@@ -8,10 +8,6 @@ import ServiceKit
 enum FanoutBench {
     static let perProcess = 2_500
 
-    struct Figures {
-        var results: [BenchResult] = []
-    }
-
     static func run(agents: Int, broadcasts: Int, latencySends: Int, rate: Int, size: Int = 256) throws -> [BenchResult] {
         let cluster = try HubCluster()
         defer { cluster.stopAll() }
@@ -204,17 +200,6 @@ final class FleetProcess: @unchecked Sendable {
         condition.lock()
         defer { condition.unlock() }
         return stats[name] ?? 0
-    }
-
-    @discardableResult
-    func waitStat(_ name: String, atLeast value: Int, timeout: TimeInterval) -> Bool {
-        let deadline = Date().addingTimeInterval(timeout)
-        condition.lock()
-        defer { condition.unlock() }
-        while (stats[name] ?? 0) < value {
-            if events.contains("exit") || !condition.wait(until: deadline) { return false }
-        }
-        return true
     }
 
     /// Closes the fleet's input, which makes it report its latencies and exit.

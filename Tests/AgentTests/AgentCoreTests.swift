@@ -18,7 +18,7 @@ struct AgentCoreTests {
 
     @Test("hello at connect, again quickly until welcomed, then once a heartbeat")
     func helloSchedule() {
-        var core = AgentCore(settings: AgentCore.Settings(heartbeat: 5, helloRetry: 0.5, richAttempts: 8))
+        var core = AgentCore(settings: AgentCore.Settings(heartbeat: 5, helloRetry: 0.5))
         #expect(core.on(.connected, now: Self.t0) == [.hello])
         #expect(core.on(.tick, now: Self.t0.addingTimeInterval(0.4)) == [])
         #expect(core.on(.tick, now: Self.t0.addingTimeInterval(0.5)) == [.hello])
