@@ -35,8 +35,9 @@ struct AgentCore {
 
     let settings: Settings
     private(set) var welcomed = false
-    /// The last hello was refused: try again once a heartbeat, not at the quick pace.
-    private(set) var refused = false
+    /// Hellos refused in a row: each doubles the wait before the next, up to a heartbeat.
+    private(set) var refusals = 0
+    var refused: Bool { refusals > 0 }
     private var lastHello: Date?
 
     init(settings: Settings = Settings()) {
@@ -49,14 +50,15 @@ struct AgentCore {
             welcomed = false
             return hello(now)
         case .tick:
-            let interval = welcomed || refused ? settings.heartbeat : settings.helloRetry
+            let interval = welcomed ? settings.heartbeat
+                : min(settings.heartbeat, settings.helloRetry * pow(2, Double(refusals)))
             guard let last = lastHello, now.timeIntervalSince(last) < interval else { return hello(now) }
             return []
         case .received(let frame, let seen):
             switch frame {
             case .welcome:
                 welcomed = true
-                refused = false
+                refusals = 0
                 return []
             case .deliver(let delivery):
                 if seen { return [.acknowledge(delivery.deliveryId)] }
@@ -65,12 +67,13 @@ struct AgentCore {
             case .signal(let signal):
                 return [.syncUser(sequence: signal.sequence)]
             case .error(let error):
-                // A refused hello (not registered, deleted, or bound to another key) is tried again once
-                // a heartbeat: registering is for the agent's start and its categories, and an
-                // installation an operator deleted stays deleted until then.
+                // A refused hello (not registered yet, deleted, or bound to another key) is tried again
+                // after a wait that doubles up to a heartbeat: a registration on its way to the
+                // dispatcher is soon there, while an installation an operator deleted stays deleted
+                // until the agent starts again, since registering is for its start and its categories.
                 if error.code == .notFound || error.code == .forbidden || error.code == .unauthorized {
                     welcomed = false
-                    refused = true
+                    refusals += 1
                 }
                 return [.log(error.message, code: error.code)]
             case .hello, .ack:

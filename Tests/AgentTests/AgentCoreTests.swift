@@ -46,7 +46,7 @@ struct AgentCoreTests {
         #expect(core.on(.received(.deliver(rich), seen: false), now: Self.t0) == [.holdForFetch(rich)])
     }
 
-    @Test("a signal asks for a sync; a refused hello is logged and tried again once a heartbeat")
+    @Test("a signal asks for a sync; a refused hello is logged and tried again after a wait that doubles up to a heartbeat")
     func signalsAndRefusals() {
         var core = AgentCore()
         #expect(core.on(.received(.signal(AgentSignal(userId: "u", sequence: 9)), seen: false), now: Self.t0) == [.syncUser(sequence: 9)])
@@ -54,8 +54,14 @@ struct AgentCoreTests {
         #expect(refused == [.log("bound to another key", code: .forbidden)])
         #expect(core.refused)
         _ = core.on(.tick, now: Self.t0)
-        #expect(core.on(.tick, now: Self.t0.addingTimeInterval(1)) == [])
-        #expect(core.on(.tick, now: Self.t0.addingTimeInterval(5)) == [.hello])
+        #expect(core.on(.tick, now: Self.t0.addingTimeInterval(0.9)) == [])
+        #expect(core.on(.tick, now: Self.t0.addingTimeInterval(1)) == [.hello])
+        for _ in 0..<10 {
+            _ = core.on(.received(.error(ErrorReply(code: .notFound, message: "not yet")), seen: false), now: Self.t0)
+        }
+        // The last hello went at 1 s; eleven refusals later the wait is a heartbeat (5 s), no more.
+        #expect(core.on(.tick, now: Self.t0.addingTimeInterval(5.9)) == [])
+        #expect(core.on(.tick, now: Self.t0.addingTimeInterval(6)) == [.hello], "never longer than a heartbeat")
         let other = core.on(.received(.error(ErrorReply(code: .malformedFrames, message: "x")), seen: false), now: Self.t0)
         #expect(other == [.log("x", code: .malformedFrames)])
     }
