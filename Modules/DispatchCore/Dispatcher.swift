@@ -6,7 +6,7 @@ import HubProtocol
 ///
 /// The service feeds it events (`on(_:now:)`) and carries out the actions it returns, in order:
 /// socket sends, store writes and store reads. Everything it holds in memory is also in the store
-/// (a delivery is recorded in the same turn it is planned), so dropping a session's memory and
+/// (a delivery is written, on the service's connection, in the turn it is planned), so dropping a session's memory and
 /// loading it again from the store is always safe; that is how a replaced or returning session
 /// resumes.
 public struct Dispatcher {
@@ -89,6 +89,10 @@ public struct Dispatcher {
                 return
             }
             session.lastSeen = now
+            // A heartbeat is answered too, so that an agent whose welcome was lost learns it is in.
+            if session.welcomed {
+                actions.append(.reply(route, .welcome(AgentWelcome(installationId: installationId, pending: 0))))
+            }
             return
         }
         guard let peerKey else {
