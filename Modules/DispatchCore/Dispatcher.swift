@@ -142,7 +142,9 @@ public struct Dispatcher {
     private mutating func drop(_ route: Route, reason: DispatchNote.DropReason, _ actions: inout [DispatchAction]) {
         guard let session = sessions.removeValue(forKey: route) else { return }
         if routes[session.installationId] == route { routes[session.installationId] = nil }
-        for id in session.known { inFlight[id] = nil }
+        for id in session.known {
+            if let flight = inFlight.removeValue(forKey: id) { resends.remove(id, from: flight.bucket) }
+        }
         if !session.known.isEmpty || session.spilled || session.loading { backlog.insert(session.installationId) }
         counters.dropped[reason, default: 0] += 1
         actions.append(.note(.dropped(session.installationId, reason)))
@@ -204,8 +206,8 @@ public struct Dispatcher {
                 continue
             }
             session.inFlight += 1
-            inFlight[delivery.deliveryId] = InFlight(delivery: delivery, route: route, attempts: 1, sentAt: now)
-            resends.push(due: now.addingTimeInterval(session.resendTimeout(settings)), id: delivery.deliveryId, attempt: 1)
+            let bucket = resends.push(due: now.addingTimeInterval(session.resendTimeout(settings)), id: delivery.deliveryId)
+            inFlight[delivery.deliveryId] = InFlight(delivery: delivery, route: route, attempts: 1, sentAt: now, bucket: bucket)
             actions.append(.send(route, delivery))
             counters.sent += 1
         }
@@ -250,6 +252,7 @@ public struct Dispatcher {
                 continue
             }
             if let flight = inFlight.removeValue(forKey: id) {
+                resends.remove(id, from: flight.bucket)
                 session.inFlight -= 1
                 // Only a delivery sent once says how long this agent takes (Karn's rule).
                 if flight.attempts == 1 { session.observe(roundTrip: now.timeIntervalSince(flight.sentAt)) }
@@ -269,21 +272,19 @@ public struct Dispatcher {
 
     /// Sends again what is still unacknowledged when its time comes, backing off per delivery.
     private mutating func resendDue(now: Date, _ actions: inout [DispatchAction]) {
-        var budget = settings.maxResendsPerTick
-        while budget > 0, let entry = resends.popDue(now: now) {
-            guard var flight = inFlight[entry.id], flight.attempts == entry.attempt, let session = sessions[flight.route] else { continue }
+        for id in resends.popDue(now: now, limit: settings.maxResendsPerTick) {
+            guard var flight = inFlight[id], let session = sessions[flight.route] else { continue }
             if flight.delivery.expiresAt <= now {
-                inFlight[entry.id] = nil
-                session.known.remove(entry.id)
+                inFlight[id] = nil
+                session.known.remove(id)
                 session.inFlight -= 1
                 pump(flight.route, now: now, &actions)
                 continue
             }
-            budget -= 1
             flight.attempts += 1
-            inFlight[entry.id] = flight
             let delay = min(settings.maxResendInterval, session.resendTimeout(settings) * pow(2, Double(flight.attempts - 1)))
-            resends.push(due: now.addingTimeInterval(delay), id: entry.id, attempt: flight.attempts)
+            flight.bucket = resends.push(due: now.addingTimeInterval(delay), id: id)
+            inFlight[id] = flight
             actions.append(.send(flight.route, flight.delivery))
             counters.resent += 1
         }
@@ -475,4 +476,6 @@ struct InFlight {
     var route: Route
     var attempts: Int
     var sentAt: Date
+    /// Where it waits in the resend queue.
+    var bucket: DueQueue.Bucket
 }

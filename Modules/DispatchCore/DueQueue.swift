@@ -1,47 +1,69 @@
 import Foundation
 
-/// Resends waiting for their time: a binary min-heap on due time. Entries are never removed
-/// early; one whose delivery was acknowledged meanwhile is skipped when it comes up, which keeps
-/// an acknowledgement O(1) and a resend O(log n).
+/// Deliveries waiting for their resend time, in buckets of a tenth of a second. An
+/// acknowledgement takes its delivery out of its bucket in O(1), so the queue only ever holds
+/// deliveries still in flight: a broadcast to many agents, all acknowledged, leaves nothing behind
+/// to sift through when its resend time comes. The bucket times are kept in a small heap.
 struct DueQueue {
-    struct Entry {
-        let due: Date
-        let id: String
-        let attempt: Int
+    /// A bucket: the tenth of a second (since 1970) at or after which its deliveries are due.
+    typealias Bucket = Int64
+
+    private var buckets: [Bucket: Set<String>] = [:]
+    private var times: [Bucket] = []
+
+    /// Queues `id` for `due` and returns its bucket, for `remove`.
+    @discardableResult
+    mutating func push(due: Date, id: String) -> Bucket {
+        let bucket = Bucket((due.timeIntervalSince1970 * 10).rounded(.up))
+        if buckets[bucket, default: []].insert(id).inserted, buckets[bucket]?.count == 1 { pushTime(bucket) }
+        return bucket
     }
 
-    private var heap: [Entry] = []
+    mutating func remove(_ id: String, from bucket: Bucket) {
+        buckets[bucket]?.remove(id)
+    }
 
-    var count: Int { heap.count }
+    /// Takes up to `limit` deliveries that are due by `now`, earliest bucket first.
+    mutating func popDue(now: Date, limit: Int) -> [String] {
+        let current = Bucket((now.timeIntervalSince1970 * 10).rounded(.down))
+        var due: [String] = []
+        while due.count < limit, let first = times.first, first <= current {
+            var ids = buckets[first] ?? []
+            while due.count < limit, let id = ids.popFirst() { due.append(id) }
+            if ids.isEmpty {
+                buckets[first] = nil
+                popTime()
+            } else {
+                buckets[first] = ids
+            }
+        }
+        return due
+    }
 
-    mutating func push(due: Date, id: String, attempt: Int) {
-        heap.append(Entry(due: due, id: id, attempt: attempt))
-        var child = heap.count - 1
+    private mutating func pushTime(_ time: Bucket) {
+        times.append(time)
+        var child = times.count - 1
         while child > 0 {
             let parent = (child - 1) / 2
-            guard heap[child].due < heap[parent].due else { break }
-            heap.swapAt(child, parent)
+            guard times[child] < times[parent] else { break }
+            times.swapAt(child, parent)
             child = parent
         }
     }
 
-    /// The earliest entry if it is due by `now`.
-    mutating func popDue(now: Date) -> Entry? {
-        guard let first = heap.first, first.due <= now else { return nil }
-        let last = heap.removeLast()
-        if !heap.isEmpty {
-            heap[0] = last
-            var parent = 0
-            while true {
-                let left = 2 * parent + 1, right = left + 1
-                var smallest = parent
-                if left < heap.count && heap[left].due < heap[smallest].due { smallest = left }
-                if right < heap.count && heap[right].due < heap[smallest].due { smallest = right }
-                if smallest == parent { break }
-                heap.swapAt(parent, smallest)
-                parent = smallest
-            }
+    private mutating func popTime() {
+        let last = times.removeLast()
+        guard !times.isEmpty else { return }
+        times[0] = last
+        var parent = 0
+        while true {
+            let left = 2 * parent + 1, right = left + 1
+            var smallest = parent
+            if left < times.count && times[left] < times[smallest] { smallest = left }
+            if right < times.count && times[right] < times[smallest] { smallest = right }
+            if smallest == parent { break }
+            times.swapAt(parent, smallest)
+            parent = smallest
         }
-        return first
     }
 }

@@ -4,6 +4,7 @@ import DispatchCore
 import Foundation
 import HubProtocol
 import ServiceKit
+import Storage
 
 // The shell around `Dispatcher`: it turns socket traffic, timers and store answers into events,
 // and carries out the actions that come back. Every turn of the loop ends with one commit.
@@ -19,9 +20,12 @@ ServiceMain.run(name: "nh-dispatch", summary: "the dispatcher: resolves targets 
     // again, lost acknowledgements make their deliveries go out again, and agents show each once.
     let store = DispatchStore(
         database: try context.openStore("dispatch.db", migrations: DispatchSchema.migrations, synchronous: "NORMAL"))
-    // Deliveries come and go within seconds: a larger log and cache let a page changed by many of
-    // them reach the database file once per checkpoint rather than once per change.
-    try store.database.execute("PRAGMA wal_autocheckpoint=16384; PRAGMA cache_size=-65536")
+    // Deliveries come and go within seconds: a larger page cache keeps their tables in memory, and
+    // the log is copied into the file by a thread of its own, since a checkpoint inside a commit
+    // would stall the loop.
+    try store.database.execute("PRAGMA cache_size=-65536")
+    let checkpointer = try BackgroundCheckpointer(for: store.database)
+    context.onShutdown { checkpointer.stop() }
     var settings = DispatcherSettings()
     // A live connection loses nothing (a closed one ends its session, and the next one loads what
     // is pending), so a resend is only for a delivery dropped at a full queue or an acknowledgement

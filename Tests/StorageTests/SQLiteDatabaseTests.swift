@@ -174,4 +174,19 @@ struct SQLiteDatabaseTests {
         try writer.transaction { try writer.run("INSERT INTO items (name) VALUES (?)", ["third"]) }
         #expect(try reader.queryOne("SELECT count(*) FROM items")?[0].int == 2)
     }
+
+    @Test("the background checkpointer copies the log into the database file while the writer's own checkpoints are off")
+    func backgroundCheckpoint() throws {
+        let path = temporaryPath()
+        let writer = try SQLiteDatabase(path: path)
+        try writer.migrate(Self.migrations)
+        let checkpointer = try BackgroundCheckpointer(for: writer, interval: 0.05)
+        defer { checkpointer.stop() }
+        #expect(try writer.queryOne("PRAGMA wal_autocheckpoint")?[0].int == 0)
+        try writer.run("INSERT INTO items (name, payload) VALUES (?, ?)", ["big", Data(repeating: 7, count: 1 << 20)])
+        func fileSize() -> Int { ((try? FileManager.default.attributesOfItem(atPath: path))?[.size] as? Int) ?? 0 }
+        let deadline = Date().addingTimeInterval(10)
+        while fileSize() < 1 << 20 && Date() < deadline { Thread.sleep(forTimeInterval: 0.02) }
+        #expect(fileSize() >= 1 << 20, "the megabyte reached the database file")
+    }
 }
