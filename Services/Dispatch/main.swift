@@ -7,7 +7,9 @@ import ServiceKit
 import Storage
 
 // The shell around `Dispatcher`: it turns socket traffic, timers and store answers into events,
-// and carries out the actions that come back. Every turn of the loop ends with one commit.
+// and carries out the actions that come back. Each turn's writes go into a group of writes that
+// is committed every 50 ms.
+//
 // Two I/O threads share the agents' CURVE handshakes and encryption; set before any socket exists.
 ZMQContext.shared.setIOThreads(2)
 
