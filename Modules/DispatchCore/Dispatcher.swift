@@ -89,10 +89,6 @@ public struct Dispatcher {
                 return
             }
             session.lastSeen = now
-            // A heartbeat is answered too, so that an agent whose welcome was lost learns it is in.
-            if session.welcomed {
-                actions.append(.reply(route, .welcome(AgentWelcome(installationId: installationId, pending: 0))))
-            }
             return
         }
         guard let peerKey else {

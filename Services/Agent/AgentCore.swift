@@ -61,10 +61,15 @@ struct AgentCore {
                 refusals = 0
                 return []
             case .deliver(let delivery):
+                // A delivery, like a signal, shows the session is there, even if its welcome was lost.
+                welcomed = true
+                refusals = 0
                 if seen { return [.acknowledge(delivery.deliveryId)] }
                 if delivery.rich != nil { return [.holdForFetch(delivery)] }
                 return [.show(delivery), .acknowledge(delivery.deliveryId)]
             case .signal(let signal):
+                welcomed = true
+                refusals = 0
                 return [.syncUser(sequence: signal.sequence)]
             case .error(let error):
                 // A refused hello (not registered yet, deleted, or bound to another key) is tried again

@@ -26,7 +26,7 @@ ServiceMain.run(name: "nh-dispatch", summary: "the dispatcher: resolves targets 
     // the log is copied into the file by a thread of its own, since a checkpoint inside a commit
     // would stall the loop.
     try store.database.execute("PRAGMA cache_size=-65536")
-    let checkpointer = try BackgroundCheckpointer(for: store.database)
+    let checkpointer = try BackgroundCheckpointer(for: store.database, interval: 5)
     context.onShutdown { checkpointer.stop() }
     var settings = DispatcherSettings()
     // A live connection loses nothing (a closed one ends its session, and the next one loads what

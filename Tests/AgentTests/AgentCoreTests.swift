@@ -36,6 +36,7 @@ struct AgentCoreTests {
         var core = AgentCore()
         let fresh = Self.delivery("d1")
         #expect(core.on(.received(.deliver(fresh), seen: false), now: Self.t0) == [.show(fresh), .acknowledge("d1")])
+        #expect(core.welcomed, "a delivery shows the session is there")
         #expect(core.on(.received(.deliver(fresh), seen: true), now: Self.t0) == [.acknowledge("d1")])
     }
 
