@@ -7,8 +7,6 @@ public final class SocketMonitor {
     public struct Events: OptionSet, Sendable {
         public let rawValue: Int32
         public init(rawValue: Int32) { self.rawValue = rawValue }
-        public static let connected = Events(rawValue: ZMQ_EVENT_CONNECTED)
-        public static let disconnected = Events(rawValue: ZMQ_EVENT_DISCONNECTED)
         /// The security handshake (CURVE included) completed: the connection is usable.
         public static let handshakeSucceeded = Events(rawValue: 0x1000)
     }

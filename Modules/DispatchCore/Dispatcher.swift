@@ -109,7 +109,7 @@ public struct Dispatcher {
             // The same device on a new connection, as after a reconnect: the new one wins.
             drop(previous, reason: .replaced, &actions)
         }
-        let session = Session(route: route, installationId: installationId, lastSeen: now)
+        let session = Session(installationId: installationId, lastSeen: now)
         session.key = peerKey
         routes[installationId] = route
         counters.connected += 1
@@ -398,7 +398,6 @@ public struct DispatcherCounters: Sendable, Equatable {
 /// session where it lives: a struct copied out of the dictionary would copy its queue and set on
 /// every change.
 final class Session {
-    let route: Route
     let installationId: String
     var key: String?
     var lastSeen: Date
@@ -434,8 +433,7 @@ final class Session {
         return min(settings.maxResendInterval, max(settings.resendAfter, estimate))
     }
 
-    init(route: Route, installationId: String, lastSeen: Date) {
-        self.route = route
+    init(installationId: String, lastSeen: Date) {
         self.installationId = installationId
         self.lastSeen = lastSeen
     }

@@ -25,8 +25,6 @@ public enum AgentFrame: Equatable, Sendable {
 /// on its own, so a message split over six frames costs six encryptions. Plain functions; no sockets.
 public enum AgentWire {
     public static let version = "1"
-    /// The most lines a message has before its free-form last field.
-    static let maxHeaderLines = 8
 
     public enum Verb: String, CaseIterable, Sendable {
         case hello, ack, welcome, deliver, signal, error
