@@ -14,9 +14,13 @@ typedef enum MHD_Result (*nh_access_handler)(void *cls, struct MHD_Connection *c
                                              const char *method, const char *version, const char *upload_data,
                                              size_t *upload_data_size, void **con_cls);
 
+/* Serves on `threads` threads, each polling its share of the connections with epoll; at most
+ * `connections` at once, `per_address` from one client address, and a connection idle for
+ * `idle_seconds` is closed. */
 static inline struct MHD_Daemon *nh_mhd_start(const char *address, uint16_t port, nh_access_handler handler, void *cls,
                                               MHD_RequestCompletedCallback completed, const char *key_pem,
-                                              const char *cert_pem) {
+                                              const char *cert_pem, unsigned int threads, unsigned int connections,
+                                              unsigned int per_address, unsigned int idle_seconds) {
     /* libmicrohttpd binds inside MHD_start_daemon, so the address need only live for the call. */
     struct sockaddr_in address_in;
     struct sockaddr_in *sa = &address_in;
@@ -30,11 +34,15 @@ static inline struct MHD_Daemon *nh_mhd_start(const char *address, uint16_t port
                                 MHD_OPTION_SOCK_ADDR, (struct sockaddr *)sa,
                                 MHD_OPTION_HTTPS_MEM_KEY, key_pem, MHD_OPTION_HTTPS_MEM_CERT, cert_pem,
                                 MHD_OPTION_NOTIFY_COMPLETED, completed, NULL,
-                                MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)30, MHD_OPTION_END);
+                                MHD_OPTION_THREAD_POOL_SIZE, threads, MHD_OPTION_CONNECTION_LIMIT, connections,
+                                MHD_OPTION_PER_IP_CONNECTION_LIMIT, per_address, MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u,
+                                MHD_OPTION_CONNECTION_TIMEOUT, idle_seconds, MHD_OPTION_END);
     }
     return MHD_start_daemon(flags, port, NULL, NULL, handler, cls, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)sa,
                             MHD_OPTION_NOTIFY_COMPLETED, completed, NULL,
-                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)30, MHD_OPTION_END);
+                            MHD_OPTION_THREAD_POOL_SIZE, threads, MHD_OPTION_CONNECTION_LIMIT, connections,
+                            MHD_OPTION_PER_IP_CONNECTION_LIMIT, per_address, MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u,
+                            MHD_OPTION_CONNECTION_TIMEOUT, idle_seconds, MHD_OPTION_END);
 }
 
 static inline uint16_t nh_mhd_port(struct MHD_Daemon *daemon) {

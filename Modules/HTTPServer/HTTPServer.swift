@@ -30,8 +30,9 @@ public struct HTTPResponse: Sendable {
     }
 }
 
-/// An HTTP server on libmicrohttpd (plain, or TLS through its GnuTLS support). Requests are handled
-/// one at a time on libmicrohttpd's own thread, so a handler needs no locks for its own state.
+/// An HTTP server on libmicrohttpd (plain, or TLS through its GnuTLS support). Requests are
+/// handled on a pool of libmicrohttpd's threads, several at once: the handler must be safe to call
+/// from them concurrently.
 public final class HTTPServer: @unchecked Sendable {
     public typealias Handler = (HTTPRequest) -> HTTPResponse
 
@@ -45,13 +46,31 @@ public final class HTTPServer: @unchecked Sendable {
         public let description: String
     }
 
+    /// How many requests are served at once, and how connections are bounded.
+    public struct Limits: Sendable {
+        public var threads = 8
+        public var connections = 10_000
+        public var connectionsPerAddress = 256
+        public var idleSeconds = 30
+
+        public init(threads: Int = 8, connections: Int = 10_000, connectionsPerAddress: Int = 256, idleSeconds: Int = 30) {
+            self.threads = threads
+            self.connections = connections
+            self.connectionsPerAddress = connectionsPerAddress
+            self.idleSeconds = idleSeconds
+        }
+    }
+
     public init(address: String, port: UInt16, tls: (key: String, certificate: String)? = nil, maxBodyBytes: Int,
-                handler: @escaping Handler) throws {
+                limits: Limits = Limits(), handler: @escaping Handler) throws {
         self.handler = handler
         self.maxBodyBytes = maxBodyBytes
         isTLS = tls != nil
         let context = Unmanaged.passUnretained(self).toOpaque()
-        daemon = nh_mhd_start(address, port, HTTPServer.access, context, HTTPServer.completed, tls?.key, tls?.certificate)
+        daemon = nh_mhd_start(
+            address, port, HTTPServer.access, context, HTTPServer.completed, tls?.key, tls?.certificate,
+            UInt32(max(limits.threads, 1)), UInt32(max(limits.connections, 1)), UInt32(max(limits.connectionsPerAddress, 1)),
+            UInt32(max(limits.idleSeconds, 1)))
         guard let daemon else {
             throw Failure(description: "cannot listen on \(address):\(port) (in use, or a bad address or TLS key and certificate)")
         }

@@ -72,7 +72,7 @@ public enum HubCodec {
         do {
             payload = try decoder.decode(M.self, from: data)
         } catch let error as DecodingError {
-            throw HubError(.invalidPayload, "'\(M.messageType)': \(describe(error))")
+            throw HubError(.invalidPayload, "'\(M.messageType)': \(describe(error, decoding: M.self, tree: object))")
         } catch {
             throw HubError(.invalidPayload, "'\(M.messageType)': \(error)")
         }
@@ -126,6 +126,81 @@ public enum HubCodec {
         return try parse(data)
     }
 
+    /// The top-level `"id"` string of an envelope, found in one pass over the bytes without building
+    /// the tree: for answering a request too large to parse with its own correlation id.
+    public static func scanID(_ data: Data) -> String? {
+        data.withUnsafeBytes { (raw: UnsafeRawBufferPointer) -> String? in
+            let bytes = raw.bindMemory(to: UInt8.self)
+            var index = 0
+            let end = bytes.count
+            func skipSpace() { while index < end, [0x20, 0x09, 0x0a, 0x0d].contains(bytes[index]) { index += 1 } }
+            // Reads a string starting at a quote; nil when it is malformed.
+            func string() -> (start: Int, end: Int, escaped: Bool)? {
+                guard index < end, bytes[index] == 0x22 else { return nil }
+                index += 1
+                let start = index
+                var escaped = false
+                while index < end {
+                    switch bytes[index] {
+                    case 0x5c: escaped = true; index += 2
+                    case 0x22: index += 1; return (start, index - 1, escaped)
+                    default: index += 1
+                    }
+                }
+                return nil
+            }
+            // Skips one value of any kind; one linear pass, whatever its size.
+            func skipValue() -> Bool {
+                guard index < end else { return false }
+                switch bytes[index] {
+                case 0x22:
+                    return string() != nil
+                case 0x7b, 0x5b:
+                    var depth = 0
+                    while index < end {
+                        switch bytes[index] {
+                        case 0x22:
+                            guard string() != nil else { return false }
+                            continue
+                        case 0x7b, 0x5b:
+                            depth += 1
+                        case 0x7d, 0x5d:
+                            depth -= 1
+                            if depth == 0 { index += 1; return true }
+                        default:
+                            break
+                        }
+                        index += 1
+                    }
+                    return false
+                default:
+                    while index < end, ![0x2c, 0x7d, 0x5d, 0x20, 0x0a, 0x0d, 0x09].contains(bytes[index]) { index += 1 }
+                    return true
+                }
+            }
+            skipSpace()
+            guard index < end, bytes[index] == 0x7b else { return nil }
+            index += 1
+            while index < end {
+                skipSpace()
+                guard let key = string() else { return nil }
+                skipSpace()
+                guard index < end, bytes[index] == 0x3a else { return nil }
+                index += 1
+                skipSpace()
+                if key.end - key.start == 2, bytes[key.start] == 0x69, bytes[key.start + 1] == 0x64 {
+                    guard let value = string(), !value.escaped, value.end - value.start <= 256 else { return nil }
+                    return String(decoding: UnsafeBufferPointer(rebasing: bytes[value.start..<value.end]), as: UTF8.self)
+                }
+                guard skipValue() else { return nil }
+                skipSpace()
+                guard index < end, bytes[index] == 0x2c else { return nil }
+                index += 1
+            }
+            return nil
+        }
+    }
+
     /// JSON booleans come out of JSONSerialization as NSNumbers of type char.
     static func isBoolean(_ number: NSNumber) -> Bool {
         String(cString: number.objCType) == "c"
@@ -142,7 +217,7 @@ public enum HubCodec {
         do {
             envelope = try decoder.decode(Envelope<M>.self, from: data)
         } catch let error as DecodingError {
-            throw HubError(.invalidPayload, "'\(M.messageType)': \(describe(error))")
+            throw HubError(.invalidPayload, "'\(M.messageType)': \(describe(error, decoding: Envelope<M>.self, tree: parsed.object))")
         } catch {
             throw HubError(.invalidPayload, "'\(M.messageType)': \(error)")
         }
@@ -211,6 +286,60 @@ public enum HubCodec {
         default:
             return nil
         }
+    }
+
+    /// Like `describe(_:)`, and when the decoder names no field (as for a number that does not
+    /// fit its field: -1 for a count, 2^63 for an Int, 1.5 for a whole number), finds the field by
+    /// putting 0 in place of each number in turn until the input decodes.
+    static func describe<T: Decodable>(_ error: DecodingError, decoding type: T.Type, tree: Any) -> String {
+        guard case .dataCorrupted(let context) = error, context.codingPath.isEmpty else { return describe(error) }
+        var numbers: [([String], NSNumber)] = []
+        collectNumbers(tree, path: [], into: &numbers)
+        for (path, number) in numbers.prefix(64) {
+            guard let replaced = replacing(path[...], in: tree, with: 0),
+                let data = try? JSONSerialization.data(withJSONObject: replaced)
+            else { continue }
+            do {
+                _ = try decoder.decode(T.self, from: data)
+            } catch let other as DecodingError {
+                if case .dataCorrupted(let again) = other, again.codingPath.isEmpty { continue }
+            } catch {
+                continue
+            }
+            let name = path.joined(separator: ".").replacingOccurrences(of: ".[", with: "[")
+            let value = number.stringValue
+            let reason = value.contains(".") || value.contains("e") || value.contains("E")
+                ? "must be a whole number"
+                : value.hasPrefix("-") ? "must not be negative" : "is too large for this field"
+            return "'\(name)' is \(value) but \(reason)"
+        }
+        return describe(error)
+    }
+
+    private static func collectNumbers(_ value: Any, path: [String], into numbers: inout [([String], NSNumber)]) {
+        switch value {
+        case let object as [String: Any]:
+            for key in object.keys.sorted() { collectNumbers(object[key]!, path: path + [key], into: &numbers) }
+        case let array as [Any]:
+            for (index, element) in array.enumerated() { collectNumbers(element, path: path + ["[\(index)]"], into: &numbers) }
+        case let number as NSNumber where !isBoolean(number):
+            numbers.append((path, number))
+        default:
+            break
+        }
+    }
+
+    private static func replacing(_ path: ArraySlice<String>, in value: Any, with replacement: Any) -> Any? {
+        guard let first = path.first else { return replacement }
+        if var object = value as? [String: Any], let child = object[first] {
+            object[first] = replacing(path.dropFirst(), in: child, with: replacement)
+            return object
+        }
+        if var array = value as? [Any], first.hasPrefix("["), let index = Int(first.dropFirst().dropLast()), array.indices.contains(index) {
+            array[index] = replacing(path.dropFirst(), in: array[index], with: replacement) as Any
+            return array
+        }
+        return nil
     }
 
     public static func describe(_ error: DecodingError) -> String {

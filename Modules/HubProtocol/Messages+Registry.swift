@@ -53,7 +53,12 @@ public struct InstallationUpsert: HubRequest {
     public typealias Reply = InstallationReply
     public static let messageType: MessageType = "installation.upsert"
     public var installation: Installation
-    public init(installation: Installation) { self.installation = installation }
+    /// A user token of the installation's `userId`: setting or changing the user needs it, or a Manage key.
+    public var userToken: String?
+    public init(installation: Installation, userToken: String? = nil) {
+        self.installation = installation
+        self.userToken = userToken
+    }
 }
 
 /// One JSON Patch (RFC 6902) operation on an installation.
@@ -76,9 +81,12 @@ public struct InstallationPatch: HubRequest {
     public static let messageType: MessageType = "installation.patch"
     public var installationId: String
     public var operations: [PatchOperation]
-    public init(installationId: String, operations: [PatchOperation]) {
+    /// A user token of the `userId` the patch sets, as for `installation.upsert`.
+    public var userToken: String?
+    public init(installationId: String, operations: [PatchOperation], userToken: String? = nil) {
         self.installationId = installationId
         self.operations = operations
+        self.userToken = userToken
     }
 }
 

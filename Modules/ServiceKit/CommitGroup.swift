@@ -8,6 +8,8 @@ public final class CommitGroup {
     public let database: SQLiteDatabase
     private var effects: [() throws -> Void] = []
     private var open = false
+    /// Why the last group failed, as the message every request of that group gets.
+    public private(set) var failureMessage = ""
 
     public init(database: SQLiteDatabase) {
         self.database = database
@@ -33,9 +35,18 @@ public final class CommitGroup {
         do {
             try database.transaction { body() }
         } catch {
+            failureMessage = CommitGroup.describe(error)
             return false
         }
         for effect in effects { try? effect() }
         return true
+    }
+
+    /// The reason a commit failed, in words that say what to do.
+    static func describe(_ error: Error) -> String {
+        if let storage = error as? StorageError, storage.isFull {
+            return "the store is full (\(storage.message)); nothing was changed: free disk space or raise maxStoreBytes, then retry"
+        }
+        return "the store could not commit (\(error)); nothing was changed, so the request can be retried"
     }
 }

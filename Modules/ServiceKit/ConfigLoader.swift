@@ -83,7 +83,7 @@ public enum ConfigLoader {
             let name = variableName(path)
             guard let text = environment[name] else { continue }
             let value: Any
-            if path.count == 1, integerKeys.contains(path[0]) {
+            if (path.count == 1 && integerKeys.contains(path[0])) || (path.count == 2 && path[0] == "limits") {
                 guard let number = Int(text.trimmingCharacters(in: .whitespaces)) else {
                     throw ConfigError("\(name)='\(text)' must be an integer")
                 }
@@ -108,9 +108,15 @@ public enum ConfigLoader {
     static let sections = ["registry", "publish", "dispatch", "sync", "agent", "gateway"]
     static let sectionKeys = ["requests", "events", "agents"]
 
+    static let limitKeys = [
+        "tagsPerInstallation", "expressionBytes", "requestsPerSecondPerKey", "agentMessagesPerSecond", "agents", "storeBytes",
+        "httpThreads", "httpConnections", "httpConnectionsPerAddress", "httpIdleSeconds",
+    ]
+
     static func leafPaths() -> [[String]] {
         stringKeys.map { [$0] } + integerKeys.sorted().map { [$0] }
             + sections.flatMap { section in sectionKeys.map { [section, $0] } }
+            + limitKeys.map { ["limits", $0] }
     }
 
     static func isOptionalSection(_ path: [String]) -> Bool { false }
@@ -137,6 +143,20 @@ public enum ConfigLoader {
         guard config.agentHeartbeatMs >= 100 else { throw ConfigError("agentHeartbeatMs must be at least 100") }
         guard (1...2_592_000).contains(config.defaultTimeToLive) else {
             throw ConfigError("defaultTimeToLive must be 1 to 2592000 seconds (30 days)")
+        }
+        let limits = config.limits
+        guard (1...1_000).contains(limits.tagsPerInstallation) else { throw ConfigError("limits.tagsPerInstallation must be 1 to 1000") }
+        guard (64...65_536).contains(limits.expressionBytes) else { throw ConfigError("limits.expressionBytes must be 64 to 65536") }
+        guard limits.requestsPerSecondPerKey >= 0 else { throw ConfigError("limits.requestsPerSecondPerKey must be 0 (no limit) or more") }
+        guard limits.agentMessagesPerSecond >= 1 else { throw ConfigError("limits.agentMessagesPerSecond must be at least 1") }
+        guard limits.agents >= 1 else { throw ConfigError("limits.agents must be at least 1") }
+        guard (1...256).contains(limits.httpThreads) else { throw ConfigError("limits.httpThreads must be 1 to 256") }
+        guard limits.httpConnections >= 1, limits.httpConnectionsPerAddress >= 1 else {
+            throw ConfigError("limits.httpConnections and limits.httpConnectionsPerAddress must be at least 1")
+        }
+        guard (1...3_600).contains(limits.httpIdleSeconds) else { throw ConfigError("limits.httpIdleSeconds must be 1 to 3600") }
+        guard limits.storeBytes == 0 || limits.storeBytes >= 65_536 else {
+            throw ConfigError("limits.storeBytes must be 0 (as much as the disk has) or at least 65536")
         }
         guard (1...86_400).contains(config.userTokenLifetime) else {
             throw ConfigError("userTokenLifetime must be 1 to 86400 seconds")

@@ -39,7 +39,35 @@ public struct HubConfig: Codable, Sendable, Equatable {
     public var gatewayCertificate: String? = nil
     public var gatewayKey: String? = nil
 
+    /// What one client, agent or store may use; each refusal names the setting.
+    public var limits = Limits()
+
     public init() {}
+
+    public struct Limits: Codable, Sendable, Equatable {
+        /// Tags one installation may carry.
+        public var tagsPerInstallation: Int = 60
+        /// Bytes of one tag expression.
+        public var expressionBytes: Int = 4_096
+        /// Requests per second that one access key may make of one service, with bursts of twice
+        /// as many; 0 for no limit. Calls between services are not counted.
+        public var requestsPerSecondPerKey: Int = 0
+        /// Messages per second that one agent may send on its channel, with bursts of twice as many.
+        public var agentMessagesPerSecond: Int = 50
+        /// Agents one dispatcher serves at once; a hello beyond it is refused.
+        public var agents: Int = 100_000
+        /// Bytes each service's store may take; 0 for as much as the disk has.
+        public var storeBytes: Int = 0
+        /// HTTP requests the gateway serves at once, each on a thread of its own.
+        public var httpThreads: Int = 8
+        /// HTTP connections the gateway holds at once, and from one client address.
+        public var httpConnections: Int = 10_000
+        public var httpConnectionsPerAddress: Int = 256
+        /// Seconds an HTTP connection may stay idle before the gateway closes it.
+        public var httpIdleSeconds: Int = 30
+
+        public init() {}
+    }
 
     /// A service's bound endpoints. `requests` is where it answers request/reply, health included.
     public struct Endpoints: Codable, Sendable, Equatable {

@@ -1,6 +1,7 @@
 import Bus
 import Foundation
 import HubProtocol
+import Storage
 
 /// A service's request socket speaking `HubProtocol`: it checks frames and envelopes, routes each
 /// request by type to its handler, and always answers — with the handler's reply or an error that
@@ -9,6 +10,10 @@ public final class HubServer {
     public let server: RequestServer
     public let logger: Logger
     public let maxMessageBytes: Int
+    /// Said after the size limit in a `payload_too_large` reply, such as which setting sets it.
+    public var sizeHint: String?
+    /// A full store met by a handler of the group being served: the reason the group then fails.
+    private var fullStore: StorageError?
     /// A handler returns the reply, or nil when it will reply later.
     private var handlers: [MessageType: (Data, HubCodec.Parsed, [Data]) throws -> Data?] = [:]
     /// Requests answered with an error, by code; for metrics and tests.
@@ -106,15 +111,19 @@ public final class HubServer {
         }
         guard !requests.isEmpty else { return 0 }
         var replies: [[Data]] = []
+        fullStore = nil
         let committed = group.run {
             for request in requests { replies.append(handle(request.body, route: request.route)) }
         }
+        let reason = fullStore.map(CommitGroup.describe) ?? group.failureMessage
+        if !committed { logger.error("commit failed; the group's requests were refused", ("requests", requests.count), ("reason", reason)) }
         for (index, request) in requests.enumerated() {
-            var reply = replies[index]
-            // A deferred request answers on its own later; only the ones answered here failed with the commit.
+            // The transaction may fail before any request was handled (BEGIN on a full disk), so a
+            // request can have no reply yet; a deferred request (an empty reply) answers on its own.
+            var reply = index < replies.count ? replies[index] : [Data()]
             if !committed && !reply.isEmpty {
                 let id = request.body.count == 1 ? HubServer.bestEffortID(request.body[0]) : ""
-                reply = [fail(HubError(.unavailable, "the store could not commit; nothing was changed, so the request can be retried"), id: id)]
+                reply = [fail(HubError(.unavailable, reason), id: id)]
             }
             if !reply.isEmpty { try server.reply(to: request.route, reply) }
         }
@@ -134,7 +143,8 @@ public final class HubServer {
         let data = body[0]
         guard data.count <= maxMessageBytes else {
             return [fail(HubError(
-                .payloadTooLarge, "the request is \(data.count) bytes; the limit is \(maxMessageBytes)"), id: "")]
+                .payloadTooLarge, "the request is \(data.count) bytes; the limit is \(maxMessageBytes)" + (sizeHint.map { " (\($0))" } ?? "")),
+                id: HubCodec.scanID(data) ?? "")]
         }
         let parsed: HubCodec.Parsed
         do {
@@ -160,6 +170,9 @@ public final class HubServer {
             return try handler(data, parsed, route).map { [$0] } ?? []
         } catch let error as HubError {
             return [fail(error, id: header.id)]
+        } catch let error as StorageError where error.isFull {
+            fullStore = error
+            return [fail(HubError(.unavailable, CommitGroup.describe(error)), id: header.id)]
         } catch {
             logger.error("request failed", ("type", header.type), ("error", "\(error)"))
             return [fail(HubError(.internal, "the service failed to handle '\(header.type)': \(error)"), id: header.id)]

@@ -28,7 +28,8 @@ public final class ServiceContext {
     /// NORMAL for state that can be rebuilt from another service's store, which WAL keeps intact.
     public func openStore(_ fileName: String, migrations: [Migration], synchronous: String = "FULL") throws -> SQLiteDatabase {
         let path = dataDirectory.appendingPathComponent(fileName).path
-        let database = try SQLiteDatabase(path: path, options: SQLiteDatabase.Options(synchronous: synchronous))
+        let database = try SQLiteDatabase(
+            path: path, options: SQLiteDatabase.Options(synchronous: synchronous, maxBytes: config.limits.storeBytes))
         try database.migrate(migrations)
         onShutdown { database.close() }
         logger.info("store open", ("path", path), ("schema", try database.schemaVersion))
@@ -82,25 +83,41 @@ public final class ServiceContext {
         return client
     }
 
-    /// The hub's shared-access keys, from `keys.json` in the data folder (made on first run).
-    public lazy var keys: KeyStore = {
-        do {
-            return try KeyStore.loadOrCreate(directory: URL(fileURLWithPath: config.dataDir, isDirectory: true))
-        } catch {
-            logger.error("cannot load keys; every authorized request will be refused", ("error", "\(error)"))
-            return KeyStore(keys: [])
-        }
-    }()
+    private var loadedKeys: KeyStore?
+    private var loadedUserTokens: UserTokens?
 
-    /// The secret that signs user credentials and tokens, from `user-token.key` in the data folder.
-    public lazy var userTokens: UserTokens = {
+    /// The hub's shared-access keys, from `keys.json` in the data folder (made on first run).
+    /// A key file that exists but cannot be read stops the service: new keys made in its place
+    /// would refuse every client holding the real ones.
+    public var keys: KeyStore {
+        if let loadedKeys { return loadedKeys }
         do {
-            return try UserTokens.loadOrCreate(directory: URL(fileURLWithPath: config.dataDir, isDirectory: true))
+            let keys = try KeyStore.loadOrCreate(directory: URL(fileURLWithPath: config.dataDir, isDirectory: true))
+            loadedKeys = keys
+            return keys
         } catch {
-            logger.error("cannot load the user-token secret; user requests will be refused", ("error", "\(error)"))
-            return UserTokens(secret: Crypto.randomBytes(32))
+            stop("cannot load the hub's keys: \(error)")
         }
-    }()
+    }
+
+    /// The secret that signs user credentials and tokens, from `user-token.key` in the data folder,
+    /// made on first run; one that cannot be read stops the service, as for `keys`.
+    public var userTokens: UserTokens {
+        if let loadedUserTokens { return loadedUserTokens }
+        do {
+            let tokens = try UserTokens.loadOrCreate(directory: URL(fileURLWithPath: config.dataDir, isDirectory: true))
+            loadedUserTokens = tokens
+            return tokens
+        } catch {
+            stop("cannot load the user-token secret: \(error)")
+        }
+    }
+
+    private func stop(_ message: String) -> Never {
+        logger.error(message)
+        FileHandle.standardError.write(Data("\(name): \(message)\n".utf8))
+        exit(2)
+    }
 
     /// The user a request's user token names, as a `HubError` the caller gets back when it does not check out.
     public func authorizeUser(_ token: String?) throws(HubError) -> String {
@@ -111,10 +128,11 @@ public final class ServiceContext {
         }
     }
 
-    /// Loads the keys now, making them on first run, so that a key file exists as soon as the
-    /// service is up rather than at its first authorized request.
+    /// Loads the keys and the user-token secret now, making them on first run, so that the files
+    /// exist as soon as the service is up, and a file that cannot be read stops it at start.
     public func prepareKeys() {
         _ = keys
+        _ = userTokens
     }
 
     /// Checks a request's credential for a right, as a `HubError` the caller gets back.
@@ -125,6 +143,11 @@ public final class ServiceContext {
         } catch {
             throw HubError(error.kind == .forbidden ? .forbidden : .unauthorized, error.message)
         }
+    }
+
+    /// A token signed with `key` for this hub: for acting for a client with exactly its rights.
+    public func token(for key: AccessKey) -> String {
+        ConnectionString(endpoint: config.namespace, keyName: key.name, key: key.key).token(for: config.hubResource)
     }
 
     /// A token with every right, for calls between services that share the key file.

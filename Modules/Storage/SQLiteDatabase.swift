@@ -18,10 +18,15 @@ public final class SQLiteDatabase {
         /// but never corrupts. Accepted notifications need FULL.
         public var synchronous: String = "FULL"
 
-        public init(busyTimeout: Int32 = 5_000, readOnly: Bool = false, synchronous: String = "FULL") {
+        /// The most bytes the database file may take, 0 for no limit; a write beyond it fails as a
+        /// full disk does (`StorageError.isFull`).
+        public var maxBytes: Int = 0
+
+        public init(busyTimeout: Int32 = 5_000, readOnly: Bool = false, synchronous: String = "FULL", maxBytes: Int = 0) {
             self.busyTimeout = busyTimeout
             self.readOnly = readOnly
             self.synchronous = synchronous
+            self.maxBytes = maxBytes
         }
     }
 
@@ -44,6 +49,10 @@ public final class SQLiteDatabase {
         }
         try execute("PRAGMA synchronous=\(options.synchronous == "NORMAL" ? "NORMAL" : "FULL")")
         try execute("PRAGMA foreign_keys=ON")
+        if options.maxBytes > 0 {
+            let pageSize = try queryOne("PRAGMA page_size")?[0].int ?? 4_096
+            _ = try queryOne("PRAGMA max_page_count=\(max(options.maxBytes / max(pageSize, 512), 1))")
+        }
     }
 
     deinit { close() }
@@ -86,6 +95,11 @@ public final class SQLiteDatabase {
 
     /// The cached prepared statement for `sql`, reset and with no bindings.
     public func prepare(_ sql: String) throws(StorageError) -> PreparedStatement {
+        // SQLite rolls a whole transaction back on some errors, such as a full disk; statements
+        // after that would commit one by one, outside the transaction their caller believes in.
+        if transactionDepth > 0, let handle, sqlite3_get_autocommit(handle) != 0 {
+            throw StorageError(code: SQLITE_ABORT, message: "the transaction was rolled back by an earlier error", operation: sql)
+        }
         if let statement = cache[sql] {
             statement.reset()
             return statement
@@ -141,19 +155,30 @@ public final class SQLiteDatabase {
             try execute("SAVEPOINT \(savepoint)")
         }
         transactionDepth += 1
+        let result: T
         do {
-            let result = try body()
-            transactionDepth -= 1
-            try execute(transactionDepth == 0 ? "COMMIT" : "RELEASE \(savepoint)")
-            return result
+            result = try body()
         } catch {
             transactionDepth -= 1
-            if transactionDepth == 0 {
-                try? execute("ROLLBACK")
-            } else {
-                try? execute("ROLLBACK TO \(savepoint); RELEASE \(savepoint)")
-            }
+            rollBack(to: savepoint)
             throw error
+        }
+        transactionDepth -= 1
+        do {
+            try execute(transactionDepth == 0 ? "COMMIT" : "RELEASE \(savepoint)")
+        } catch {
+            rollBack(to: savepoint)
+            throw error
+        }
+        return result
+    }
+
+    /// Undoes the transaction (at depth 0) or the savepoint; SQLite may have rolled it back already.
+    private func rollBack(to savepoint: String) {
+        if transactionDepth == 0 {
+            try? execute("ROLLBACK")
+        } else {
+            try? execute("ROLLBACK TO \(savepoint); RELEASE \(savepoint)")
         }
     }
 

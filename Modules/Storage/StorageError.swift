@@ -23,6 +23,9 @@ public struct StorageError: Error, Sendable, Equatable, CustomStringConvertible 
     /// The database stayed locked for longer than the busy timeout.
     public var isBusy: Bool { primaryCode == 5 || primaryCode == 6 }
 
+    /// The disk, or the store's configured size limit, has no room for the write.
+    public var isFull: Bool { primaryCode == 13 }
+
     public var description: String { "\(operation): \(message) (sqlite \(code))" }
 
     public static func == (lhs: StorageError, rhs: StorageError) -> Bool {

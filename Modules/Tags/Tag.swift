@@ -32,10 +32,10 @@ public enum Tag {
         }
     }
 
-    /// Checks an installation's tag list: each tag, no more than 60.
-    public static func validate(all tags: [String]) throws(TagError) {
-        guard tags.count <= maxPerInstallation else {
-            throw TagError("an installation has at most \(maxPerInstallation) tags; this one has \(tags.count)")
+    /// Checks an installation's tag list: each tag, no more than `limit` (60 unless configured).
+    public static func validate(all tags: [String], limit: Int = maxPerInstallation) throws(TagError) {
+        guard tags.count <= limit else {
+            throw TagError("an installation has at most \(limit) tags (limits.tagsPerInstallation); this one has \(tags.count)")
         }
         for tag in tags { try validate(tag) }
     }

@@ -39,10 +39,22 @@ enum AgentCommands {
                 } else {
                     categories.removeAll { parsed.positionals.contains($0) }
                 }
-                try store.setCategories(categories)
-                let notified = notifyRunningAgent(config, categories)
-                print("categories: \(categories.isEmpty ? "(none)" : categories.joined(separator: " "))"
-                    + (notified ? " — the running agent registered again" : " — takes effect when the agent starts"))
+                guard categories.count <= config.limits.tagsPerInstallation else {
+                    return fail("an installation has at most \(config.limits.tagsPerInstallation) categories; this would make \(categories.count). The categories in force stay.")
+                }
+                let list = categories.isEmpty ? "(none)" : categories.joined(separator: " ")
+                // A running agent registers first and keeps the list only if the registry took it.
+                switch notifyRunningAgent(config, categories) {
+                case .registered:
+                    print("categories: \(list) — the running agent registered again")
+                case .refused(let error) where error.code == .unavailable:
+                    print("categories: \(list) — \(error.message)")
+                case .refused(let error):
+                    return fail("the registry refused: \(error.code.rawValue): \(error.message). The categories in force stay.")
+                case .notRunning:
+                    try store.setCategories(categories)
+                    print("categories: \(list) — takes effect when the agent starts")
+                }
                 return 0
             case "categories":
                 let categories = try store.categories
@@ -110,12 +122,25 @@ enum AgentCommands {
             + "\(notification.userActionState.rawValue.padding(toLength: 13, withPad: " ", startingAt: 0))  \(title)"
     }
 
-    static func notifyRunningAgent(_ config: HubConfig, _ categories: [String]) -> Bool {
-        guard let client = try? HubClient(connect: config.agent.requests, policy: RetryPolicy(timeout: 1_000, attempts: 1)) else {
-            return false
+    enum Notified {
+        case registered
+        case refused(HubError)
+        case notRunning
+    }
+
+    static func notifyRunningAgent(_ config: HubConfig, _ categories: [String]) -> Notified {
+        guard let client = try? HubClient(connect: config.agent.requests, policy: RetryPolicy(timeout: 3_000, attempts: 1)) else {
+            return .notRunning
         }
         defer { client.close() }
-        return (try? client.call(AgentCategoriesChanged(categories: categories))) != nil
+        do {
+            _ = try client.call(AgentCategoriesChanged(categories: categories))
+            return .registered
+        } catch let error as HubError where error.code != .timeout {
+            return .refused(error)
+        } catch {
+            return .notRunning
+        }
     }
 
     static func fail(_ message: String) -> Int32 {

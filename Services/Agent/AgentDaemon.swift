@@ -15,7 +15,6 @@ final class AgentDaemon {
     let template: String
     let userSync: AgentUserSync?
     let rich: RichFetcher
-    private let configuredUser: String?
     private let registry: HubClient
     private let channel: ZMQSocket
     private let monitor: SocketMonitor
@@ -30,7 +29,6 @@ final class AgentDaemon {
         self.identity = identity
         installationId = try environment["NH_AGENT_INSTALLATION_ID"] ?? store.installationId()
         template = environment["NH_AGENT_TEMPLATE"] ?? #"{"title":"$(title)","message":"$(messageParam)"}"#
-        configuredUser = environment["NH_AGENT_USER"]
         output = AgentOutput(hook: environment["NH_AGENT_HOOK"], logger: context.logger, environment: environment)
         if let credential = try environment["NH_AGENT_USER_CREDENTIAL"] ?? store.setting("userCredential") {
             let cache = UserCache(database: store.database)
@@ -80,7 +78,7 @@ final class AgentDaemon {
     }
 
     /// The user this agent signs in as: the one its credential names, once a token confirmed it.
-    var userId: String? { userSync?.userId ?? configuredUser }
+    var userId: String? { userSync?.userId }
 
     func start() throws {
         if let userSync {
@@ -115,14 +113,7 @@ final class AgentDaemon {
             return
         }
         do {
-            let categories = try store.categories
-            let installation = Installation(
-                installationId: installationId, platform: "linux", pushChannel: keys.publicKey, tags: categories,
-                userId: userId, templates: ["default": InstallationTemplate(body: template)])
-            _ = try registry.call(InstallationUpsert(installation: installation))
-            registered = true
-            lastRegistrationError = ""
-            context.logger.info("registered", ("installation", installationId), ("categories", categories.joined(separator: ",")))
+            try register(categories: try store.categories)
         } catch {
             registered = false
             let text = "\(error)"
@@ -131,6 +122,17 @@ final class AgentDaemon {
                 lastRegistrationError = text
             }
         }
+    }
+
+    /// Registers with `categories`, throwing what the registry answered when it refused.
+    func register(categories: [String]) throws {
+        let installation = Installation(
+            installationId: installationId, platform: "linux", pushChannel: keys.publicKey, tags: categories,
+            userId: userId, templates: ["default": InstallationTemplate(body: template)])
+        _ = try registry.call(InstallationUpsert(installation: installation, userToken: userSync?.accessToken()))
+        registered = true
+        lastRegistrationError = ""
+        context.logger.info("registered", ("installation", installationId), ("categories", categories.joined(separator: ",")))
     }
 
     /// Reads what the dispatcher sent, acting on each message, then acknowledges in one message.
@@ -163,10 +165,13 @@ final class AgentDaemon {
             case .hello:
                 _ = try channel.send(AgentWire.encode(.hello(AgentHello(installationId: installationId))), wait: false)
             case .show(let delivery):
+                // Shown, then remembered as seen, then acknowledged (after this batch): a crash
+                // before the show leaves it unseen and unacknowledged, so it comes again and is shown;
+                // a crash between show and remember shows it a second time, the one window for a
+                // repeat; a crash after remembering acknowledges the repeat without showing it.
                 let now = Date()
-                if try store.markSeen(delivery.deliveryId, notificationId: delivery.notificationId, now: now) {
-                    output.show(delivery, now: now)
-                }
+                output.show(delivery, now: now)
+                _ = try store.markSeen(delivery.deliveryId, notificationId: delivery.notificationId, now: now)
             case .acknowledge(let id):
                 acknowledged.append(id)
             case .holdForFetch(let delivery):

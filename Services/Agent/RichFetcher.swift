@@ -68,11 +68,12 @@ final class RichFetcher {
             let attempts = (row[2].int ?? 0) + 1
             do {
                 let path = try fetch(delivery)
+                // Shown first, then remembered: a crash between the two shows it again, never not at all.
+                output.show(delivery, now: now, richPath: path)
                 try database.transaction {
                     try database.run("DELETE FROM rich_pending WHERE delivery_id = ?", [delivery.deliveryId])
                     _ = try store.markSeen(delivery.deliveryId, notificationId: delivery.notificationId, now: now)
                 }
-                output.show(delivery, now: now, richPath: path)
                 shown.append(delivery.deliveryId)
             } catch {
                 let reason = (error as? HubError)?.description ?? "\(error)"

@@ -56,9 +56,20 @@ if command == "run" {
             try userSync.act(request.payload.id, request.payload.action)
             return Ack()
         }
+        // New categories are kept only once the registry took them; a refusal goes back to the
+        // command with the registry's words, and the categories in force stay. When the registry
+        // cannot be reached, they are kept and registered as soon as it answers.
         control.on(AgentCategoriesChanged.self) { request in
+            do {
+                try daemon.register(categories: request.payload.categories)
+            } catch let error as HubError where ![.timeout, .unavailable].contains(error.code) {
+                throw error
+            } catch {
+                try store.setCategories(request.payload.categories)
+                daemon.register()
+                throw HubError(.unavailable, "the registry did not answer (\((error as? HubError)?.message ?? "\(error)")); the categories are kept and registered when it answers")
+            }
             try store.setCategories(request.payload.categories)
-            daemon.register()
             return Ack()
         }
         try daemon.start()

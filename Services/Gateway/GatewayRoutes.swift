@@ -4,6 +4,7 @@ import Foundation
 import HTTPServer
 import HubProtocol
 import ServiceKit
+import Synchronization
 
 /// The Notification Hubs REST API over the hub's services: each HTTP request is checked (hub,
 /// api-version, shared-access signature and rights) and turned into bus requests.
@@ -14,9 +15,12 @@ final class GatewayRoutes {
     let dispatch: HubClient
     let sync: HubClient
     static let maxMessageBytes = 64 * 1024
-    private(set) var counts: [String: Int] = [:]
+    /// Responses by method and status, shared by every worker's routes.
+    let counts: HTTPCounts
 
-    init(context: ServiceContext, registry: HubClient, publish: HubClient, dispatch: HubClient, sync: HubClient) {
+    init(context: ServiceContext, registry: HubClient, publish: HubClient, dispatch: HubClient, sync: HubClient,
+         counts: HTTPCounts) {
+        self.counts = counts
         self.context = context
         self.registry = registry
         self.publish = publish
@@ -35,7 +39,7 @@ final class GatewayRoutes {
         } catch {
             response = GatewayResponse.error(HubError(.internal, "\(error)"))
         }
-        counts["\(request.method) \(response.status)", default: 0] += 1
+        counts.add("\(request.method) \(response.status)")
         context.logger.debug("http", ("method", request.method), ("path", request.path), ("status", response.status))
         return response
     }
@@ -49,16 +53,18 @@ final class GatewayRoutes {
         let rest = Array(segments.dropFirst())
         switch (request.method, rest.first, rest.count) {
         case ("PUT", "installations", 2):
-            try authorize(request, .listen)
-            return try putInstallation(rest[1], request)
+            return try putInstallation(rest[1], request, as: try authorize(request, .listen))
         case ("GET", "installations", 2):
             try authorize(request, .listen)
             let reply = try registry.call(InstallationGet(installationId: rest[1]))
             return GatewayResponse.json(200, try InstallationJSON.encode(reply.installation))
         case ("PATCH", "installations", 2):
-            try authorize(request, .listen)
+            let key = try authorize(request, .listen)
             let operations = try InstallationJSON.patch(request.body)
-            _ = try registry.call(InstallationPatch(installationId: rest[1], operations: operations))
+            // Signed with the caller's own key, so the registry grants exactly the caller's rights.
+            _ = try registry.call(
+                InstallationPatch(installationId: rest[1], operations: operations, userToken: request.header("x-nh-user-token")),
+                auth: context.token(for: key))
             return GatewayResponse.empty(204)
         case ("DELETE", "installations", 2), ("DELETE", "registrations", 2):
             try authorize(request, .listen)
@@ -156,7 +162,7 @@ final class GatewayRoutes {
                 lines.append(Self.sample(name, service: service, value))
             }
         }
-        for (key, count) in counts.sorted(by: { $0.key < $1.key }) {
+        for (key, count) in counts.snapshot.sorted(by: { $0.key < $1.key }) {
             let parts = key.split(separator: " ")
             lines.append("nh_http_requests_total{service=\"nh-gateway\",method=\"\(parts[0])\",status=\"\(parts[1])\"} \(count)")
         }
@@ -194,12 +200,13 @@ final class GatewayRoutes {
     }
 
     /// The request's shared-access signature must cover its URL and carry the right.
-    private func authorize(_ request: HTTPRequest, _ needs: AccessRights) throws {
+    @discardableResult
+    private func authorize(_ request: HTTPRequest, _ needs: AccessRights) throws -> AccessKey {
         guard let header = request.header("authorization") else {
             throw HubError(.unauthorized, "no Authorization header; send SharedAccessSignature sr=…&sig=…&se=…&skn=…")
         }
         do {
-            _ = try context.keys.authorize(header, resource: baseURL(request) + request.path, needs: needs)
+            return try context.keys.authorize(header, resource: baseURL(request) + request.path, needs: needs)
         } catch {
             throw HubError(error.kind == .forbidden ? .forbidden : .unauthorized, error.message)
         }
@@ -207,14 +214,15 @@ final class GatewayRoutes {
 
     // MARK: Installations
 
-    private func putInstallation(_ id: String, _ request: HTTPRequest) throws -> HTTPResponse {
+    private func putInstallation(_ id: String, _ request: HTTPRequest, as key: AccessKey) throws -> HTTPResponse {
         var installation = try InstallationJSON.decode(request.body)
         guard installation.installationId == id else {
             throw HubError(.invalidArgument, "the body's installationId '\(installation.installationId)' is not the URL's '\(id)'")
         }
         installation.createdAt = nil
         installation.lastSeen = nil
-        _ = try registry.call(InstallationUpsert(installation: installation))
+        _ = try registry.call(
+            InstallationUpsert(installation: installation, userToken: request.header("x-nh-user-token")), auth: context.token(for: key))
         return GatewayResponse.empty(200, headers: [("Content-Location", baseURL(request) + request.path)])
     }
 
@@ -329,4 +337,12 @@ final class GatewayRoutes {
         return GatewayResponse.json(201, HubCodec.encodePayload(reply),
                                     headers: [("Location", "\(baseURL(request))\(request.path)/\(reply.notification.id)")])
     }
+}
+
+/// HTTP responses counted by method and status, from every HTTP thread.
+final class HTTPCounts: Sendable {
+    private let counts = Mutex<[String: Int]>([:])
+
+    func add(_ key: String) { counts.withLock { $0[key, default: 0] += 1 } }
+    var snapshot: [String: Int] { counts.withLock { $0 } }
 }

@@ -9,12 +9,19 @@ enum SendRules {
 
     static let maxScheduleAhead: TimeInterval = 7 * 86_400
 
-    static func validate(_ send: SendNotification, defaultTimeToLive: Int, now: Date = Date()) throws(HubError) -> Int {
+    static func validate(
+        _ send: SendNotification, defaultTimeToLive: Int, maxExpressionBytes: Int = 4_096, now: Date = Date()
+    ) throws(HubError) -> Int {
         let targets = [send.tagExpression, send.installationId, send.userId].compactMap { $0 }
         guard targets.count <= 1 else {
             throw HubError(.invalidArgument, "give at most one of tagExpression, installationId and userId; none sends to everyone")
         }
         if let expression = send.tagExpression {
+            guard expression.utf8.count <= maxExpressionBytes else {
+                throw HubError(
+                    .invalidExpression,
+                    "the tag expression is \(expression.utf8.count) bytes; the limit is \(maxExpressionBytes) (limits.expressionBytes)")
+            }
             do {
                 _ = try TagExpression.parse(expression)
             } catch {

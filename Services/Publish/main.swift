@@ -22,6 +22,7 @@ ServiceMain.run(name: "nh-publish", summary: "the publish service: accepts notif
         ["latest": String(events.sequence), "richPayloads": String(rich.count)]
     }
     endpoints["requests"] = server.endpoint
+    server.sizeHint = "a rich payload may be at most \(config.maxRichBytes) bytes (maxRichBytes), which travel base64-encoded"
 
     func accept(_ send: SendNotification, timeToLive: Int) throws -> AcceptedNotification {
         let (accepted, isNew) = try store.accept(send, timeToLive: timeToLive, now: Date())
@@ -39,7 +40,7 @@ ServiceMain.run(name: "nh-publish", summary: "the publish service: accepts notif
         guard request.payload.rich == nil else {
             throw HubError(.invalidArgument, "'rich' is set by the hub; send rich payloads with rich.send")
         }
-        let timeToLive = try SendRules.validate(request.payload, defaultTimeToLive: config.defaultTimeToLive)
+        let timeToLive = try SendRules.validate(request.payload, defaultTimeToLive: config.defaultTimeToLive, maxExpressionBytes: config.limits.expressionBytes)
         if let fireAt = request.payload.scheduledAt {
             return SendAccepted(notificationId: try store.schedule(request.payload, fireAt: fireAt, now: Date()), state: .scheduled)
         }
@@ -66,7 +67,7 @@ ServiceMain.run(name: "nh-publish", summary: "the publish service: accepts notif
     server.on(SendRichNotification.self) { request in
         try context.authorize(request.auth, needs: .send)
         let send = try RichRules.validate(request.payload, maxBytes: config.maxRichBytes)
-        let timeToLive = try SendRules.validate(send, defaultTimeToLive: config.defaultTimeToLive)
+        let timeToLive = try SendRules.validate(send, defaultTimeToLive: config.defaultTimeToLive, maxExpressionBytes: config.limits.expressionBytes)
         let expiresAt = Date().addingTimeInterval(TimeInterval(timeToLive))
         let richId = try rich.store(request.payload.payload, contentType: request.payload.contentType, expiresAt: expiresAt)
         var silent = send

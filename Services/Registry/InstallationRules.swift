@@ -10,7 +10,7 @@ enum InstallationRules {
     static let maxTemplates = 20
     static let maxIdLength = 200
 
-    static func validate(_ installation: Installation, now: Date) throws(HubError) {
+    static func validate(_ installation: Installation, now: Date, maxTags: Int = Tag.maxPerInstallation) throws(HubError) {
         try validateIdentifier(installation.installationId, what: "installationId")
         guard !installation.platform.isEmpty, installation.platform.count <= 32 else {
             throw HubError(.invalidArgument, "platform must be 1 to 32 characters, such as 'linux'")
@@ -19,7 +19,7 @@ enum InstallationRules {
             throw HubError(.invalidArgument, "pushChannel must be 1 to 1024 characters: the handle the hub delivers to")
         }
         do {
-            try Tag.validate(all: installation.tags)
+            try Tag.validate(all: installation.tags, limit: maxTags)
         } catch {
             throw HubError(.invalidTag, error.message)
         }
@@ -38,7 +38,7 @@ enum InstallationRules {
             throw HubError(.invalidTemplate, "an installation has at most \(maxTemplates) templates; this one has \(templates.count)")
         }
         for (name, template) in templates.sorted(by: { $0.key < $1.key }) {
-            try validateTemplate(name: name, template)
+            try validateTemplate(name: name, template, maxTags: maxTags)
         }
     }
 
@@ -56,6 +56,24 @@ enum InstallationRules {
             "installation '\(installation.installationId)' is bound to another device key; only the agent holding that key may register it, or a Manage key may rebind it")
     }
 
+    /// An installation with a `userId` receives that user's sends and signals, so setting or
+    /// changing it needs proof of the user: a user token of that user (`tokenUser` verifies the
+    /// request's token and names its user), or a Manage key. Keeping the user, or removing it, needs none.
+    static func checkUser(_ installation: Installation, current: Installation?, mayClaim: Bool, tokenUser: () throws(HubError) -> String) throws(HubError) {
+        guard let user = installation.userId, user != current?.userId, !mayClaim else { return }
+        let proven: String
+        do {
+            proven = try tokenUser()
+        } catch {
+            throw HubError(
+                .forbidden,
+                "setting userId '\(user)' needs a user token of '\(user)' (userToken, which an agent gets after login) or a Manage key: \(error.message)")
+        }
+        guard proven == user else {
+            throw HubError(.forbidden, "the user token is for '\(proven)', not '\(user)'; an installation may claim only its own user")
+        }
+    }
+
     static func validateIdentifier(_ id: String, what: String) throws(HubError) {
         guard !id.isEmpty, id.utf8.count <= maxIdLength else {
             throw HubError(.invalidArgument, "\(what) must be 1 to \(maxIdLength) characters")
@@ -65,7 +83,7 @@ enum InstallationRules {
         }
     }
 
-    static func validateTemplate(name: String, _ template: InstallationTemplate) throws(HubError) {
+    static func validateTemplate(name: String, _ template: InstallationTemplate, maxTags: Int = Tag.maxPerInstallation) throws(HubError) {
         guard !name.isEmpty, name.count <= 64, name.utf8.allSatisfy({ Tag.isTagCharacter($0) }) else {
             throw HubError(.invalidTemplate, "template name '\(name)' must be 1 to 64 characters of A–Z a–z 0–9 _ @ # . : -")
         }
@@ -82,7 +100,7 @@ enum InstallationRules {
             }
         }
         do {
-            try Tag.validate(all: template.tags ?? [])
+            try Tag.validate(all: template.tags ?? [], limit: maxTags)
         } catch {
             throw HubError(.invalidTag, "template '\(name)': \(error.message)")
         }

@@ -25,11 +25,14 @@ ServiceMain.run(name: "nh-registry", summary: "the registration service: install
         return installation
     }
 
-    func save(_ installation: Installation, rights: AccessRights) throws -> InstallationReply {
+    func save(_ installation: Installation, rights: AccessRights, userToken: String?) throws -> InstallationReply {
         let now = Date()
-        try InstallationRules.validate(installation, now: now)
-        try InstallationRules.checkBinding(installation, current: try store.get(installation.installationId, now: now),
-                                          mayRebind: rights.contains(.manage))
+        try InstallationRules.validate(installation, now: now, maxTags: config.limits.tagsPerInstallation)
+        let current = try store.get(installation.installationId, now: now)
+        try InstallationRules.checkBinding(installation, current: current, mayRebind: rights.contains(.manage))
+        try InstallationRules.checkUser(installation, current: current, mayClaim: rights.contains(.manage)) { () throws(HubError) in
+            try context.authorizeUser(userToken)
+        }
         let (stored, sequence) = try store.upsert(installation, now: now)
         try publish(InstallationChanged(change: .upserted, installationId: stored.installationId, installation: stored), sequence: sequence)
         context.logger.debug("installation saved", ("id", stored.installationId), ("tags", stored.tags.joined(separator: ",")))
@@ -39,12 +42,13 @@ ServiceMain.run(name: "nh-registry", summary: "the registration service: install
     // Listen may create, read and delete installations; Manage may do everything.
     server.on(InstallationUpsert.self) { request in
         let key = try context.authorize(request.auth, needs: .listen)
-        return try save(request.payload.installation, rights: key.rights)
+        return try save(request.payload.installation, rights: key.rights, userToken: request.payload.userToken)
     }
     server.on(InstallationPatch.self) { request in
         let key = try context.authorize(request.auth, needs: .listen)
         let current = try found(request.payload.installationId)
-        return try save(try InstallationPatcher.apply(request.payload.operations, to: current), rights: key.rights)
+        return try save(
+            try InstallationPatcher.apply(request.payload.operations, to: current), rights: key.rights, userToken: request.payload.userToken)
     }
     server.on(InstallationGet.self) { request in
         try context.authorize(request.auth, needs: .listen)

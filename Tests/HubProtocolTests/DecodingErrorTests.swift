@@ -127,4 +127,37 @@ struct DecodingErrorTests {
         }
         #expect(throws: HubError.self) { try HubCodec.decodePayload(InstallationGet.self, from: Data("[]".utf8)) }
     }
+
+    func changesError(_ payload: String) -> HubError? {
+        do {
+            _ = try HubCodec.decode(UserChangesRequest.self, from: Data(#"{"v":1,"type":"user.changes","id":"1","payload":\#(payload)}"#.utf8))
+            return nil
+        } catch {
+            return error
+        }
+    }
+
+    @Test("a number that does not fit its field is named, with what it must be", arguments: [
+        (#"{"cursor":-1}"#, "'payload.cursor' is -1 but must not be negative"),
+        (#"{"cursor":1.5}"#, "'payload.cursor' is 1.5 but must be a whole number"),
+        (#"{"cursor":3,"limit":9223372036854775808}"#, "'payload.limit' is 9223372036854775808 but is too large"),
+    ])
+    func numbersNamed(payload: String, expected: String) {
+        let error = changesError(payload)
+        #expect(error?.code == .invalidPayload)
+        #expect(error?.message.contains(expected) == true, "\(error?.message ?? "no error")")
+        #expect(error?.message.contains("not valid JSON") == false)
+    }
+
+    @Test("the correlation id of an envelope is found without parsing the rest, wherever it is", arguments: [
+        (#"{"v":1,"id":"abc","type":"x","payload":{}}"#, "abc"),
+        (#"{"payload":{"id":"inner","data":"\"}{[]"},"auth":null,"id":"outer","v":1}"#, "outer"),
+        (#"  {"v":1, "type":"x", "payload":[1,2,{"a":[]}], "id" : "spaced"}"#, "spaced"),
+        (#"{"v":1,"payload":{"x":1}}"#, nil),
+        (#"not json"#, nil),
+        (#"{"id":5}"#, nil),
+    ])
+    func scanID(text: String, expected: String?) {
+        #expect(HubCodec.scanID(Data(text.utf8)) == expected)
+    }
 }

@@ -70,4 +70,28 @@ struct InstallationPatcherTests {
             #expect(error.code == expected)
         }
     }
+
+    @Test("setting or changing an installation's user needs a token of that user or a Manage key")
+    func userNeedsProof() throws {
+        let alice = Installation(installationId: "i1", pushChannel: "c", userId: "alice")
+        let noToken: () throws(HubError) -> String = { () throws(HubError) in throw HubError(.unauthorized, "no user token") }
+        let aliceToken: () throws(HubError) -> String = { () throws(HubError) in "alice" }
+        let bobToken: () throws(HubError) -> String = { () throws(HubError) in "bob" }
+        func code(_ installation: Installation, current: Installation?, manage: Bool, _ token: () throws(HubError) -> String) -> ErrorCode? {
+            do {
+                try InstallationRules.checkUser(installation, current: current, mayClaim: manage, tokenUser: token)
+                return nil
+            } catch {
+                return error.code
+            }
+        }
+        #expect(code(alice, current: nil, manage: false, noToken) == .forbidden)
+        #expect(code(alice, current: nil, manage: false, bobToken) == .forbidden)
+        #expect(code(alice, current: Self.base, manage: false, noToken) == .forbidden)
+        #expect(code(alice, current: nil, manage: false, aliceToken) == nil)
+        #expect(code(alice, current: nil, manage: true, noToken) == nil)
+        // Keeping the user, or dropping it, needs no proof.
+        #expect(code(alice, current: alice, manage: false, noToken) == nil)
+        #expect(code(Self.base, current: alice, manage: false, noToken) == nil)
+    }
 }

@@ -102,4 +102,96 @@ struct CommitGroupTests {
         #expect(throws: HubError.self) { try late?.get() }
         if case .failure(let error)? = late { #expect(error.code == .timeout) }
     }
+
+    /// Sends each id as an `installation.get` and serves them as one group; returns each reply's
+    /// error code (nil for a success) and message, by id.
+    func serveGroup(_ server: HubServer, _ group: CommitGroup, _ dealer: ZMQSocket, ids: [String]) throws -> [String: (ErrorCode?, String)] {
+        for id in ids { try dealer.send([Data(), HubCodec.encode(InstallationGet(installationId: id), id: id)]) }
+        var served = 0
+        for _ in 0..<200 where served < ids.count {
+            served += try server.serve(group: group)
+            if served < ids.count { Thread.sleep(forTimeInterval: 0.01) }
+        }
+        var replies: [String: (ErrorCode?, String)] = [:]
+        for _ in ids {
+            guard let frames = try dealer.receive(), let body = frames.last else { break }
+            let header = try HubCodec.header(of: body)
+            if header.type == ErrorReply.messageType {
+                let error = try HubCodec.decode(ErrorReply.self, from: body).payload
+                replies[header.id] = (error.code, error.message)
+            } else {
+                replies[header.id] = (nil, "")
+            }
+        }
+        return replies
+    }
+
+    @Test("a full store refuses the whole group with unavailable, keeps serving, and accepts again once there is room")
+    func fullStore() throws {
+        let folder = FileManager.default.temporaryDirectory.appendingPathComponent("nh-full-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        let database = try SQLiteDatabase(path: folder.appendingPathComponent("f.db").path, options: .init(maxBytes: 65_536))
+        try database.migrate([Migration(version: 1, "CREATE TABLE rows (id TEXT PRIMARY KEY, filler BLOB);")])
+        let group = CommitGroup(database: database)
+        let endpoint = "inproc://full-\(UUID().uuidString)"
+        let server = try HubServer(bind: endpoint, logger: Logger(service: "nh-test", level: .error), maxMessageBytes: 4096)
+        defer { server.close() }
+        server.on(InstallationGet.self) { request in
+            try database.run("INSERT INTO rows (id, filler) VALUES (?, randomblob(6000))", [request.payload.installationId])
+            return InstallationReply(installation: Installation(installationId: request.payload.installationId, pushChannel: "c"))
+        }
+        let dealer = try ZMQContext.shared.socket(.dealer)
+        defer { dealer.close() }
+        try dealer.setReceiveTimeout(2_000)
+        try dealer.connect(endpoint)
+
+        var accepted: [String] = []
+        var refusal: (ErrorCode?, String)?
+        for round in 0..<40 where refusal == nil {
+            let id = "r\(round)"
+            let reply = try serveGroup(server, group, dealer, ids: [id])[id]
+            if reply?.0 == nil { accepted.append(id) } else { refusal = reply }
+        }
+        #expect(!accepted.isEmpty)
+        #expect(refusal?.0 == .unavailable)
+        #expect(refusal?.1.contains("full") == true)
+        // A group of several is refused whole, each request answered, and none of them stored.
+        let group2 = try serveGroup(server, group, dealer, ids: ["x1", "x2", "x3"])
+        #expect(group2.count == 3)
+        #expect(group2.values.allSatisfy { $0.0 == .unavailable })
+        #expect(try database.query("SELECT id FROM rows ORDER BY id").map { $0[0].string ?? "" }.sorted() == accepted.sorted())
+
+        // Room again, without reopening anything: the next request is accepted.
+        try database.run("DELETE FROM rows WHERE id = ?", [accepted[0]])
+        try database.run("DELETE FROM rows WHERE id = ?", [accepted[1]])
+        let again = try serveGroup(server, group, dealer, ids: ["after"])
+        #expect(again["after"].map { $0.0 == nil } == true)
+    }
+
+    @Test("a group whose transaction cannot even begin answers every request with unavailable")
+    func beginFails() throws {
+        let (database, path) = try database()
+        let locked = try SQLiteDatabase(path: path, options: .init(busyTimeout: 0))
+        let holder = try SQLiteDatabase(path: path)
+        try holder.execute("BEGIN IMMEDIATE")
+        let group = CommitGroup(database: locked)
+        let endpoint = "inproc://begin-\(UUID().uuidString)"
+        let server = try HubServer(bind: endpoint, logger: Logger(service: "nh-test", level: .error), maxMessageBytes: 4096)
+        defer { server.close() }
+        server.on(InstallationGet.self) { request in
+            try locked.run("INSERT INTO installations (id) VALUES (?)", [request.payload.installationId])
+            return InstallationReply(installation: Installation(installationId: request.payload.installationId, pushChannel: "c"))
+        }
+        let dealer = try ZMQContext.shared.socket(.dealer)
+        defer { dealer.close() }
+        try dealer.setReceiveTimeout(2_000)
+        try dealer.connect(endpoint)
+        let refused = try serveGroup(server, group, dealer, ids: ["a", "b"])
+        #expect(refused.count == 2)
+        #expect(refused.values.allSatisfy { $0.0 == .unavailable })
+        try holder.execute("COMMIT")
+        let accepted = try serveGroup(server, group, dealer, ids: ["c"])
+        #expect(accepted["c"].map { $0.0 == nil } == true)
+        _ = database
+    }
 }

@@ -41,6 +41,18 @@ struct HubServerTests {
         #expect(server.errorCounts[expected] == 1)
     }
 
+    @Test("a request over the size limit is refused at once with its own correlation id and the limit")
+    func tooLargeKeepsID() throws {
+        let server = try makeServer()
+        defer { server.close() }
+        let big = String(repeating: "x", count: 10_000)
+        let reply = server.handle([Data(#"{"v":1,"type":"installation.get","id":"big-1","payload":{"installationId":"\#(big)"}}"#.utf8)])
+        let error = try HubCodec.decode(ErrorReply.self, from: reply[0])
+        #expect(error.id == "big-1")
+        #expect(error.payload.code == .payloadTooLarge)
+        #expect(error.payload.message.contains("4096"))
+    }
+
     @Test("a good request gets its typed reply with the same correlation id")
     func goodRequest() throws {
         let server = try makeServer()
