@@ -57,8 +57,10 @@ public struct CurveKeyPair: Sendable, Equatable, Codable {
 }
 
 extension ZMQSocket {
-    /// Makes this socket a CURVE server: peers must know `keys.publicKey` to connect.
-    public func makeCurveServer(_ keys: CurveKeyPair) throws(ZMQError) {
+    /// Makes this socket a CURVE server: peers must know `keys.publicKey` to connect. With a ZAP
+    /// handler in the context, each peer's key is then checked by the handler's policy for `domain`.
+    public func makeCurveServer(_ keys: CurveKeyPair, domain: String = ZAPHandler.busDomain) throws(ZMQError) {
+        try setOption(ZMQ_ZAP_DOMAIN, name: "ZMQ_ZAP_DOMAIN", Array(domain.utf8))
         try setOption(ZMQ_CURVE_SERVER, name: "ZMQ_CURVE_SERVER", Int32(1))
         try setOption(ZMQ_CURVE_SECRETKEY, name: "ZMQ_CURVE_SECRETKEY", Array(keys.secretKey.utf8) + [0])
     }

@@ -9,9 +9,13 @@ import Synchronization
 /// `User-Id` property (`ZMQSocket.receiveFromPeer`), so no message needs a credential of its own.
 public final class ZAPHandler: @unchecked Sendable {
     public static let endpoint = "inproc://zeromq.zap.01"
+    /// The ZAP domain of the sockets between services and their clients.
+    public static let busDomain = "bus"
+    /// The ZAP domain of the dispatcher's agent socket.
+    public static let agentDomain = "agents"
 
-    /// Decides whether a peer with this public key (Z85) may connect.
-    public typealias Policy = @Sendable (_ publicKey: String) -> Bool
+    /// Decides whether a peer with this public key (Z85) may connect to a socket of this ZAP domain.
+    public typealias Policy = @Sendable (_ domain: String, _ publicKey: String) -> Bool
 
     private let socket: ZMQSocket
     private let stopping = Atomic<Bool>(false)
@@ -19,7 +23,7 @@ public final class ZAPHandler: @unchecked Sendable {
     private let counters = Mutex((accepted: 0, refused: 0))
 
     /// Binds the handler in `context`. It must exist before the CURVE sockets it serves take connections.
-    public init(context: ZMQContext = .shared, policy: @escaping Policy = { _ in true }) throws(ZMQError) {
+    public init(context: ZMQContext = .shared, policy: @escaping Policy = { _, _ in true }) throws(ZMQError) {
         socket = try context.socket(.rep)
         try socket.setLinger(0)
         try socket.setReceiveTimeout(200)
@@ -60,7 +64,7 @@ public final class ZAPHandler: @unchecked Sendable {
             let mechanism = String(decoding: request[5], as: UTF8.self)
             var status = "400", text = "refused", userId = ""
             if mechanism == "CURVE", request.count >= 7, request[6].count == 32, let key = Self.z85(request[6]) {
-                if policy(key) {
+                if policy(String(decoding: request[2], as: UTF8.self), key) {
                     status = "200"
                     text = "OK"
                     userId = key

@@ -13,9 +13,10 @@ public final class HubClient {
 
     public init(
         context: ZMQContext = .shared, connect endpoint: String, policy: RetryPolicy = RetryPolicy(),
+        curve: (keys: CurveKeyPair, serverPublicKey: String)? = BusSecurity.current?.client,
         auth: @escaping () -> String? = { nil }
     ) throws(ZMQError) {
-        client = try RequestClient(context: context, connect: endpoint, policy: policy)
+        client = try RequestClient(context: context, connect: endpoint, policy: policy, curve: curve)
         self.auth = auth
     }
 

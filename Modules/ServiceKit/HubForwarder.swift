@@ -18,9 +18,13 @@ public final class HubForwarder {
         let complete: (Data?, HubCodec.Parsed?) -> Void
     }
 
-    public init(context: ZMQContext = .shared, connect endpoint: String, timeoutMs: Int, auth: @escaping () -> String?) throws {
+    public init(
+        context: ZMQContext = .shared, connect endpoint: String, timeoutMs: Int,
+        curve: (keys: CurveKeyPair, serverPublicKey: String)? = BusSecurity.current?.client, auth: @escaping () -> String?
+    ) throws {
         socket = try context.socket(.dealer)
         try socket.setLinger(0)
+        if let curve { try socket.makeCurveClient(curve.keys, serverPublicKey: curve.serverPublicKey) }
         try socket.setReconnectInterval(100, max: 2_000)
         try socket.setSendHighWaterMark(100_000)
         try socket.connect(endpoint)

@@ -25,7 +25,7 @@ public final class HubServer {
     public init(context: ZMQContext = .shared, bind endpoint: String, logger: Logger, maxMessageBytes: Int) throws(ZMQError) {
         // The socket limit is a backstop well above the checked limit, so that an oversized request
         // still gets a readable error reply instead of a dropped connection.
-        var options = RequestServer.Options(maxMessageSize: maxMessageBytes * 4 + 4096)
+        var options = RequestServer.Options(maxMessageSize: maxMessageBytes * 4 + 4096, curve: BusSecurity.current?.serverKeys)
         options.sendHighWaterMark = 100_000
         options.receiveHighWaterMark = 100_000
         server = try RequestServer(context: context, bind: [endpoint], options: options)

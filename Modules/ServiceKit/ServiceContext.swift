@@ -66,7 +66,7 @@ public final class ServiceContext {
 
     /// Binds a change-stream publisher that sends a heartbeat every `heartbeatMs`.
     public func bindEvents(_ endpoint: String, startingAfter sequence: UInt64) throws -> SequencedPublisher {
-        let publisher = try SequencedPublisher(bind: [endpoint], startingAfter: sequence)
+        let publisher = try SequencedPublisher(bind: [endpoint], startingAfter: sequence, curve: BusSecurity.current?.serverKeys)
         loop.every(milliseconds: config.heartbeatMs) { try publisher.heartbeat() }
         onShutdown { publisher.close() }
         logger.info("publishing", ("role", "events"), ("endpoint", publisher.endpoints.first ?? endpoint))
@@ -128,12 +128,40 @@ public final class ServiceContext {
         }
     }
 
-    /// Loads the keys and the user-token secret now, making them on first run, so that the files
-    /// exist as soon as the service is up, and a file that cannot be read stops it at start.
+    /// Loads the keys, the user-token secret and the bus key now, making them on first run, so
+    /// that the files exist as soon as the service is up and a file that cannot be read stops it at
+    /// start; then secures the bus (see `BusSecurity`): every socket this service binds from here
+    /// on is a CURVE server that admits only holders of the hub's access keys.
     public func prepareKeys() {
         _ = keys
         _ = userTokens
+        let directory = URL(fileURLWithPath: config.dataDir, isDirectory: true)
+        do {
+            let server = try BusKeys.loadOrCreate(directory: directory)
+            guard let own = keys.key(named: AccessKey.defaultFullName) ?? keys.keys.first(where: { $0.rights.contains(.manage) }) else {
+                stop("\(KeyStore.fileName) has no key with Manage rights, which the services use between themselves")
+            }
+            try secureBus(BusSecurity(
+                serverKeys: server, clientKeys: try BusSecurity.clientKeys(keyName: own.name, key: own.key),
+                serverPublicKey: server.publicKey, admitted: try BusSecurity.admitted(by: keys)))
+        } catch {
+            stop("cannot load the hub's bus key: \(error)")
+        }
     }
+
+    /// Makes `security` this process's and starts the ZAP handler that enforces it. Call before
+    /// binding any socket.
+    public func secureBus(_ security: BusSecurity) throws {
+        BusSecurity.current = security
+        guard zap == nil else { return }
+        let handler = try ZAPHandler { domain, key in BusSecurity.current?.admits(domain: domain, key: key) ?? false }
+        zap = handler
+        onShutdown { handler.close() }
+    }
+
+    /// Counts of handshakes the ZAP handler accepted and refused.
+    public var handshakes: (accepted: Int, refused: Int) { zap?.counts ?? (0, 0) }
+    private var zap: ZAPHandler?
 
     /// Checks a request's credential for a right, as a `HubError` the caller gets back.
     @discardableResult

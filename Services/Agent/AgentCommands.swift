@@ -44,7 +44,7 @@ enum AgentCommands {
                 }
                 let list = categories.isEmpty ? "(none)" : categories.joined(separator: " ")
                 // A running agent registers first and keeps the list only if the registry took it.
-                switch notifyRunningAgent(config, categories) {
+                switch notifyRunningAgent(config, categories, curve: localCurve(identity, store)) {
                 case .registered:
                     print("categories: \(list) — the running agent registered again")
                 case .refused(let error) where error.code == .unavailable:
@@ -73,7 +73,7 @@ enum AgentCommands {
                 for notification in try cache.all() { print(describe(notification)) }
                 return 0
             case "history":
-                guard let sync = try userSync(store, config, environment) else { return fail("not signed in as a user; run nh-agent login CREDENTIAL") }
+                guard let sync = try userSync(store, config, environment, identity) else { return fail("not signed in as a user; run nh-agent login CREDENTIAL") }
                 for notification in try sync.history().notifications { print(describe(notification)) }
                 return 0
             case let name where AgentUserAction.Action(rawValue: name) != nil:
@@ -81,7 +81,10 @@ enum AgentCommands {
                 let action = AgentUserAction.Action(rawValue: name)!
                 let id = parsed.positionals[0]
                 // A running agent does it, so its own output shows the change at once.
-                if let client = try? HubClient(connect: config.agent.requests, policy: RetryPolicy(timeout: 3_000, attempts: 1)) {
+                if let client = try? HubClient(
+                    connect: config.agent.requests, policy: RetryPolicy(timeout: 3_000, attempts: 1),
+                    curve: localCurve(identity, store))
+                {
                     defer { client.close() }
                     do {
                         _ = try client.call(AgentUserAction(id: id, action: action))
@@ -91,7 +94,7 @@ enum AgentCommands {
                         return fail("\(error.code.rawValue): \(error.message)")
                     } catch {}
                 }
-                guard let sync = try userSync(store, config, environment) else { return fail("not signed in as a user; run nh-agent login CREDENTIAL") }
+                guard let sync = try userSync(store, config, environment, identity) else { return fail("not signed in as a user; run nh-agent login CREDENTIAL") }
                 try sync.act(id, action)
                 print("\(name): \(id)")
                 return 0
@@ -104,10 +107,24 @@ enum AgentCommands {
         }
     }
 
-    static func userSync(_ store: AgentStore, _ config: HubConfig, _ environment: [String: String]) throws -> AgentUserSync? {
+    /// The curve settings for the running agent's control socket on this host: the listen key's
+    /// bus keys, and the agent's device key as the server's; nil when either is missing.
+    static func localCurve(_ identity: AgentIdentity, _ store: AgentStore) -> (keys: CurveKeyPair, serverPublicKey: String)? {
+        guard let listen = identity.credential, let keys = try? BusSecurity.clientKeys(for: listen),
+            let device = try? store.channelKeys()
+        else { return nil }
+        return (keys, device.publicKey)
+    }
+
+    static func userSync(_ store: AgentStore, _ config: HubConfig, _ environment: [String: String], _ identity: AgentIdentity) throws
+        -> AgentUserSync?
+    {
         guard let credential = try environment["NH_AGENT_USER_CREDENTIAL"] ?? store.setting("userCredential") else { return nil }
         let logger = Logger(service: "nh-agent", level: .warning)
-        let client = try HubClient(connect: config.sync.requests, policy: RetryPolicy(timeout: 3_000, attempts: 1))
+        let listen = try identity.waitForCredential(seconds: 0)
+        let client = try HubClient(
+            connect: config.sync.requests, policy: RetryPolicy(timeout: 3_000, attempts: 1),
+            curve: (try BusSecurity.clientKeys(for: listen), try BusKeys.serverPublicKey(config: config, environment: environment)))
         let output = AgentOutput(hook: nil, logger: logger, environment: [:])
         output.lines = false
         return AgentUserSync(
@@ -128,8 +145,10 @@ enum AgentCommands {
         case notRunning
     }
 
-    static func notifyRunningAgent(_ config: HubConfig, _ categories: [String]) -> Notified {
-        guard let client = try? HubClient(connect: config.agent.requests, policy: RetryPolicy(timeout: 3_000, attempts: 1)) else {
+    static func notifyRunningAgent(
+        _ config: HubConfig, _ categories: [String], curve: (keys: CurveKeyPair, serverPublicKey: String)?
+    ) -> Notified {
+        guard let client = try? HubClient(connect: config.agent.requests, policy: RetryPolicy(timeout: 3_000, attempts: 1), curve: curve) else {
             return .notRunning
         }
         defer { client.close() }

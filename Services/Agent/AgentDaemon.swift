@@ -1,3 +1,4 @@
+import Auth
 import Bus
 import Foundation
 import HubProtocol
@@ -30,6 +31,13 @@ final class AgentDaemon {
         installationId = try environment["NH_AGENT_INSTALLATION_ID"] ?? store.installationId()
         template = environment["NH_AGENT_TEMPLATE"] ?? #"{"title":"$(title)","message":"$(messageParam)"}"#
         output = AgentOutput(hook: environment["NH_AGENT_HOOK"], logger: context.logger, environment: environment)
+        // Every socket of the agent is CURVE: to the services with a key derived from its listen
+        // key, and its own control socket with its device key, admitting the same listen key.
+        keys = try store.channelKeys()
+        let serverKey = try BusKeys.serverPublicKey(config: context.config, environment: environment, wait: 30)
+        let listen = try identity.waitForCredential(seconds: 30)
+        try context.secureBus(try AgentDaemon.security(listen: listen, device: keys, serverKey: serverKey, config: context.config))
+        try Data((keys.publicKey + "\n").utf8).write(to: context.dataDirectory.appendingPathComponent(AgentDaemon.devicePublicKeyFile))
         if let credential = try environment["NH_AGENT_USER_CREDENTIAL"] ?? store.setting("userCredential") {
             let cache = UserCache(database: store.database)
             let sync = try context.client(context.config.sync.requests, policy: RetryPolicy(timeout: 2_000, attempts: 1))
@@ -46,13 +54,12 @@ final class AgentDaemon {
         rich = try RichFetcher(
             store: store, home: context.dataDirectory, client: publish, output: output, logger: context.logger,
             maxAttempts: Int(environment["NH_AGENT_RICH_ATTEMPTS"] ?? "") ?? 8)
-        keys = try store.channelKeys()
         let heartbeatMs = context.config.agentHeartbeatMs
         core = AgentCore(settings: AgentCore.Settings(
             heartbeat: Double(heartbeatMs) / 1000, helloRetry: min(0.5, Double(heartbeatMs) / 1000)))
         channel = try ZMQSocket.agentChannel(
             connect: context.config.dispatch.agents ?? "tcp://127.0.0.1:7722",
-            keys: keys, serverKey: try AgentDaemon.serverKey(context, environment), heartbeatMs: heartbeatMs)
+            keys: keys, serverKey: serverKey, heartbeatMs: heartbeatMs)
         monitor = try SocketMonitor(watching: channel, events: .handshakeSucceeded)
         context.onShutdown { [channel, monitor] in
             monitor.close()
@@ -63,18 +70,19 @@ final class AgentDaemon {
         }
     }
 
-    /// The public key of the dispatcher's agent socket: `NH_AGENT_SERVER_KEY`, or the key file in
-    /// the data folder on a host that runs the services, waited for a while since they may be starting.
-    static func serverKey(_ context: ServiceContext, _ environment: [String: String]) throws -> String {
-        if let key = environment["NH_AGENT_SERVER_KEY"] { return key }
-        let directory = URL(fileURLWithPath: context.config.dataDir, isDirectory: true)
-        let deadline = Date().addingTimeInterval(30)
-        while Date() < deadline {
-            if let key = AgentChannelKeys.publicKey(directory: directory) { return key }
-            Thread.sleep(forTimeInterval: 0.1)
+    /// The file in the agent's home that holds its device public key, for local tools that
+    /// connect to its control socket.
+    static let devicePublicKeyFile = "device.pub"
+
+    /// The agent's bus security: client keys from its listen key; its control socket served with
+    /// its device key, admitting that listen key and, on a host of the services, the hub's keys.
+    static func security(listen: ConnectionString, device: CurveKeyPair, serverKey: String, config: HubConfig) throws -> BusSecurity {
+        let clientKeys = try BusSecurity.clientKeys(for: listen)
+        var admitted: Set<String> = [clientKeys.publicKey]
+        if let keys = try? KeyStore.load(directory: URL(fileURLWithPath: config.dataDir, isDirectory: true)) {
+            admitted.formUnion(try BusSecurity.admitted(by: keys))
         }
-        throw ConfigError(
-            "no dispatcher key: set NH_AGENT_SERVER_KEY to the public key in the hub's \(AgentChannelKeys.fileName) (nhctl keys prints it)")
+        return BusSecurity(serverKeys: device, clientKeys: clientKeys, serverPublicKey: serverKey, admitted: admitted)
     }
 
     /// The user this agent signs in as: the one its credential names, once a token confirmed it.

@@ -37,6 +37,21 @@ final class AgentIdentity {
         return ConnectionString(endpoint: namespace, keyName: listen.name, key: listen.key)
     }
 
+    /// The credential, waited for up to `seconds`: on a host that runs the services too, the key
+    /// file may appear only after the agent starts.
+    func waitForCredential(seconds: TimeInterval) throws -> ConnectionString {
+        let deadline = Date().addingTimeInterval(seconds)
+        while true {
+            if credential == nil { credential = localListenKey() }
+            if let credential { return credential }
+            guard Date() < deadline else {
+                throw ConfigError(
+                    "no listen key: set NH_AGENT_CONNECTION_STRING to the hub's listen connection string (nhctl keys prints it), or run on a host with the hub's data folder")
+            }
+            Thread.sleep(forTimeInterval: 0.1)
+        }
+    }
+
     func token() -> String? {
         if credential == nil { credential = localListenKey() }
         return credential?.token(for: resource)

@@ -26,7 +26,7 @@ let usage = """
     notify-send when a desktop session is there.
 
     Environment: NH_AGENT_HOME (default: DATA_DIR/agent), NH_AGENT_CONNECTION_STRING (the listen
-    key), NH_AGENT_SERVER_KEY (the dispatcher's CURVE public key, from nhctl keys; read from the
+    key), NH_BUS_SERVER_KEY (the hub's CURVE public key, from nhctl keys; read from the
     data folder when unset), NH_AGENT_USER_CREDENTIAL (instead of login), NH_AGENT_TEMPLATE, NH_AGENT_HOOK,
     NH_AGENT_INSTALLATION_ID, and the NH_* settings every service reads.
     """

@@ -25,9 +25,11 @@ enum AgentFleet {
         let config = try ConfigLoader.load(file: nil, environment: environment)
         let dataDirectory = URL(fileURLWithPath: config.dataDir, isDirectory: true)
         let keys = try KeyStore.loadOrCreate(directory: dataDirectory)
-        guard let listen = keys.key(named: AccessKey.defaultListenName), let serverKey = AgentChannelKeys.publicKey(directory: dataDirectory)
+        guard let listen = keys.key(named: AccessKey.defaultListenName), let serverKey = BusKeys.publicKey(directory: dataDirectory)
         else { throw ConfigError("no hub keys in \(config.dataDir): start the services first") }
         let credential = ConnectionString(endpoint: config.namespace, keyName: listen.name, key: listen.key)
+        BusSecurity.current = BusSecurity(
+            serverKeys: nil, clientKeys: try BusSecurity.clientKeys(for: credential), serverPublicKey: serverKey, admitted: [])
         let ids = (0..<options.count).map { "\(options.prefix)-\($0)" }
         let pairs = try ids.map { _ in try CurveKeyPair.generate() }
 

@@ -48,8 +48,22 @@ final class HubCluster {
         }
     }
 
+    /// Connects this process to the cluster's CURVE bus with the full key, once the services have
+    /// made their key files.
+    func secureBus() throws {
+        let deadline = Date().addingTimeInterval(30)
+        while BusKeys.publicKey(directory: dataDirectory) == nil || (try? KeyStore.load(directory: dataDirectory)) == nil {
+            guard Date() < deadline else { throw ConfigError("the services made no key files in \(dataDirectory.path)") }
+            Thread.sleep(forTimeInterval: 0.05)
+        }
+        BusSecurity.current = BusSecurity(
+            serverKeys: nil, clientKeys: try BusSecurity.clientKeys(for: try credential()),
+            serverPublicKey: BusKeys.publicKey(directory: dataDirectory)!, admitted: [])
+    }
+
     @discardableResult
     func waitHealthy(_ endpoint: String) throws -> HealthReply {
+        try secureBus()
         let deadline = Date().addingTimeInterval(30)
         while true {
             do {

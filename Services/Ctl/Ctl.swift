@@ -60,9 +60,20 @@ enum Ctl {
             return fail("config error: \(error)")
         }
         let timeout = parsed[option: "timeout"].flatMap(Int.init) ?? 1_000
+        if parsed.positionals[0] != "keys" {
+            // Every bus socket is CURVE: nhctl connects with the keys of the credential it holds.
+            do {
+                let credential = try CtlSend.credential(parsed, config: config, environment: environment)
+                BusSecurity.current = BusSecurity(
+                    serverKeys: nil, clientKeys: try BusSecurity.clientKeys(for: credential),
+                    serverPublicKey: try BusKeys.serverPublicKey(config: config, environment: environment), admitted: [])
+            } catch {
+                return fail("\((error as? HubError)?.message ?? "\(error)")")
+            }
+        }
         switch parsed.positionals[0] {
         case "health":
-            return health(config, timeout: timeout, json: parsed.has("json"))
+            return health(config, timeout: timeout, json: parsed.has("json"), environment: environment)
         case "send":
             return CtlSend.send(parsed, config: config, environment: environment)
         case "outcome":
@@ -89,12 +100,22 @@ enum Ctl {
         var error: String?
     }
 
-    static func health(_ config: HubConfig, timeout: Int, json: Bool) -> Int32 {
+    static func health(_ config: HubConfig, timeout: Int, json: Bool, environment: [String: String]) -> Int32 {
         var lines: [HealthLine] = []
         for (service, endpoints) in config.serviceEndpoints {
             var line = HealthLine(service: service, endpoint: endpoints.requests, status: "down")
             do {
-                let client = try HubClient(connect: endpoints.requests, policy: RetryPolicy(timeout: timeout, attempts: 1))
+                var curve = BusSecurity.current?.client
+                if service == "nh-agent" {
+                    // The agent's control socket is served with its device key, kept in its home.
+                    let home = environment["NH_AGENT_HOME"].map { URL(fileURLWithPath: $0, isDirectory: true) }
+                        ?? URL(fileURLWithPath: config.dataDir, isDirectory: true).appendingPathComponent("agent", isDirectory: true)
+                    guard let text = try? String(contentsOf: home.appendingPathComponent("device.pub"), encoding: .utf8),
+                        let keys = curve?.keys
+                    else { throw HubError(.unavailable, "no agent has run with home \(home.path)") }
+                    curve = (keys, text.trimmingCharacters(in: .whitespacesAndNewlines))
+                }
+                let client = try HubClient(connect: endpoints.requests, policy: RetryPolicy(timeout: timeout, attempts: 1), curve: curve)
                 defer { client.close() }
                 let reply = try client.call(HealthRequest())
                 line.status = reply.service == service ? reply.status : "wrong service: \(reply.service)"

@@ -136,8 +136,8 @@ enum CtlSend {
                 let text = key.connectionString(endpoint: config.namespace)
                 print(json ? #"{"name":"\#(key.name)","rights":"\#(key.rights)","connectionString":"\#(text)"}"# : "\(key.name) (\(key.rights)):\n  \(text)")
             }
-            if let serverKey = AgentChannelKeys.publicKey(directory: URL(fileURLWithPath: config.dataDir, isDirectory: true)) {
-                print(json ? #"{"name":"agentChannel","serverKey":"\#(serverKey)"}"# : "Agent channel (NH_AGENT_SERVER_KEY for agents on other hosts):\n  \(serverKey)")
+            if let serverKey = BusKeys.publicKey(directory: URL(fileURLWithPath: config.dataDir, isDirectory: true)) {
+                print(json ? #"{"name":"bus","serverKey":"\#(serverKey)"}"# : "Bus key (\(BusKeys.environmentVariable) for agents and nhctl on other hosts):\n  \(serverKey)")
             }
             return 0
         } catch {

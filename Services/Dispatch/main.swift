@@ -40,10 +40,10 @@ ServiceMain.run(name: "nh-dispatch", summary: "the dispatcher: resolves targets 
 
     // Agents connect from other hosts. Their channel is CURVE-encrypted; each connection is
     // authenticated once, at its handshake, and every message on it carries the agent's key.
-    let channelKeys = try AgentChannelKeys.loadOrCreate(directory: URL(fileURLWithPath: config.dataDir, isDirectory: true))
-    let zap = try ZAPHandler()
-    context.onShutdown { zap.close() }
-    let agents = try ZMQSocket.agentServer(bind: config.dispatch.agents ?? "tcp://127.0.0.1:7722", keys: channelKeys, config: config)
+    // The hub's bus key serves this socket too; its ZAP domain lets any agent key through the
+    // handshake, and a hello is then accepted only for an installation bound to that key.
+    guard let security = BusSecurity.current, let busKeys = security.serverKeys else { throw ConfigError("the bus is not secured") }
+    let agents = try ZMQSocket.agentServer(bind: config.dispatch.agents ?? "tcp://127.0.0.1:7722", keys: busKeys, config: config)
     context.onShutdown { agents.close() }
     logger.info("listening", ("role", "agents"), ("endpoint", agents.lastEndpoint))
 
@@ -141,7 +141,7 @@ ServiceMain.run(name: "nh-dispatch", summary: "the dispatcher: resolves targets 
     // The registry's change stream keeps the index current; a gap or a late start takes a snapshot.
     let registry = try context.client(config.registry.requests, policy: RetryPolicy(timeout: 2_000, attempts: 1))
     let replica = try CloneReplica(
-        connect: config.registry.events ?? "tcp://127.0.0.1:7702",
+        connect: config.registry.events ?? "tcp://127.0.0.1:7702", curve: security.client,
         snapshot: {
             let snapshot = try registry.call(RegistrySnapshotRequest())
             perform(core.on(.snapshot(snapshot), now: Date()))
@@ -178,7 +178,8 @@ ServiceMain.run(name: "nh-dispatch", summary: "the dispatcher: resolves targets 
         details["signalsTotal"] = String(counters.signals)
         details["sessionsStartedTotal"] = String(counters.connected)
         details["sendsBlockedTotal"] = String(sendsBlocked)
-        details["zapAcceptedTotal"] = String(zap.counts.accepted)
+        details["zapAcceptedTotal"] = String(context.handshakes.accepted)
+        details["zapRefusedTotal"] = String(context.handshakes.refused)
         for reason in DispatchNote.DropReason.allCases {
             details["sessionsEnded\(reason.rawValue.capitalized)Total"] = String(counters.dropped[reason] ?? 0)
         }
@@ -225,6 +226,7 @@ ServiceMain.run(name: "nh-dispatch", summary: "the dispatcher: resolves targets 
     }
     let hints = try ZMQContext.shared.socket(.sub)
     try hints.setLinger(0)
+    try hints.makeCurveClient(security.clientKeys, serverPublicKey: security.serverPublicKey)
     try hints.subscribe()
     try hints.connect(config.publish.events ?? "tcp://127.0.0.1:7712")
     context.onShutdown { hints.close() }
@@ -239,6 +241,7 @@ ServiceMain.run(name: "nh-dispatch", summary: "the dispatcher: resolves targets 
     // The sync store's stream: a user's notifications changed, so signal that user's other devices.
     let userChanges = try ZMQContext.shared.socket(.sub)
     try userChanges.setLinger(0)
+    try userChanges.makeCurveClient(security.clientKeys, serverPublicKey: security.serverPublicKey)
     try userChanges.subscribe()
     try userChanges.connect(config.sync.events ?? "tcp://127.0.0.1:7732")
     context.onShutdown { userChanges.close() }
@@ -344,7 +347,7 @@ extension ZMQSocket {
         try socket.setHandshakeInterval(0)
         try socket.setTCPKeepalive(idle: 60, interval: 10, count: 3)
         try socket.setBacklog(4_096)
-        try socket.makeCurveServer(keys)
+        try socket.makeCurveServer(keys, domain: ZAPHandler.agentDomain)
         try socket.bind(endpoint)
         return socket
     }

@@ -65,7 +65,7 @@ struct AgentChannelTests {
     func impostorRefused() throws {
         let cluster = try Self.cluster()
         defer { cluster.stopAll() }
-        let serverKey = try #require(AgentChannelKeys.publicKey(directory: cluster.dataDirectory))
+        let serverKey = try #require(BusKeys.publicKey(directory: cluster.dataDirectory))
         let registry = try cluster.client(cluster.endpoint("nh-registry"), keyName: AccessKey.defaultListenName)
         let manage = try cluster.client(cluster.endpoint("nh-registry"))
         let publish = try cluster.client(cluster.endpoint("nh-publish"))

@@ -66,8 +66,11 @@ struct FoundationEndToEndTests {
             ([Data(#"{"v":99,"type":"health","id":"u-2","payload":{}}"#.utf8)], .unsupportedVersion),
         ]
         // The agent socket speaks CURVE and compact frames; its bad input is tested apart.
-        let serverKey = try #require(AgentChannelKeys.publicKey(directory: cluster.dataDirectory))
-        func curve(_ variable: String) -> (keys: CurveKeyPair, serverPublicKey: String)? { nil }
+        let serverKey = try #require(BusKeys.publicKey(directory: cluster.dataDirectory))
+        let busCurve = try cluster.curve()
+        func curve(_ variable: String) -> (keys: CurveKeyPair, serverPublicKey: String)? {
+            variable == "NH_AGENT_REQUESTS" ? try? cluster.agentCurve(cluster.environment[variable]!) : busCurve
+        }
         let agentCases: [(frames: [Data], code: ErrorCode)] = [
             ([Data("garbage".utf8)], .malformedFrames),
             ([Data("hello\n2\nx".utf8)], .unsupportedVersion),

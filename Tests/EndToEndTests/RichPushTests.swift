@@ -121,7 +121,7 @@ struct RichPushTests {
         let unknown = secret.issue(user: "x", kind: .ticket, lifetime: 60, resource: "ffff")
         #expect(errorCode { try listen.call(RichFetchRequest(richId: "ffff", ticket: unknown.token)) } == .notFound)
         let valid = secret.issue(user: "x", kind: .ticket, lifetime: 60, resource: accepted.richId)
-        let anonymous = try HubClient(connect: hub.cluster.endpoint("nh-publish"), policy: RetryPolicy(timeout: 3_000, attempts: 1))
+        let anonymous = try HubClient(connect: hub.cluster.endpoint("nh-publish"), policy: RetryPolicy(timeout: 3_000, attempts: 1), curve: try hub.cluster.curve())
         defer { anonymous.close() }
         #expect(errorCode { try anonymous.call(RichFetchRequest(richId: accepted.richId, ticket: valid.token)) } == .unauthorized)
     }
@@ -195,7 +195,7 @@ struct RichPushTests {
         // A missing content type, on the raw wire.
         let key = try hub.cluster.keys().key(named: AccessKey.defaultFullName)!
         let token = ConnectionString(endpoint: "http://127.0.0.1:7780/", keyName: key.name, key: key.key).token(for: "http://127.0.0.1:7780/hub")
-        let raw = try RequestClient(connect: hub.cluster.endpoint("nh-publish"), policy: RetryPolicy(timeout: 3_000, attempts: 1))
+        let raw = try RequestClient(connect: hub.cluster.endpoint("nh-publish"), policy: RetryPolicy(timeout: 3_000, attempts: 1), curve: try hub.cluster.curve())
         defer { raw.close() }
         let envelope = #"{"v":1,"type":"rich.send","id":"r","auth":"\#(token)","payload":{"message":"m","richType":"image","payload":"AAEC"}}"#
         let reply = try raw.request([Data(envelope.utf8)])

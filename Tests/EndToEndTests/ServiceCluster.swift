@@ -111,7 +111,37 @@ final class ServiceCluster {
         }
         try process.run()
         processes[name] = process
+        if service == "nh-agent" {
+            let merged = environment.merging(extra) { $1 }
+            let home = merged["NH_AGENT_HOME"] ?? dataDirectory.appendingPathComponent("agent").path
+            agentHomes[merged["NH_AGENT_REQUESTS"] ?? ""] = URL(fileURLWithPath: home, isDirectory: true)
+        }
         return process
+    }
+
+    /// Each agent's home, by its control endpoint: its device key there serves that socket.
+    private var agentHomes: [String: URL] = [:]
+
+    /// The CURVE settings of a client holding the named key: every bus socket is CURVE, and a
+    /// client's keys are derived from its access key. Waits for the services to make the key files.
+    func curve(keyName: String = AccessKey.defaultFullName) throws -> (keys: CurveKeyPair, serverPublicKey: String) {
+        let deadline = Date().addingTimeInterval(20)
+        while BusKeys.publicKey(directory: dataDirectory) == nil || (try? KeyStore.load(directory: dataDirectory)) == nil {
+            guard Date() < deadline else { throw HubError(.unavailable, "the services made no key files in \(dataDirectory.path)") }
+            Thread.sleep(forTimeInterval: 0.05)
+        }
+        let key = try #require(try keys().key(named: keyName))
+        return (try BusSecurity.clientKeys(keyName: key.name, key: key.key), BusKeys.publicKey(directory: dataDirectory)!)
+    }
+
+    /// The CURVE settings for an agent's control socket: the full key's client keys, the agent's device key.
+    func agentCurve(_ endpoint: String) throws -> (keys: CurveKeyPair, serverPublicKey: String) {
+        let home = agentHomes[endpoint] ?? dataDirectory.appendingPathComponent("agent")
+        let file = home.appendingPathComponent("device.pub")
+        let deadline = Date().addingTimeInterval(20)
+        while !FileManager.default.fileExists(atPath: file.path) && Date() < deadline { Thread.sleep(forTimeInterval: 0.05) }
+        let text = try String(contentsOf: file, encoding: .utf8)
+        return (try curve().keys, text.trimmingCharacters(in: .whitespacesAndNewlines))
     }
 
     func startAll() throws {
@@ -138,7 +168,10 @@ final class ServiceCluster {
     }
 
     func health(_ service: String, timeout: Int = 2_000, endpoint explicit: String? = nil) throws -> HealthReply {
-        let client = try HubClient(connect: explicit ?? endpoint(service), policy: RetryPolicy(timeout: timeout, attempts: 1))
+        let endpoint = explicit ?? endpoint(service)
+        let client = try HubClient(
+            connect: endpoint, policy: RetryPolicy(timeout: timeout, attempts: 1),
+            curve: service == "nh-agent" ? try agentCurve(endpoint) : try curve())
         defer { client.close() }
         return try client.call(HealthRequest())
     }
@@ -162,7 +195,7 @@ final class ServiceCluster {
         let key = try keys().key(named: keyName)!
         let credential = ConnectionString(endpoint: "http://127.0.0.1:7780/", keyName: key.name, key: key.key)
         return try HubClient(
-            connect: endpoint, policy: RetryPolicy(timeout: timeout, attempts: 1),
+            connect: endpoint, policy: RetryPolicy(timeout: timeout, attempts: 1), curve: try curve(keyName: keyName),
             auth: { credential.token(for: "http://127.0.0.1:7780/hub") })
     }
 

@@ -232,7 +232,7 @@ struct UserSyncTests {
         #expect(errorCode { try listen.call(PostUserNotification(userId: "U1", appNotificationId: "y", raw: "r")) } == .forbidden)
 
         // Missing, expired and forged user tokens.
-        let sync = try HubClient(connect: hub.cluster.endpoint("nh-sync"), policy: RetryPolicy(timeout: 3_000, attempts: 1))
+        let sync = try HubClient(connect: hub.cluster.endpoint("nh-sync"), policy: RetryPolicy(timeout: 3_000, attempts: 1), curve: try hub.cluster.curve())
         defer { sync.close() }
         #expect(errorCode { try sync.call(UserHistoryRequest()) } == .unauthorized)
         let secret = try UserTokens.loadOrCreate(directory: hub.cluster.dataDirectory)
@@ -245,7 +245,7 @@ struct UserSyncTests {
 
         // An unknown state value, on the raw wire.
         let token = try u1.call(UserTokenRequest(credential: try hub.credential("U1"))).token
-        let raw = try RequestClient(connect: hub.cluster.endpoint("nh-sync"), policy: RetryPolicy(timeout: 3_000, attempts: 1))
+        let raw = try RequestClient(connect: hub.cluster.endpoint("nh-sync"), policy: RetryPolicy(timeout: 3_000, attempts: 1), curve: try hub.cluster.curve())
         defer { raw.close() }
         let envelope = #"{"v":1,"type":"user.state","id":"r","auth":"\#(token)","payload":{"id":"\#(n.id)","userActionState":"archived"}}"#
         let reply = try raw.request([Data(envelope.utf8)])
