@@ -108,6 +108,10 @@ public struct Dispatcher {
         if let previous = routes[installationId] {
             // The same device on a new connection, as after a reconnect: the new one wins.
             drop(previous, reason: .replaced, &actions)
+        } else if sessions.count >= settings.maxAgents {
+            refuse(route, .unavailable,
+                   "this dispatcher serves at most \(settings.maxAgents) agents (limits.agents); say hello again later", &actions)
+            return
         }
         let session = Session(installationId: installationId, lastSeen: now)
         session.key = peerKey
@@ -316,6 +320,8 @@ public struct DispatcherSettings: Sendable, Equatable {
     /// they acknowledge, so that the queues in front of them stay short and a delivery waits in
     /// memory rather than in a socket buffer, where it would outlive its resend time.
     public var maxInFlight = 20_000
+    /// Sessions at once; a hello beyond it is refused with `unavailable`, and the agent tries again.
+    public var maxAgents = 100_000
 
     public init() {}
 

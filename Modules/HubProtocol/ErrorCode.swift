@@ -29,6 +29,8 @@ public enum ErrorCode: String, Codable, Sendable, CaseIterable {
     /// A field had a value outside what it allows.
     case invalidArgument = "invalid_argument"
     case expired = "expired"
+    /// The credential or agent sent more than its configured rate; retry after a second.
+    case rateLimited = "rate_limited"
     /// The service, or one it depends on, cannot answer now; retrying later may work.
     case unavailable = "unavailable"
     case timeout = "timeout"

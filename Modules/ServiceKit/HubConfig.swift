@@ -53,7 +53,7 @@ public struct HubConfig: Codable, Sendable, Equatable {
         /// as many; 0 for no limit. Calls between services are not counted.
         public var requestsPerSecondPerKey: Int = 0
         /// Messages per second that one agent may send on its channel, with bursts of twice as many.
-        public var agentMessagesPerSecond: Int = 50
+        public var agentMessagesPerSecond: Int = 200
         /// Agents one dispatcher serves at once; a hello beyond it is refused.
         public var agents: Int = 100_000
         /// Bytes each service's store may take; 0 for as much as the disk has.

@@ -1,6 +1,10 @@
 import Foundation
 import Synchronization
 
+#if canImport(Glibc)
+import Glibc
+#endif
+
 /// Structured logging: one logfmt line per event on standard error,
 /// `ts=… level=info service=nh-registry msg="…" key=value`.
 public struct Logger: Sendable {
@@ -40,7 +44,7 @@ public struct Logger: Sendable {
 
     private static let standardError: @Sendable (String) -> Void = { line in
         lock.withLock { _ in
-            FileHandle.standardError.write(Data((line + "\n").utf8))
+            _ = StandardStream.write(Data((line + "\n").utf8))
         }
     }
 
@@ -92,3 +96,26 @@ public struct Logger: Sendable {
     }
 }
 
+
+/// Writes to a standard stream with write(2), so that a full disk or a closed reader behind the
+/// stream loses the line instead of stopping the process (FileHandle's `write(_:)` traps on error).
+public enum StandardStream {
+    /// Writes all of `data` to `descriptor`; false when the stream would not take it.
+    @discardableResult
+    public static func write(_ data: Data, to descriptor: Int32 = STDERR_FILENO) -> Bool {
+        data.withUnsafeBytes { (buffer: UnsafeRawBufferPointer) -> Bool in
+            guard var pointer = buffer.baseAddress else { return true }
+            var left = buffer.count
+            while left > 0 {
+                let written = Glibc.write(descriptor, pointer, left)
+                if written < 0 {
+                    if errno == EINTR { continue }
+                    return false
+                }
+                left -= written
+                pointer += written
+            }
+            return true
+        }
+    }
+}

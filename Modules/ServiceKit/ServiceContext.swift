@@ -21,6 +21,7 @@ public final class ServiceContext {
         self.logger = logger
         self.loop = loop
         self.dataDirectory = dataDirectory
+        keyRate = config.limits.requestsPerSecondPerKey > 0 ? RateLimiter(perSecond: config.limits.requestsPerSecondPerKey) : nil
     }
 
     /// Opens (creating if needed) this service's database in the data folder and migrates it.
@@ -115,7 +116,7 @@ public final class ServiceContext {
 
     private func stop(_ message: String) -> Never {
         logger.error(message)
-        FileHandle.standardError.write(Data("\(name): \(message)\n".utf8))
+        StandardStream.write(Data("\(name): \(message)\n".utf8))
         exit(2)
     }
 
@@ -163,14 +164,30 @@ public final class ServiceContext {
     public var handshakes: (accepted: Int, refused: Int) { zap?.counts ?? (0, 0) }
     private var zap: ZAPHandler?
 
-    /// Checks a request's credential for a right, as a `HubError` the caller gets back.
+    /// Checks a request's credential for a right, as a `HubError` the caller gets back; then the
+    /// key's rate (`limits.requestsPerSecondPerKey`). Manage keys, which the services use between
+    /// themselves, are not limited.
     @discardableResult
     public func authorize(_ token: String?, needs: AccessRights) throws(HubError) -> AccessKey {
+        let key: AccessKey
         do {
-            return try keys.authorize(token, resource: config.hubResource, needs: needs)
+            key = try keys.authorize(token, resource: config.hubResource, needs: needs)
         } catch {
             throw HubError(error.kind == .forbidden ? .forbidden : .unauthorized, error.message)
         }
+        try takeRate(of: key)
+        return key
+    }
+
+    /// Requests per access key, when `limits.requestsPerSecondPerKey` is set.
+    public let keyRate: RateLimiter?
+
+    /// Takes one request of `key`'s rate, throwing `rate_limited` when it has none left.
+    public func takeRate(of key: AccessKey) throws(HubError) {
+        guard let keyRate, !key.rights.contains(.manage), !keyRate.allow(key.name) else { return }
+        throw HubError(
+            .rateLimited,
+            "key '\(key.name)' sent more than \(config.limits.requestsPerSecondPerKey) requests a second to \(name) (limits.requestsPerSecondPerKey); retry in a second")
     }
 
     /// A token signed with `key` for this hub: for acting for a client with exactly its rights.

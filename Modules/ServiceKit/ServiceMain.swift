@@ -78,7 +78,7 @@ public enum ServiceMain {
     }
 
     static func fail(_ name: String, _ message: String) -> Never {
-        FileHandle.standardError.write(Data("\(name): \(message)\n".utf8))
+        StandardStream.write(Data("\(name): \(message)\n".utf8))
         exit(2)
     }
 }

@@ -165,6 +165,7 @@ final class AgentDaemon {
 
     private var lastRefusal = ""
     private var acknowledged: [String] = []
+    private var unshown: Set<String> = []
     private var failures: [DeliveryFailure] = []
 
     private func perform(_ actions: [AgentCore.Action]) throws {
@@ -177,11 +178,16 @@ final class AgentDaemon {
                 // before the show leaves it unseen and unacknowledged, so it comes again and is shown;
                 // a crash between show and remember shows it a second time, the one window for a
                 // repeat; a crash after remembering acknowledges the repeat without showing it.
+                // Output that would not take the line (a full disk) leaves it unseen and unacknowledged.
                 let now = Date()
-                output.show(delivery, now: now)
+                guard output.show(delivery, now: now) else {
+                    unshown.insert(delivery.deliveryId)
+                    context.logger.warning("could not write a notification out; it comes again", ("delivery", delivery.deliveryId))
+                    continue
+                }
                 _ = try store.markSeen(delivery.deliveryId, notificationId: delivery.notificationId, now: now)
             case .acknowledge(let id):
-                acknowledged.append(id)
+                if unshown.remove(id) == nil { acknowledged.append(id) }
             case .holdForFetch(let delivery):
                 switch try rich.received(delivery, now: Date()) {
                 case .acknowledge: acknowledged.append(delivery.deliveryId)

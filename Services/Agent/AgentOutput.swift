@@ -20,7 +20,10 @@ final class AgentOutput {
         desktop = hasSession && environment["NH_AGENT_DESKTOP"] != "0" && AgentOutput.which("notify-send") != nil
     }
 
-    func show(_ delivery: AgentDelivery, now: Date, richPath: String? = nil) {
+    /// Writes the notification out; false when standard output would not take its line (a full
+    /// disk, a closed reader), so that it is not recorded as shown.
+    @discardableResult
+    func show(_ delivery: AgentDelivery, now: Date, richPath: String? = nil) -> Bool {
         let payload = (try? JSONSerialization.jsonObject(with: Data(delivery.payload.utf8), options: [.fragmentsAllowed]))
             ?? delivery.payload
         var object: [String: Any] = [
@@ -37,7 +40,8 @@ final class AgentOutput {
             if let richPath { reference["path"] = richPath }
             object["rich"] = reference
         }
-        let line = write(object)
+        let (line, written) = writeLine(object)
+        guard written else { return false }
         if let hook {
             runHook(hook, environment: [
                 "NH_EVENT": "notification", "NH_DELIVERY_ID": delivery.deliveryId, "NH_NOTIFICATION_ID": delivery.notificationId,
@@ -52,6 +56,7 @@ final class AgentOutput {
                 notifyDesktop(payload)
             }
         }
+        return true
     }
 
     /// A line about the agent itself, such as a token being requested.
@@ -77,10 +82,13 @@ final class AgentOutput {
 
     /// Writes one JSON line to standard output (unless lines are off) and returns it, for the hook.
     @discardableResult
-    private func write(_ object: [String: Any]) -> Data {
+    private func write(_ object: [String: Any]) -> Data { writeLine(object).line }
+
+    /// The line, and whether standard output took it.
+    private func writeLine(_ object: [String: Any]) -> (line: Data, written: Bool) {
         let line = (try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes])) ?? Data()
-        if lines { FileHandle.standardOutput.write(line + Data("\n".utf8)) }
-        return line
+        guard lines else { return (line, true) }
+        return (line, StandardStream.write(line + Data("\n".utf8), to: STDOUT_FILENO))
     }
 
     /// Shows a user notification on the desktop; returns the id the desktop gave it, to withdraw it later.

@@ -69,7 +69,7 @@ final class RichFetcher {
             do {
                 let path = try fetch(delivery)
                 // Shown first, then remembered: a crash between the two shows it again, never not at all.
-                output.show(delivery, now: now, richPath: path)
+                guard output.show(delivery, now: now, richPath: path) else { throw HubError(.unavailable, "standard output would not take the notification") }
                 try database.transaction {
                     try database.run("DELETE FROM rich_pending WHERE delivery_id = ?", [delivery.deliveryId])
                     _ = try store.markSeen(delivery.deliveryId, notificationId: delivery.notificationId, now: now)

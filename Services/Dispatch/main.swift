@@ -34,6 +34,9 @@ ServiceMain.run(name: "nh-dispatch", summary: "the dispatcher: resolves targets 
     // the agent could not send: it waits six agent heartbeats, longer for a slow agent.
     settings.resendAfter = Double(config.agentHeartbeatMs) * 6 / 1000
     settings.silenceAfter = max(2.0, Double(config.agentHeartbeatMs) * 3 / 1000)
+    settings.maxAgents = config.limits.agents
+    // Each agent may send so many messages a second; beyond that they are refused, not read.
+    let agentRate = RateLimiter(perSecond: config.limits.agentMessagesPerSecond)
     var core = Dispatcher(settings: settings)
     var turn = DispatchTurn()
     var sendsBlocked = 0
@@ -271,6 +274,12 @@ ServiceMain.run(name: "nh-dispatch", summary: "the dispatcher: resolves targets 
             guard frames.count >= 2 else { continue }
             let route = frames[0]
             let body = Array(frames.dropFirst())
+            guard agentRate.allow(peer ?? route.base64EncodedString()) else {
+                let error = HubError(
+                    .rateLimited, "more than \(config.limits.agentMessagesPerSecond) messages a second from this agent (limits.agentMessagesPerSecond)")
+                _ = deliver(route, [AgentWire.encode(.error(ErrorReply(code: error.code, message: error.message)))])
+                continue
+            }
             if body[0].isEmpty {
                 // A JSON envelope behind a delimiter: a client of the older protocol.
                 let error = HubError(.unsupportedVersion, "the agent channel speaks compact frames (see HubProtocol's README); upgrade the agent")

@@ -11,6 +11,7 @@ enum GatewayResponse {
         case .notFound: return 404
         case .conflict: return 409
         case .payloadTooLarge: return 413
+        case .rateLimited: return 429
         case .timeout, .unavailable: return 503
         case .internal: return 500
         default: return 400
@@ -21,7 +22,9 @@ enum GatewayResponse {
     static func error(_ error: HubError) -> HTTPResponse {
         let status = status(for: error.code)
         let body = "<Error><Code>\(status)</Code><Detail>\(escape(error.code.rawValue)): \(escape(error.message))</Detail></Error>"
-        return HTTPResponse(status: status, headers: [("Content-Type", "application/xml; charset=utf-8")], body: Data(body.utf8))
+        var headers = [("Content-Type", "application/xml; charset=utf-8")]
+        if [.rateLimited, .unavailable, .timeout].contains(error.code) { headers.append(("Retry-After", "1")) }
+        return HTTPResponse(status: status, headers: headers, body: Data(body.utf8))
     }
 
     static func json(_ status: Int, _ data: Data, headers: [(String, String)] = []) -> HTTPResponse {

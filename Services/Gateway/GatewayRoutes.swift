@@ -205,11 +205,14 @@ final class GatewayRoutes {
         guard let header = request.header("authorization") else {
             throw HubError(.unauthorized, "no Authorization header; send SharedAccessSignature sr=…&sig=…&se=…&skn=…")
         }
+        let key: AccessKey
         do {
-            return try context.keys.authorize(header, resource: baseURL(request) + request.path, needs: needs)
+            key = try context.keys.authorize(header, resource: baseURL(request) + request.path, needs: needs)
         } catch {
             throw HubError(error.kind == .forbidden ? .forbidden : .unauthorized, error.message)
         }
+        try context.takeRate(of: key)
+        return key
     }
 
     // MARK: Installations

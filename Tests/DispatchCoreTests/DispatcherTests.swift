@@ -267,4 +267,20 @@ struct DispatcherTests {
         #expect(Self.sends(dispatcher.on(.tick, now: t2.addingTimeInterval(5))).isEmpty, "not resent after resendAfter: the agent takes 10 s")
         #expect(Self.sends(dispatcher.on(.tick, now: t2.addingTimeInterval(31))).map(\.1) == ["n3/a/t"])
     }
+
+    @Test("beyond limits.agents a new hello is refused with unavailable; a reconnect of a connected agent still gets in")
+    func agentLimit() {
+        var settings = DispatcherSettings()
+        settings.maxAgents = 1
+        var dispatcher = Self.dispatcher(
+            [Self.installation("a", key: Self.keyA), Self.installation("b", key: Self.keyB)], connected: [(Self.routeA, "a", Self.keyA)],
+            settings: settings)
+        #expect(dispatcher.sessionCount == 1)
+        #expect(Self.errors(dispatcher.on(.hello(route: Self.routeB, peerKey: Self.keyB, installationId: "b"), now: Self.t0)) == [.unavailable])
+        #expect(dispatcher.sessionCount == 1)
+        // The same device on a new connection replaces its session, within the limit.
+        let routeA2 = Data("route-a2".utf8)
+        #expect(Self.errors(dispatcher.on(.hello(route: routeA2, peerKey: Self.keyA, installationId: "a"), now: Self.t0)).isEmpty)
+        #expect(dispatcher.sessionCount == 1)
+    }
 }

@@ -75,6 +75,8 @@ struct AgentChannelTests {
             Installation(installationId: "device-1", platform: "linux", pushChannel: key.publicKey, tags: ["World"])
         }
         _ = try registry.call(InstallationUpsert(installation: installation(real)))
+        // The dispatcher learns of it from the registry's change stream.
+        #expect(cluster.waitUntil { (try? cluster.health("nh-dispatch").details?["installations"]) == "1" })
         let realAgent = try RawAgent(endpoint: cluster.environment["NH_DISPATCH_AGENTS"]!, keys: real, serverKey: serverKey)
         defer { realAgent.close() }
         #expect(realAgent.hello("device-1") == .welcome(AgentWelcome(installationId: "device-1", pending: 0)))

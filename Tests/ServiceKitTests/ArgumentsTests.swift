@@ -1,3 +1,4 @@
+import Foundation
 @testable import ServiceKit
 import Testing
 
@@ -43,5 +44,20 @@ struct ArgumentsTests {
         #expect(captured[0].contains("level=warning service=nh-test msg=shown key=\"a b\" n=3"))
         #expect(Logger.Level(name: "ERROR") == .error)
         #expect(Logger.Level(name: "loud") == nil)
+    }
+
+    @Test("a rate limiter allows bursts of twice the rate, then the rate, per key")
+    func rateLimiter() {
+        let limiter = RateLimiter(perSecond: 10)
+        let start: TimeInterval = 1_000
+        var allowed = 0
+        for _ in 0..<100 where limiter.allow("k", now: start) { allowed += 1 }
+        #expect(allowed == 20)
+        #expect(limiter.allow("other", now: start), "keys have buckets of their own")
+        #expect(!limiter.allow("k", now: start + 0.05))
+        #expect(limiter.allow("k", now: start + 0.1), "a tenth of a second brings one token back")
+        allowed = 0
+        for _ in 0..<100 where limiter.allow("k", now: start + 10) { allowed += 1 }
+        #expect(allowed == 20, "a quiet key refills up to the burst, not beyond")
     }
 }
