@@ -9,6 +9,8 @@ public indirect enum TagExpression: Equatable, Sendable, CustomStringConvertible
 
     public static let maxTagsOrOnly = 20
     public static let maxTags = 6
+    /// How deep `(` and `!` may nest; deeper input is refused before it can exhaust the stack.
+    public static let maxDepth = 32
 
     public static func parse(_ text: String) throws(TagError) -> TagExpression {
         var parser = TagExpressionParser(text)
@@ -73,10 +75,14 @@ public indirect enum TagExpression: Equatable, Sendable, CustomStringConvertible
     }
 }
 
-/// Recursive descent over the expression's bytes, reporting errors by character offset.
+/// Recursive descent over the expression's bytes, reporting errors by character offset. The
+/// recursion is bounded: at most `maxDepth` levels of `(` and `!`, and at most `maxTagsOrOnly`
+/// tags, counted as they are read, so a hostile expression is refused in one short pass.
 struct TagExpressionParser {
     let bytes: [UInt8]
     var index = 0
+    var depth = 0
+    var tagsRead = 0
 
     init(_ text: String) { bytes = Array(text.utf8) }
 
@@ -107,11 +113,23 @@ struct TagExpressionParser {
     }
 
     mutating func parseUnary() throws(TagError) -> TagExpression {
-        if take("!") { return .not(try parseUnary()) }
+        skipSpaces()
+        if index < bytes.count, bytes[index] == UInt8(ascii: "!") || bytes[index] == UInt8(ascii: "(") {
+            depth += 1
+            guard depth <= TagExpression.maxDepth else {
+                throw TagError("the expression nests '(' and '!' more than \(TagExpression.maxDepth) deep at \(index)", position: index)
+            }
+        }
+        if take("!") {
+            let inner = try parseUnary()
+            depth -= 1
+            return .not(inner)
+        }
         if take("(") {
             let open = index - 1
             let inner = try parseExpression()
             guard take(")") else { throw TagError("the '(' at \(open) is never closed", position: open) }
+            depth -= 1
             return inner
         }
         return try parseTag()
@@ -129,6 +147,10 @@ struct TagExpressionParser {
             let found = String(decoding: [bytes[index]], as: UTF8.self)
             throw TagError(
                 "expected a tag at \(index) but found '\(found)'; tags use only A–Z a–z 0–9 _ @ # . : -", position: index)
+        }
+        tagsRead += 1
+        guard tagsRead <= TagExpression.maxTagsOrOnly else {
+            throw TagError("the expression names more than \(TagExpression.maxTagsOrOnly) tags; that is the most any expression may name", position: start)
         }
         let tag = String(decoding: bytes[start..<index], as: UTF8.self)
         if tag.hasPrefix("$") {

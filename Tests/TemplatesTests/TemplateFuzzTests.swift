@@ -1,0 +1,89 @@
+import Foundation
+import Templates
+import Testing
+
+/// Generated and mutated templates and template expressions: each is compiled or refused with a
+/// message, a compiled one renders with any properties, and nothing crashes. NH_FUZZ_ITERATIONS
+/// and NH_FUZZ_SEED as for the tag-expression fuzzing.
+@Suite("Template parser under fuzzing")
+struct TemplateFuzzTests {
+    static let iterations = Int(ProcessInfo.processInfo.environment["NH_FUZZ_ITERATIONS"] ?? "") ?? 20_000
+    static let seed = UInt64(ProcessInfo.processInfo.environment["NH_FUZZ_SEED"] ?? "") ?? 0x7e_3a_1a7e
+
+    static let seeds = [
+        #"{"aps":{"alert":"$(messageParam)"}}"#, #"{"title":"$(title)","body":"{$(a) + ' ' + $(b)}"}"#,
+        #"{"x":"{.(name, 10)}","y":"{%(p)}","z":"{#(q)}"}"#, #"{"m":"$(m)"}"#, "plain text", #"{"a":"{'lit' + $(b)}"}"#,
+    ]
+    static let tokens = ["$(", ")", "{", "}", "'", "+", ".(", "%(", "#(", ",", "name", "10", "\"", "\\", " ", "$", "é", "\u{0}"]
+
+    @Test("every template is compiled or refused with a message, and a compiled one renders")
+    func fuzz() {
+        var random = Random(seed: Self.seed)
+        var compiled = 0
+        for index in 0..<Self.iterations {
+            let text: String
+            switch index % 3 {
+            case 0: text = (0..<random.below(24)).map { _ in Self.tokens[random.below(Self.tokens.count)] }.joined()
+            case 1: text = random.mutate(Self.seeds[random.below(Self.seeds.count)])
+            default: text = String(decoding: (0..<random.below(64)).map { _ in UInt8(truncatingIfNeeded: random.next()) }, as: UTF8.self)
+            }
+            let properties = ["messageParam": "hi", "title": String(repeating: "t", count: random.below(40)), "a": "\"", "name": "\\"]
+            do {
+                let template = try Template(text)
+                compiled += 1
+                _ = template.render(properties)
+            } catch {
+                #expect(!error.message.isEmpty, "an error without a message for \(text.debugDescription)")
+            }
+            do {
+                let expression = try TemplateExpression.compile(text)
+                _ = expression.renderText(properties)
+            } catch {
+                #expect(!error.message.isEmpty)
+            }
+        }
+        #expect(compiled > 0, "the generator reaches valid templates too")
+    }
+
+    @Test("deep and huge templates are compiled or refused, never a stack overflow", arguments: [10, 1_000, 100_000])
+    func deep(depth: Int) {
+        for input in [
+            String(repeating: "{", count: depth) + String(repeating: "}", count: depth),
+            "{" + String(repeating: "'a' + ", count: depth) + "'b'}",
+            String(repeating: "$(a)", count: depth),
+        ] {
+            do {
+                _ = try Template(input).render(["a": "x"])
+            } catch {
+                #expect(!error.message.isEmpty)
+            }
+        }
+    }
+
+    /// SplitMix64, as in the tag-expression fuzzing.
+    struct Random {
+        var state: UInt64
+        init(seed: UInt64) { state = seed }
+        mutating func next() -> UInt64 {
+            state &+= 0x9e37_79b9_7f4a_7c15
+            var z = state
+            z = (z ^ (z >> 30)) &* 0xbf58_476d_1ce4_e5b9
+            z = (z ^ (z >> 27)) &* 0x94d0_49bb_1331_11eb
+            return z ^ (z >> 31)
+        }
+        mutating func below(_ bound: Int) -> Int { bound <= 0 ? 0 : Int(next() % UInt64(bound)) }
+        mutating func mutate(_ text: String) -> String {
+            var bytes = Array(text.utf8)
+            for _ in 0..<(1 + below(4)) {
+                let at = below(bytes.count + 1)
+                switch below(4) {
+                case 0 where !bytes.isEmpty: bytes[min(at, bytes.count - 1)] ^= UInt8(1 << below(8))
+                case 1: bytes.insert(UInt8(truncatingIfNeeded: next()), at: at)
+                case 2 where !bytes.isEmpty: bytes.remove(at: min(at, bytes.count - 1))
+                default: bytes.insert(contentsOf: bytes[..<min(at, bytes.count)], at: at)
+                }
+            }
+            return String(decoding: bytes, as: UTF8.self)
+        }
+    }
+}
