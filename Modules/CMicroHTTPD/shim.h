@@ -14,7 +14,8 @@ typedef enum MHD_Result (*nh_access_handler)(void *cls, struct MHD_Connection *c
                                              const char *method, const char *version, const char *upload_data,
                                              size_t *upload_data_size, void **con_cls);
 
-/* Serves on `threads` threads, each polling its share of the connections with epoll; at most
+/* Polls on `threads` threads, each watching its share of the connections with epoll, and may
+ * suspend a connection while its request is handled elsewhere; at most
  * `connections` at once, `per_address` from one client address, and a connection idle for
  * `idle_seconds` is closed. */
 static inline struct MHD_Daemon *nh_mhd_start(const char *address, uint16_t port, nh_access_handler handler, void *cls,
@@ -28,7 +29,7 @@ static inline struct MHD_Daemon *nh_mhd_start(const char *address, uint16_t port
     sa->sin_family = AF_INET;
     sa->sin_port = htons(port);
     if (inet_pton(AF_INET, address, &sa->sin_addr) != 1) return NULL;
-    unsigned int flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG | MHD_USE_AUTO;
+    unsigned int flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG | MHD_USE_AUTO | MHD_ALLOW_SUSPEND_RESUME;
     if (key_pem != NULL && cert_pem != NULL) {
         return MHD_start_daemon(flags | MHD_USE_TLS, port, NULL, NULL, handler, cls,
                                 MHD_OPTION_SOCK_ADDR, (struct sockaddr *)sa,

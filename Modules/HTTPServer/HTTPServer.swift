@@ -30,11 +30,13 @@ public struct HTTPResponse: Sendable {
     }
 }
 
-/// An HTTP server on libmicrohttpd (plain, or TLS through its GnuTLS support). Requests are
-/// handled on a pool of libmicrohttpd's threads, several at once: the handler must be safe to call
-/// from them concurrently.
+/// An HTTP server on libmicrohttpd (plain, or TLS through its GnuTLS support). libmicrohttpd's
+/// threads only move bytes: a complete request is handed to one of `Limits.workers` worker
+/// threads and its connection is suspended until the answer is ready, so a handler that waits (on
+/// another service, say) holds up no other connection. The handler gets the worker's index, so
+/// each worker can keep state of its own without locks.
 public final class HTTPServer: @unchecked Sendable {
-    public typealias Handler = (HTTPRequest) -> HTTPResponse
+    public typealias Handler = @Sendable (HTTPRequest, _ worker: Int) -> HTTPResponse
 
     private var daemon: OpaquePointer?
     let handler: Handler
@@ -46,30 +48,37 @@ public final class HTTPServer: @unchecked Sendable {
         public let description: String
     }
 
-    /// How many requests are served at once, and how connections are bounded.
+    /// How many requests are handled at once, and how connections are bounded.
     public struct Limits: Sendable {
-        public var threads = 8
+        /// Threads that run the handler: requests handled at once.
+        public var workers = 8
+        /// libmicrohttpd's threads, which read and write connections.
+        public var ioThreads = 2
         public var connections = 10_000
         public var connectionsPerAddress = 256
         public var idleSeconds = 30
 
-        public init(threads: Int = 8, connections: Int = 10_000, connectionsPerAddress: Int = 256, idleSeconds: Int = 30) {
-            self.threads = threads
+        public init(workers: Int = 8, ioThreads: Int = 2, connections: Int = 10_000, connectionsPerAddress: Int = 256, idleSeconds: Int = 30) {
+            self.workers = workers
+            self.ioThreads = ioThreads
             self.connections = connections
             self.connectionsPerAddress = connectionsPerAddress
             self.idleSeconds = idleSeconds
         }
     }
 
+    private let queue: WorkQueue
+
     public init(address: String, port: UInt16, tls: (key: String, certificate: String)? = nil, maxBodyBytes: Int,
                 limits: Limits = Limits(), handler: @escaping Handler) throws {
         self.handler = handler
         self.maxBodyBytes = maxBodyBytes
         isTLS = tls != nil
+        queue = WorkQueue(workers: max(limits.workers, 1), handler: handler)
         let context = Unmanaged.passUnretained(self).toOpaque()
         daemon = nh_mhd_start(
             address, port, HTTPServer.access, context, HTTPServer.completed, tls?.key, tls?.certificate,
-            UInt32(max(limits.threads, 1)), UInt32(max(limits.connections, 1)), UInt32(max(limits.connectionsPerAddress, 1)),
+            UInt32(max(limits.ioThreads, 1)), UInt32(max(limits.connections, 1)), UInt32(max(limits.connectionsPerAddress, 1)),
             UInt32(max(limits.idleSeconds, 1)))
         guard let daemon else {
             throw Failure(description: "cannot listen on \(address):\(port) (in use, or a bad address or TLS key and certificate)")
@@ -80,14 +89,17 @@ public final class HTTPServer: @unchecked Sendable {
     deinit { stop() }
 
     public func stop() {
+        queue.stop()
         if let daemon { MHD_stop_daemon(daemon) }
         daemon = nil
     }
 
-    /// What one connection's request has gathered between calls.
-    final class Pending {
+    /// What one connection's request has gathered between calls, and its answer once a worker has it.
+    final class Pending: @unchecked Sendable {
         var body = Data()
         var tooLarge = false
+        var dispatched = false
+        var response: HTTPResponse?
     }
 
     static let access: nh_access_handler = { cls, connection, url, method, _, upload, uploadSize, state in
@@ -107,11 +119,23 @@ public final class HTTPServer: @unchecked Sendable {
             uploadSize.pointee = 0
             return MHD_Result.YES
         }
-        let request = HTTPRequest(
-            method: method.map { String(cString: $0) } ?? "GET", path: url.map { String(cString: $0) } ?? "/",
-            headers: values(connection, MHD_ValueKind.HEADER_KIND, lowercase: true), query: values(connection, MHD_ValueKind.GET_ARGUMENT_KIND, lowercase: false),
-            body: pending.body, bodyTooLarge: pending.tooLarge, isTLS: server.isTLS)
-        let response = server.handler(request)
+        guard let response = pending.response else {
+            guard !pending.dispatched else { return MHD_Result.YES }
+            // The whole request is in: a worker answers it while the connection waits, suspended.
+            pending.dispatched = true
+            let request = HTTPRequest(
+                method: method.map { String(cString: $0) } ?? "GET", path: url.map { String(cString: $0) } ?? "/",
+                headers: values(connection, MHD_ValueKind.HEADER_KIND, lowercase: true),
+                query: values(connection, MHD_ValueKind.GET_ARGUMENT_KIND, lowercase: false),
+                body: pending.body, bodyTooLarge: pending.tooLarge, isTLS: server.isTLS)
+            MHD_suspend_connection(connection)
+            let handle = ConnectionHandle(connection)
+            server.queue.submit(request) { response in
+                pending.response = response
+                MHD_resume_connection(handle.pointer)
+            }
+            return MHD_Result.YES
+        }
         return response.body.withUnsafeBytes { bytes -> MHD_Result in
             guard let reply = MHD_create_response_from_buffer(
                 bytes.count, UnsafeMutableRawPointer(mutating: bytes.baseAddress), MHD_ResponseMemoryMode.RESPMEM_MUST_COPY)
@@ -148,3 +172,74 @@ public final class HTTPServer: @unchecked Sendable {
     }
 }
 
+
+/// A connection pointer carried to a worker thread; libmicrohttpd allows resuming from any thread.
+struct ConnectionHandle: @unchecked Sendable {
+    let pointer: OpaquePointer
+    init(_ pointer: OpaquePointer) { self.pointer = pointer }
+}
+
+/// Worker threads that take requests in order of arrival.
+final class WorkQueue: @unchecked Sendable {
+    private let condition = NSCondition()
+    private var jobs: [(HTTPRequest, @Sendable (HTTPResponse) -> Void)] = []
+    private var head = 0
+    private var stopping = false
+    private var threads: [Thread] = []
+
+    private let finished = DispatchGroup()
+
+    init(workers: Int, handler: @escaping HTTPServer.Handler) {
+        for worker in 0..<workers {
+            finished.enter()
+            let thread = Thread { [unowned self] in
+                while let (request, done) = self.next() { done(handler(request, worker)) }
+                self.finished.leave()
+            }
+            thread.name = "http-\(worker)"
+            thread.stackSize = 1 << 20
+            threads.append(thread)
+            thread.start()
+        }
+    }
+
+    func submit(_ request: HTTPRequest, done: @escaping @Sendable (HTTPResponse) -> Void) {
+        condition.lock()
+        if stopping {
+            condition.unlock()
+            done(HTTPResponse(status: 503, headers: [("Retry-After", "1")]))
+            return
+        }
+        jobs.append((request, done))
+        condition.signal()
+        condition.unlock()
+    }
+
+    private func next() -> (HTTPRequest, @Sendable (HTTPResponse) -> Void)? {
+        condition.lock()
+        defer { condition.unlock() }
+        while head == jobs.count && !stopping { condition.wait() }
+        if stopping { return nil }
+        let job = jobs[head]
+        head += 1
+        if head > 1_024 && head * 2 > jobs.count {
+            jobs.removeFirst(head)
+            head = 0
+        }
+        return job
+    }
+
+    /// Answers what is still waiting with 503 and waits for the workers to finish what they run,
+    /// so that no connection is left suspended.
+    func stop() {
+        condition.lock()
+        stopping = true
+        let waiting = jobs[head...]
+        jobs.removeAll()
+        head = 0
+        condition.broadcast()
+        condition.unlock()
+        for (_, done) in waiting { done(HTTPResponse(status: 503, headers: [("Retry-After", "1")])) }
+        finished.wait()
+    }
+}

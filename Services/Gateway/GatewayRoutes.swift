@@ -8,7 +8,8 @@ import Synchronization
 
 /// The Notification Hubs REST API over the hub's services: each HTTP request is checked (hub,
 /// api-version, shared-access signature and rights) and turned into bus requests.
-final class GatewayRoutes {
+/// Each worker thread of the HTTP server owns one, so its clients are used by one thread only.
+final class GatewayRoutes: @unchecked Sendable {
     let context: ServiceContext
     let registry: HubClient
     let publish: HubClient
