@@ -170,3 +170,13 @@ def _answers(hub):
         return requests.get(f"{hub.base}/hub/registrations?{API}", timeout=2).status_code == 401
     except requests.RequestException:
         return False
+
+
+def test_an_oversized_rich_send_is_refused_at_once_with_the_limit(hub, tmp_path):
+    big = tmp_path / "big.bin"
+    big.write_bytes(os.urandom(5_000_000))
+    sent = subprocess.run([os.path.join(BIN, "nhctl"), "send", "--rich", str(big), "--message", "too big", "--tag", "World"],
+                          env=hub.env, capture_output=True, text=True, timeout=60)
+    assert sent.returncode == 1
+    assert "payload_too_large" in sent.stderr, sent.stderr
+    assert "maxRichBytes" in sent.stderr and "timeout" not in sent.stderr, sent.stderr
