@@ -76,6 +76,7 @@ let package = Package(
             tests("TagsTests", dependencies: ["Tags"]),
             tests("AuthTests", dependencies: ["Auth"]),
             tests("TemplatesTests", dependencies: ["Templates"]),
+            tests("ParserFuzzTests", dependencies: ["Tags", "Templates"]),
             tests("ServiceKitTests", dependencies: ["ServiceKit"]),
             tests("DispatchCoreTests", dependencies: ["DispatchCore", "HubProtocol"]),
             tests("RegistryTests", dependencies: ["NHRegistry", "HubProtocol"]),

@@ -9,7 +9,7 @@ import time
 
 import requests
 
-from conftest import BIN, Hub, sas_token, wait_until
+from conftest import BIN, Hub, answers, sas_token, wait_until
 
 API = "api-version=2015-01"
 
@@ -131,7 +131,7 @@ def test_requests_are_served_side_by_side():
         for name in ["nh-registry", "nh-sync", "nh-dispatch", "nh-publish", "nh-gateway"]:
             hub.start(name, env={"NH_REQUEST_TIMEOUT_MS": "3000"} if name == "nh-gateway" else None)
         assert wait_until(lambda: os.path.exists(os.path.join(hub.data, "keys.json")))
-        assert wait_until(lambda: _answers(hub))
+        assert wait_until(lambda: answers(hub))
         hub.stop("nh-registry")
         finished = []
 
@@ -156,20 +156,12 @@ def test_idle_connections_are_closed():
     hub = Hub()
     try:
         hub.start("nh-gateway", env={"NH_LIMITS_HTTP_IDLE_SECONDS": "1"})
-        assert wait_until(lambda: _answers(hub))
+        assert wait_until(lambda: answers(hub))
         s = connect_from("127.0.0.1", hub.http_port)
         assert wait_until(lambda: closed_by_server(s, 0.5), timeout=15), "an idle connection is closed"
         s.close()
     finally:
         hub.stop_all()
-
-
-def _answers(hub):
-    """The gateway answers a request that needs no other service."""
-    try:
-        return requests.get(f"{hub.base}/hub/registrations?{API}", timeout=2).status_code == 401
-    except requests.RequestException:
-        return False
 
 
 def test_an_oversized_rich_send_is_refused_at_once_with_the_limit(hub, tmp_path):

@@ -18,7 +18,7 @@ struct TemplateFuzzTests {
 
     @Test("every template is compiled or refused with a message, and a compiled one renders")
     func fuzz() {
-        var random = Random(seed: Self.seed)
+        var random = SplitMix64(seed: Self.seed)
         var compiled = 0
         for index in 0..<Self.iterations {
             let text: String
@@ -57,33 +57,6 @@ struct TemplateFuzzTests {
             } catch {
                 #expect(!error.message.isEmpty)
             }
-        }
-    }
-
-    /// SplitMix64, as in the tag-expression fuzzing.
-    struct Random {
-        var state: UInt64
-        init(seed: UInt64) { state = seed }
-        mutating func next() -> UInt64 {
-            state &+= 0x9e37_79b9_7f4a_7c15
-            var z = state
-            z = (z ^ (z >> 30)) &* 0xbf58_476d_1ce4_e5b9
-            z = (z ^ (z >> 27)) &* 0x94d0_49bb_1331_11eb
-            return z ^ (z >> 31)
-        }
-        mutating func below(_ bound: Int) -> Int { bound <= 0 ? 0 : Int(next() % UInt64(bound)) }
-        mutating func mutate(_ text: String) -> String {
-            var bytes = Array(text.utf8)
-            for _ in 0..<(1 + below(4)) {
-                let at = below(bytes.count + 1)
-                switch below(4) {
-                case 0 where !bytes.isEmpty: bytes[min(at, bytes.count - 1)] ^= UInt8(1 << below(8))
-                case 1: bytes.insert(UInt8(truncatingIfNeeded: next()), at: at)
-                case 2 where !bytes.isEmpty: bytes.remove(at: min(at, bytes.count - 1))
-                default: bytes.insert(contentsOf: bytes[..<min(at, bytes.count)], at: at)
-                }
-            }
-            return String(decoding: bytes, as: UTF8.self)
         }
     }
 }
