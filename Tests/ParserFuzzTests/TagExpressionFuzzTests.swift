@@ -22,12 +22,7 @@ struct TagExpressionFuzzTests {
         var random = SplitMix64(seed: Self.seed)
         var parsed = 0
         for index in 0..<Self.iterations {
-            let text: String
-            switch index % 3 {
-            case 0: text = (0..<random.below(24)).map { _ in Self.tokens[random.below(Self.tokens.count)] }.joined()
-            case 1: text = random.mutate(Self.seeds[random.below(Self.seeds.count)])
-            default: text = String(decoding: (0..<random.below(64)).map { _ in UInt8(truncatingIfNeeded: random.next()) }, as: UTF8.self)
-            }
+            let text = random.input(index, tokens: Self.tokens, seeds: Self.seeds)
             do {
                 let expression = try TagExpression.parse(text)
                 parsed += 1
@@ -68,6 +63,15 @@ struct SplitMix64 {
     }
 
     mutating func below(_ bound: Int) -> Int { bound <= 0 ? 0 : Int(next() % UInt64(bound)) }
+
+    /// The `index`th input, in turn: tokens strung together, a mutated seed, or random bytes.
+    mutating func input(_ index: Int, tokens: [String], seeds: [String]) -> String {
+        switch index % 3 {
+        case 0: return (0..<below(24)).map { _ in tokens[below(tokens.count)] }.joined()
+        case 1: return mutate(seeds[below(seeds.count)])
+        default: return String(decoding: (0..<below(64)).map { _ in UInt8(truncatingIfNeeded: next()) }, as: UTF8.self)
+        }
+    }
 
     /// `text` with a few bytes flipped, inserted, deleted or duplicated.
     mutating func mutate(_ text: String) -> String {

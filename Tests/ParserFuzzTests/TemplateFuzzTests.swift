@@ -21,12 +21,7 @@ struct TemplateFuzzTests {
         var random = SplitMix64(seed: Self.seed)
         var compiled = 0
         for index in 0..<Self.iterations {
-            let text: String
-            switch index % 3 {
-            case 0: text = (0..<random.below(24)).map { _ in Self.tokens[random.below(Self.tokens.count)] }.joined()
-            case 1: text = random.mutate(Self.seeds[random.below(Self.seeds.count)])
-            default: text = String(decoding: (0..<random.below(64)).map { _ in UInt8(truncatingIfNeeded: random.next()) }, as: UTF8.self)
-            }
+            let text = random.input(index, tokens: Self.tokens, seeds: Self.seeds)
             let properties = ["messageParam": "hi", "title": String(repeating: "t", count: random.below(40)), "a": "\"", "name": "\\"]
             do {
                 let template = try Template(text)
