@@ -14,6 +14,8 @@ public final class HubServer {
     public var sizeHint: String?
     /// A full store met by a handler of the group being served: the reason the group then fails.
     private var fullStore: StorageError?
+    /// The connection of the request being handled (its first routing frame), for per-client limits.
+    public private(set) var currentPeer: Data?
     /// A handler returns the reply, or nil when it will reply later.
     private var handlers: [MessageType: (Data, HubCodec.Parsed, [Data]) throws -> Data?] = [:]
     /// Requests answered with an error, by code; for metrics and tests.
@@ -160,7 +162,9 @@ public final class HubServer {
                 id: header.id)]
         }
         let started = ContinuousClock.now
+        currentPeer = route.first
         defer {
+            currentPeer = nil
             let elapsed = started.duration(to: .now)
             let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
             let previous = requestsByType[header.type] ?? (0, 0)

@@ -45,6 +45,7 @@ public final class ServiceContext {
     ) throws -> HubServer {
         let server = try HubServer(
             bind: endpoint, logger: logger, maxMessageBytes: maxMessageBytes ?? config.maxMessageBytes)
+        servers.append(server)
         server.on(HealthRequest.self) { [unowned self] _ in self.health(endpoints(), details: details()) }
         server.on(MetricsRequest.self) { [unowned self, unowned server] _ in
             var samples = server.samples
@@ -175,16 +176,22 @@ public final class ServiceContext {
         } catch {
             throw HubError(error.kind == .forbidden ? .forbidden : .unauthorized, error.message)
         }
-        try takeRate(of: key)
+        try takeRate(of: key, peer: servers.lazy.compactMap(\.currentPeer).first)
         return key
     }
+
+    /// The request servers bound through `bindRequests`; the one handling a request knows its peer.
+    private var servers: [HubServer] = []
 
     /// Requests per access key, when `limits.requestsPerSecondPerKey` is set.
     public let keyRate: RateLimiter?
 
-    /// Takes one request of `key`'s rate, throwing `rate_limited` when it has none left.
-    public func takeRate(of key: AccessKey) throws(HubError) {
-        guard let keyRate, !key.rights.contains(.manage), !keyRate.allow(key.name) else { return }
+    /// Takes one request of `key`'s rate, throwing `rate_limited` when it has none left. A key
+    /// with Listen alone is the one every device holds, so its rate is counted per connection.
+    public func takeRate(of key: AccessKey, peer: Data? = nil) throws(HubError) {
+        guard let keyRate, !key.rights.contains(.manage) else { return }
+        let bucket = key.rights == .listen ? "\(key.name)/\((peer ?? Data()).base64EncodedString())" : key.name
+        guard !keyRate.allow(bucket) else { return }
         throw HubError(
             .rateLimited,
             "key '\(key.name)' sent more than \(config.limits.requestsPerSecondPerKey) requests a second to \(name) (limits.requestsPerSecondPerKey); retry in a second")

@@ -216,7 +216,7 @@ struct HardeningTests {
         #expect(Int(details["zapRefusedTotal"] ?? "0") ?? 0 > 0, "the dispatcher counted its refusals")
     }
 
-    @Test("a key's request rate is limited when configured; Manage keys are not")
+    @Test("a key's request rate is limited when configured, the listen key per connection; Manage keys are not")
     func keyRate() throws {
         let cluster = try Self.cluster(["nh-registry"], environment: ["NH_LIMITS_REQUESTS_PER_SECOND_PER_KEY": "5"])
         defer { cluster.stopAll() }
@@ -226,6 +226,9 @@ struct HardeningTests {
         for _ in 0..<40 { codes.append(errorCode { try listen.call(InstallationGet(installationId: "none")) }) }
         #expect(codes.contains(.notFound), "the first requests are served")
         #expect(codes.contains(.rateLimited), "requests beyond the burst are refused")
+        // The listen key is every device's, so each connection has a rate of its own.
+        let device = try cluster.client(cluster.endpoint("nh-registry"), keyName: AccessKey.defaultListenName)
+        #expect(errorCode { try device.call(InstallationGet(installationId: "none")) } == .notFound)
         for _ in 0..<40 {
             #expect(errorCode { try manage.call(InstallationGet(installationId: "none")) } == .notFound)
         }
