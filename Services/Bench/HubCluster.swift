@@ -61,17 +61,25 @@ final class HubCluster {
             serverPublicKey: BusKeys.publicKey(directory: dataDirectory)!, admitted: [])
     }
 
+    /// Asks for health until the service answers; an agent's control socket, with `agentHome`,
+    /// is served with the device key kept there.
     @discardableResult
-    func waitHealthy(_ endpoint: String) throws -> HealthReply {
+    func waitHealthy(_ endpoint: String, agentHome: URL? = nil) throws -> HealthReply {
         try secureBus()
         let deadline = Date().addingTimeInterval(30)
         while true {
             do {
-                let client = try HubClient(connect: endpoint, policy: RetryPolicy(timeout: 300, attempts: 1))
+                var curve = BusSecurity.current?.client
+                if let agentHome, let keys = curve?.keys {
+                    let text = try String(contentsOf: agentHome.appendingPathComponent("device.pub"), encoding: .utf8)
+                    curve = (keys, text.trimmingCharacters(in: .whitespacesAndNewlines))
+                }
+                let client = try HubClient(connect: endpoint, policy: RetryPolicy(timeout: 300, attempts: 1), curve: curve)
                 defer { client.close() }
                 return try client.call(HealthRequest())
             } catch {
                 if Date() > deadline { throw error }
+                Thread.sleep(forTimeInterval: 0.05)
             }
         }
     }

@@ -19,13 +19,13 @@ enum UserSyncBench {
             let watcher = AgentWatcher()
             watcher.start()
             let control = try HubCluster.freeEndpoint()
+            let home = cluster.dataDirectory.appendingPathComponent("device-\(index)")
             _ = try cluster.start("nh-agent", environment: [
-                "NH_AGENT_HOME": cluster.dataDirectory.appendingPathComponent("device-\(index)").path,
-                "NH_AGENT_REQUESTS": control, "NH_AGENT_USER_CREDENTIAL": credential,
+                "NH_AGENT_HOME": home.path, "NH_AGENT_REQUESTS": control, "NH_AGENT_USER_CREDENTIAL": credential,
             ], output: watcher.pipe)
-            var health = try cluster.waitHealthy(control)
+            var health = try cluster.waitHealthy(control, agentHome: home)
             let deadline = Date().addingTimeInterval(30)
-            while health.details?["registered"] != "true" && Date() < deadline { health = try cluster.waitHealthy(control) }
+            while health.details?["registered"] != "true" && Date() < deadline { health = try cluster.waitHealthy(control, agentHome: home) }
             devices.append(health.details?["installationId"] ?? "")
             watchers.append(watcher)
         }
