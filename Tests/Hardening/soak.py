@@ -1188,12 +1188,14 @@ class Soak:
                 print(f"  t+{k['at']:6.1f}s kill -9 agent {k['target']:<6} pid {k['pid']:<7} down {k['down']:5.2f} s: "
                       f"receives again {k['receiving']} s after the kill{' (down past the session window)' if k['long'] else ''}")
         for name in SERVICES + ["agent"]:
-            times = [k.get("health") if name != "agent" else k.get("receiving") for k in self.kills
-                     if (k["target"] == name) or (name == "agent" and k["target"] in self.agents)]
-            times = [t for t in times if t is not None]
-            if times:
-                print(f"  recovery of {name} (kill to {'health' if name != 'agent' else 'receiving'}): {len(times)} kills, "
-                      f"worst {max(times):.2f} s, mean {sum(times) / len(times):.2f} s")
+            key = "health" if name != "agent" else "receiving"
+            kills = [k for k in self.kills if k.get(key) is not None
+                     and (k["target"] == name or (name == "agent" and k["target"] in self.agents))]
+            if kills:
+                total = [k[key] for k in kills]
+                after = [k[key] - k["down"] for k in kills]
+                print(f"  recovery of {name}: {len(kills)} kills; kill to {key} worst {max(total):.2f} s, mean "
+                      f"{sum(total) / len(total):.2f} s; restart to {key} worst {max(after):.2f} s, mean {sum(after) / len(after):.2f} s")
         if self.crashes:
             print(f"crashes ({len(self.crashes)}): processes that exited without being killed")
             for c in self.crashes:
