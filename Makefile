@@ -9,14 +9,15 @@ SUDO         := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 RELEASE_BIN   = $(CURDIR)/.build/release
 DEBUG_BIN     = $(CURDIR)/.build/debug
 
-.PHONY: all deps build release test run bench clean help
+.PHONY: all deps build release test soak run bench clean help
 
 all: build
 
 help:
 	@echo "make deps     install missing Debian and Python packages"
 	@echo "make build    debug build of every module and service"
-	@echo "make test     deps, then the whole test suite (Swift, then the gateway's REST tests in Python)"
+	@echo "make test     deps, then the whole test suite (Swift, then the REST tests and a one-minute soak in Python)"
+	@echo "make soak     deps, debug build, then ten minutes of mixed load while services and agents are killed"
 	@echo "make run      deps, release build, then every service on loopback (Ctrl-C stops them)"
 	@echo "make bench    deps, release build, then throughput against raw libzmq and Mosquitto"
 	@echo "make clean    remove build products (the data folder stays)"
@@ -41,7 +42,12 @@ release: deps
 test: deps
 	$(SWIFT) build --build-tests
 	$(SWIFT) test --skip-build
-	NH_BIN_DIR="$(DEBUG_BIN)" python3 -m pytest -q Tests/Gateway
+	NH_BIN_DIR="$(DEBUG_BIN)" python3 -m pytest -q Tests/Gateway Tests/Hardening
+
+# Ten minutes of sends, posts and state changes while services and agents are killed with SIGKILL and
+# started again; fails when anything accepted was lost, shown twice or misdelivered, or devices disagree.
+soak: build
+	NH_BIN_DIR="$(DEBUG_BIN)" python3 Tests/Hardening/soak.py --seconds 600
 
 run: release
 	@NH_DATA_DIR="$(DATA_DIR)" NH_BIN_DIR="$(RELEASE_BIN)" deploy/run-local.sh
