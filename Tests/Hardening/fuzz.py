@@ -843,6 +843,8 @@ class Generator:
         if kind == "installation.upsert":
             installation = {"installationId": f"fz-{r.randrange(10)}", "platform": "fuzz", "pushChannel": "fz-channel",
                             "tags": r.sample(["fz-a", "fz-b", "fz-c", "fz-d"], r.randint(0, 3))}
+            if installation["tags"] and r.random() < 0.03:
+                installation["tags"].append(installation["tags"][0])
             if r.random() < 0.5:
                 installation["templates"] = {"t": {"body": '{"m":"$(m)","n":"#(n)"}', "tags": ["fz-a"],
                                                    "headers": {"X-A": "1"}, "expiry": "$(e)"}}
@@ -1057,13 +1059,15 @@ class Generator:
 
     # Request-socket inputs.
 
+    def pick(self, kinds):
+        """A generator by weight, among those not left out (a health request when all are)."""
+        allowed = [kind for kind in kinds if kind not in self.excluded]
+        if not allowed:
+            return "control"
+        return self.rng.choices(allowed, weights=[kinds[kind] for kind in allowed])[0]
+
     def request_case(self, service, kinds, types):
-        r = self.rng
-        while True:
-            kind = r.choices(list(kinds), weights=list(kinds.values()))[0]
-            if kind not in self.excluded:
-                break
-        return getattr(self, "req_" + kind.replace("-", "_"))(service, types)
+        return getattr(self, "req_" + self.pick(kinds).replace("-", "_"))(service, types)
 
     def pick_type(self, types):
         return self.rng.choice(types)
@@ -1358,6 +1362,11 @@ class Generator:
         cases.append(Case([b"", body[:-1] + b",}"], "directed"))
         if service == "nh-registry":
             add("registry.snapshot", {}, {"invalid_payload"}, raw_payload=b'"x"')
+            # A tag given twice: stored once, or refused with a code, never an internal error.
+            add("installation.upsert", {"installation": {"installationId": "fz-0", "platform": "fuzz", "pushChannel": "fz-channel",
+                                                         "tags": ["fz-a", "fz-a"]}}, None)
+            add("installation.patch", {"installationId": "fz-1", "operations": [
+                {"op": "replace", "path": "/tags", "value": ["fz-b", "fz-b"]}]}, None)
             add("installation.upsert", {"installation": {"installationId": "fz-0", "platform": "fuzz", "pushChannel": "c",
                                                          "tags": ["fz-a"], "templates": {"t": {"body": "[" * 600 + "]" * 600}}}},
                 {"invalid_template"})
@@ -1646,11 +1655,9 @@ class Generator:
     # Agent-channel inputs.
 
     def agent_case(self, kinds):
-        r = self.rng
-        while True:
-            kind = r.choices(list(kinds), weights=list(kinds.values()))[0]
-            if kind not in self.excluded:
-                break
+        kind = self.pick(kinds)
+        if kind == "control":
+            return Case([b"hello\n1\nfz-nobody"], "control")
         return getattr(self, "agent_" + kind.replace("-", "_"))()
 
     def agent_random(self):
@@ -1751,11 +1758,13 @@ class HttpCase:
     """A request over a raw socket (`raw`, judged on its status lines only) or a well-formed one
     (`method` …), whose answer must be the gateway's XML error with one of `codes`."""
     __slots__ = ("kind", "raw", "method", "target", "headers", "body", "codes", "via_requests", "may_wait", "control",
-                 "responses")
+                 "responses", "may_accept")
 
     def __init__(self, kind, raw=None, method=None, target=None, headers=None, body=b"", codes=None,
-                 via_requests=False, may_wait=False, control=False, responses=1):
+                 via_requests=False, may_wait=False, control=False, responses=1, may_accept=False):
         self.kind = kind
+        # A well-formed request the gateway may carry out; it must not fail with an internal error.
+        self.may_accept = may_accept
         self.responses = responses
         self.raw = raw
         self.method = method
@@ -1787,10 +1796,8 @@ class HttpGenerator:
         r = self.rng
         kinds = {"raw": 30, "auth": 15, "version": 6, "installation": 14, "patch": 6, "messages": 14, "users": 10,
                  "routes": 5, "control": 0.3}
-        while True:
-            kind = r.choices(list(kinds), weights=list(kinds.values()))[0]
-            if kind not in self.excluded:
-                break
+        allowed = [kind for kind in kinds if kind not in self.excluded] or ["control"]
+        kind = r.choices(allowed, weights=[kinds[k] for k in allowed])[0]
         case = getattr(self, "http_" + kind)()
         case.via_requests = case.raw is None and r.random() < 0.2
         return case
@@ -1804,6 +1811,9 @@ class HttpGenerator:
             HttpCase("directed", method="PUT", target=f"/hub/installations/fz-h0?{API}",
                      headers={"Authorization": self.tokens["full"]}, body=b'{"installationId":"fz-h0",}',
                      codes={"invalid_payload"}),
+            HttpCase("directed", method="PUT", target=f"/hub/installations/fz-hdup?{API}",
+                     headers={"Authorization": self.tokens["full"]}, may_accept=True,
+                     body=b'{"installationId":"fz-hdup","platform":"fuzz","pushChannel":"fz-channel","tags":["fz-a","fz-a"]}'),
         ]
 
     def sas(self, right="full"):
@@ -2319,7 +2329,8 @@ class RequestChannel(Channel):
             elif verdict.control:
                 self.fail("control refused", f"a valid request was refused: {code}: {message[:200]}", case)
             elif code == "internal":
-                self.fail("internal error", f"{message[:300]} (the oracle expected {self.describe(verdict)})", case)
+                self.fail("internal error", f"{message[:300]} (the oracle expected {self.describe(verdict)})", case,
+                          group_by=f"{verdict.request_type or 'request'}")
             elif busy and not verdict.forwarded:
                 self.fail("unavailable", f"{code}: {message[:200]}", case)
             elif busy:
@@ -2357,6 +2368,8 @@ class RequestChannel(Channel):
 
     @staticmethod
     def describe(verdict):
+        if verdict.kind != "error":
+            return f"any reply but internal ({verdict.reason or 'the input may be valid'})"
         codes = "an error" if verdict.codes is None else " or ".join(sorted(verdict.codes))
         return f"{codes} ({verdict.reason})"
 
@@ -2619,7 +2632,10 @@ class HttpWorker(threading.Thread):
                 self.fail("control refused", f"GET /metrics answered {status}", case, data)
             return
         if status < 400:
-            self.fail("accepted malformed input", f"answered HTTP {status}: {body[:200]!r}", case, data)
+            if case.may_accept:
+                fuzzer.accepted_installations.add(case.target.split("/")[-1].split("?")[0])
+            else:
+                self.fail("accepted malformed input", f"answered HTTP {status}: {body[:200]!r}", case, data)
             return
         match = XML_ERROR.match(body)
         if not match or int(match.group(1)) != status:
@@ -3275,7 +3291,10 @@ def parse_arguments(argv):
     parser.add_argument("--replay-limit", type=int, default=300, help="inputs in flight replayed to find a crash's cause")
     parser.add_argument("--time-limit", type=float, default=0, help="stop sending after this many seconds (0: none)")
     parser.add_argument("--exclude", type=lambda s: [x for x in s.split(",") if x], default=[],
-                        help="generators to leave out, comma-separated (such as oversize,socket-limit,mutate)")
+                        help="generators to leave out, comma-separated: on request sockets " + ", ".join(REQUEST_KINDS)
+                        + ", oversize; on the agent socket " + ", ".join(AGENT_KINDS) + "; over HTTP raw, auth, version, "
+                        "installation, patch, messages, users, routes; and directed (the inputs every run begins with), "
+                        "socket-limit (frames past a socket's limit)")
     parser.add_argument("--skip-target", type=lambda s: [x for x in s.split(",") if x], default=[],
                         help="targets to leave out, comma-separated: " + ", ".join(WEIGHTS))
     parser.add_argument("--strict-json", action="store_true",
