@@ -43,7 +43,6 @@ import sys
 import threading
 import time
 import traceback
-import urllib.parse
 
 import zmq
 
@@ -58,10 +57,14 @@ sys.setrecursionlimit(8000)
 MAX_MESSAGE_BYTES = 1 << 20
 MAX_RICH_BYTES = 4 << 20
 PUBLISH_MAX_BYTES = max(MAX_MESSAGE_BYTES, MAX_RICH_BYTES // 3 * 4 + 65_536)
-# Past this a service's socket drops the connection instead of reading the frame (HubServer).
+# Past these a socket drops the connection instead of reading the frame (HubServer, the agent socket).
+AGENT_SOCKET_LIMIT = MAX_MESSAGE_BYTES + 4096
+
+
 def socket_limit(max_bytes):
     return max_bytes * 4 + 4096
-AGENT_SOCKET_LIMIT = MAX_MESSAGE_BYTES + 4096
+
+
 # JSONSerialization refuses documents nested deeper than this.
 JSON_DEPTH_LIMIT = 513
 
@@ -71,7 +74,6 @@ ERROR_CODES = {
     "invalid_tag", "invalid_expression", "invalid_template", "invalid_argument", "expired", "unavailable", "timeout",
     "internal",
 }
-AUTH_CODES = {"unauthorized", "forbidden"}
 
 # ---------------------------------------------------------------------------------------------
 # The wire contract, as far as the oracle needs it.
