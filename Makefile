@@ -4,22 +4,24 @@
 SWIFT        ?= swift
 DATA_DIR     ?= $(CURDIR)/data
 APT_PACKAGES := libzmq3-dev libsqlite3-dev libssl-dev libmicrohttpd-dev libmosquitto-dev pkg-config openssl mosquitto mosquitto-clients
-PY_PACKAGES  := pytest requests
+PY_PACKAGES  := pytest requests pyzmq
 SUDO         := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 RELEASE_BIN   = $(CURDIR)/.build/release
 DEBUG_BIN     = $(CURDIR)/.build/debug
+FUZZ_FRAMES  ?= 1000000
 
-.PHONY: all deps build release test soak run bench clean help
+.PHONY: all deps build release test soak fuzz run bench clean help
 
 all: build
 
 help:
 	@echo "make deps     install missing Debian and Python packages"
 	@echo "make build    debug build of every module and service"
-	@echo "make test     deps, then the whole test suite (Swift, then the REST tests and a one-minute soak in Python)"
+	@echo "make test     deps, then the whole test suite (Swift with a short parser fuzz; then the REST tests, a one-minute soak and a short socket fuzz in Python)"
 	@echo "make soak     deps, debug build, then ten minutes of mixed load while services and agents are killed"
 	@echo "make run      deps, release build, then every service on loopback (Ctrl-C stops them)"
 	@echo "make bench    deps, release build, then throughput against raw libzmq and Mosquitto"
+	@echo "make fuzz     deps, debug build, then $(FUZZ_FRAMES) generated and mutated inputs to every socket and to each parser (FUZZ_FRAMES=N)"
 	@echo "make clean    remove build products (the data folder stays)"
 
 # Installs only what is missing; apt-get update runs first because a fresh machine's lists are empty.
@@ -31,7 +33,7 @@ deps:
 	  echo "installing:$$missing"; \
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
 	fi
-	@python3 -c "import pytest, requests" 2>/dev/null || python3 -m pip install -q $(PY_PACKAGES) 2>&1 | grep -v "Running pip as the 'root'" || true
+	@python3 -c "import pytest, requests, zmq" 2>/dev/null || python3 -m pip install -q $(PY_PACKAGES) 2>&1 | grep -v "Running pip as the 'root'" || true
 
 build: deps
 	$(SWIFT) build
@@ -48,6 +50,13 @@ test: deps
 # started again; fails when anything accepted was lost, shown twice or misdelivered, or devices disagree.
 soak: build
 	NH_BIN_DIR="$(DEBUG_BIN)" python3 Tests/Hardening/soak.py --seconds 600
+
+# Starts every service on loopback with a data folder of its own, fuzzes every socket, and exits
+# non-zero on any failure (a crash, a hang, memory growth, or malformed input accepted).
+fuzz: deps
+	$(SWIFT) build --build-tests
+	NH_BIN_DIR="$(DEBUG_BIN)" python3 Tests/Hardening/fuzz.py --frames $(FUZZ_FRAMES) --progress
+	NH_FUZZ_ITERATIONS=$(FUZZ_FRAMES) $(SWIFT) test --skip-build --filter ParserFuzzTests
 
 run: release
 	@NH_DATA_DIR="$(DATA_DIR)" NH_BIN_DIR="$(RELEASE_BIN)" deploy/run-local.sh

@@ -1,5 +1,5 @@
 """The real executables on free loopback ports with a data folder of their own, for the Python
-tests (Tests/Gateway) and the soak (Tests/Hardening). Standard library and requests only."""
+tests (Tests/Gateway), the soak and the fuzzer (Tests/Hardening). Standard library and requests only."""
 import base64
 import hashlib
 import hmac
@@ -18,6 +18,9 @@ import requests
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BIN = os.environ.get("NH_BIN_DIR", os.path.join(ROOT, ".build", "debug"))
+
+FULL_KEY = "DefaultFullSharedAccessSignature"
+LISTEN_KEY = "DefaultListenSharedAccessSignature"
 
 _taken = set()
 _taken_lock = threading.Lock()
@@ -69,7 +72,8 @@ class Hub:
     data folder, and the processes started, by name."""
     SERVICES = ["nh-registry", "nh-sync", "nh-dispatch", "nh-publish", "nh-gateway"]
 
-    def __init__(self, prefix="nh-gateway-", settings=None):
+    def __init__(self, prefix="nh-gateway-", settings=None, bin_dir=None):
+        self.bin = bin_dir or BIN
         self.data = tempfile.mkdtemp(prefix=prefix)
         self.http_port = free_port()
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("NH_")}
@@ -90,14 +94,26 @@ class Hub:
         """Starts an executable under `name`; its standard error (and standard output unless given)
         goes to NAME.log in the data folder."""
         with open(os.path.join(self.data, f"{name}.log"), "ab") as log:
-            process = subprocess.Popen([os.path.join(BIN, executable or name)], env={**self.env, **(env or {})},
+            process = subprocess.Popen([os.path.join(self.bin, executable or name)], env={**self.env, **(env or {})},
                                        stdout=stdout or log, stderr=log)
         self.processes[name] = process
         return process
 
+    def endpoint(self, section, key="REQUESTS"):
+        """A bound endpoint, such as endpoint("DISPATCH", "AGENTS")."""
+        return self.env[f"NH_{section}_{key}"]
+
+    def start_services(self, timeout=30.0):
+        """Starts every service and waits until the key files exist and the gateway answers."""
+        for name in Hub.SERVICES:
+            self.start(name)
+        return (wait_until(lambda: os.path.exists(os.path.join(self.data, "keys.json")), timeout)
+                and wait_until(lambda: answers(self), timeout))
+
     def stop(self, name):
         process = self.processes.pop(name)
-        process.send_signal(signal.SIGTERM)
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
         return process.wait(timeout=15)
 
     def kill(self, name):
@@ -128,10 +144,10 @@ class Hub:
     def keys(self):
         return {k["name"]: k["key"] for k in json.load(open(os.path.join(self.data, "keys.json")))["keys"]}
 
-    def token(self, name="DefaultFullSharedAccessSignature", resource=None, **kwargs):
+    def token(self, name=FULL_KEY, resource=None, **kwargs):
         return sas_token(resource or f"{self.base}/hub", name, self.keys()[name], **kwargs)
 
-    def connection_string(self, name="DefaultFullSharedAccessSignature"):
+    def connection_string(self, name=FULL_KEY):
         return f"Endpoint={self.base}/;SharedAccessKeyName={name};SharedAccessKey={self.keys()[name]}"
 
 
