@@ -79,7 +79,7 @@ let package = Package(
             tests("ParserFuzzTests", dependencies: ["Tags", "Templates"]),
             tests("ServiceKitTests", dependencies: ["ServiceKit"]),
             tests("DispatchCoreTests", dependencies: ["DispatchCore", "HubProtocol"]),
-            tests("RegistryTests", dependencies: ["NHRegistry", "HubProtocol"]),
+            tests("RegistryTests", dependencies: ["NHRegistry", "HubProtocol", "Storage"]),
             tests("AgentTests", dependencies: ["NHAgent", "HubProtocol"]),
             tests("EndToEndTests", dependencies: ["Auth", "Bus", "HubProtocol", "ServiceKit"]),
         ]

@@ -213,6 +213,10 @@ public enum HubCodec {
         guard header.type == M.messageType else {
             throw HubError(.unknownType, "expected a '\(M.messageType)' message, got '\(header.type)'")
         }
+        // A type without fields decodes from any value, so the shape is checked here for every type.
+        if let payload = parsed.object["payload"], !(payload is [String: Any]) {
+            throw HubError(.invalidPayload, "'\(M.messageType)': 'payload' must be a JSON object, such as {}")
+        }
         let envelope: Envelope<M>
         do {
             envelope = try decoder.decode(Envelope<M>.self, from: data)

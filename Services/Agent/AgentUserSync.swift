@@ -78,11 +78,10 @@ final class AgentUserSync {
                     continue
                 }
                 let desktop = try desktopIDs(changes)
-                let events = try cache.apply(changes)
+                try cache.apply(changes) { events in show(events, desktop: desktop) }
                 if !changes.changes.isEmpty {
                     logger.info("sync batch", ("changes", changes.changes.count), ("cursor", changes.cursor))
                 }
-                show(events, desktop: desktop)
                 if !changes.hasMore { return }
             }
         } catch {

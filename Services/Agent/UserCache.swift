@@ -38,7 +38,10 @@ final class UserCache {
 
     /// Applies a batch of changes and moves the cursor, in one transaction. Changes that leave a
     /// notification as the cache already has it raise no event, so nothing is shown twice.
-    func apply(_ changes: UserChanges) throws -> [Event] {
+    /// Applies a batch of changes and moves the cursor past it, in one transaction; `beforeCommit`
+    /// gets the events first, so that they are written out before the batch counts as seen, and a
+    /// crash between the two shows them again rather than never.
+    func apply(_ changes: UserChanges, beforeCommit: ([Event]) -> Void = { _ in }) throws {
         try database.transaction {
             var events: [Event] = []
             for change in changes.changes {
@@ -58,7 +61,7 @@ final class UserCache {
                 }
             }
             try setCursor(changes.cursor)
-            return events
+            beforeCommit(events)
         }
     }
 

@@ -1,6 +1,7 @@
 import Foundation
 import HubProtocol
 import ServiceKit
+import Tags
 
 #if canImport(Glibc)
 import Glibc
@@ -60,6 +61,11 @@ if command == "run" {
         // command with the registry's words, and the categories in force stay. When the registry
         // cannot be reached, they are kept and registered as soon as it answers.
         control.on(AgentCategoriesChanged.self) { request in
+            do {
+                try Tag.validate(all: request.payload.categories, limit: context.config.limits.tagsPerInstallation)
+            } catch {
+                throw HubError(.invalidTag, "categories: \((error as? TagError)?.message ?? "\(error)")")
+            }
             do {
                 try daemon.register(categories: request.payload.categories)
             } catch let error as HubError where ![.timeout, .unavailable].contains(error.code) {

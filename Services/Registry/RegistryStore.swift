@@ -64,7 +64,9 @@ final class RegistryStore {
                 "SELECT document FROM installations WHERE installation_id = ?", [installation.installationId])
             stored.createdAt = try existing.map { try decode($0[0]).createdAt } ?? now
             stored.lastSeen = now
-            stored.tags = Array(NSOrderedSet(array: stored.tags)) as? [String] ?? stored.tags
+            // A tag given twice is kept once, where it first appears.
+            var seen = Set<String>()
+            stored.tags = stored.tags.filter { seen.insert($0).inserted }
             try database.run(
                 """
                 INSERT INTO installations (installation_id, document, user_id, expires_at, updated_at) VALUES (?, ?, ?, ?, ?)

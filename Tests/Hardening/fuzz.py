@@ -2288,6 +2288,7 @@ class RequestChannel(Channel):
         s.setsockopt(zmq.LINGER, 0)
         s.setsockopt(zmq.SNDHWM, 0)
         s.setsockopt(zmq.RCVHWM, 0)
+        self.fuzzer.secure(s, self.service)
         s.connect(self.endpoint)
         return s
 
@@ -2723,8 +2724,18 @@ class Fuzzer:
                 raise SetupError(f"{name} does not answer health")
         if not wait_until(lambda: self.health(name="nh-agent", timeout=5, details=True).get("registered") == "true", 30):
             raise SetupError("the agent did not register")
-        with open(os.path.join(self.hub.data, "agent-channel.key")) as f:
-            self.agent_server_key = json.load(f)["publicKey"].encode()
+        self.agent_server_key = self.hub.bus_server_key()
+
+    def secure(self, s, service):
+        """Every bus socket is CURVE: a client with the full key's bus keys, to the hub's bus key, or
+        to the agent's device key for its control socket."""
+        public, secret = self.hub.bus_keys()
+        if service == "nh-agent":
+            with open(os.path.join(self.hub.data, "agent", "device.pub")) as f:
+                server = f.read().strip().encode()
+        else:
+            server = self.hub.bus_server_key()
+        s.curve_publickey, s.curve_secretkey, s.curve_serverkey = public, secret, server
 
     def launch(self, name):
         executable, env, stdout = self.start_args[name]
@@ -2739,6 +2750,7 @@ class Fuzzer:
         if name not in self.health_sockets:
             s = self.context.socket(zmq.DEALER)
             s.setsockopt(zmq.LINGER, 0)
+            self.secure(s, name)
             s.connect(self.hub.endpoint(SECTIONS[name]))
             self.health_sockets[name] = s
         return self.health_sockets[name]
@@ -2898,6 +2910,7 @@ class Fuzzer:
             limit = socket_limit(PUBLISH_MAX_BYTES if name == "nh-publish" else MAX_MESSAGE_BYTES)
             s = self.context.socket(zmq.DEALER)
             s.setsockopt(zmq.LINGER, 0)
+            self.secure(s, name)
             s.connect(self.hub.endpoint(SECTIONS[name]))
             frames = [b"", b"x" * (limit + 1)]
             s.send_multipart(frames)

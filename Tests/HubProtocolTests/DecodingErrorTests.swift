@@ -160,4 +160,15 @@ struct DecodingErrorTests {
     func scanID(text: String, expected: String?) {
         #expect(HubCodec.scanID(Data(text.utf8)) == expected)
     }
+
+    @Test("a payload that is not an object is refused, also for a type without fields", arguments: ["null", "1", #""x""#, "[1]", "true"])
+    func payloadMustBeAnObject(payload: String) {
+        do {
+            _ = try HubCodec.decode(HealthRequest.self, from: Data(#"{"v":1,"type":"health","id":"x","payload":\#(payload)}"#.utf8))
+            Issue.record("accepted payload \(payload)")
+        } catch {
+            #expect(error.code == .invalidPayload)
+            #expect(error.message.contains("JSON object"))
+        }
+    }
 }

@@ -1,5 +1,6 @@
 import Foundation
 import HubProtocol
+import Storage
 import Testing
 
 @testable import NHRegistry
@@ -93,5 +94,16 @@ struct InstallationPatcherTests {
         // Keeping the user, or dropping it, needs no proof.
         #expect(code(alice, current: alice, manage: false, noToken) == nil)
         #expect(code(Self.base, current: alice, manage: false, noToken) == nil)
+    }
+
+    @Test("a tag given twice is stored once, where it first appears")
+    func duplicateTags() throws {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("nh-registry-\(UUID().uuidString).db").path
+        let database = try SQLiteDatabase(path: path)
+        try database.migrate(RegistryStore.migrations)
+        let store = RegistryStore(database: database)
+        let (stored, _) = try store.upsert(Installation(installationId: "d", pushChannel: "c", tags: ["b", "a", "b", "a"]), now: Date())
+        #expect(stored.tags == ["b", "a"])
+        #expect(try store.get("d", now: Date())?.tags == ["b", "a"])
     }
 }

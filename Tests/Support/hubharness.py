@@ -141,6 +141,19 @@ class Hub:
                 process.kill()
                 process.wait(timeout=5)
 
+    def bus_keys(self, name=FULL_KEY):
+        """(public, secret) of the bus key pair derived from an access key, as the services derive
+        it: the secret is HMAC-SHA256 of "nh-bus-client-v1\\n" + the key's name under the key, in Z85."""
+        import zmq
+        from zmq.utils import z85
+        secret = z85.encode(hmac.new(self.keys()[name].encode(), f"nh-bus-client-v1\n{name}".encode(), hashlib.sha256).digest())
+        return zmq.curve_public(secret), secret
+
+    def bus_server_key(self):
+        """The hub's bus public key, from the data folder."""
+        with open(os.path.join(self.data, "bus.key")) as f:
+            return json.load(f)["publicKey"].encode()
+
     def keys(self):
         return {k["name"]: k["key"] for k in json.load(open(os.path.join(self.data, "keys.json")))["keys"]}
 
