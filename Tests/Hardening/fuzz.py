@@ -72,7 +72,7 @@ ERROR_CODES = {
     "malformed_frames", "empty_message", "malformed_envelope", "unsupported_version", "unknown_type",
     "invalid_payload", "unknown_field", "payload_too_large", "unauthorized", "forbidden", "not_found", "conflict",
     "invalid_tag", "invalid_expression", "invalid_template", "invalid_argument", "expired", "unavailable", "timeout",
-    "internal",
+    "internal", "rate_limited",
 }
 
 # ---------------------------------------------------------------------------------------------
@@ -2703,7 +2703,8 @@ class Fuzzer:
 
     def start(self):
         # A crash's backtrace is kept short: the crashed thread, its innermost frames.
-        env = {"NH_LOG_LEVEL": self.args.log_level,
+        # The agent socket's rate limit is lifted, so that every input is read, not refused unread.
+        env = {"NH_LOG_LEVEL": self.args.log_level, "NH_LIMITS_AGENT_MESSAGES_PER_SECOND": "100000000",
                "SWIFT_BACKTRACE": "enable=yes,interactive=no,threads=crashed,images=none,registers=none,limit=24,top=8"}
         self.hub = Hub(prefix="nh-fuzz-", settings=env, bin_dir=self.args.bin)
         self.failures = Failures(os.path.join(self.hub.data, "reproducers"), live=self.args.progress)
@@ -2731,7 +2732,9 @@ class Fuzzer:
         to the agent's device key for its control socket."""
         public, secret = self.hub.bus_keys()
         if service == "nh-agent":
-            with open(os.path.join(self.hub.data, "agent", "device.pub")) as f:
+            device = os.path.join(self.hub.data, "agent", "device.pub")
+            wait_until(lambda: os.path.exists(device), 30)
+            with open(device) as f:
                 server = f.read().strip().encode()
         else:
             server = self.hub.bus_server_key()
@@ -3220,7 +3223,8 @@ class Fuzzer:
         self.health_sockets.clear()
         if self.hub is not None:
             self.hub.stop_all()
-        self.context.term()
+        # Closes any socket still open (one being set up when a failure struck) instead of waiting for it.
+        self.context.destroy(linger=0)
 
     def report(self):
         stats = self.stats
