@@ -234,6 +234,36 @@ struct HardeningTests {
         }
     }
 
+    @Test("an agent over its message rate gets rate_limited, and beyond limits.agents a new agent is refused with unavailable")
+    func agentLimits() throws {
+        let cluster = try Self.cluster(
+            ["nh-registry", "nh-dispatch"], environment: ["NH_LIMITS_AGENT_MESSAGES_PER_SECOND": "5", "NH_LIMITS_AGENTS": "1"])
+        defer { cluster.stopAll() }
+        let registry = try cluster.client(cluster.endpoint("nh-registry"))
+        let serverKey = try #require(BusKeys.publicKey(directory: cluster.dataDirectory))
+        let first = try CurveKeyPair.generate(), second = try CurveKeyPair.generate()
+        for (id, key) in [("one", first), ("two", second)] {
+            _ = try registry.call(InstallationUpsert(installation: Installation(installationId: id, platform: "linux", pushChannel: key.publicKey)))
+        }
+        #expect(cluster.waitUntil { (try? cluster.health("nh-dispatch").details?["installations"]) == "2" })
+        let agent = try RawAgent(endpoint: cluster.environment["NH_DISPATCH_AGENTS"]!, keys: first, serverKey: serverKey)
+        defer { agent.close() }
+        #expect(agent.hello("one") == .welcome(AgentWelcome(installationId: "one", pending: 0)))
+        let other = try RawAgent(endpoint: cluster.environment["NH_DISPATCH_AGENTS"]!, keys: second, serverKey: serverKey)
+        defer { other.close() }
+        guard case .error(let full) = other.hello("two") else {
+            Issue.record("a second agent beyond limits.agents was let in")
+            return
+        }
+        #expect(full.code == .unavailable && full.message.contains("limits.agents"))
+        // A flood of acknowledgements: beyond the burst, each is answered with rate_limited.
+        for _ in 0..<40 { _ = try agent.socket.send(AgentWire.encode(.ack(AgentAck(deliveryIds: ["none"])))) }
+        var limited = 0
+        while case .error(let error)? = agent.next(timeout: 2) { if error.code == .rateLimited { limited += 1 } }
+        #expect(limited > 0, "acknowledgements beyond the rate were refused")
+        #expect(try cluster.health("nh-dispatch").status == "ok")
+    }
+
     // MARK: Start and the agent's commands
 
     @Test("a key file that exists but cannot be parsed stops the service at start, and is left as it was")
