@@ -38,6 +38,20 @@ public enum BusKeys {
         return file.publicKey
     }
 
+    /// The file in an agent's home that holds its device public key, which serves the agent's
+    /// control socket; local tools read it to connect.
+    public static let deviceFileName = "device.pub"
+
+    public static func writeDeviceKey(_ publicKey: String, agentHome: URL) throws {
+        try Data((publicKey + "\n").utf8).write(to: agentHome.appendingPathComponent(deviceFileName))
+    }
+
+    /// The device public key of the agent whose home is `agentHome`, if it has run.
+    public static func deviceKey(agentHome: URL) -> String? {
+        guard let text = try? String(contentsOf: agentHome.appendingPathComponent(deviceFileName), encoding: .utf8) else { return nil }
+        return text.trimmingCharacters(in: .whitespacesAndNewlines)
+    }
+
     /// The hub's public key for a client: `NH_BUS_SERVER_KEY`, or the key file in the data folder,
     /// waited for up to `wait` seconds since the services may be starting.
     public static func serverPublicKey(config: HubConfig, environment: [String: String], wait: TimeInterval = 0) throws -> String {

@@ -37,7 +37,7 @@ final class AgentDaemon {
         let serverKey = try BusKeys.serverPublicKey(config: context.config, environment: environment, wait: 30)
         let listen = try identity.waitForCredential(seconds: 30)
         try context.secureBus(try AgentDaemon.security(listen: listen, device: keys, serverKey: serverKey, config: context.config))
-        try Data((keys.publicKey + "\n").utf8).write(to: context.dataDirectory.appendingPathComponent(AgentDaemon.devicePublicKeyFile))
+        try BusKeys.writeDeviceKey(keys.publicKey, agentHome: context.dataDirectory)
         if let credential = try environment["NH_AGENT_USER_CREDENTIAL"] ?? store.setting("userCredential") {
             let cache = UserCache(database: store.database)
             let sync = try context.client(context.config.sync.requests, policy: RetryPolicy(timeout: 2_000, attempts: 1))
@@ -69,10 +69,6 @@ final class AgentDaemon {
             context.logger.warning("no listen key yet: waiting for the hub key file, or set NH_AGENT_CONNECTION_STRING")
         }
     }
-
-    /// The file in the agent's home that holds its device public key, for local tools that
-    /// connect to its control socket.
-    static let devicePublicKeyFile = "device.pub"
 
     /// The agent's bus security: client keys from its listen key; its control socket served with
     /// its device key, admitting that listen key and, on a host of the services, the hub's keys.

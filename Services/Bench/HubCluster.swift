@@ -71,8 +71,8 @@ final class HubCluster {
             do {
                 var curve = BusSecurity.current?.client
                 if let agentHome, let keys = curve?.keys {
-                    let text = try String(contentsOf: agentHome.appendingPathComponent("device.pub"), encoding: .utf8)
-                    curve = (keys, text.trimmingCharacters(in: .whitespacesAndNewlines))
+                    guard let device = BusKeys.deviceKey(agentHome: agentHome) else { throw HubError(.unavailable, "no device key yet") }
+                    curve = (keys, device)
                 }
                 let client = try HubClient(connect: endpoint, policy: RetryPolicy(timeout: 300, attempts: 1), curve: curve)
                 defer { client.close() }

@@ -110,10 +110,9 @@ enum Ctl {
                     // The agent's control socket is served with its device key, kept in its home.
                     let home = environment["NH_AGENT_HOME"].map { URL(fileURLWithPath: $0, isDirectory: true) }
                         ?? URL(fileURLWithPath: config.dataDir, isDirectory: true).appendingPathComponent("agent", isDirectory: true)
-                    guard let text = try? String(contentsOf: home.appendingPathComponent("device.pub"), encoding: .utf8),
-                        let keys = curve?.keys
+                    guard let device = BusKeys.deviceKey(agentHome: home), let keys = curve?.keys
                     else { throw HubError(.unavailable, "no agent has run with home \(home.path)") }
-                    curve = (keys, text.trimmingCharacters(in: .whitespacesAndNewlines))
+                    curve = (keys, device)
                 }
                 let client = try HubClient(connect: endpoints.requests, policy: RetryPolicy(timeout: timeout, attempts: 1), curve: curve)
                 defer { client.close() }

@@ -137,11 +137,10 @@ final class ServiceCluster {
     /// The CURVE settings for an agent's control socket: the full key's client keys, the agent's device key.
     func agentCurve(_ endpoint: String) throws -> (keys: CurveKeyPair, serverPublicKey: String) {
         let home = agentHomes[endpoint] ?? dataDirectory.appendingPathComponent("agent")
-        let file = home.appendingPathComponent("device.pub")
         let deadline = Date().addingTimeInterval(20)
-        while !FileManager.default.fileExists(atPath: file.path) && Date() < deadline { Thread.sleep(forTimeInterval: 0.05) }
-        let text = try String(contentsOf: file, encoding: .utf8)
-        return (try curve().keys, text.trimmingCharacters(in: .whitespacesAndNewlines))
+        while BusKeys.deviceKey(agentHome: home) == nil && Date() < deadline { Thread.sleep(forTimeInterval: 0.05) }
+        guard let device = BusKeys.deviceKey(agentHome: home) else { throw HubError(.unavailable, "no device key in \(home.path)") }
+        return (try curve().keys, device)
     }
 
     func startAll() throws {
