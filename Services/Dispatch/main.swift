@@ -274,7 +274,10 @@ ServiceMain.run(name: "nh-dispatch", summary: "the dispatcher: resolves targets 
             guard frames.count >= 2 else { continue }
             let route = frames[0]
             let body = Array(frames.dropFirst())
-            guard agentRate.allow(peer ?? route.base64EncodedString()) else {
+            // Acknowledgements are not counted: each answers a delivery this dispatcher sent, and a
+            // busy agent sends as many as it receives.
+            let isAck = body.count == 1 && body[0].starts(with: Data("ack\n".utf8))
+            guard isAck || agentRate.allow(peer ?? route.base64EncodedString()) else {
                 let error = HubError(
                     .rateLimited, "more than \(config.limits.agentMessagesPerSecond) messages a second from this agent (limits.agentMessagesPerSecond)")
                 _ = deliver(route, [AgentWire.encode(.error(ErrorReply(code: error.code, message: error.message)))])

@@ -256,11 +256,11 @@ struct HardeningTests {
             return
         }
         #expect(full.code == .unavailable && full.message.contains("limits.agents"))
-        // A flood of acknowledgements: beyond the burst, each is answered with rate_limited.
-        for _ in 0..<40 { _ = try agent.socket.send(AgentWire.encode(.ack(AgentAck(deliveryIds: ["none"])))) }
+        // A flood of hellos: beyond the burst, each is answered with rate_limited.
+        for _ in 0..<40 { _ = try agent.socket.send(AgentWire.encode(.hello(AgentHello(installationId: "one")))) }
         var limited = 0
         while case .error(let error)? = agent.next(timeout: 2) { if error.code == .rateLimited { limited += 1 } }
-        #expect(limited > 0, "acknowledgements beyond the rate were refused")
+        #expect(limited > 0, "messages beyond the rate were refused")
         #expect(try cluster.health("nh-dispatch").status == "ok")
     }
 
