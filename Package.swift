@@ -9,8 +9,13 @@ func module(_ name: String, dependencies: [Target.Dependency] = [], exclude: [St
 /// Executable targets are named NH<Directory>, since a module named after its folder ("Dispatch")
 /// would shadow the system module of that name.
 func service(_ directory: String, dependencies: [Target.Dependency]) -> Target {
-    .executableTarget(name: "NH\(directory)", dependencies: dependencies, path: "Services/\(directory)")
+    .executableTarget(
+        name: "NH\(directory)", dependencies: dependencies, path: "Services/\(directory)",
+        resources: (webPages[directory] ?? []).map { .copy($0) })
 }
+
+/// Files served as they are: the gateway's web console and inbox (HTML, CSS and JavaScript, no build step).
+let webPages: [String: [String]] = ["Gateway": ["Web"]]
 
 func tests(_ name: String, dependencies: [Target.Dependency], exclude: [String] = []) -> Target {
     .testTarget(name: name, dependencies: dependencies, path: "Tests/\(name)", exclude: exclude)

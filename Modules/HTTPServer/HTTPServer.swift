@@ -1,5 +1,6 @@
 import CMicroHTTPD
 import Foundation
+import Synchronization
 
 /// One HTTP request, with its body read whole.
 public struct HTTPRequest: Sendable {
@@ -22,11 +23,130 @@ public struct HTTPResponse: Sendable {
     public var status: Int
     public var headers: [(String, String)]
     public var body: Data
+    /// When set, the body is not `body` but whatever is written to the stream until it is
+    /// finished or the client goes away (chunked, as server-sent events need).
+    public var stream: HTTPStream?
 
-    public init(status: Int, headers: [(String, String)] = [], body: Data = Data()) {
+    public init(status: Int, headers: [(String, String)] = [], body: Data = Data(), stream: HTTPStream? = nil) {
         self.status = status
         self.headers = headers
         self.body = body
+        self.stream = stream
+    }
+}
+
+/// A response body written over time from any thread. While nothing is waiting to be sent, its
+/// connection is suspended, so an open stream costs no polling and holds no thread.
+public final class HTTPStream: @unchecked Sendable {
+    private let lock = NSLock()
+    private var pending = Data()
+    private var finishing = false
+    private var ended = false
+    private var suspended = false
+    fileprivate var connection: OpaquePointer?
+    private var endHandlers: [@Sendable () -> Void] = []
+
+    public init() {}
+
+    /// Queues bytes to send. False when the stream has ended or is finishing; the bytes are dropped.
+    @discardableResult
+    public func write(_ data: Data) -> Bool {
+        lock.lock()
+        defer { lock.unlock() }
+        guard !ended, !finishing else { return false }
+        pending.append(data)
+        wake()
+        return true
+    }
+
+    /// Ends the body once what is queued has gone out.
+    public func finish() {
+        lock.lock()
+        defer { lock.unlock() }
+        finishing = true
+        wake()
+    }
+
+    /// Bytes queued but not yet taken by the connection: a client that reads too slowly shows here.
+    public var queuedBytes: Int {
+        lock.lock()
+        defer { lock.unlock() }
+        return pending.count
+    }
+
+    fileprivate var hasEnded: Bool {
+        lock.lock()
+        defer { lock.unlock() }
+        return ended
+    }
+
+    public var isOpen: Bool {
+        lock.lock()
+        defer { lock.unlock() }
+        return !ended && !finishing
+    }
+
+    /// Runs `handler` once, when the connection ends: finished, closed by the client, or the server stopping.
+    public func onEnd(_ handler: @escaping @Sendable () -> Void) {
+        lock.lock()
+        if ended {
+            lock.unlock()
+            handler()
+            return
+        }
+        endHandlers.append(handler)
+        lock.unlock()
+    }
+
+    /// Called with the lock held.
+    private func wake() {
+        if suspended, let connection {
+            suspended = false
+            MHD_resume_connection(connection)
+        }
+    }
+
+    /// libmicrohttpd asks for the next bytes: give what is queued, end, or suspend until a write.
+    fileprivate func read(into buffer: UnsafeMutablePointer<CChar>, max: Int) -> Int {
+        lock.lock()
+        defer { lock.unlock() }
+        if !pending.isEmpty {
+            let count = min(max, pending.count)
+            pending.withUnsafeBytes { bytes in
+                UnsafeMutableRawPointer(buffer).copyMemory(from: bytes.baseAddress!, byteCount: count)
+            }
+            pending.removeSubrange(0..<count)
+            return count
+        }
+        if finishing || ended { return -1 }  // MHD_CONTENT_READER_END_OF_STREAM
+        if let connection {
+            suspended = true
+            MHD_suspend_connection(connection)
+        }
+        return 0
+    }
+
+    fileprivate func end() {
+        lock.lock()
+        ended = true
+        suspended = false
+        connection = nil
+        pending = Data()
+        let handlers = endHandlers
+        endHandlers = []
+        lock.unlock()
+        for handler in handlers { handler() }
+    }
+
+    static let reader: MHD_ContentReaderCallback = { cls, _, buffer, max in
+        guard let cls, let buffer else { return -2 }
+        return Unmanaged<HTTPStream>.fromOpaque(cls).takeUnretainedValue().read(into: buffer, max: max)
+    }
+
+    static let released: MHD_ContentReaderFreeCallback = { cls in
+        guard let cls else { return }
+        let stream = Unmanaged<HTTPStream>.fromOpaque(cls).takeRetainedValue()
+        stream.end()
     }
 }
 
@@ -90,8 +210,25 @@ public final class HTTPServer: @unchecked Sendable {
 
     public func stop() {
         queue.stop()
+        // Open streams end first, so that no connection is left suspended when the daemon stops.
+        let open = streams.withLock { streams in
+            defer { streams.removeAll() }
+            return Array(streams.values)
+        }
+        for stream in open { stream.finish() }
+        let deadline = Date().addingTimeInterval(2)
+        while open.contains(where: { !$0.hasEnded }) && Date() < deadline { usleep(10_000) }
         if let daemon { MHD_stop_daemon(daemon) }
         daemon = nil
+    }
+
+    private let streams = Mutex<[ObjectIdentifier: HTTPStream]>([:])
+
+    /// Streams being served, so that `stop` can end them.
+    fileprivate func track(_ stream: HTTPStream) {
+        let id = ObjectIdentifier(stream)
+        streams.withLock { $0[id] = stream }
+        stream.onEnd { [weak self] in _ = self?.streams.withLock { $0.removeValue(forKey: id) } }
     }
 
     /// What one connection's request has gathered between calls, and its answer once a worker has it.
@@ -135,6 +272,16 @@ public final class HTTPServer: @unchecked Sendable {
                 MHD_resume_connection(handle.pointer)
             }
             return MHD_Result.YES
+        }
+        if let stream = response.stream {
+            stream.connection = connection
+            server.track(stream)
+            guard let reply = MHD_create_response_from_callback(
+                UInt64.max, 16 * 1024, HTTPStream.reader, Unmanaged.passRetained(stream).toOpaque(), HTTPStream.released)
+            else { return MHD_Result.NO }
+            defer { MHD_destroy_response(reply) }
+            for (name, value) in response.headers { MHD_add_response_header(reply, name, value) }
+            return MHD_queue_response(connection, UInt32(response.status), reply)
         }
         return response.body.withUnsafeBytes { bytes -> MHD_Result in
             guard let reply = MHD_create_response_from_buffer(

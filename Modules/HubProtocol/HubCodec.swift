@@ -56,10 +56,15 @@ public enum HubCodec {
 
     /// A message's payload alone, as JSON, for surfaces that carry no envelope (the REST API).
     public static func encodePayload<M: HubMessage>(_ message: M) -> Data {
+        encodeValue(message)
+    }
+
+    /// Any part of a payload, encoded as payloads are (dates as ISO 8601, sorted keys).
+    public static func encodeValue<T: Encodable>(_ value: T) -> Data {
         do {
-            return try encoder.encode(message)
+            return try encoder.encode(value)
         } catch {
-            preconditionFailure("cannot encode \(M.messageType): \(error)")
+            preconditionFailure("cannot encode \(T.self): \(error)")
         }
     }
 

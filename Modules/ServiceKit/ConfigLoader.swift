@@ -104,7 +104,7 @@ public enum ConfigLoader {
     static let integerKeys: Set<String> = [
         "maxMessageBytes", "requestTimeoutMs", "requestAttempts", "heartbeatMs", "agentHeartbeatMs", "defaultTimeToLive", "userTokenLifetime", "maxRichBytes",
     ]
-    static let stringKeys = ["dataDir", "logLevel", "namespace", "hub", "gatewayListen", "gatewayCertificate", "gatewayKey"]
+    static let stringKeys = ["dataDir", "logLevel", "namespace", "hub", "gatewayListen", "gatewayCertificate", "gatewayKey", "webRoot"]
     static let sections = ["registry", "publish", "dispatch", "sync", "agent", "gateway"]
     static let sectionKeys = ["requests", "events", "agents"]
 
@@ -122,7 +122,7 @@ public enum ConfigLoader {
     static func isOptionalSection(_ path: [String]) -> Bool { false }
     static func isOptionalLeaf(_ path: [String]) -> Bool {
         (path.count == 2 && sections.contains(path[0]) && sectionKeys.contains(path[1]))
-            || (path.count == 1 && ["gatewayCertificate", "gatewayKey"].contains(path[0]))
+            || (path.count == 1 && ["gatewayCertificate", "gatewayKey", "webRoot"].contains(path[0]))
     }
 
     static func knownSettings() -> String {

@@ -38,6 +38,9 @@ public struct HubConfig: Codable, Sendable, Equatable {
     /// PEM files that turn on HTTPS at the gateway; both or neither.
     public var gatewayCertificate: String? = nil
     public var gatewayKey: String? = nil
+    /// The folder with the console and inbox pages the gateway serves. Absent: the pages installed
+    /// beside `nh-gateway` (`NotificationHub_NHGateway.resources/Web`).
+    public var webRoot: String? = nil
 
     /// What one client, agent or store may use; each refusal names the setting.
     public var limits = Limits()

@@ -5,6 +5,7 @@ import HTTPServer
 import HubProtocol
 import ServiceKit
 import Synchronization
+import Tags
 
 /// The Notification Hubs REST API over the hub's services: each HTTP request is checked (hub,
 /// api-version, shared-access signature and rights) and turned into bus requests.
@@ -18,10 +19,14 @@ final class GatewayRoutes: @unchecked Sendable {
     static let maxMessageBytes = 64 * 1024
     /// Responses by method and status, shared by every worker's routes.
     let counts: HTTPCounts
+    let web: WebPages
+    let streams: UserStreams
 
     init(context: ServiceContext, registry: HubClient, publish: HubClient, dispatch: HubClient, sync: HubClient,
-         counts: HTTPCounts) {
+         counts: HTTPCounts, web: WebPages, streams: UserStreams) {
         self.counts = counts
+        self.web = web
+        self.streams = streams
         self.context = context
         self.registry = registry
         self.publish = publish
@@ -46,12 +51,15 @@ final class GatewayRoutes: @unchecked Sendable {
     }
 
     private func route(_ request: HTTPRequest) throws -> HTTPResponse {
+        if let page = try web.serve(request) { return page }
         let segments = request.path.split(separator: "/").map { $0.removingPercentEncoding ?? String($0) }
         guard let first = segments.first else { throw HubError(.notFound, "no resource at '/'; hub resources are under /\(hub)/") }
         if first == "metrics", segments.count == 1, request.method == "GET" { return metrics() }
         guard first == hub else { throw HubError(.notFound, "no hub '\(first)'; this namespace has '\(hub)'") }
-        try checkVersion(request)
         let rest = Array(segments.dropFirst())
+        // The hub's own resources (users, health, expressions) take api-version but do not need it;
+        // Notification Hubs' resources need it, as Azure does.
+        if request.query["api-version"] != nil || !Self.ownResources.contains(rest.first ?? "") { try checkVersion(request) }
         switch (request.method, rest.first, rest.count) {
         case ("PUT", "installations", 2):
             return try putInstallation(rest[1], request, as: try authorize(request, .listen))
@@ -88,11 +96,28 @@ final class GatewayRoutes: @unchecked Sendable {
         case ("GET", "messages", 2):
             try authorize(request, .send)
             return try outcome(rest[1], request)
+        case ("GET", "messages", 1):
+            try authorize(request, .send)
+            return try recentMessages(request)
+        case ("GET", "health", 1):
+            try authorize(request, .listen)
+            return health()
+        case ("GET", "expressions", 2) where rest[1] == "check":
+            try authorize(request, .send)
+            return try checkExpression(request)
+        case ("GET", "users", 4) where rest[1] == "me" && rest[2] == "notifications" && rest[3] == "stream":
+            return try openStream(request)
         case ("GET", "registrations", 1):
             try authorize(request, .manage)
             let top = request.query["$top"].flatMap(Int.init) ?? 100
             let page = try registry.call(InstallationList(
                 limit: min(max(top, 1), 1000), after: request.header("x-ms-continuationtoken")))
+            return RegistrationFeed.feed(page, base: baseURL(request) + "/" + hub)
+        case ("GET", "tags", 3) where rest[2] == "registrations":
+            try authorize(request, .manage)
+            let top = request.query["$top"].flatMap(Int.init) ?? 100
+            let page = try registry.call(InstallationList(
+                tag: rest[1], limit: min(max(top, 1), 1000), after: request.header("x-ms-continuationtoken")))
             return RegistrationFeed.feed(page, base: baseURL(request) + "/" + hub)
         case ("GET", "registrations", 2):
             try authorize(request, .listen)
@@ -137,7 +162,8 @@ final class GatewayRoutes: @unchecked Sendable {
         case ("POST", "users", 3) where rest[2] == "notifications":
             try authorize(request, .send)
             return try postUserNotification(rest[1], request)
-        case (_, "installations", _), (_, "messages", _), (_, "registrations", _), (_, "users", _), (_, "schedulednotifications", _):
+        case (_, "installations", _), (_, "messages", _), (_, "registrations", _), (_, "users", _), (_, "schedulednotifications", _),
+            (_, "tags", _), (_, "health", _), (_, "expressions", _):
             throw HubError(.invalidArgument, "\(request.method) is not supported on \(request.path)")
         default:
             throw HubError(.notFound, "no resource at \(request.path)")
@@ -297,7 +323,11 @@ final class GatewayRoutes: @unchecked Sendable {
     }
 
     private func outcome(_ id: String, _ request: HTTPRequest) throws -> HTTPResponse {
-        let outcome = try OutcomeLookup.find(id, dispatch: dispatch, publish: publish)
+        GatewayResponse.json(200, outcomeObject(try OutcomeLookup.find(id, dispatch: dispatch, publish: publish), request))
+    }
+
+    private func outcomeObject(_ outcome: NotificationOutcome, _ request: HTTPRequest) -> [String: Any] {
+        let id = outcome.notificationId
         var object: [String: Any] = [
             "notificationId": outcome.notificationId, "state": outcome.state.rawValue,
             "location": "\(baseURL(request))/\(hub)/messages/\(id)?api-version=2015-04",
@@ -310,7 +340,110 @@ final class GatewayRoutes: @unchecked Sendable {
         ]
         if let start = outcome.startedAt { object["startTime"] = WireDate.format(start) }
         if let end = outcome.endedAt { object["endTime"] = WireDate.format(end) }
-        return GatewayResponse.json(200, object)
+        return object
+    }
+
+    /// `GET /{hub}/messages?$top=N`: the latest accepted notifications, newest first, each with its
+    /// outcome and what it targeted (not its content).
+    private func recentMessages(_ request: HTTPRequest) throws -> HTTPResponse {
+        let top = min(max(request.query["$top"].flatMap(Int.init) ?? 20, 1), 100)
+        let latest = try publish.call(PendingNotificationsRequest(after: UInt64(Int64.max), limit: 1)).latest
+        let page = try publish.call(PendingNotificationsRequest(after: latest > UInt64(top) ? latest - UInt64(top) : 0, limit: top))
+        var list: [[String: Any]] = []
+        for accepted in page.notifications.reversed() {
+            guard let outcome = try? OutcomeLookup.find(accepted.notificationId, dispatch: dispatch, publish: publish) else { continue }
+            var object = outcomeObject(outcome, request)
+            let send = accepted.send
+            object["format"] = send.rich != nil ? "rich" : send.format.rawValue
+            if let tags = send.tagExpression { object["tags"] = tags }
+            if let installation = send.installationId { object["installationId"] = installation }
+            if let user = send.userId { object["userId"] = user }
+            if let scheduled = send.scheduledAt { object["scheduleTime"] = WireDate.format(scheduled) }
+            list.append(object)
+        }
+        return GatewayResponse.json(200, ["messages": list, "latest": latest])
+    }
+
+    // MARK: The hub's own resources
+
+    static let ownResources: Set<String> = ["users", "health", "expressions"]
+
+    /// Asks every service (not the gateway or an agent) the same question at once, 500 ms each.
+    private func askServices<R: HubRequest>(_ request: R) -> [(service: String, reply: R.Reply?)] {
+        context.config.serviceEndpoints.filter { $0.service != "nh-gateway" && $0.service != "nh-agent" }.map { service, endpoints in
+            guard let client = try? HubClient(connect: endpoints.requests, policy: RetryPolicy(timeout: 500, attempts: 1)) else {
+                return (service, nil)
+            }
+            defer { client.close() }
+            return (service, try? client.call(request, auth: context.serviceToken()))
+        }
+    }
+
+    /// `GET /{hub}/health`: each service up or down, with its uptime, version and figures (queue
+    /// depths among them), and the gateway's own.
+    private func health() -> HTTPResponse {
+        var services: [[String: Any]] = askServices(HealthRequest()).map { service, reply in
+            guard let reply else { return ["service": service, "up": false, "status": "down"] }
+            return [
+                "service": service, "up": true, "status": reply.status, "version": reply.version, "pid": Int(reply.pid),
+                "uptimeSeconds": (reply.uptimeSeconds * 10).rounded() / 10, "details": reply.details ?? [:],
+            ]
+        }
+        let own = context.health([:])
+        services.append([
+            "service": "nh-gateway", "up": true, "status": own.status, "version": own.version, "pid": Int(own.pid),
+            "uptimeSeconds": (own.uptimeSeconds * 10).rounded() / 10,
+            "details": ["userStreams": String(streams.openCount.load(ordering: .relaxed)), "httpThreads": String(context.config.limits.httpThreads)],
+        ])
+        let up = services.allSatisfy { $0["up"] as? Bool == true }
+        return GatewayResponse.json(200, ["status": up ? "ok" : "degraded", "services": services])
+    }
+
+    /// `GET /{hub}/expressions/check?expression=…`: parses a tag expression as the publish service
+    /// will, so a form can show the error and where it is before anything is sent.
+    private func checkExpression(_ request: HTTPRequest) throws -> HTTPResponse {
+        guard let text = request.query["expression"] else {
+            throw HubError(.invalidArgument, "give the tag expression as ?expression=, such as World && !Sports")
+        }
+        guard text.utf8.count <= context.config.limits.expressionBytes else {
+            return GatewayResponse.json(200, [
+                "valid": false, "code": ErrorCode.invalidExpression.rawValue,
+                "message": "the tag expression is \(text.utf8.count) bytes; the limit is \(context.config.limits.expressionBytes) (limits.expressionBytes)",
+            ])
+        }
+        do {
+            let expression = try TagExpression.parse(text)
+            return GatewayResponse.json(200, ["valid": true, "tags": Array(Set(expression.tags)).sorted()])
+        } catch {
+            var object: [String: Any] = ["valid": false, "code": ErrorCode.invalidExpression.rawValue, "message": error.message]
+            if let position = error.position { object["position"] = position }
+            return GatewayResponse.json(200, object)
+        }
+    }
+
+    /// `GET /{hub}/users/me/notifications/stream`: server-sent events of the user's changes from the
+    /// cursor in `Last-Event-ID` or `?cursor=` (absent: from now). The user token comes as
+    /// `Authorization: Bearer`, or as `?access_token=` for clients that cannot set headers.
+    private func openStream(_ request: HTTPRequest) throws -> HTTPResponse {
+        guard let token = (try? bearer(request)) ?? request.query["access_token"] else {
+            throw HubError(.unauthorized, "send the user token as Authorization: Bearer <token> or ?access_token=; get one at POST /\(hub)/users/tokens")
+        }
+        let user = try context.authorizeUser(token)
+        let given = request.header("last-event-id") ?? request.query["cursor"]
+        var cursor: UInt64
+        if let given {
+            guard let value = UInt64(given) else { throw HubError(.invalidArgument, "the cursor '\(given)' must be a whole number, as a previous event's id") }
+            cursor = value
+            // The store checks the token and the cursor now, so that either is refused with its status.
+            _ = try sync.call(UserChangesRequest(cursor: cursor, limit: 1), auth: token)
+        } else {
+            cursor = try sync.call(UserHistoryRequest(), auth: token).cursor
+        }
+        let stream = streams.open(user: user, token: token, cursor: cursor)
+        return HTTPResponse(
+            status: 200,
+            headers: [("Content-Type", "text/event-stream; charset=utf-8"), ("Cache-Control", "no-cache"), ("X-Accel-Buffering", "no")],
+            stream: stream)
     }
 
     // MARK: User notifications

@@ -12,12 +12,17 @@ ServiceMain.run(name: "nh-gateway", summary: "the HTTP gateway: the Notification
     // One set of bus clients per HTTP worker thread, so that a socket is only ever used by its own
     // thread, and as many requests are handled at once as there are workers.
     let counts = HTTPCounts()
+    let web = WebPages(folder: WebPages.folder(webRoot: config.webRoot), hub: config.hub)
+    if !web.isInstalled {
+        context.logger.warning("the web console and inbox are not installed", ("looked in", web.folder.path))
+    }
+    let streams = try UserStreams(context: context)
     let workers = try (0..<config.limits.httpThreads).map { _ in
         GatewayRoutes(
             context: context, registry: try context.client(config.registry.requests, policy: policy),
             publish: try context.client(config.publish.requests, policy: policy),
             dispatch: try context.client(config.dispatch.requests, policy: policy),
-            sync: try context.client(config.sync.requests, policy: policy), counts: counts)
+            sync: try context.client(config.sync.requests, policy: policy), counts: counts, web: web, streams: streams)
     }
     var tls: (key: String, certificate: String)?
     if let certificatePath = config.gatewayCertificate, let keyPath = config.gatewayKey {

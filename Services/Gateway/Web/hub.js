@@ -1,0 +1,101 @@
+// Shared by the console and the inbox: signing, REST calls and small DOM helpers.
+// Nothing here leaves the browser except the requests to this gateway.
+"use strict";
+
+const Hub = (() => {
+  const hub = document.documentElement.dataset.hub;
+  const base = `${location.origin}/${hub}`;
+  const apiVersion = "2020-06";
+
+  /** Endpoint=sb://…/;SharedAccessKeyName=…;SharedAccessKey=… into its parts. */
+  function parseConnectionString(text) {
+    const fields = {};
+    for (const part of text.trim().split(";")) {
+      const at = part.indexOf("=");
+      if (at > 0) fields[part.slice(0, at).trim().toLowerCase()] = part.slice(at + 1).trim();
+    }
+    const keyName = fields["sharedaccesskeyname"], key = fields["sharedaccesskey"];
+    if (!keyName || !key) {
+      throw new Error("a connection string needs SharedAccessKeyName=…;SharedAccessKey=… (from nhctl keys)");
+    }
+    return { keyName, key, endpoint: fields["endpoint"] || "" };
+  }
+
+  function base64(bytes) {
+    let text = "";
+    for (const byte of new Uint8Array(bytes)) text += String.fromCharCode(byte);
+    return btoa(text);
+  }
+
+  /** A SharedAccessSignature for every resource of this hub, signed here with WebCrypto's HMAC. */
+  async function sasToken(credentials, seconds = 3600) {
+    const expiry = Math.floor(Date.now() / 1000) + seconds;
+    const resource = encodeURIComponent(base.toLowerCase());
+    const key = await crypto.subtle.importKey(
+      "raw", new TextEncoder().encode(credentials.key), { name: "HMAC", hash: "SHA-256" }, false, ["sign"]);
+    const signature = await crypto.subtle.sign("HMAC", key, new TextEncoder().encode(`${resource}\n${expiry}`));
+    return `SharedAccessSignature sr=${resource}&sig=${encodeURIComponent(base64(signature))}&se=${expiry}&skn=${encodeURIComponent(credentials.keyName)}`;
+  }
+
+  /** An error the gateway answered: status, stable code and the message that says what to fix. */
+  class HubError extends Error {
+    constructor(status, code, message) {
+      super(message);
+      this.status = status;
+      this.code = code;
+    }
+  }
+
+  /** The gateway's errors are <Error><Code/><Detail>code: message</Detail></Error>. */
+  async function failure(response) {
+    const text = await response.text();
+    const detail = /<Detail>([\s\S]*)<\/Detail>/.exec(text);
+    const unescaped = (detail ? detail[1] : text).replace(/&lt;/g, "<").replace(/&gt;/g, ">").replace(/&quot;/g, '"').replace(/&amp;/g, "&");
+    const split = /^([a-z_]+): ([\s\S]*)$/.exec(unescaped);
+    return new HubError(response.status, split ? split[1] : String(response.status), split ? split[2] : unescaped || response.statusText);
+  }
+
+  /** A request to /{hub}/path with an Authorization header; resolves to the response when it succeeds. */
+  async function call(method, path, { authorization, body, headers = {}, query = {} } = {}) {
+    const url = new URL(`${base}/${path}`);
+    url.searchParams.set("api-version", apiVersion);
+    for (const [name, value] of Object.entries(query)) url.searchParams.set(name, value);
+    const all = { ...headers };
+    if (authorization) all["Authorization"] = authorization;
+    const response = await fetch(url, { method, headers: all, body, cache: "no-store" });
+    if (!response.ok) throw await failure(response);
+    return response;
+  }
+
+  function element(tag, attributes = {}, ...children) {
+    const node = document.createElement(tag);
+    for (const [name, value] of Object.entries(attributes)) {
+      if (name === "class") node.className = value;
+      else if (name.startsWith("on")) node.addEventListener(name.slice(2), value);
+      else if (value !== undefined && value !== null && value !== false) node.setAttribute(name, value === true ? "" : value);
+    }
+    for (const child of children.flat()) {
+      if (child !== null && child !== undefined) node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+    }
+    return node;
+  }
+
+  function show(node, visible) { node.hidden = !visible; }
+
+  function relativeTime(date) {
+    const seconds = Math.round((Date.now() - new Date(date).getTime()) / 1000);
+    if (seconds < 60) return `${Math.max(seconds, 0)} s ago`;
+    if (seconds < 3600) return `${Math.round(seconds / 60)} min ago`;
+    if (seconds < 86400) return `${Math.round(seconds / 3600)} h ago`;
+    return new Date(date).toLocaleString();
+  }
+
+  function duration(seconds) {
+    if (seconds < 60) return `${Math.round(seconds)} s`;
+    if (seconds < 3600) return `${Math.floor(seconds / 60)} min ${Math.round(seconds % 60)} s`;
+    if (seconds < 86400) return `${Math.floor(seconds / 3600)} h ${Math.round((seconds % 3600) / 60)} min`;
+    return `${Math.floor(seconds / 86400)} d ${Math.round((seconds % 86400) / 3600)} h`;
+  }
+
+  return { hub, base, parseConnectionString, sasToken, call, HubError, element, show, relativeTime, duration };
+})();

@@ -1,0 +1,250 @@
+"""The web console (/console) and the user inbox (/inbox) in headless Chromium, driven through
+Selenium against the real services and a real agent: signing in, a send from the form reaching the
+agent, bad input in the form, a dismiss on the agent showing on the page, a dismiss on the page
+reaching the agent, and a page that resumes its stream after the gateway restarts. Each test saves
+a screenshot in NH_SCREENSHOT_DIR (default .build/screenshots; `make screenshots` writes the
+README's)."""
+import json
+import os
+import shutil
+import subprocess
+
+import pytest
+import requests
+
+from conftest import BIN, ROOT, Hub, answers, json_lines, wait_until
+
+selenium = pytest.importorskip("selenium", reason="selenium comes from PyPI; make deps installs it")
+from selenium import webdriver  # noqa: E402
+from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.chrome.service import Service  # noqa: E402
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+DRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
+SCREENSHOTS = os.environ.get("NH_SCREENSHOT_DIR", os.path.join(ROOT, ".build", "screenshots"))
+API = "api-version=2015-01"
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not (os.path.exists(CHROMIUM) and os.path.exists(DRIVER)):
+        pytest.fail("chromium and chromium-driver are missing: run make deps (Debian packages chromium chromium-driver)")
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for argument in ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1280,1000",
+                     "--force-prefers-reduced-motion", "--lang=en-US"]:
+        options.add_argument(argument)
+    driver = webdriver.Chrome(service=Service(DRIVER), options=options)
+    driver.set_page_load_timeout(20)
+    yield driver
+    driver.quit()
+
+
+@pytest.fixture(scope="module")
+def web_hub():
+    """A hub of its own, since these tests restart the gateway."""
+    hub = Hub(prefix="nh-web-")
+    for name in Hub.SERVICES:
+        hub.start(name)
+    assert wait_until(lambda: os.path.exists(os.path.join(hub.data, "keys.json")))
+    assert wait_until(lambda: answers(hub))
+    yield hub
+    hub.stop_all()
+
+
+def nhctl(hub, *arguments):
+    return subprocess.run([os.path.join(BIN, "nhctl"), *arguments], env=hub.env, capture_output=True, text=True, timeout=30)
+
+
+def credential(hub, user):
+    result = nhctl(hub, "user", "credential", user)
+    assert result.returncode == 0, result.stderr
+    return result.stdout.strip()
+
+
+@pytest.fixture(scope="module")
+def agent(web_hub):
+    """A Linux agent subscribed to World and signed in as user erin."""
+    hub = web_hub
+    output = os.path.join(hub.data, "web-agent.jsonl")
+    env = {"NH_AGENT_HOME": os.path.join(hub.data, "web-agent"), "NH_AGENT_INSTALLATION_ID": "web-device",
+           "NH_AGENT_USER_CREDENTIAL": credential(hub, "erin")}
+    subprocess.run([os.path.join(BIN, "nh-agent"), "subscribe", "World"], env={**hub.env, **env}, check=True, capture_output=True)
+    hub.start("web-agent", "nh-agent", env=env, stdout=open(output, "ab"))
+    assert wait_until(lambda: 'nh_agents{service="nh-dispatch"} 1' in requests.get(f"{hub.base}/metrics").text)
+    return {"output": output, "env": {**hub.env, **env}}
+
+
+def connection_string(hub, name="DefaultFullSharedAccessSignature", key=None):
+    return f"Endpoint=sb://127.0.0.1:{hub.http_port}/;SharedAccessKeyName={name};SharedAccessKey={key or hub.keys()[name]}"
+
+
+def text(driver, element_id):
+    return driver.find_element(By.ID, element_id).text
+
+
+def visible(driver, element_id):
+    return driver.find_element(By.ID, element_id).is_displayed()
+
+
+def screenshot(driver, name, full_page=False):
+    """The page from its top; with full_page, the window is made as tall as the page first."""
+    os.makedirs(SCREENSHOTS, exist_ok=True)
+    driver.execute_script("window.scrollTo(0, 0)")
+    size = driver.get_window_size()
+    if full_page:
+        height = driver.execute_script("return document.documentElement.scrollHeight")
+        driver.set_window_size(size["width"], height + 140)
+    driver.save_screenshot(os.path.join(SCREENSHOTS, name))
+    driver.set_window_size(size["width"], size["height"])
+
+
+def type_into(driver, element_id, value):
+    field = driver.find_element(By.ID, element_id)
+    field.clear()
+    field.send_keys(value)
+
+
+def post_user_notification(hub, user, app_id, title, body):
+    r = requests.post(f"{hub.base}/hub/users/{user}/notifications?{API}", headers={"Authorization": hub.token()},
+                      data=json.dumps({"appNotificationId": app_id, "visual": {"title": title, "body": body}}))
+    assert r.status_code == 201, r.text
+    return r.json()["notification"]["id"]
+
+
+def test_console_signs_in_checks_input_and_sends_to_a_real_agent(web_hub, agent, browser):
+    hub, driver = web_hub, browser
+    driver.get(f"{hub.base}/console")
+    assert driver.title.startswith("Notification hub console")
+
+    # A wrong key is refused by the gateway, and the page says so.
+    type_into(driver, "connection", connection_string(hub, key="d3Jvbmcga2V5IHdyb25nIGtleSB3cm9uZyBrZXkgd3Jvbmc="))
+    driver.find_element(By.ID, "signin-button").click()
+    assert wait_until(lambda: visible(driver, "signin-error") and "401" in text(driver, "signin-error"), timeout=10)
+    assert not visible(driver, "app")
+    type_into(driver, "connection", "not a connection string")
+    driver.find_element(By.ID, "signin-button").click()
+    assert wait_until(lambda: "SharedAccessKeyName" in text(driver, "signin-error"), timeout=10)
+
+    type_into(driver, "connection", connection_string(hub))
+    driver.find_element(By.ID, "signin-button").click()
+    assert wait_until(lambda: visible(driver, "app"), timeout=10)
+
+    # Health: every service up, with its uptime.
+    def services():
+        return {row.get_attribute("data-service"): row.text for row in driver.find_elements(By.CSS_SELECTOR, "#health tr")}
+    assert wait_until(lambda: len(services()) == 5 and all(" up " in f" {v} " for v in services().values()), timeout=15), services()
+    assert text(driver, "health-status") == "ok"
+
+    # A broken expression: the server's message and a caret under its position, and a send refused.
+    type_into(driver, "send-tags", "World && (Sports")
+    assert wait_until(lambda: "invalid_expression" in text(driver, "tags-check"), timeout=10)
+    assert "never closed" in text(driver, "tags-check")
+    assert visible(driver, "tags-caret") and text(driver, "tags-caret").splitlines()[-1] == " " * 9 + "^"
+    driver.find_element(By.ID, "send-button").click()
+    assert wait_until(lambda: visible(driver, "send-error") and "400 invalid_expression" in text(driver, "send-error"), timeout=10)
+
+    # An empty property name is refused in the page before anything is sent.
+    type_into(driver, "send-tags", "World")
+    assert wait_until(lambda: "tags: World" in text(driver, "tags-check"), timeout=10)
+    type_into(driver, "send-properties", "=nameless")
+    driver.find_element(By.ID, "send-button").click()
+    assert wait_until(lambda: "needs name=value" in text(driver, "send-error"), timeout=10)
+
+    # A send from the form reaches the agent, and the outcome moves on to Completed.
+    type_into(driver, "send-properties", "messageParam=From the console")
+    driver.find_element(By.ID, "send-button").click()
+    assert wait_until(lambda: any(l.get("payload") == {"messageParam": "From the console"}
+                                  or "From the console" in json.dumps(l.get("payload", {})) for l in json_lines(agent["output"])), timeout=15)
+    assert wait_until(lambda: text(driver, "outcome-state") == "Completed"
+                      and "acknowledged 1" in text(driver, "outcome-counts"), timeout=15), text(driver, "outcome-counts")
+    notification = text(driver, "outcome-id")
+    assert wait_until(lambda: driver.find_elements(By.CSS_SELECTOR, f'#messages tr[data-notification="{notification}"]'), timeout=10)
+    row = driver.find_element(By.CSS_SELECTOR, f'#messages tr[data-notification="{notification}"]').text
+    assert "tags World" in row and "Completed" in row and "1 / 1 / 1" in row
+
+    # Installations by tag, then one opened.
+    type_into(driver, "search", "World")
+    driver.find_element(By.ID, "search-button").click()
+    assert wait_until(lambda: driver.find_elements(By.CSS_SELECTOR, '#installations tr[data-installation="web-device"]'), timeout=10)
+    driver.find_element(By.CSS_SELECTOR, '#installations tr[data-installation="web-device"]').click()
+    assert wait_until(lambda: visible(driver, "installation-detail") and '"installationId" : "web-device"' in text(driver, "installation-detail")
+                      or '"installationId": "web-device"' in text(driver, "installation-detail"), timeout=10)
+    type_into(driver, "search", "NoSuchTag")
+    driver.find_element(By.ID, "search-button").click()
+    assert wait_until(lambda: "no installation has that tag or id" in text(driver, "installations"), timeout=10)
+
+    # The charts: one agent connected, and the deliveries counted.
+    assert wait_until(lambda: text(driver, "now-agents") == "1", timeout=15)
+    type_into(driver, "search", "World")
+    driver.find_element(By.ID, "search-button").click()
+    assert wait_until(lambda: driver.find_elements(By.CSS_SELECTOR, '#installations tr[data-installation="web-device"]'), timeout=10)
+    screenshot(driver, "console.png", full_page=True)
+
+
+def agent_user_events(agent, notification):
+    return [l for l in json_lines(agent["output"]) if l.get("id") == notification and "notification" in l]
+
+
+def item(driver, notification):
+    found = driver.find_elements(By.CSS_SELECTOR, f'#list li[data-id="{notification}"]')
+    return found[0] if found else None
+
+
+def test_inbox_syncs_live_with_the_agent_and_resumes(web_hub, agent, browser):
+    hub, driver = web_hub, browser
+    first = post_user_notification(hub, "erin", "order-1", "Order shipped", "Your order is on its way")
+    second = post_user_notification(hub, "erin", "order-2", "Payment received", "Thank you")
+    assert wait_until(lambda: agent_user_events(agent, first) and agent_user_events(agent, second), timeout=15)
+
+    driver.get(f"{hub.base}/inbox")
+    type_into(driver, "credential", "nhu1.forged.token")
+    driver.find_element(By.ID, "signin-button").click()
+    assert wait_until(lambda: visible(driver, "signin-error") and "401" in text(driver, "signin-error"), timeout=10)
+
+    type_into(driver, "credential", credential(hub, "erin"))
+    driver.find_element(By.ID, "signin-button").click()
+    assert wait_until(lambda: item(driver, first) is not None and item(driver, second) is not None, timeout=10)
+    assert text(driver, "who") == "signed in as erin"
+    assert text(driver, "unread") == "2"
+    assert wait_until(lambda: text(driver, "live") == "live", timeout=10)
+
+    # Dismissed on the agent: the page greys it out.
+    result = subprocess.run([os.path.join(BIN, "nh-agent"), "dismiss", first], env=agent["env"], capture_output=True, text=True, timeout=30)
+    assert result.returncode == 0, result.stderr
+    assert wait_until(lambda: item(driver, first).get_attribute("data-action") == "dismissed", timeout=5)
+    assert text(driver, "unread") == "1"
+
+    # Dismissed on the page: the agent has it.
+    item(driver, second).find_element(By.CSS_SELECTOR, "button.dismiss").click()
+    assert wait_until(lambda: any(l["notification"].get("userActionState") == "dismissed" for l in agent_user_events(agent, second)), timeout=10)
+    assert wait_until(lambda: item(driver, second).get_attribute("data-action") == "dismissed", timeout=5)
+
+    # A new notification arrives live.
+    third = post_user_notification(hub, "erin", "order-3", "Delivered", "Left at the front door")
+    assert wait_until(lambda: item(driver, third) is not None and item(driver, third).get_attribute("data-read") == "unread", timeout=10)
+
+    # The gateway restarts; what changed meanwhile reaches the page when its stream comes back.
+    assert hub.stop("nh-gateway") == 0
+    assert wait_until(lambda: text(driver, "live") != "live", timeout=10)
+    fourth = subprocess.run([os.path.join(BIN, "nhctl"), "user", "post", "erin", "--json", "--title", "While away", "--body", "Sent during the restart",
+                             "--app-id", "order-4"], env=hub.env, capture_output=True, text=True, timeout=30)
+    assert fourth.returncode == 0, fourth.stderr + fourth.stdout
+    fourth_id = json.loads(fourth.stdout)["id"]
+    subprocess.run([os.path.join(BIN, "nh-agent"), "read", third], env=agent["env"], check=True, capture_output=True, timeout=30)
+    hub.start("nh-gateway")
+    assert wait_until(lambda: answers(hub), timeout=20)
+    assert wait_until(lambda: item(driver, fourth_id) is not None, timeout=20)
+    assert wait_until(lambda: item(driver, third).get_attribute("data-read") == "read", timeout=10)
+    assert wait_until(lambda: text(driver, "live") == "live", timeout=10)
+
+    # Mark all as read, seen by the agent too; delete one.
+    driver.find_element(By.ID, "mark-all").click()
+    assert wait_until(lambda: text(driver, "unread") == "0", timeout=10)
+    assert wait_until(lambda: any(l["notification"].get("readState") == "read" for l in agent_user_events(agent, fourth_id)), timeout=10)
+    item(driver, first).find_element(By.CSS_SELECTOR, "button.delete").click()
+    assert wait_until(lambda: item(driver, first) is None, timeout=10)
+    assert wait_until(lambda: any(l.get("event") == "user.deleted" for l in agent_user_events(agent, first)), timeout=10)
+    post_user_notification(hub, "erin", "order-5", "Rate your delivery", "Tell us how it went")
+    assert wait_until(lambda: text(driver, "unread") == "1", timeout=10)
+    screenshot(driver, "inbox.png")
