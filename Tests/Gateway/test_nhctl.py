@@ -1,14 +1,16 @@
 """The same flow as the REST tests, through nhctl: send to an expression, the agent receives it,
 outcome, schedule and cancel, a scheduled send that fires, direct send, list, delete, user posts."""
 import datetime
+import glob
 import json
 import os
+import re
 import subprocess
 
 import pytest
 import requests
 
-from conftest import BIN, json_lines, wait_until
+from conftest import BIN, ROOT, json_lines, wait_until
 
 
 def nhctl(hub, *arguments):
@@ -16,6 +18,10 @@ def nhctl(hub, *arguments):
                             text=True, timeout=30)
     return result
 
+
+def swift_sources(folder):
+    """The text of every Swift file of a folder under Services/."""
+    return "".join(open(path).read() for path in sorted(glob.glob(os.path.join(ROOT, "Services", folder, "*.swift"))))
 
 
 @pytest.fixture(scope="module")
@@ -80,3 +86,25 @@ def test_errors_and_help(hub):
     assert nhctl(hub, "frobnicate").returncode == 2
     help_text = subprocess.run([os.path.join(BIN, "nhctl"), "send", "--help"], capture_output=True, text=True)
     assert help_text.returncode == 0 and "--schedule" in help_text.stdout
+
+
+def test_agent_help_is_the_whole_usage():
+    """nh-agent help, --help, -h and run --help print the same text, and it names every command
+    and every NH_* variable the agent's sources read."""
+    agent = os.path.join(BIN, "nh-agent")
+    runs = [subprocess.run([agent, *arguments], capture_output=True, text=True, timeout=10)
+            for arguments in (["help"], ["--help"], ["-h"], ["run", "--help"], ["subscribe", "--help"])]
+    assert [run.returncode for run in runs] == [0] * len(runs)
+    assert len({run.stdout for run in runs}) == 1, [run.stdout[:200] for run in runs]
+    text = runs[0].stdout
+    sources = swift_sources("Agent")
+    commands = {name for group in re.findall(r'case ((?:"[a-z]+"(?:, )?)+):', sources) for name in re.findall(r'"([a-z]+)"', group)}
+    assert {"subscribe", "categories", "login", "history"} <= commands
+    for command in sorted(commands) + ["run"]:
+        assert re.search(rf"nh-agent \[?{command}\b", text), f"nh-agent {command} is not in the usage"
+    assert "nh-agent read|dismiss|activate|snooze|delete ID" in text
+    for option in ["--config", "--check-config", "--version"]:
+        assert option in text
+    variables = set(re.findall(r'environment\["(NH_[A-Z_]+)"\]', sources)) | {"NH_BUS_SERVER_KEY", "NH_CONFIG"}
+    assert {"NH_AGENT_HOME", "NH_AGENT_RICH_ATTEMPTS", "NH_AGENT_DESKTOP"} <= variables
+    assert [name for name in sorted(variables) if name not in text] == []
