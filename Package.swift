@@ -81,6 +81,7 @@ let package = Package(
             tests("DispatchCoreTests", dependencies: ["DispatchCore", "HubProtocol"]),
             tests("RegistryTests", dependencies: ["NHRegistry", "HubProtocol", "Storage"]),
             tests("AgentTests", dependencies: ["NHAgent", "HubProtocol"]),
+            tests("CtlTests", dependencies: ["NHCtl"]),
             tests("EndToEndTests", dependencies: ["Auth", "Bus", "HubProtocol", "ServiceKit"]),
         ]
 )

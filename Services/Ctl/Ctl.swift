@@ -12,7 +12,8 @@ enum Ctl {
         Usage: nhctl [--config FILE] [--json] [--timeout MS] COMMAND
 
         Commands:
-          health                      ask every service whether it is up, one line each
+          health [--agent]            ask every service whether it is up, one line each; a local agent that
+                                      does not run is reported, and counted as down only with --agent
           send [TARGET] NAME=VALUE... send a template notification with these properties
           send [TARGET] --native JSON send a native notification
           send [TARGET] --rich FILE --message TEXT [--rich-type image] [--content-type image/png]
@@ -45,7 +46,7 @@ enum Ctl {
                 valued: ["config", "timeout", "tag", "installation", "user", "ttl", "native", "connection-string", "idempotency-key",
                         "app-id", "title", "body", "raw", "expires-in", "priority", "group", "lifetime", "rich", "message", "rich-type",
                         "content-type", "schedule", "direct", "top"],
-                flags: ["json"])
+                flags: ["json", "agent"])
         } catch {
             return fail("\(error)\n\n\(usage)")
         }
@@ -73,7 +74,7 @@ enum Ctl {
         }
         switch parsed.positionals[0] {
         case "health":
-            return health(config, timeout: timeout, json: parsed.has("json"), environment: environment)
+            return health(config, timeout: timeout, json: parsed.has("json"), requireAgent: parsed.has("agent"), environment: environment)
         case "send":
             return CtlSend.send(parsed, config: config, environment: environment)
         case "outcome":
@@ -100,18 +101,30 @@ enum Ctl {
         var error: String?
     }
 
-    static func health(_ config: HubConfig, timeout: Int, json: Bool, environment: [String: String]) -> Int32 {
+    /// The status of the local agent's line when no agent runs on this host, or none ever ran.
+    static let absentAgent = "none"
+
+    /// 0 when every service is up. An absent local agent is reported but fails the check only
+    /// when `requireAgent` asks for one (`nhctl health --agent`); an agent that answers badly
+    /// always fails it.
+    static func healthExitCode(_ lines: [HealthLine], requireAgent: Bool) -> Int32 {
+        lines.allSatisfy { $0.status == "ok" || ($0.service == "nh-agent" && $0.status == absentAgent && !requireAgent) } ? 0 : 1
+    }
+
+    static func health(_ config: HubConfig, timeout: Int, json: Bool, requireAgent: Bool, environment: [String: String]) -> Int32 {
         var lines: [HealthLine] = []
         for (service, endpoints) in config.serviceEndpoints {
             var line = HealthLine(service: service, endpoint: endpoints.requests, status: "down")
+            // The agent's control socket is served with its device key, kept in its home.
+            let home = environment["NH_AGENT_HOME"].map { URL(fileURLWithPath: $0, isDirectory: true) }
+                ?? URL(fileURLWithPath: config.dataDir, isDirectory: true).appendingPathComponent("agent", isDirectory: true)
+            let counted = requireAgent ? "" : " (not counted; nhctl health --agent counts it)"
             do {
                 var curve = BusSecurity.current?.client
                 if service == "nh-agent" {
-                    // The agent's control socket is served with its device key, kept in its home.
-                    let home = environment["NH_AGENT_HOME"].map { URL(fileURLWithPath: $0, isDirectory: true) }
-                        ?? URL(fileURLWithPath: config.dataDir, isDirectory: true).appendingPathComponent("agent", isDirectory: true)
-                    guard let device = BusKeys.deviceKey(agentHome: home), let keys = curve?.keys
-                    else { throw HubError(.unavailable, "no agent has run with home \(home.path)") }
+                    guard let device = BusKeys.deviceKey(agentHome: home), let keys = curve?.keys else {
+                        throw HubError(.unavailable, "no local agent has run with home \(home.path); start one with nh-agent\(counted)")
+                    }
                     curve = (keys, device)
                 }
                 let client = try HubClient(connect: endpoints.requests, policy: RetryPolicy(timeout: timeout, attempts: 1), curve: curve)
@@ -120,6 +133,11 @@ enum Ctl {
                 line.status = reply.service == service ? reply.status : "wrong service: \(reply.service)"
                 line.pid = reply.pid
                 line.uptimeSeconds = reply.uptimeSeconds
+            } catch let error as HubError where service == "nh-agent" && [.unavailable, .timeout].contains(error.code) {
+                line.status = absentAgent
+                line.error = error.code == .unavailable
+                    ? error.message
+                    : "no local agent answers (home \(home.path)); start one with nh-agent\(counted)"
             } catch {
                 line.error = "\(error)"
             }
@@ -140,7 +158,7 @@ enum Ctl {
                         + line.endpoint.padding(toLength: 24, withPad: " ", startingAt: 0) + " " + detail)
             }
         }
-        return lines.allSatisfy { $0.status == "ok" } ? 0 : 1
+        return healthExitCode(lines, requireAgent: requireAgent)
     }
 
     static func fail(_ message: String) -> Int32 {

@@ -10,7 +10,7 @@ import subprocess
 import pytest
 import requests
 
-from conftest import BIN, ROOT, json_lines, wait_until
+from conftest import BIN, ROOT, free_port, json_lines, wait_until
 
 
 def nhctl(hub, *arguments):
@@ -78,6 +78,40 @@ def test_user_post_and_list(hub):
     listed = [json.loads(line) for line in nhctl(hub, "user", "list", "carol").stdout.splitlines()]
     assert [n["appNotificationId"] for n in listed] == ["a-1"]
     assert listed[0]["readState"] == "unread"
+
+
+def health(hub, *arguments, env=None):
+    result = subprocess.run([os.path.join(BIN, "nhctl"), "health", *arguments], env={**hub.env, **(env or {})},
+                            capture_output=True, text=True, timeout=30)
+    return result.returncode, result.stdout
+
+
+def test_health_reports_an_absent_agent_and_fails_on_it_only_when_asked(hub, agent, tmp_path):
+    never = {"NH_AGENT_HOME": str(tmp_path / "never")}
+    code, text = health(hub, env=never)
+    assert code == 0, text
+    line = next(l for l in text.splitlines() if l.startswith("nh-agent"))
+    assert "no local agent has run" in line and "start one with nh-agent" in line
+    assert health(hub, "--agent", env=never)[0] == 1
+    code, text = health(hub, "--json", env=never)
+    lines = {l["service"]: l for l in map(json.loads, text.splitlines())}
+    assert code == 0 and lines["nh-agent"]["status"] == "none"
+    assert all(l["status"] == "ok" for name, l in lines.items() if name != "nh-agent")
+
+    # An agent ran with this home once (its device key is there), but none answers now.
+    import zmq
+    ran = tmp_path / "ran"
+    ran.mkdir()
+    (ran / "device.pub").write_text(zmq.curve_keypair()[0].decode() + "\n")
+    gone = {"NH_AGENT_HOME": str(ran), "NH_AGENT_REQUESTS": f"tcp://127.0.0.1:{free_port()}"}
+    code, text = health(hub, "--timeout", "300", env=gone)
+    assert code == 0 and "no local agent answers" in text and "start one with nh-agent" in text
+    assert health(hub, "--timeout", "300", "--agent", env=gone)[0] == 1
+
+    running = {"NH_AGENT_HOME": os.path.join(hub.data, "ctl-agent")}
+    code, text = health(hub, "--agent", env=running)
+    assert code == 0, text
+    assert re.search(r"^nh-agent\s+ok\b", text, re.M), text
 
 
 def test_errors_and_help(hub):
