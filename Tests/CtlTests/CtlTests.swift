@@ -1,8 +1,9 @@
+import ServiceKit
 import Testing
 
 @testable import NHCtl
 
-/// nhctl's decisions that need no service: the health check's exit code.
+/// nhctl's decisions that need no service: the health check's exit code and template properties.
 @Suite("nhctl")
 struct CtlTests {
     static func line(_ service: String, _ status: String) -> Ctl.HealthLine {
@@ -27,5 +28,23 @@ struct CtlTests {
         #expect(Ctl.healthExitCode([Self.line("nh-publish", Ctl.absentAgent)], requireAgent: false) == 1)
         #expect(Ctl.healthExitCode(Self.services + [Self.line("nh-agent", "down")], requireAgent: false) == 1)
         #expect(Ctl.healthExitCode(Self.services + [Self.line("nh-agent", "wrong service: nh-sync")], requireAgent: false) == 1)
+    }
+
+    @Test("NAME=VALUE arguments become template properties; the value may be empty or hold =")
+    func properties() throws {
+        #expect(try CtlSend.properties(["messageParam=Breaking World News!", "empty=", "query=a=b"])
+            == ["messageParam": "Breaking World News!", "empty": "", "query": "a=b"])
+    }
+
+    @Test("an argument with an empty NAME, or with no =, is refused and named")
+    func badProperties() {
+        #expect(throws: Arguments.Error.self) { try CtlSend.properties(["=x"]) }
+        #expect(throws: Arguments.Error.self) { try CtlSend.properties(["title=ok", "="]) }
+        #expect(throws: Arguments.Error.self) { try CtlSend.properties(["messageParam"]) }
+        do {
+            _ = try CtlSend.properties(["title=ok", "=x"])
+        } catch {
+            #expect(error.description.contains("'=x' has an empty property name"))
+        }
     }
 }

@@ -118,6 +118,9 @@ def test_errors_and_help(hub):
     bad = nhctl(hub, "send", "--tag", "World &&", "messageParam=x")
     assert bad.returncode == 1 and "invalid_expression" in bad.stderr
     assert nhctl(hub, "frobnicate").returncode == 2
+    empty = nhctl(hub, "send", "--tag", "World", "title=ok", "=x")
+    assert empty.returncode == 2 and "'=x' has an empty property name" in empty.stderr, empty.stderr
+    assert nhctl(hub, "send", "--tag", "World", "=").returncode == 2
     help_text = subprocess.run([os.path.join(BIN, "nhctl"), "send", "--help"], capture_output=True, text=True)
     assert help_text.returncode == 0 and "--schedule" in help_text.stdout
 
