@@ -9,7 +9,8 @@ enum Ctl {
     static let usage = """
         nhctl: operate a notification hub
 
-        Usage: nhctl [--config FILE] [--json] [--timeout MS] COMMAND
+        Usage: nhctl [--config FILE] [--connection-string TEXT] [--json] [--timeout MS] COMMAND
+               nhctl --help | -h
 
         Commands:
           health [--agent]            ask every service whether it is up, one line each; a local agent that
@@ -24,29 +25,36 @@ enum Ctl {
           cancel ID                   cancel a scheduled send that has not fired
           outcome ID                  what became of a notification
           installations list [--tag T] [--top N] | show ID | delete ID
-          user credential USER        enroll a device of USER: prints the credential for nh-agent login
+          user credential USER [--lifetime SECONDS]
+                                      enroll a device of USER: prints the credential for nh-agent login,
+                                      valid for SECONDS (60 s to 5 years; default: 365 days)
           user post USER --app-id ID (--title T --body B | --raw R) [--expires-in S] [--priority P] [--group G]
                                       post a notification to every device of USER
           user list USER              USER's notifications in the store, with their states
           keys                        the hub's connection strings
 
-        Sending uses NH_CONNECTION_STRING, --connection-string, or the full key in the data
-        folder's keys.json.
+        Sending uses --connection-string, NH_CONNECTION_STRING, or the full key in the data
+        folder's keys.json. --json prints each result as a JSON line; --timeout is how long health
+        waits for each service (default: 1000 ms).
 
         Settings come from the defaults, the JSON config file (--config or NH_CONFIG) and NH_*
         environment variables, as for the services.
         Exit codes: 0 all good, 1 a service is down or refused, 2 bad arguments or config.
         """
 
+    /// The options that take a value, for every command; each is named in `usage`.
+    static let valuedOptions: Set<String> = [
+        "config", "timeout", "tag", "installation", "user", "ttl", "native", "connection-string", "idempotency-key",
+        "app-id", "title", "body", "raw", "expires-in", "priority", "group", "lifetime", "rich", "message", "rich-type",
+        "content-type", "schedule", "direct", "top",
+    ]
+    /// The options that take none; each is named in `usage`, as is --help.
+    static let flagOptions: Set<String> = ["json", "agent"]
+
     static func main(_ arguments: [String], environment: [String: String]) -> Int32 {
         let parsed: Arguments
         do {
-            parsed = try Arguments(
-                arguments,
-                valued: ["config", "timeout", "tag", "installation", "user", "ttl", "native", "connection-string", "idempotency-key",
-                        "app-id", "title", "body", "raw", "expires-in", "priority", "group", "lifetime", "rich", "message", "rich-type",
-                        "content-type", "schedule", "direct", "top"],
-                flags: ["json", "agent"])
+            parsed = try Arguments(arguments, valued: valuedOptions, flags: flagOptions)
         } catch {
             return fail("\(error)\n\n\(usage)")
         }

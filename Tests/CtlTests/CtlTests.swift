@@ -3,7 +3,8 @@ import Testing
 
 @testable import NHCtl
 
-/// nhctl's decisions that need no service: the health check's exit code and template properties.
+/// nhctl's decisions that need no service: the health check's exit code, template properties, and
+/// a usage text that names every option.
 @Suite("nhctl")
 struct CtlTests {
     static func line(_ service: String, _ status: String) -> Ctl.HealthLine {
@@ -46,5 +47,12 @@ struct CtlTests {
         } catch {
             #expect(error.description.contains("'=x' has an empty property name"))
         }
+    }
+
+    @Test("the usage names every option nhctl accepts, as --name")
+    func usageNamesEveryOption() {
+        let words = Set(Ctl.usage.split(whereSeparator: { !($0.isLetter || $0 == "-") }).map(String.init))
+        let options = Ctl.valuedOptions.union(Ctl.flagOptions).union(["help"])
+        #expect(options.filter { !words.contains("--" + $0) }.sorted() == [])
     }
 }

@@ -145,3 +145,18 @@ def test_agent_help_is_the_whole_usage():
     variables = set(re.findall(r'environment\["(NH_[A-Z_]+)"\]', sources)) | {"NH_BUS_SERVER_KEY", "NH_CONFIG"}
     assert {"NH_AGENT_HOME", "NH_AGENT_RICH_ATTEMPTS", "NH_AGENT_DESKTOP"} <= variables
     assert [name for name in sorted(variables) if name not in text] == []
+
+
+def test_help_names_every_option():
+    """Every option nhctl's sources read (parsed[option: "…"], has("…")) or declare appears in
+    nhctl --help as --name, so an option added without help text fails here."""
+    sources = swift_sources("Ctl")
+    read = set(re.findall(r'option: "([a-z][a-z-]*)"', sources)) | set(re.findall(r'\bhas\("([a-z][a-z-]*)"\)', sources))
+    declared = re.search(r"valuedOptions: Set<String> = \[(.*?)\]", sources, re.S)
+    assert declared, "Ctl.valuedOptions not found"
+    read |= set(re.findall(r'"([a-z][a-z-]*)"', declared.group(1)))
+    assert {"lifetime", "agent", "json", "tag", "app-id", "help"} <= read
+    result = subprocess.run([os.path.join(BIN, "nhctl"), "--help"], capture_output=True, text=True, timeout=10)
+    assert result.returncode == 0
+    named = set(re.findall(r"--([a-z][a-z-]*)", result.stdout))
+    assert sorted(read - named) == []
