@@ -82,6 +82,7 @@ let package = Package(
             tests("RegistryTests", dependencies: ["NHRegistry", "HubProtocol", "Storage"]),
             tests("AgentTests", dependencies: ["NHAgent", "HubProtocol"]),
             tests("CtlTests", dependencies: ["NHCtl"]),
+            tests("BenchTests", dependencies: ["NHBench"]),
             tests("EndToEndTests", dependencies: ["Auth", "Bus", "HubProtocol", "ServiceKit"]),
         ]
 )
