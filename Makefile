@@ -5,10 +5,12 @@ SWIFT        ?= swift
 DATA_DIR     ?= $(CURDIR)/data
 APT_PACKAGES := libzmq3-dev libsqlite3-dev libssl-dev libmicrohttpd-dev libmosquitto-dev pkg-config openssl mosquitto mosquitto-clients
 PY_PACKAGES  := pytest requests pyzmq
+BENCH_PY_PACKAGES := matplotlib
 SUDO         := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 RELEASE_BIN   = $(CURDIR)/.build/release
 DEBUG_BIN     = $(CURDIR)/.build/debug
 FUZZ_FRAMES  ?= 1000000
+BENCH_DIR    ?= $(CURDIR)/bench
 
 .PHONY: all deps build release test soak fuzz run bench clean help
 
@@ -20,7 +22,8 @@ help:
 	@echo "make test     deps, then the whole test suite (Swift with a short parser fuzz; then the REST tests, a one-minute soak and a short socket fuzz in Python)"
 	@echo "make soak     deps, debug build, then ten minutes of mixed load while services and agents are killed"
 	@echo "make run      deps, release build, then every service on loopback (Ctrl-C stops them)"
-	@echo "make bench    deps, release build, then throughput against raw libzmq and Mosquitto"
+	@echo "make bench    deps, release build, then throughput against raw libzmq and Mosquitto; writes $(BENCH_DIR)/results.json"
+	@echo "              and $(BENCH_DIR)/chart.png (BENCH_DIR=DIR), and copies the chart to docs/bench-chart.png"
 	@echo "make fuzz     deps, debug build, then $(FUZZ_FRAMES) generated and mutated inputs to every socket and to each parser (FUZZ_FRAMES=N)"
 	@echo "make clean    remove build products (the data folder stays)"
 
@@ -61,8 +64,14 @@ fuzz: deps
 run: release
 	@NH_DATA_DIR="$(DATA_DIR)" NH_BIN_DIR="$(RELEASE_BIN)" deploy/run-local.sh
 
+# Prints the figures, writes them to BENCH_DIR as results.json and chart.png, and copies the chart to
+# docs/bench-chart.png, the one the README shows. matplotlib is installed here only, when missing.
 bench: release
-	@NH_BIN_DIR="$(RELEASE_BIN)" deploy/bench.sh
+	@python3 -c "import matplotlib" 2>/dev/null || python3 -m pip install -q $(BENCH_PY_PACKAGES) 2>&1 | grep -v "Running pip as the 'root'" || true
+	@mkdir -p "$(BENCH_DIR)" "$(CURDIR)/docs"
+	@NH_BIN_DIR="$(RELEASE_BIN)" deploy/bench.sh --output "$(BENCH_DIR)/results.json"
+	python3 deploy/bench-chart.py "$(BENCH_DIR)/results.json" "$(BENCH_DIR)/chart.png"
+	cp "$(BENCH_DIR)/chart.png" "$(CURDIR)/docs/bench-chart.png"
 
 clean:
 	$(SWIFT) package clean

@@ -86,6 +86,8 @@ let package = Package(
             tests("DispatchCoreTests", dependencies: ["DispatchCore", "HubProtocol"]),
             tests("RegistryTests", dependencies: ["NHRegistry", "HubProtocol", "Storage"]),
             tests("AgentTests", dependencies: ["NHAgent", "HubProtocol"]),
+            tests("CtlTests", dependencies: ["NHCtl"]),
+            tests("BenchTests", dependencies: ["NHBench"]),
             tests("EndToEndTests", dependencies: ["Auth", "Bus", "HubProtocol", "ServiceKit"]),
         ]
 )

@@ -30,7 +30,7 @@ for service in "${services[@]}"; do
 done
 
 for _ in $(seq 1 100); do
-  "$BIN/nhctl" health --timeout 200 >/dev/null 2>&1 && break
+  "$BIN/nhctl" health --agent --timeout 200 >/dev/null 2>&1 && break
   sleep 0.1
 done
 

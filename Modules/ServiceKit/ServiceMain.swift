@@ -7,8 +7,9 @@ import Glibc
 /// The start and end every service shares: arguments, config (exit 2 when bad), data folder,
 /// logging, signals, the loop, and a clean exit 0 after SIGINT or SIGTERM.
 public enum ServiceMain {
+    /// - Parameter usage: the text `--help` prints; by default, the options every service takes.
     public static func run(
-        name: String, summary: String,
+        name: String, summary: String, usage fullUsage: String? = nil,
         arguments: [String] = Array(CommandLine.arguments.dropFirst()),
         environment: [String: String] = ProcessInfo.processInfo.environment,
         dataFolder: ((HubConfig) -> URL)? = nil,
@@ -24,7 +25,7 @@ public enum ServiceMain {
             fail(name, "\(error)")
         }
         if parsed.has("help") {
-            print(usage(name: name, summary: summary))
+            print(fullUsage ?? usage(name: name, summary: summary))
             exit(0)
         }
         if parsed.has("version") {

@@ -7,11 +7,13 @@ import Tags
 import Glibc
 #endif
 
+/// The whole usage: `nh-agent help`, `nh-agent --help` and `nh-agent run --help` all print it.
 let usage = """
     nh-agent: the client agent on a Linux host
 
     Usage:
-      nh-agent [run]                       receive notifications (the daemon)
+      nh-agent [run] [--config FILE] [--check-config] [--version]
+                                           receive notifications (the daemon)
       nh-agent subscribe CATEGORY...       choose the categories to receive, such as World Sports
       nh-agent unsubscribe CATEGORY...     stop receiving categories
       nh-agent categories                  show the chosen categories
@@ -21,15 +23,32 @@ let usage = """
       nh-agent history                     the user's notifications in the store, dismissed ones included
       nh-agent read|dismiss|activate|snooze|delete ID
                                            change a notification for the user on every device
+      nh-agent help | --help | -h          this text
 
     Each notification is written to standard output as one JSON line, passed to the command in
     NH_AGENT_HOOK (on standard input and as NH_* variables), and shown on the desktop with
     notify-send when a desktop session is there.
 
-    Environment: NH_AGENT_HOME (default: DATA_DIR/agent), NH_AGENT_CONNECTION_STRING (the listen
-    key), NH_BUS_SERVER_KEY (the hub's CURVE public key, from nhctl keys; read from the
-    data folder when unset), NH_AGENT_USER_CREDENTIAL (instead of login), NH_AGENT_TEMPLATE, NH_AGENT_HOOK,
-    NH_AGENT_INSTALLATION_ID, and the NH_* settings every service reads.
+    Environment:
+      NH_AGENT_HOME               the agent's folder: its store, device key and rich-payload cache
+                                  (default: DATA_DIR/agent)
+      NH_AGENT_CONNECTION_STRING  the listen key's connection string (default: the listen key in
+                                  the data folder's keys.json, on a host that runs the services)
+      NH_BUS_SERVER_KEY           the hub's CURVE public key, from nhctl keys (default: read from
+                                  the data folder)
+      NH_AGENT_USER_CREDENTIAL    a user credential, instead of nh-agent login
+      NH_AGENT_TEMPLATE           the template registered (default:
+                                  {"title":"$(title)","message":"$(messageParam)"})
+      NH_AGENT_HOOK               a command run for each notification
+      NH_AGENT_INSTALLATION_ID    the installation id (default: one made at the first start and kept)
+      NH_AGENT_RICH_ATTEMPTS      tries to fetch a rich payload before it is reported failed (default: 8)
+      NH_AGENT_DESKTOP            0: never call notify-send
+
+    Settings come from their defaults, then the JSON config file (--config or NH_CONFIG), then
+    NH_* environment variables, as for every service: NH_DATA_DIR, NH_AGENT_REQUESTS (the local
+    control socket), NH_REGISTRY_REQUESTS, NH_DISPATCH_AGENTS, NH_SYNC_REQUESTS and the rest.
+    Exit codes: 0 success (the daemon: after SIGINT or SIGTERM), 1 a runtime failure, 2 bad
+    arguments or config, or a command that was refused.
     """
 
 let environment = ProcessInfo.processInfo.environment
@@ -39,7 +58,7 @@ if arguments.first == command { arguments.removeFirst() }
 
 if command == "run" {
     ServiceMain.run(
-        name: "nh-agent", summary: "the client agent: receives notifications on a Linux host", arguments: arguments,
+        name: "nh-agent", summary: "the client agent: receives notifications on a Linux host", usage: usage, arguments: arguments,
         dataFolder: { AgentIdentity(config: $0, environment: environment).home }
     ) { context in
         let identity = AgentIdentity(config: context.config, environment: environment)

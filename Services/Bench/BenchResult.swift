@@ -30,28 +30,90 @@ struct BenchResult: Encodable {
     var rate: Double { value ?? (seconds > 0 ? Double(count) / seconds : 0) }
 }
 
+/// The machine a run was measured on, as `nh-bench --output` records it.
+struct BenchMachine {
+    var cores: Int
+    var date: Date
+    var host: String
+    var os: String
+    var memoryBytes: UInt64
+
+    static var current: BenchMachine {
+        let info = ProcessInfo.processInfo
+        return BenchMachine(
+            cores: info.activeProcessorCount, date: Date(), host: info.hostName, os: info.operatingSystemVersionString,
+            memoryBytes: info.physicalMemory)
+    }
+
+    var object: [String: Any] {
+        let formatter = ISO8601DateFormatter()
+        formatter.timeZone = TimeZone(identifier: "UTC")
+        return ["cores": cores, "date": formatter.string(from: date), "host": host, "os": os, "memoryBytes": memoryBytes]
+    }
+}
+
 enum BenchReport {
+    /// One figure as a JSON object: its fields, with `rate` as printed (a value as measured, a rate
+    /// rounded to a whole number).
+    static func object(_ result: BenchResult) -> [String: Any] {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys]
+        var object = (try? JSONSerialization.jsonObject(with: encoder.encode(result))) as? [String: Any] ?? [:]
+        object["rate"] = result.value ?? result.rate.rounded()
+        return object
+    }
+
+    /// Each figure's rate by name, for the figures that name it as their baseline; the first of a name counts.
+    static func rates(_ results: [BenchResult]) -> [String: Double] {
+        Dictionary(results.map { ($0.name, $0.rate) }, uniquingKeysWith: { a, _ in a })
+    }
+
+    /// The figure's rate over its baseline's, when it has one and that was measured (above zero).
+    static func ratio(_ result: BenchResult, rates: [String: Double]) -> Double? {
+        guard let baseline = result.baseline, let base = rates[baseline], base > 0 else { return nil }
+        return result.rate / base
+    }
+
+    /// The whole run as one JSON document: `machine` (cores, date, host, os, memory), `settings`,
+    /// and `results`, each figure as `--json` prints it with its `ratio` to its baseline when there is one.
+    static func document(_ results: [BenchResult], settings: BenchSettings, machine: BenchMachine, arguments: [String]) throws -> Data {
+        let rates = rates(results)
+        let figures = results.map { result -> [String: Any] in
+            var object = object(result)
+            if let ratio = ratio(result, rates: rates) { object["ratio"] = ratio }
+            return object
+        }
+        let document: [String: Any] = [
+            "machine": machine.object,
+            "settings": ["messages": settings.messages, "roundTrips": settings.roundTrips, "size": settings.size, "arguments": arguments],
+            "results": figures,
+        ]
+        return try JSONSerialization.data(withJSONObject: document, options: [.sortedKeys, .prettyPrinted, .withoutEscapingSlashes])
+    }
+
+    /// Writes `document` to `path`, replacing the file whole.
+    static func write(_ results: [BenchResult], settings: BenchSettings, to path: String, arguments: [String]) throws {
+        let data = try document(results, settings: settings, machine: .current, arguments: arguments)
+        try (data + Data("\n".utf8)).write(to: URL(fileURLWithPath: path), options: .atomic)
+    }
+
     static func print(_ results: [BenchResult], settings: BenchSettings, json: Bool) {
         if json {
-            let encoder = JSONEncoder()
-            encoder.outputFormatting = [.sortedKeys]
             for result in results {
-                var object = (try? JSONSerialization.jsonObject(with: encoder.encode(result))) as? [String: Any] ?? [:]
-                object["rate"] = result.value ?? result.rate.rounded()
-                if let data = try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys]) {
+                if let data = try? JSONSerialization.data(withJSONObject: object(result), options: [.sortedKeys]) {
                     Swift.print(String(decoding: data, as: UTF8.self))
                 }
             }
             return
         }
-        let rates = Dictionary(results.map { ($0.name, $0.rate) }, uniquingKeysWith: { a, _ in a })
+        let rates = rates(results)
         Swift.print("nh-bench: \(settings.size)-byte messages, tcp loopback, one run on this machine")
         Swift.print("")
         Swift.print(pad("figure", 44) + pad("rate", 16, right: true) + "  " + pad("vs baseline", 26) + "note")
         for result in results {
             var ratio = ""
-            if let baseline = result.baseline, let base = rates[baseline], base > 0 {
-                ratio = String(format: "%.2f× %@", result.rate / base, baseline)
+            if let baseline = result.baseline, let value = Self.ratio(result, rates: rates) {
+                ratio = String(format: "%.2f× %@", value, baseline)
             }
             Swift.print(
                 pad(result.name, 44) + pad(format(result.rate, decimals: result.value == nil ? 0 : 2) + " " + result.unit, 16, right: true) + "  "

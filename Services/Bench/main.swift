@@ -10,9 +10,9 @@ let usage = """
 
     Usage: nh-bench [--messages N] [--round-trips N] [--size BYTES] [--sends N] [--posts N] [--dismisses N]
                     [--fanout N,N...] [--broadcasts B] [--rate SENDS/S] [--latency-count C]
-                    [--no-mosquitto] [--no-services] [--no-fanout] [--json]
-           nh-bench fanout [--fanout N,N...] [--broadcasts B] [--rate SENDS/S] [--latency-count C] [--json]
-           nh-bench fanout-mqtt [--fanout N,N...] [--broadcasts B] [--rate SENDS/S] [--latency-count C] [--json]
+                    [--no-mosquitto] [--no-services] [--no-fanout] [--json] [--output FILE]
+           nh-bench fanout [--fanout N,N...] [--broadcasts B] [--rate SENDS/S] [--latency-count C] [--json] [--output FILE]
+           nh-bench fanout-mqtt [--fanout N,N...] [--broadcasts B] [--rate SENDS/S] [--latency-count C] [--json] [--output FILE]
 
     The service figures start the real executables from nh-bench's own folder on free loopback ports.
     The fan-out figures (at N = 1,000 and 10,000 unless --fanout says otherwise) broadcast B times
@@ -21,7 +21,19 @@ let usage = """
     with all N connected; beside them, Mosquitto fans the same payload out to N subscribers at
     QoS 1 and QoS 0, and to one of N at the same rate. `fanout` runs only those; `fanout-mqtt`
     only Mosquitto's.
+
+    --output FILE also writes every figure to FILE as one JSON document: {"machine": {"cores",
+    "date", "host", "os", "memoryBytes"}, "settings": {...}, "results": [{"name", "unit", "rate",
+    "baseline", "ratio", "note", ...}]}; deploy/bench-chart.py draws it.
     """
+
+/// Prints the figures, and writes them to --output's file when it is given.
+func report(_ results: [BenchResult], settings: BenchSettings, _ parsed: Arguments) throws {
+    BenchReport.print(results, settings: settings, json: parsed.has("json"))
+    if let path = parsed[option: "output"] {
+        try BenchReport.write(results, settings: settings, to: path, arguments: Array(CommandLine.arguments.dropFirst()))
+    }
+}
 
 /// The fan-out figures at each N: the hub's, then Mosquitto's at QoS 1 and QoS 0 and its latency.
 func fanout(_ parsed: Arguments, sizes: [Int], hub: Bool, mosquitto: Bool) throws -> [BenchResult] {
@@ -57,11 +69,18 @@ do {
     }
     let parsed = try Arguments(
         Array(CommandLine.arguments.dropFirst()),
-        valued: ["messages", "round-trips", "size", "posts", "dismisses", "sends", "fanout", "broadcasts", "rate", "latency-count"],
+        valued: ["messages", "round-trips", "size", "posts", "dismisses", "sends", "fanout", "broadcasts", "rate", "latency-count", "output"],
         flags: ["no-mosquitto", "no-services", "no-fanout", "json"])
     if parsed.has("help") {
         print(usage)
         exit(0)
+    }
+    if let path = parsed[option: "output"] {
+        // Checked before the run, not after it: a run takes minutes.
+        let folder = URL(fileURLWithPath: path).deletingLastPathComponent().path
+        guard FileManager.default.isWritableFile(atPath: folder) else {
+            throw Arguments.Error(description: "--output \(path): cannot write to the folder \(folder)")
+        }
     }
     var fanoutSizes = [1_000, 10_000]
     if let list = parsed[option: "fanout"] {
@@ -81,7 +100,7 @@ do {
         let hub = parsed.positionals.first == "fanout"
         let results = (hub ? [try RawZMQBench.pushPull(settings)] : [])
             + (try fanout(parsed, sizes: fanoutSizes, hub: hub, mosquitto: !parsed.has("no-mosquitto")))
-        BenchReport.print(results, settings: BenchSettings(messages: 0, roundTrips: 0, size: FanoutPayload.size), json: parsed.has("json"))
+        try report(results, settings: BenchSettings(messages: 0, roundTrips: 0, size: FanoutPayload.size), parsed)
         exit(0)
     case let other?:
         throw Arguments.Error(description: "unknown command \(other); see --help")
@@ -106,7 +125,7 @@ do {
             results += try fanout(parsed, sizes: fanoutSizes, hub: true, mosquitto: !parsed.has("no-mosquitto"))
         }
     }
-    BenchReport.print(results, settings: settings, json: parsed.has("json"))
+    try report(results, settings: settings, parsed)
 } catch {
     FileHandle.standardError.write(Data("nh-bench: \(error)\n".utf8))
     exit(2)

@@ -9,10 +9,12 @@ enum Ctl {
     static let usage = """
         nhctl: operate a notification hub
 
-        Usage: nhctl [--config FILE] [--json] [--timeout MS] COMMAND
+        Usage: nhctl [--config FILE] [--connection-string TEXT] [--json] [--timeout MS] COMMAND
+               nhctl --help | -h
 
         Commands:
-          health                      ask every service whether it is up, one line each
+          health [--agent]            ask every service whether it is up, one line each; a local agent that
+                                      does not run is reported, and counted as down only with --agent
           send [TARGET] NAME=VALUE... send a template notification with these properties
           send [TARGET] --native JSON send a native notification
           send [TARGET] --rich FILE --message TEXT [--rich-type image] [--content-type image/png]
@@ -23,29 +25,36 @@ enum Ctl {
           cancel ID                   cancel a scheduled send that has not fired
           outcome ID                  what became of a notification
           installations list [--tag T] [--top N] | show ID | delete ID
-          user credential USER        enroll a device of USER: prints the credential for nh-agent login
+          user credential USER [--lifetime SECONDS]
+                                      enroll a device of USER: prints the credential for nh-agent login,
+                                      valid for SECONDS (60 s to 5 years; default: 365 days)
           user post USER --app-id ID (--title T --body B | --raw R) [--expires-in S] [--priority P] [--group G]
                                       post a notification to every device of USER
           user list USER              USER's notifications in the store, with their states
           keys                        the hub's connection strings
 
-        Sending uses NH_CONNECTION_STRING, --connection-string, or the full key in the data
-        folder's keys.json.
+        Sending uses --connection-string, NH_CONNECTION_STRING, or the full key in the data
+        folder's keys.json. --json prints each result as a JSON line; --timeout is how long health
+        waits for each service (default: 1000 ms).
 
         Settings come from the defaults, the JSON config file (--config or NH_CONFIG) and NH_*
         environment variables, as for the services.
         Exit codes: 0 all good, 1 a service is down or refused, 2 bad arguments or config.
         """
 
+    /// The options that take a value, for every command; each is named in `usage`.
+    static let valuedOptions: Set<String> = [
+        "config", "timeout", "tag", "installation", "user", "ttl", "native", "connection-string", "idempotency-key",
+        "app-id", "title", "body", "raw", "expires-in", "priority", "group", "lifetime", "rich", "message", "rich-type",
+        "content-type", "schedule", "direct", "top",
+    ]
+    /// The options that take none; each is named in `usage`, as is --help.
+    static let flagOptions: Set<String> = ["json", "agent"]
+
     static func main(_ arguments: [String], environment: [String: String]) -> Int32 {
         let parsed: Arguments
         do {
-            parsed = try Arguments(
-                arguments,
-                valued: ["config", "timeout", "tag", "installation", "user", "ttl", "native", "connection-string", "idempotency-key",
-                        "app-id", "title", "body", "raw", "expires-in", "priority", "group", "lifetime", "rich", "message", "rich-type",
-                        "content-type", "schedule", "direct", "top"],
-                flags: ["json"])
+            parsed = try Arguments(arguments, valued: valuedOptions, flags: flagOptions)
         } catch {
             return fail("\(error)\n\n\(usage)")
         }
@@ -73,7 +82,7 @@ enum Ctl {
         }
         switch parsed.positionals[0] {
         case "health":
-            return health(config, timeout: timeout, json: parsed.has("json"), environment: environment)
+            return health(config, timeout: timeout, json: parsed.has("json"), requireAgent: parsed.has("agent"), environment: environment)
         case "send":
             return CtlSend.send(parsed, config: config, environment: environment)
         case "outcome":
@@ -100,18 +109,30 @@ enum Ctl {
         var error: String?
     }
 
-    static func health(_ config: HubConfig, timeout: Int, json: Bool, environment: [String: String]) -> Int32 {
+    /// The status of the local agent's line when no agent runs on this host, or none ever ran.
+    static let absentAgent = "none"
+
+    /// 0 when every service is up. An absent local agent is reported but fails the check only
+    /// when `requireAgent` asks for one (`nhctl health --agent`); an agent that answers badly
+    /// always fails it.
+    static func healthExitCode(_ lines: [HealthLine], requireAgent: Bool) -> Int32 {
+        lines.allSatisfy { $0.status == "ok" || ($0.service == "nh-agent" && $0.status == absentAgent && !requireAgent) } ? 0 : 1
+    }
+
+    static func health(_ config: HubConfig, timeout: Int, json: Bool, requireAgent: Bool, environment: [String: String]) -> Int32 {
         var lines: [HealthLine] = []
         for (service, endpoints) in config.serviceEndpoints {
             var line = HealthLine(service: service, endpoint: endpoints.requests, status: "down")
+            // The agent's control socket is served with its device key, kept in its home.
+            let home = environment["NH_AGENT_HOME"].map { URL(fileURLWithPath: $0, isDirectory: true) }
+                ?? URL(fileURLWithPath: config.dataDir, isDirectory: true).appendingPathComponent("agent", isDirectory: true)
+            let counted = requireAgent ? "" : " (not counted; nhctl health --agent counts it)"
             do {
                 var curve = BusSecurity.current?.client
                 if service == "nh-agent" {
-                    // The agent's control socket is served with its device key, kept in its home.
-                    let home = environment["NH_AGENT_HOME"].map { URL(fileURLWithPath: $0, isDirectory: true) }
-                        ?? URL(fileURLWithPath: config.dataDir, isDirectory: true).appendingPathComponent("agent", isDirectory: true)
-                    guard let device = BusKeys.deviceKey(agentHome: home), let keys = curve?.keys
-                    else { throw HubError(.unavailable, "no agent has run with home \(home.path)") }
+                    guard let device = BusKeys.deviceKey(agentHome: home), let keys = curve?.keys else {
+                        throw HubError(.unavailable, "no local agent has run with home \(home.path); start one with nh-agent\(counted)")
+                    }
                     curve = (keys, device)
                 }
                 let client = try HubClient(connect: endpoints.requests, policy: RetryPolicy(timeout: timeout, attempts: 1), curve: curve)
@@ -120,6 +141,11 @@ enum Ctl {
                 line.status = reply.service == service ? reply.status : "wrong service: \(reply.service)"
                 line.pid = reply.pid
                 line.uptimeSeconds = reply.uptimeSeconds
+            } catch let error as HubError where service == "nh-agent" && [.unavailable, .timeout].contains(error.code) {
+                line.status = absentAgent
+                line.error = error.code == .unavailable
+                    ? error.message
+                    : "no local agent answers (home \(home.path)); start one with nh-agent\(counted)"
             } catch {
                 line.error = "\(error)"
             }
@@ -140,7 +166,7 @@ enum Ctl {
                         + line.endpoint.padding(toLength: 24, withPad: " ", startingAt: 0) + " " + detail)
             }
         }
-        return lines.allSatisfy { $0.status == "ok" } ? 0 : 1
+        return healthExitCode(lines, requireAgent: requireAgent)
     }
 
     static func fail(_ message: String) -> Int32 {

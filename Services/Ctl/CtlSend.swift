@@ -46,14 +46,29 @@ enum CtlSend {
         }
     }
 
-    static func send(_ parsed: Arguments, config: HubConfig, environment: [String: String]) -> Int32 {
-        if let file = parsed[option: "rich"] { return sendRich(parsed, file: file, config: config, environment: environment) }
+    /// Template properties from `NAME=VALUE` arguments. The value may be empty or hold more `=`;
+    /// an argument with no `=` or with an empty NAME is refused, named in the error.
+    static func properties(_ items: some Sequence<String>) throws(Arguments.Error) -> [String: String] {
         var properties: [String: String] = [:]
-        for item in parsed.positionals.dropFirst() {
+        for item in items {
             guard let equals = item.firstIndex(of: "=") else {
-                return Ctl.fail("'\(item)' is not NAME=VALUE; template properties are given as messageParam=\"Hello\"")
+                throw Arguments.Error(description: "'\(item)' is not NAME=VALUE; template properties are given as messageParam=\"Hello\"")
+            }
+            guard equals > item.startIndex else {
+                throw Arguments.Error(description: "'\(item)' has an empty property name; template properties are given as messageParam=\"Hello\"")
             }
             properties[String(item[..<equals])] = String(item[item.index(after: equals)...])
+        }
+        return properties
+    }
+
+    static func send(_ parsed: Arguments, config: HubConfig, environment: [String: String]) -> Int32 {
+        if let file = parsed[option: "rich"] { return sendRich(parsed, file: file, config: config, environment: environment) }
+        let properties: [String: String]
+        do {
+            properties = try Self.properties(parsed.positionals.dropFirst())
+        } catch {
+            return Ctl.fail(error.description)
         }
         let native = parsed[option: "native"]
         if native != nil && !properties.isEmpty { return Ctl.fail("give either --native JSON or NAME=VALUE properties, not both") }

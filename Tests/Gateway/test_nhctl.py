@@ -1,14 +1,16 @@
 """The same flow as the REST tests, through nhctl: send to an expression, the agent receives it,
 outcome, schedule and cancel, a scheduled send that fires, direct send, list, delete, user posts."""
 import datetime
+import glob
 import json
 import os
+import re
 import subprocess
 
 import pytest
 import requests
 
-from conftest import BIN, json_lines, wait_until
+from conftest import BIN, ROOT, free_port, json_lines, wait_until
 
 
 def nhctl(hub, *arguments):
@@ -16,6 +18,10 @@ def nhctl(hub, *arguments):
                             text=True, timeout=30)
     return result
 
+
+def swift_sources(folder):
+    """The text of every Swift file of a folder under Services/."""
+    return "".join(open(path).read() for path in sorted(glob.glob(os.path.join(ROOT, "Services", folder, "*.swift"))))
 
 
 @pytest.fixture(scope="module")
@@ -74,9 +80,83 @@ def test_user_post_and_list(hub):
     assert listed[0]["readState"] == "unread"
 
 
+def health(hub, *arguments, env=None):
+    result = subprocess.run([os.path.join(BIN, "nhctl"), "health", *arguments], env={**hub.env, **(env or {})},
+                            capture_output=True, text=True, timeout=30)
+    return result.returncode, result.stdout
+
+
+def test_health_reports_an_absent_agent_and_fails_on_it_only_when_asked(hub, agent, tmp_path):
+    never = {"NH_AGENT_HOME": str(tmp_path / "never")}
+    code, text = health(hub, env=never)
+    assert code == 0, text
+    line = next(l for l in text.splitlines() if l.startswith("nh-agent"))
+    assert "no local agent has run" in line and "start one with nh-agent" in line
+    assert health(hub, "--agent", env=never)[0] == 1
+    code, text = health(hub, "--json", env=never)
+    lines = {l["service"]: l for l in map(json.loads, text.splitlines())}
+    assert code == 0 and lines["nh-agent"]["status"] == "none"
+    assert all(l["status"] == "ok" for name, l in lines.items() if name != "nh-agent")
+
+    # An agent ran with this home once (its device key is there), but none answers now.
+    import zmq
+    ran = tmp_path / "ran"
+    ran.mkdir()
+    (ran / "device.pub").write_text(zmq.curve_keypair()[0].decode() + "\n")
+    gone = {"NH_AGENT_HOME": str(ran), "NH_AGENT_REQUESTS": f"tcp://127.0.0.1:{free_port()}"}
+    code, text = health(hub, "--timeout", "300", env=gone)
+    assert code == 0 and "no local agent answers" in text and "start one with nh-agent" in text
+    assert health(hub, "--timeout", "300", "--agent", env=gone)[0] == 1
+
+    running = {"NH_AGENT_HOME": os.path.join(hub.data, "ctl-agent")}
+    code, text = health(hub, "--agent", env=running)
+    assert code == 0, text
+    assert re.search(r"^nh-agent\s+ok\b", text, re.M), text
+
+
 def test_errors_and_help(hub):
     bad = nhctl(hub, "send", "--tag", "World &&", "messageParam=x")
     assert bad.returncode == 1 and "invalid_expression" in bad.stderr
     assert nhctl(hub, "frobnicate").returncode == 2
+    empty = nhctl(hub, "send", "--tag", "World", "title=ok", "=x")
+    assert empty.returncode == 2 and "'=x' has an empty property name" in empty.stderr, empty.stderr
+    assert nhctl(hub, "send", "--tag", "World", "=").returncode == 2
     help_text = subprocess.run([os.path.join(BIN, "nhctl"), "send", "--help"], capture_output=True, text=True)
     assert help_text.returncode == 0 and "--schedule" in help_text.stdout
+
+
+def test_agent_help_is_the_whole_usage():
+    """nh-agent help, --help, -h and run --help print the same text, and it names every command
+    and every NH_* variable the agent's sources read."""
+    agent = os.path.join(BIN, "nh-agent")
+    runs = [subprocess.run([agent, *arguments], capture_output=True, text=True, timeout=10)
+            for arguments in (["help"], ["--help"], ["-h"], ["run", "--help"], ["subscribe", "--help"])]
+    assert [run.returncode for run in runs] == [0] * len(runs)
+    assert len({run.stdout for run in runs}) == 1, [run.stdout[:200] for run in runs]
+    text = runs[0].stdout
+    sources = swift_sources("Agent")
+    commands = {name for group in re.findall(r'case ((?:"[a-z]+"(?:, )?)+):', sources) for name in re.findall(r'"([a-z]+)"', group)}
+    assert {"subscribe", "categories", "login", "history"} <= commands
+    for command in sorted(commands) + ["run"]:
+        assert re.search(rf"nh-agent \[?{command}\b", text), f"nh-agent {command} is not in the usage"
+    assert "nh-agent read|dismiss|activate|snooze|delete ID" in text
+    for option in ["--config", "--check-config", "--version"]:
+        assert option in text
+    variables = set(re.findall(r'environment\["(NH_[A-Z_]+)"\]', sources)) | {"NH_BUS_SERVER_KEY", "NH_CONFIG"}
+    assert {"NH_AGENT_HOME", "NH_AGENT_RICH_ATTEMPTS", "NH_AGENT_DESKTOP"} <= variables
+    assert [name for name in sorted(variables) if name not in text] == []
+
+
+def test_help_names_every_option():
+    """Every option nhctl's sources read (parsed[option: "…"], has("…")) or declare appears in
+    nhctl --help as --name, so an option added without help text fails here."""
+    sources = swift_sources("Ctl")
+    read = set(re.findall(r'option: "([a-z][a-z-]*)"', sources)) | set(re.findall(r'\bhas\("([a-z][a-z-]*)"\)', sources))
+    declared = re.search(r"valuedOptions: Set<String> = \[(.*?)\]", sources, re.S)
+    assert declared, "Ctl.valuedOptions not found"
+    read |= set(re.findall(r'"([a-z][a-z-]*)"', declared.group(1)))
+    assert {"lifetime", "agent", "json", "tag", "app-id", "help"} <= read
+    result = subprocess.run([os.path.join(BIN, "nhctl"), "--help"], capture_output=True, text=True, timeout=10)
+    assert result.returncode == 0
+    named = set(re.findall(r"--([a-z][a-z-]*)", result.stdout))
+    assert sorted(read - named) == []
