@@ -3,16 +3,16 @@
 
 SWIFT        ?= swift
 DATA_DIR     ?= $(CURDIR)/data
-APT_PACKAGES := libzmq3-dev libsqlite3-dev libssl-dev libmicrohttpd-dev libmosquitto-dev pkg-config openssl mosquitto mosquitto-clients
-PY_PACKAGES  := pytest requests pyzmq
-BENCH_PY_PACKAGES := matplotlib
+APT_PACKAGES := libzmq3-dev libsqlite3-dev libssl-dev libmicrohttpd-dev libmosquitto-dev pkg-config openssl mosquitto mosquitto-clients \
+                chromium chromium-driver
+PY_PACKAGES  := pytest requests pyzmq selenium matplotlib
 SUDO         := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 RELEASE_BIN   = $(CURDIR)/.build/release
 DEBUG_BIN     = $(CURDIR)/.build/debug
 FUZZ_FRAMES  ?= 1000000
 BENCH_DIR    ?= $(CURDIR)/bench
 
-.PHONY: all deps build release test soak fuzz run bench clean help
+.PHONY: all deps build release test soak fuzz run bench screenshots clean help
 
 all: build
 
@@ -25,6 +25,7 @@ help:
 	@echo "make bench    deps, release build, then throughput against raw libzmq and Mosquitto; writes $(BENCH_DIR)/results.json"
 	@echo "              and $(BENCH_DIR)/chart.png (BENCH_DIR=DIR), and copies the chart to docs/bench-chart.png"
 	@echo "make fuzz     deps, debug build, then $(FUZZ_FRAMES) generated and mutated inputs to every socket and to each parser (FUZZ_FRAMES=N)"
+	@echo "make screenshots  deps, debug build, then the browser tests, saving the README's pictures of /console and /inbox in docs/screenshots"
 	@echo "make clean    remove build products (the data folder stays)"
 
 # Installs only what is missing; apt-get update runs first because a fresh machine's lists are empty.
@@ -36,7 +37,7 @@ deps:
 	  echo "installing:$$missing"; \
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
 	fi
-	@python3 -c "import pytest, requests, zmq" 2>/dev/null || python3 -m pip install -q $(PY_PACKAGES) 2>&1 | grep -v "Running pip as the 'root'" || true
+	@python3 -c "import pytest, requests, zmq, selenium, matplotlib" 2>/dev/null || python3 -m pip install -q $(PY_PACKAGES) 2>&1 | grep -v "Running pip as the 'root'" || true
 
 build: deps
 	$(SWIFT) build
@@ -65,13 +66,17 @@ run: release
 	@NH_DATA_DIR="$(DATA_DIR)" NH_BIN_DIR="$(RELEASE_BIN)" deploy/run-local.sh
 
 # Prints the figures, writes them to BENCH_DIR as results.json and chart.png, and copies the chart to
-# docs/bench-chart.png, the one the README shows. matplotlib is installed here only, when missing.
+# docs/bench-chart.png, the one the README shows (matplotlib comes with deps).
 bench: release
-	@python3 -c "import matplotlib" 2>/dev/null || python3 -m pip install -q $(BENCH_PY_PACKAGES) 2>&1 | grep -v "Running pip as the 'root'" || true
 	@mkdir -p "$(BENCH_DIR)" "$(CURDIR)/docs"
 	@NH_BIN_DIR="$(RELEASE_BIN)" deploy/bench.sh --output "$(BENCH_DIR)/results.json"
 	python3 deploy/bench-chart.py "$(BENCH_DIR)/results.json" "$(BENCH_DIR)/chart.png"
 	cp "$(BENCH_DIR)/chart.png" "$(CURDIR)/docs/bench-chart.png"
+
+# The browser tests alone, keeping their screenshots as the README's pictures of the two pages.
+screenshots: deps
+	$(SWIFT) build
+	NH_BIN_DIR="$(DEBUG_BIN)" NH_SCREENSHOT_DIR="$(CURDIR)/docs/screenshots" python3 -m pytest -q Tests/Gateway/test_web.py
 
 clean:
 	$(SWIFT) package clean

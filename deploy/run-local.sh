@@ -47,6 +47,9 @@ $("$BIN/nhctl" health)
   gateway    HTTP     http://127.0.0.1:7780/hub (Notification Hubs REST API)   health tcp://127.0.0.1:7781
   agent      control  tcp://127.0.0.1:7741
 
+Web console: http://127.0.0.1:7780/console (sign in with a connection string below)
+User inbox:  http://127.0.0.1:7780/inbox   (sign in with a credential from: $BIN/nhctl user credential USER)
+
 Connection strings for backends and SDKs:
 $("$BIN/nhctl" keys)
 

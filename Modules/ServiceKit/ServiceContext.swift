@@ -75,6 +75,38 @@ public final class ServiceContext {
         return publisher
     }
 
+    /// Follows another service's change stream whose messages are hints (readers fetch what
+    /// changed themselves), on this service's loop: `apply` gets each message in order, and `gap`
+    /// the sequence reached when messages were missed, so that every reader fetches again. The
+    /// stream is joined where it stands, without a snapshot.
+    public func followHints(_ endpoint: String, apply: @escaping (SequencedMessage) throws -> Void, gap: @escaping (UInt64) throws -> Void)
+        throws
+    {
+        let socket = try ZMQContext.shared.socket(.sub)
+        try socket.setLinger(0)
+        if let security = BusSecurity.current {
+            try socket.makeCurveClient(security.clientKeys, serverPublicKey: security.serverPublicKey)
+        }
+        try socket.subscribe()
+        try socket.connect(endpoint)
+        onShutdown { socket.close() }
+        var tracker = SequenceTracker()
+        loop.watch(socket) {
+            while let frames = try socket.receive(wait: false) {
+                guard let message = try? SequencedMessage(frames: frames) else { continue }
+                if tracker.position == nil { tracker.reset(to: message.isHeartbeat ? message.sequence : message.sequence - 1) }
+                switch tracker.observe(message.sequence, heartbeat: message.isHeartbeat) {
+                case .skip: continue
+                case .resync:
+                    tracker.reset(to: message.sequence)
+                    try gap(message.sequence)
+                case .apply:
+                    try apply(message)
+                }
+            }
+        }
+    }
+
     /// A client of another service, with the configured timeout and attempts.
     public func client(_ endpoint: String, policy: RetryPolicy? = nil) throws -> HubClient {
         let client = try HubClient(

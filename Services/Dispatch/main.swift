@@ -242,29 +242,16 @@ ServiceMain.run(name: "nh-dispatch", summary: "the dispatcher: resolves targets 
     }
 
     // The sync store's stream: a user's notifications changed, so signal that user's other devices.
-    let userChanges = try ZMQContext.shared.socket(.sub)
-    try userChanges.setLinger(0)
-    try userChanges.makeCurveClient(security.clientKeys, serverPublicKey: security.serverPublicKey)
-    try userChanges.subscribe()
-    try userChanges.connect(config.sync.events ?? "tcp://127.0.0.1:7732")
-    context.onShutdown { userChanges.close() }
-    var userTracker = SequenceTracker()
-    context.loop.watch(userChanges) {
-        while let frames = try userChanges.receive(wait: false) {
-            guard let message = try? SequencedMessage(frames: frames) else { continue }
-            if userTracker.position == nil { userTracker.reset(to: message.isHeartbeat ? message.sequence : message.sequence - 1) }
-            switch userTracker.observe(message.sequence, heartbeat: message.isHeartbeat) {
-            case .skip: continue
-            case .resync:
-                userTracker.reset(to: message.sequence)
-                perform(core.on(.userStreamGap, now: Date()))
-                logger.info("user change stream gap; signalled every user agent", ("at", message.sequence))
-            case .apply:
-                let change = try HubCodec.decode(UserNotificationsChanged.self, from: message.body).payload
-                perform(core.on(.userChanged(change), now: Date()))
-            }
-        }
-    }
+    try context.followHints(
+        config.sync.events ?? "tcp://127.0.0.1:7732",
+        apply: { message in
+            let change = try HubCodec.decode(UserNotificationsChanged.self, from: message.body).payload
+            perform(core.on(.userChanged(change), now: Date()))
+        },
+        gap: { sequence in
+            perform(core.on(.userStreamGap, now: Date()))
+            logger.info("user change stream gap; signalled every user agent", ("at", sequence))
+        })
 
     // The agent channel: hello (also the heartbeat) and acknowledgements, in compact frames.
     context.loop.watch(agents) {

@@ -194,6 +194,7 @@ final class GatewayRoutes: @unchecked Sendable {
             lines.append("nh_http_requests_total{service=\"nh-gateway\",method=\"\(parts[0])\",status=\"\(parts[1])\"} \(count)")
         }
         for (service, isUp) in up { lines.append("nh_up{service=\"\(service)\"} \(isUp ? 1 : 0)") }
+        lines.append("nh_user_streams{service=\"nh-gateway\"} \(streams.openCount.load(ordering: .relaxed))")
         return HTTPResponse(
             status: 200, headers: [("Content-Type", "text/plain; version=0.0.4")], body: Data((lines.joined(separator: "\n") + "\n").utf8))
     }

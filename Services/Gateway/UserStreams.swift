@@ -37,37 +37,23 @@ final class UserStreams: @unchecked Sendable {
     private let sync: HubClient
     private let incoming = Mutex<[Subscriber]>([])
     private var byUser: [String: [ObjectIdentifier: Subscriber]] = [:]
-    private var tracker = SequenceTracker()
     let openCount = Atomic<Int>(0)
 
     init(context: ServiceContext) throws {
         self.context = context
         let config = context.config
         sync = try context.client(config.sync.requests, policy: RetryPolicy(timeout: config.requestTimeoutMs, attempts: 1))
-        let security = BusSecurity.current
-        let changes = try ZMQContext.shared.socket(.sub)
-        try changes.setLinger(0)
-        if let security { try changes.makeCurveClient(security.clientKeys, serverPublicKey: security.serverPublicKey) }
-        try changes.subscribe()
-        try changes.connect(config.sync.events ?? "tcp://127.0.0.1:7732")
-        context.onShutdown { changes.close() }
-        context.loop.watch(changes) { [unowned self] in
-            while let frames = try changes.receive(wait: false) {
-                guard let message = try? SequencedMessage(frames: frames) else { continue }
-                if tracker.position == nil { tracker.reset(to: message.isHeartbeat ? message.sequence : message.sequence - 1) }
-                switch tracker.observe(message.sequence, heartbeat: message.isHeartbeat) {
-                case .skip: continue
-                case .resync:
-                    tracker.reset(to: message.sequence)
-                    for user in byUser.keys { deliver(user) }
-                case .apply:
-                    guard let change = try? HubCodec.decode(UserNotificationsChanged.self, from: message.body).payload else { continue }
-                    if let streams = byUser[change.userId], streams.values.contains(where: { $0.cursor < change.sequence }) {
-                        deliver(change.userId)
-                    }
+        try context.followHints(
+            config.sync.events ?? "tcp://127.0.0.1:7732",
+            apply: { [unowned self] message in
+                guard let change = try? HubCodec.decode(UserNotificationsChanged.self, from: message.body).payload else { return }
+                if let streams = byUser[change.userId], streams.values.contains(where: { $0.cursor < change.sequence }) {
+                    deliver(change.userId)
                 }
-            }
-        }
+            },
+            gap: { [unowned self] _ in
+                for user in byUser.keys { deliver(user) }
+            })
         context.loop.every(milliseconds: 25) { [unowned self] in adopt() }
         context.loop.every(milliseconds: Self.keepAliveSeconds * 1_000) { [unowned self] in keepAlive() }
     }

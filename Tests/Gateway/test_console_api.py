@@ -224,3 +224,29 @@ def test_event_stream_refusals_and_a_client_that_leaves(hub):
         if wait_until(lambda: streams() == base, timeout=1):
             break
     assert streams() == base
+
+
+def test_pages_from_web_root_and_a_clear_404_without_them(hub, tmp_path):
+    from conftest import free_port
+    pages = tmp_path / "web"
+    pages.mkdir()
+    (pages / "console.html").write_text("<p>console of {{hub}}</p>")
+    for name, root in [("gw-webroot", str(pages)), ("gw-noweb", str(tmp_path / "missing"))]:
+        port = free_port()
+        hub.start(name, "nh-gateway", env={"NH_WEB_ROOT": root, "NH_GATEWAY_LISTEN": f"127.0.0.1:{port}",
+                                           "NH_GATEWAY_REQUESTS": f"tcp://127.0.0.1:{free_port()}"})
+        assert wait_until(lambda: _answers(port))
+        console = requests.get(f"http://127.0.0.1:{port}/console")
+        if name == "gw-webroot":
+            assert console.status_code == 200 and console.text == "<p>console of hub</p>"
+            assert requests.get(f"http://127.0.0.1:{port}/inbox").status_code == 404
+        else:
+            assert console.status_code == 404 and "the web pages are not installed" in console.text and "webRoot" in console.text
+        assert hub.stop(name) == 0
+
+
+def _answers(port):
+    try:
+        return requests.get(f"http://127.0.0.1:{port}/metrics", timeout=2).status_code == 200
+    except requests.RequestException:
+        return False

@@ -12,7 +12,7 @@ import subprocess
 import pytest
 import requests
 
-from conftest import BIN, ROOT, Hub, answers, json_lines, wait_until
+from conftest import BIN, ROOT, answers, json_lines, running_hub, wait_until
 
 selenium = pytest.importorskip("selenium", reason="selenium comes from PyPI; make deps installs it")
 from selenium import webdriver  # noqa: E402
@@ -43,13 +43,7 @@ def browser():
 @pytest.fixture(scope="module")
 def web_hub():
     """A hub of its own, since these tests restart the gateway."""
-    hub = Hub(prefix="nh-web-")
-    for name in Hub.SERVICES:
-        hub.start(name)
-    assert wait_until(lambda: os.path.exists(os.path.join(hub.data, "keys.json")))
-    assert wait_until(lambda: answers(hub))
-    yield hub
-    hub.stop_all()
+    yield from running_hub(prefix="nh-web-")
 
 
 def nhctl(hub, *arguments):
