@@ -18,6 +18,7 @@ selenium = pytest.importorskip("selenium", reason="selenium comes from PyPI; mak
 from selenium import webdriver  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.chrome.service import Service  # noqa: E402
+from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException  # noqa: E402
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 DRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
@@ -73,6 +74,22 @@ def connection_string(hub, name="DefaultFullSharedAccessSignature", key=None):
     return f"Endpoint=sb://127.0.0.1:{hub.http_port}/;SharedAccessKeyName={name};SharedAccessKey={key or hub.keys()[name]}"
 
 
+def until(condition, timeout=20.0):
+    """wait_until for conditions that read the page: the pages redraw their lists as data comes
+    in, so an element read a moment ago may be gone; that counts as not yet."""
+    def attempt():
+        try:
+            return condition()
+        except (StaleElementReferenceException, NoSuchElementException, AttributeError):
+            return False
+    return wait_until(attempt, timeout=timeout)
+
+
+def click(find):
+    """Clicks what `find` returns, finding it again if the page redrew it meanwhile."""
+    assert until(lambda: find().click() is None, timeout=10)
+
+
 def text(driver, element_id):
     return driver.find_element(By.ID, element_id).text
 
@@ -114,65 +131,65 @@ def test_console_signs_in_checks_input_and_sends_to_a_real_agent(web_hub, agent,
     # A wrong key is refused by the gateway, and the page says so.
     type_into(driver, "connection", connection_string(hub, key="d3Jvbmcga2V5IHdyb25nIGtleSB3cm9uZyBrZXkgd3Jvbmc="))
     driver.find_element(By.ID, "signin-button").click()
-    assert wait_until(lambda: visible(driver, "signin-error") and "401" in text(driver, "signin-error"), timeout=10)
+    assert until(lambda: visible(driver, "signin-error") and "401" in text(driver, "signin-error"), timeout=10)
     assert not visible(driver, "app")
     type_into(driver, "connection", "not a connection string")
     driver.find_element(By.ID, "signin-button").click()
-    assert wait_until(lambda: "SharedAccessKeyName" in text(driver, "signin-error"), timeout=10)
+    assert until(lambda: "SharedAccessKeyName" in text(driver, "signin-error"), timeout=10)
 
     type_into(driver, "connection", connection_string(hub))
     driver.find_element(By.ID, "signin-button").click()
-    assert wait_until(lambda: visible(driver, "app"), timeout=10)
+    assert until(lambda: visible(driver, "app"), timeout=10)
 
     # Health: every service up, with its uptime.
     def services():
         return {row.get_attribute("data-service"): row.text for row in driver.find_elements(By.CSS_SELECTOR, "#health tr")}
-    assert wait_until(lambda: len(services()) == 5 and all(" up " in f" {v} " for v in services().values()), timeout=15), services()
+    assert until(lambda: len(services()) == 5 and all(" up " in f" {v} " for v in services().values()), timeout=15), services()
     assert text(driver, "health-status") == "ok"
 
     # A broken expression: the server's message and a caret under its position, and a send refused.
     type_into(driver, "send-tags", "World && (Sports")
-    assert wait_until(lambda: "invalid_expression" in text(driver, "tags-check"), timeout=10)
+    assert until(lambda: "invalid_expression" in text(driver, "tags-check"), timeout=10)
     assert "never closed" in text(driver, "tags-check")
     assert visible(driver, "tags-caret") and text(driver, "tags-caret").splitlines()[-1] == " " * 9 + "^"
     driver.find_element(By.ID, "send-button").click()
-    assert wait_until(lambda: visible(driver, "send-error") and "400 invalid_expression" in text(driver, "send-error"), timeout=10)
+    assert until(lambda: visible(driver, "send-error") and "400 invalid_expression" in text(driver, "send-error"), timeout=10)
 
     # An empty property name is refused in the page before anything is sent.
     type_into(driver, "send-tags", "World")
-    assert wait_until(lambda: "tags: World" in text(driver, "tags-check"), timeout=10)
+    assert until(lambda: "tags: World" in text(driver, "tags-check"), timeout=10)
     type_into(driver, "send-properties", "=nameless")
     driver.find_element(By.ID, "send-button").click()
-    assert wait_until(lambda: "needs name=value" in text(driver, "send-error"), timeout=10)
+    assert until(lambda: "needs name=value" in text(driver, "send-error"), timeout=10)
 
     # A send from the form reaches the agent, and the outcome moves on to Completed.
     type_into(driver, "send-properties", "messageParam=From the console")
     driver.find_element(By.ID, "send-button").click()
-    assert wait_until(lambda: any(l.get("payload") == {"messageParam": "From the console"}
+    assert until(lambda: any(l.get("payload") == {"messageParam": "From the console"}
                                   or "From the console" in json.dumps(l.get("payload", {})) for l in json_lines(agent["output"])), timeout=15)
-    assert wait_until(lambda: text(driver, "outcome-state") == "Completed"
+    assert until(lambda: text(driver, "outcome-state") == "Completed"
                       and "acknowledged 1" in text(driver, "outcome-counts"), timeout=15), text(driver, "outcome-counts")
     notification = text(driver, "outcome-id")
-    assert wait_until(lambda: driver.find_elements(By.CSS_SELECTOR, f'#messages tr[data-notification="{notification}"]'), timeout=10)
-    row = driver.find_element(By.CSS_SELECTOR, f'#messages tr[data-notification="{notification}"]').text
-    assert "tags World" in row and "Completed" in row and "1 / 1 / 1" in row
+    assert until(lambda: driver.find_elements(By.CSS_SELECTOR, f'#messages tr[data-notification="{notification}"]'), timeout=10)
+    assert until(lambda: all(part in driver.find_element(By.CSS_SELECTOR, f'#messages tr[data-notification="{notification}"]').text
+                             for part in ["tags World", "Completed", "1 / 1 / 1"]), timeout=10)
 
     # Installations by tag, then one opened.
     type_into(driver, "search", "World")
     driver.find_element(By.ID, "search-button").click()
-    assert wait_until(lambda: driver.find_elements(By.CSS_SELECTOR, '#installations tr[data-installation="web-device"]'), timeout=10)
-    driver.find_element(By.CSS_SELECTOR, '#installations tr[data-installation="web-device"]').click()
-    assert wait_until(lambda: visible(driver, "installation-detail") and '"installationId" : "web-device"' in text(driver, "installation-detail")
+    assert until(lambda: driver.find_elements(By.CSS_SELECTOR, '#installations tr[data-installation="web-device"]'), timeout=10)
+    click(lambda: driver.find_element(By.CSS_SELECTOR, '#installations tr[data-installation="web-device"]'))
+    assert until(lambda: visible(driver, "installation-detail") and '"installationId" : "web-device"' in text(driver, "installation-detail")
                       or '"installationId": "web-device"' in text(driver, "installation-detail"), timeout=10)
     type_into(driver, "search", "NoSuchTag")
     driver.find_element(By.ID, "search-button").click()
-    assert wait_until(lambda: "no installation has that tag or id" in text(driver, "installations"), timeout=10)
+    assert until(lambda: "no installation has that tag or id" in text(driver, "installations"), timeout=10)
 
     # The charts: one agent connected, and the deliveries counted.
-    assert wait_until(lambda: text(driver, "now-agents") == "1", timeout=15)
+    assert until(lambda: text(driver, "now-agents") == "1", timeout=15)
     type_into(driver, "search", "World")
     driver.find_element(By.ID, "search-button").click()
-    assert wait_until(lambda: driver.find_elements(By.CSS_SELECTOR, '#installations tr[data-installation="web-device"]'), timeout=10)
+    assert until(lambda: driver.find_elements(By.CSS_SELECTOR, '#installations tr[data-installation="web-device"]'), timeout=10)
     screenshot(driver, "console.png", full_page=True)
 
 
@@ -189,56 +206,56 @@ def test_inbox_syncs_live_with_the_agent_and_resumes(web_hub, agent, browser):
     hub, driver = web_hub, browser
     first = post_user_notification(hub, "erin", "order-1", "Order shipped", "Your order is on its way")
     second = post_user_notification(hub, "erin", "order-2", "Payment received", "Thank you")
-    assert wait_until(lambda: agent_user_events(agent, first) and agent_user_events(agent, second), timeout=15)
+    assert until(lambda: agent_user_events(agent, first) and agent_user_events(agent, second), timeout=15)
 
     driver.get(f"{hub.base}/inbox")
     type_into(driver, "credential", "nhu1.forged.token")
     driver.find_element(By.ID, "signin-button").click()
-    assert wait_until(lambda: visible(driver, "signin-error") and "401" in text(driver, "signin-error"), timeout=10)
+    assert until(lambda: visible(driver, "signin-error") and "401" in text(driver, "signin-error"), timeout=10)
 
     type_into(driver, "credential", credential(hub, "erin"))
     driver.find_element(By.ID, "signin-button").click()
-    assert wait_until(lambda: item(driver, first) is not None and item(driver, second) is not None, timeout=10)
+    assert until(lambda: item(driver, first) is not None and item(driver, second) is not None, timeout=10)
     assert text(driver, "who") == "signed in as erin"
     assert text(driver, "unread") == "2"
-    assert wait_until(lambda: text(driver, "live") == "live", timeout=10)
+    assert until(lambda: text(driver, "live") == "live", timeout=10)
 
     # Dismissed on the agent: the page greys it out.
     result = subprocess.run([os.path.join(BIN, "nh-agent"), "dismiss", first], env=agent["env"], capture_output=True, text=True, timeout=30)
     assert result.returncode == 0, result.stderr
-    assert wait_until(lambda: item(driver, first).get_attribute("data-action") == "dismissed", timeout=5)
+    assert until(lambda: item(driver, first).get_attribute("data-action") == "dismissed", timeout=5)
     assert text(driver, "unread") == "1"
 
     # Dismissed on the page: the agent has it.
-    item(driver, second).find_element(By.CSS_SELECTOR, "button.dismiss").click()
-    assert wait_until(lambda: any(l["notification"].get("userActionState") == "dismissed" for l in agent_user_events(agent, second)), timeout=10)
-    assert wait_until(lambda: item(driver, second).get_attribute("data-action") == "dismissed", timeout=5)
+    click(lambda: item(driver, second).find_element(By.CSS_SELECTOR, "button.dismiss"))
+    assert until(lambda: any(l["notification"].get("userActionState") == "dismissed" for l in agent_user_events(agent, second)), timeout=10)
+    assert until(lambda: item(driver, second).get_attribute("data-action") == "dismissed", timeout=5)
 
     # A new notification arrives live.
     third = post_user_notification(hub, "erin", "order-3", "Delivered", "Left at the front door")
-    assert wait_until(lambda: item(driver, third) is not None and item(driver, third).get_attribute("data-read") == "unread", timeout=10)
+    assert until(lambda: item(driver, third) is not None and item(driver, third).get_attribute("data-read") == "unread", timeout=10)
 
     # The gateway restarts; what changed meanwhile reaches the page when its stream comes back.
     assert hub.stop("nh-gateway") == 0
-    assert wait_until(lambda: text(driver, "live") != "live", timeout=10)
+    assert until(lambda: text(driver, "live") != "live", timeout=10)
     fourth = subprocess.run([os.path.join(BIN, "nhctl"), "user", "post", "erin", "--json", "--title", "While away", "--body", "Sent during the restart",
                              "--app-id", "order-4"], env=hub.env, capture_output=True, text=True, timeout=30)
     assert fourth.returncode == 0, fourth.stderr + fourth.stdout
     fourth_id = json.loads(fourth.stdout)["id"]
     subprocess.run([os.path.join(BIN, "nh-agent"), "read", third], env=agent["env"], check=True, capture_output=True, timeout=30)
     hub.start("nh-gateway")
-    assert wait_until(lambda: answers(hub), timeout=20)
-    assert wait_until(lambda: item(driver, fourth_id) is not None, timeout=20)
-    assert wait_until(lambda: item(driver, third).get_attribute("data-read") == "read", timeout=10)
-    assert wait_until(lambda: text(driver, "live") == "live", timeout=10)
+    assert until(lambda: answers(hub), timeout=20)
+    assert until(lambda: item(driver, fourth_id) is not None, timeout=20)
+    assert until(lambda: item(driver, third).get_attribute("data-read") == "read", timeout=10)
+    assert until(lambda: text(driver, "live") == "live", timeout=10)
 
     # Mark all as read, seen by the agent too; delete one.
     driver.find_element(By.ID, "mark-all").click()
-    assert wait_until(lambda: text(driver, "unread") == "0", timeout=10)
-    assert wait_until(lambda: any(l["notification"].get("readState") == "read" for l in agent_user_events(agent, fourth_id)), timeout=10)
-    item(driver, first).find_element(By.CSS_SELECTOR, "button.delete").click()
-    assert wait_until(lambda: item(driver, first) is None, timeout=10)
-    assert wait_until(lambda: any(l.get("event") == "user.deleted" for l in agent_user_events(agent, first)), timeout=10)
+    assert until(lambda: text(driver, "unread") == "0", timeout=10)
+    assert until(lambda: any(l["notification"].get("readState") == "read" for l in agent_user_events(agent, fourth_id)), timeout=10)
+    click(lambda: item(driver, first).find_element(By.CSS_SELECTOR, "button.delete"))
+    assert until(lambda: item(driver, first) is None, timeout=10)
+    assert until(lambda: any(l.get("event") == "user.deleted" for l in agent_user_events(agent, first)), timeout=10)
     post_user_notification(hub, "erin", "order-5", "Rate your delivery", "Tell us how it went")
-    assert wait_until(lambda: text(driver, "unread") == "1", timeout=10)
+    assert until(lambda: text(driver, "unread") == "1", timeout=10)
     screenshot(driver, "inbox.png")
