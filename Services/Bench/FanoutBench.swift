@@ -55,7 +55,7 @@ enum FanoutBench {
         while Date() < deadline {
             let received = fleets.reduce(0) { $0 + $1.stat("received") }
             if reachedSeconds == 0 && received >= expected { reachedSeconds = seconds(since: start) }
-            let acked = (try? details(cluster, dispatcher)["ackedTotal"]).flatMap { Int($0 ?? "") } ?? 0
+            let acked = (try? details(cluster, dispatcher)["ackedTotal"]).flatMap { Int($0) } ?? 0
             if acked - (Int(before["ackedTotal"] ?? "0") ?? 0) >= expected {
                 ackedSeconds = seconds(since: start)
                 if reachedSeconds == 0 { reachedSeconds = ackedSeconds }
