@@ -34,12 +34,21 @@ def test_pages_are_served_with_a_strict_policy(hub):
 
 def test_health_reports_every_service(hub):
     assert requests.get(f"{hub.base}/hub/health").status_code == 401
-    r = requests.get(f"{hub.base}/hub/health", headers={"Authorization": hub.token("DefaultListenSharedAccessSignature")})
+    listen = {"Authorization": hub.token("DefaultListenSharedAccessSignature")}
+    # The services may still be starting: the gateway answers first.
+    assert wait_until(lambda: requests.get(f"{hub.base}/hub/health", headers=listen).json()["status"] == "ok")
+    r = requests.get(f"{hub.base}/hub/health", headers=listen)
     assert r.status_code == 200, r.text
     services = {s["service"]: s for s in r.json()["services"]}
     assert set(services) == {"nh-registry", "nh-sync", "nh-dispatch", "nh-publish", "nh-gateway"}
-    assert all(s["up"] and s["uptimeSeconds"] > 0 for s in services.values())
-    assert "inFlight" in services["nh-dispatch"]["details"] and r.json()["status"] == "ok"
+    assert all(s["up"] and s["uptimeSeconds"] >= 0 and s["version"] and s["pid"] > 0 for s in services.values())
+    assert "inFlight" in services["nh-dispatch"]["details"]
+    hub.stop("nh-sync")
+    down = requests.get(f"{hub.base}/hub/health", headers=listen).json()
+    assert down["status"] == "degraded" and [s for s in down["services"] if s["service"] == "nh-sync"][0] == {
+        "service": "nh-sync", "up": False, "status": "down"}
+    hub.start("nh-sync")
+    assert wait_until(lambda: requests.get(f"{hub.base}/hub/health", headers=listen).json()["status"] == "ok")
 
 
 @pytest.mark.parametrize("expression,valid,position", [

@@ -2088,7 +2088,9 @@ class HttpGenerator:
         r = self.rng
         method, target, codes = r.choice([
             ("GET", f"/hub/nope?{API}", {"not_found"}), ("GET", f"/otherhub/installations/x?{API}", {"not_found"}),
-            ("DELETE", f"/hub/messages/x?{API}", {"invalid_argument"}), ("GET", "/", {"not_found"}),
+            ("DELETE", f"/hub/messages/x?{API}", {"invalid_argument"}), ("GET", "/nothing-here", {"not_found"}),
+            ("POST", "/console", {"invalid_argument"}), ("GET", "/web/%2e%2e/keys.json", {"not_found"}),
+            ("GET", "/web/../keys.json", {"not_found"}), ("DELETE", "/inbox", {"invalid_argument"}),
             ("FOO", f"/hub/installations/x?{API}", {"invalid_argument"}), ("GET", f"/hub/installations/%ff?{API}", {"not_found"}),
             ("GET", f"/hub/installations/%00?{API}", {"not_found", "invalid_argument"}), ("POST", "/metrics", {"not_found"}),
             ("GET", f"/hub/installations?{API}", {"invalid_argument"}), ("PUT", f"/hub/messages/x/y?{API}", {"invalid_argument"}),
