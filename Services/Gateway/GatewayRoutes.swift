@@ -237,7 +237,9 @@ final class GatewayRoutes: @unchecked Sendable {
         do {
             key = try context.keys.authorize(header, resource: baseURL(request) + request.path, needs: needs)
         } catch {
-            throw HubError(error.kind == .forbidden ? .forbidden : .unauthorized, error.message)
+            // As Azure answers: a signature without the claim the request needs is 401, like any
+            // other authorization failure; 403 is kept for what a valid caller may not do.
+            throw HubError(.unauthorized, error.message)
         }
         try context.takeRate(of: key)
         return key

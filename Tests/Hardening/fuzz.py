@@ -1912,11 +1912,11 @@ class HttpGenerator:
         if r.random() < 0.3:
             method, target = "POST", f"/hub/messages?{API}"
             headers = {"Authorization": self.sas("listen"), "ServiceBusNotification-Format": "template"}
-            codes = {"forbidden"}
+            codes = {"unauthorized"}
         elif r.random() < 0.2:
             target = f"/hub/registrations?{API}"
             headers = {"Authorization": self.sas("listen")}
-            codes = {"forbidden"}
+            codes = {"unauthorized"}
         return HttpCase("auth", method=method, target=target, headers=headers, codes=codes)
 
     def http_version(self):
