@@ -110,16 +110,19 @@ public struct InstallationReply: HubMessage {
     public init(installation: Installation) { self.installation = installation }
 }
 
-/// Lists installations, optionally only those with a tag, a page at a time.
+/// Lists installations, optionally only those with a tag and/or a push channel, a page at a time.
 public struct InstallationList: HubRequest {
     public typealias Reply = InstallationPage
     public static let messageType: MessageType = "installation.list"
     public var tag: String?
+    /// Only installations with exactly this push channel (a device token, channel URI or key).
+    public var pushChannel: String?
     public var limit: Int?
     /// The `next` of the previous page.
     public var after: String?
-    public init(tag: String? = nil, limit: Int? = nil, after: String? = nil) {
+    public init(tag: String? = nil, pushChannel: String? = nil, limit: Int? = nil, after: String? = nil) {
         self.tag = tag
+        self.pushChannel = pushChannel
         self.limit = limit
         self.after = after
     }

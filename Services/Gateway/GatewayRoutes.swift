@@ -109,16 +109,10 @@ final class GatewayRoutes: @unchecked Sendable {
             return try openStream(request)
         case ("GET", "registrations", 1):
             try authorize(request, .manage)
-            let top = request.query["$top"].flatMap(Int.init) ?? 100
-            let page = try registry.call(InstallationList(
-                limit: min(max(top, 1), 1000), after: request.header("x-ms-continuationtoken")))
-            return RegistrationFeed.feed(page, base: baseURL(request) + "/" + hub)
+            return try listRegistrations(request, tag: nil)
         case ("GET", "tags", 3) where rest[2] == "registrations":
             try authorize(request, .manage)
-            let top = request.query["$top"].flatMap(Int.init) ?? 100
-            let page = try registry.call(InstallationList(
-                tag: rest[1], limit: min(max(top, 1), 1000), after: request.header("x-ms-continuationtoken")))
-            return RegistrationFeed.feed(page, base: baseURL(request) + "/" + hub)
+            return try listRegistrations(request, tag: rest[1])
         case ("GET", "registrations", 2):
             try authorize(request, .listen)
             let reply = try registry.call(InstallationGet(installationId: rest[1]))
@@ -243,6 +237,37 @@ final class GatewayRoutes: @unchecked Sendable {
         }
         try context.takeRate(of: key)
         return key
+    }
+
+    // MARK: Registrations
+
+    /// A page of registrations as Atom, with `$top` (default 100, at most 1,000), the continuation
+    /// token in `X-MS-ContinuationToken` or `?ContinuationToken=`, and an optional `$filter`.
+    private func listRegistrations(_ request: HTTPRequest, tag: String?) throws -> HTTPResponse {
+        var top = 100
+        if let text = request.query["$top"] {
+            guard let value = Int(text), (1...1000).contains(value) else {
+                throw HubError(.invalidArgument, "$top '\(text)' must be a whole number from 1 to 1000")
+            }
+            top = value
+        }
+        let after = request.header("x-ms-continuationtoken") ?? request.query["ContinuationToken"] ?? request.query["continuationtoken"]
+        var list = InstallationList(tag: tag, limit: top, after: after)
+        let base = baseURL(request) + "/" + hub
+        if let text = request.query["$filter"] {
+            switch try RegistrationFilter.parse(text) {
+            case .pushChannel(let channel):
+                list.pushChannel = channel
+            case .registrationId(let id):
+                var found: [Installation] = []
+                do {
+                    let installation = try registry.call(InstallationGet(installationId: id)).installation
+                    if tag == nil || installation.tags.contains(tag!) { found = [installation] }
+                } catch let error as HubError where error.code == .notFound {}
+                return RegistrationFeed.feed(InstallationPage(installations: found), base: base)
+            }
+        }
+        return RegistrationFeed.feed(try registry.call(list), base: base)
     }
 
     // MARK: Installations

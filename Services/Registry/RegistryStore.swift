@@ -27,6 +27,13 @@ final class RegistryStore {
             CREATE TABLE stream (id INTEGER PRIMARY KEY CHECK (id = 1), sequence INTEGER NOT NULL);
             INSERT INTO stream (id, sequence) VALUES (1, 0);
             """),
+        Migration(
+            version: 2,
+            """
+            ALTER TABLE installations ADD COLUMN push_channel TEXT;
+            UPDATE installations SET push_channel = json_extract(CAST(document AS TEXT), '$.pushChannel');
+            CREATE INDEX installations_by_channel ON installations(push_channel);
+            """),
     ]
 
     let database: SQLiteDatabase
@@ -69,12 +76,13 @@ final class RegistryStore {
             stored.tags = stored.tags.filter { seen.insert($0).inserted }
             try database.run(
                 """
-                INSERT INTO installations (installation_id, document, user_id, expires_at, updated_at) VALUES (?, ?, ?, ?, ?)
+                INSERT INTO installations (installation_id, document, user_id, expires_at, updated_at, push_channel)
+                VALUES (?, ?, ?, ?, ?, ?)
                 ON CONFLICT (installation_id) DO UPDATE SET document = excluded.document, user_id = excluded.user_id,
-                    expires_at = excluded.expires_at, updated_at = excluded.updated_at
+                    expires_at = excluded.expires_at, updated_at = excluded.updated_at, push_channel = excluded.push_channel
                 """,
                 [stored.installationId, try encoder.encode(stored), stored.userId,
-                 stored.expirationTime?.timeIntervalSince1970, now.timeIntervalSince1970])
+                 stored.expirationTime?.timeIntervalSince1970, now.timeIntervalSince1970, stored.pushChannel])
             try database.run("DELETE FROM installation_tags WHERE installation_id = ?", [stored.installationId])
             for tag in stored.tags {
                 try database.run("INSERT INTO installation_tags (installation_id, tag) VALUES (?, ?)", [stored.installationId, tag])
@@ -107,24 +115,23 @@ final class RegistryStore {
         }
     }
 
-    /// A page of live installations in id order, optionally only those with `tag`.
-    func list(tag: String?, after: String?, limit: Int, now: Date) throws -> InstallationPage {
-        let rows: [Row]
+    /// A page of live installations in id order, optionally only those with `tag` and/or `pushChannel`.
+    func list(tag: String?, pushChannel: String? = nil, after: String?, limit: Int, now: Date) throws -> InstallationPage {
+        var sql = "SELECT i.document FROM installations i"
+        var values: [SQLiteBindable] = []
         if let tag {
-            rows = try database.query(
-                """
-                SELECT i.document FROM installations i JOIN installation_tags t ON t.installation_id = i.installation_id
-                WHERE t.tag = ? AND i.installation_id > ? AND (i.expires_at IS NULL OR i.expires_at > ?)
-                ORDER BY i.installation_id LIMIT ?
-                """, [tag, after ?? "", now.timeIntervalSince1970, limit + 1])
-        } else {
-            rows = try database.query(
-                """
-                SELECT document FROM installations WHERE installation_id > ? AND (expires_at IS NULL OR expires_at > ?)
-                ORDER BY installation_id LIMIT ?
-                """, [after ?? "", now.timeIntervalSince1970, limit + 1])
+            sql += " JOIN installation_tags t ON t.installation_id = i.installation_id AND t.tag = ?"
+            values.append(tag)
         }
-        var installations = try rows.map { try decode($0[0]) }
+        sql += " WHERE i.installation_id > ? AND (i.expires_at IS NULL OR i.expires_at > ?)"
+        values += [after ?? "", now.timeIntervalSince1970]
+        if let pushChannel {
+            sql += " AND i.push_channel = ?"
+            values.append(pushChannel)
+        }
+        sql += " ORDER BY i.installation_id LIMIT ?"
+        values.append(limit + 1)
+        var installations = try database.query(sql, values).map { try decode($0[0]) }
         var next: String?
         if installations.count > limit {
             installations.removeLast()

@@ -65,7 +65,8 @@ ServiceMain.run(name: "nh-registry", summary: "the registration service: install
         try context.authorize(request.auth, needs: .manage)
         let limit = request.payload.limit ?? 100
         guard (1...1000).contains(limit) else { throw HubError(.invalidArgument, "limit must be 1 to 1000") }
-        return try store.list(tag: request.payload.tag, after: request.payload.after, limit: limit, now: Date())
+        return try store.list(
+            tag: request.payload.tag, pushChannel: request.payload.pushChannel, after: request.payload.after, limit: limit, now: Date())
     }
     server.on(RegistrySnapshotRequest.self) { request in
         try context.authorize(request.auth, needs: .manage)
