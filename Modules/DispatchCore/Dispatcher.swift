@@ -161,11 +161,16 @@ public struct Dispatcher {
         var touched: [Route] = []
         var seen: Set<Route> = []
         for notification in notifications {
-            let plans = resolver.plan(notification, index: index, now: now)
+            var plans = resolver.plan(notification, index: index, now: now)
+            // A platform the hub has no delivery path to: failed at once, with its reason, never sent.
+            for i in plans.indices where !settings.platforms.contains(plans[i].platform) {
+                plans[i].unreachable = Platform(name: plans[i].platform) == nil ? "UnknownPlatform" : "PnsUnavailable"
+                counters.failed += 1
+            }
             actions.append(.record(notification, plans))
             counters.planned += plans.count
             guard notification.expiresAt > now else { continue }
-            for plan in plans {
+            for plan in plans where plan.unreachable == nil {
                 guard let route = routes[plan.installationId], let session = sessions[route] else {
                     backlog.insert(plan.installationId)
                     continue
@@ -322,6 +327,9 @@ public struct DispatcherSettings: Sendable, Equatable {
     public var maxInFlight = 20_000
     /// Sessions at once; a hello beyond it is refused with `unavailable`, and the agent tries again.
     public var maxAgents = 100_000
+    /// Platforms the dispatcher delivers to. A delivery to any other is counted as failed
+    /// (PnsUnavailable) in its notification's outcome, never as delivered.
+    public var platforms: Set<String> = [Platform.linux.rawValue]
 
     public init() {}
 

@@ -11,10 +11,17 @@ public struct PlannedDelivery: Equatable, Sendable {
     public var payload: String
     public var expiresAt: Date
     public var rich: RichReference? = nil
+    /// The installation's platform, as its installation names it.
+    public var platform: String = Platform.linux.rawValue
+    /// Set when the delivery cannot be made, with the outcome name to count it under (such as
+    /// PnsUnavailable); it is recorded as failed at once and never sent.
+    public var unreachable: String? = nil
 
     public init(
-        deliveryId: String, installationId: String, template: String?, payload: String, expiresAt: Date, rich: RichReference? = nil
+        deliveryId: String, installationId: String, template: String?, payload: String, expiresAt: Date, rich: RichReference? = nil,
+        platform: String = Platform.linux.rawValue
     ) {
+        self.platform = platform
         self.deliveryId = deliveryId
         self.installationId = installationId
         self.template = template
@@ -57,19 +64,23 @@ public struct TargetResolver {
         for installation in candidates {
             let tags = Tag.effectiveTags(
                 stored: installation.tags, installationId: installation.installationId, userId: installation.userId)
+            let platform = installation.platform.lowercased()
             switch send.format {
             case .native:
-                guard expression?.matches(tags) ?? true else { continue }
+                // A native send is in one platform's format and goes to that platform's installations.
+                guard platform == (send.platform ?? .linux).rawValue, expression?.matches(tags) ?? true else { continue }
                 plans.append(PlannedDelivery(
                     deliveryId: "\(notification.notificationId)/\(installation.installationId)/native",
                     installationId: installation.installationId, template: nil, payload: send.body ?? "",
-                    expiresAt: notification.expiresAt, rich: send.rich))
+                    expiresAt: notification.expiresAt, rich: send.rich, platform: platform))
             case .template:
                 let properties = send.properties ?? [:]
                 for (name, registered) in (installation.templates ?? [:]).sorted(by: { $0.key < $1.key }) {
                     let templateTags = tags.union(registered.tags ?? [])
                     guard expression?.matches(templateTags) ?? true else { continue }
-                    guard let template = compiled(registered.body) else { continue }
+                    let markup = Template.markup(platform: platform, headers: registered.headers)
+                    guard let template = compiled(registered.body, markup) else { continue }
+                    let renderKey = markup == .json ? registered.body : "\(markup.rawValue):\(registered.body)"
                     var expiresAt = notification.expiresAt
                     if let expiry = registered.expiry {
                         let date = expiries[expiry] ?? (try? TemplateExpression.compile(expiry)).flatMap {
@@ -80,15 +91,15 @@ public struct TargetResolver {
                     }
                     guard expiresAt > now else { continue }
                     func renderedPayload() -> String {
-                        if let payload = rendered[registered.body] { return payload }
+                        if let payload = rendered[renderKey] { return payload }
                         let payload = template.render(properties)
-                        rendered[registered.body] = payload
+                        rendered[renderKey] = payload
                         return payload
                     }
                     plans.append(PlannedDelivery(
                         deliveryId: "\(notification.notificationId)/\(installation.installationId)/\(name)",
                         installationId: installation.installationId, template: name,
-                        payload: renderedPayload(), expiresAt: expiresAt))
+                        payload: renderedPayload(), expiresAt: expiresAt, platform: platform))
                 }
             }
         }
@@ -99,11 +110,12 @@ public struct TargetResolver {
         Dictionary(properties.map { ($0.key.lowercased(), $0.value) }, uniquingKeysWith: { first, _ in first })
     }
 
-    private mutating func compiled(_ body: String) -> Template? {
-        if let template = templateCache[body] { return template }
-        guard let template = try? Template(body) else { return nil }
+    private mutating func compiled(_ body: String, _ markup: Template.Markup) -> Template? {
+        let key = markup == .json ? body : "\(markup.rawValue):\(body)"
+        if let template = templateCache[key] { return template }
+        guard let template = try? Template(body, markup: markup) else { return nil }
         if templateCache.count > 10_000 { templateCache.removeAll() }
-        templateCache[body] = template
+        templateCache[key] = template
         return template
     }
 }

@@ -27,12 +27,19 @@ public struct SendNotification: HubRequest {
     public var scheduledAt: Date?
     /// Set by the publish service for a rich send: the silent notification's reference.
     public var rich: RichReference?
+    /// For a native send: the platform whose installations it goes to. Absent: linux.
+    public var platform: Platform?
+    /// For a native send: the platform's own headers (lowercased names), such as x-wns-type or apns-push-type.
+    public var headers: [String: String]?
 
     public init(
         idempotencyKey: String? = nil, format: NotificationFormat, body: String? = nil,
         properties: [String: String]? = nil, tagExpression: String? = nil, installationId: String? = nil,
-        userId: String? = nil, timeToLive: Int? = nil, scheduledAt: Date? = nil, rich: RichReference? = nil
+        userId: String? = nil, timeToLive: Int? = nil, scheduledAt: Date? = nil, rich: RichReference? = nil,
+        platform: Platform? = nil, headers: [String: String]? = nil
     ) {
+        self.platform = platform
+        self.headers = headers
         self.idempotencyKey = idempotencyKey
         self.format = format
         self.body = body
@@ -86,6 +93,9 @@ public struct NotificationOutcome: HubMessage {
     public var acknowledged: Int
     public var expired: Int
     public var failed: Int
+    /// Per platform (apns, linux, …), counts by outcome: Targets, and Success, PnsUnavailable and
+    /// the like, as Notification Hubs names them.
+    public var platforms: [String: [String: Int]]?
 
     public init(
         notificationId: String, state: NotificationState, enqueuedAt: Date, startedAt: Date? = nil,

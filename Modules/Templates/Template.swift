@@ -1,17 +1,55 @@
 import Foundation
 
-/// A compiled template: a JSON body whose string values may hold template expressions.
-/// Compiling checks the JSON and every expression, so a bad template is refused when it is
-/// registered, never when a notification is sent.
+/// A compiled template: a JSON body whose string values may hold template expressions, or an XML
+/// (or plain text) body with expressions in its text, as Windows notifications use. Compiling
+/// checks the body and every expression, so a bad template is refused when it is registered,
+/// never when a notification is sent.
 public struct Template: Sendable {
     public let source: String
     private let root: Node
+
+    /// What a body is written in, which decides how it is checked and how properties are escaped.
+    public enum Markup: String, Sendable {
+        /// JSON; expressions are whole string values (APNs, FCM, ADM, Baidu, browsers, Linux agents).
+        case json
+        /// XML; expressions anywhere in text or attributes, their values escaped for XML (WNS toast, tile, badge).
+        case xml
+        /// Any text, filled in as it is (WNS raw).
+        case text
+    }
 
     indirect enum Node: Sendable {
         case object([(String, Node)])
         case array([Node])
         case expression(TemplateExpression)
         case literal(JSONLiteral)
+        case markup(TemplateExpression, escaped: Bool)
+    }
+
+    /// The body's markup for an installation's platform and template headers.
+    public static func markup(platform: String, headers: [String: String]?) -> Markup {
+        guard platform.lowercased() == "wns" else { return .json }
+        let type = headers?.first { $0.key.lowercased() == "x-wns-type" }?.value.lowercased()
+        return type == "wns/raw" ? .text : .xml
+    }
+
+    private init(source: String, root: Node) {
+        self.source = source
+        self.root = root
+    }
+
+    public init(_ source: String, markup: Markup) throws(TemplateError) {
+        switch markup {
+        case .json:
+            try self.init(source)
+        case .xml, .text:
+            let trimmed = source.drop { $0 == " " || $0 == "\n" || $0 == "\r" || $0 == "\t" }
+            if markup == .xml && !trimmed.hasPrefix("<") {
+                throw TemplateError("the template body must be XML, such as <toast>…</toast>, for a Windows notification")
+            }
+            guard !source.isEmpty else { throw TemplateError("the template body is empty") }
+            self.init(source: source, root: .markup(.text(try TemplateExpression.compileInterpolation(source)), escaped: markup == .xml))
+        }
     }
 
     enum JSONLiteral: Sendable {
@@ -95,6 +133,8 @@ public struct Template: Sendable {
             output += jsonNumber(properties[name])
         case .expression(let expression):
             writeString(expression.renderText(properties), into: &output)
+        case .markup(let expression, let escaped):
+            output += escaped ? expression.renderText(properties, escape: xmlEscaped) : expression.renderText(properties)
         }
     }
 
@@ -126,4 +166,21 @@ public struct Template: Sendable {
         }
         output += "\""
     }
+}
+
+/// Text made safe inside XML text and attribute values.
+func xmlEscaped(_ text: String) -> String {
+    var output = ""
+    output.reserveCapacity(text.utf8.count)
+    for character in text {
+        switch character {
+        case "&": output += "&amp;"
+        case "<": output += "&lt;"
+        case ">": output += "&gt;"
+        case "\"": output += "&quot;"
+        case "'": output += "&apos;"
+        default: output.append(character)
+        }
+    }
+    return output
 }

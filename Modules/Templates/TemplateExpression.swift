@@ -60,22 +60,23 @@ public enum TemplateExpression: Equatable, Sendable {
         }
     }
 
-    /// Renders as text. `properties` must have lowercased keys.
-    public func renderText(_ properties: [String: String]) -> String {
+    /// Renders as text. `properties` must have lowercased keys; `escape` is applied to what the
+    /// properties put in, never to the template's own text (for XML, say).
+    public func renderText(_ properties: [String: String], escape: (String) -> String = { $0 }) -> String {
         switch self {
-        case .number(let name): return properties[name] ?? ""
+        case .number(let name): return escape(properties[name] ?? "")
         case .text(let parts):
             var result = ""
             for part in parts {
                 switch part {
                 case .literal(let text): result += text
-                case .property(let name): result += properties[name] ?? ""
+                case .property(let name): result += escape(properties[name] ?? "")
                 case .clipped(let name, let limit, let ellipsis):
                     let value = properties[name] ?? ""
                     if value.count > limit {
-                        result += String(value.prefix(limit)) + (ellipsis ? "…" : "")
+                        result += escape(String(value.prefix(limit)) + (ellipsis ? "…" : ""))
                     } else {
-                        result += value
+                        result += escape(value)
                     }
                 case .uriEncoded(let name):
                     result += (properties[name] ?? "").addingPercentEncoding(withAllowedCharacters: TemplateExpression.uriUnreserved) ?? ""

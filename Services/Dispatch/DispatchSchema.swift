@@ -47,5 +47,18 @@ enum DispatchSchema {
             CREATE TABLE payloads (id INTEGER PRIMARY KEY, notification_id TEXT NOT NULL, body TEXT NOT NULL);
             ALTER TABLE deliveries ADD COLUMN payload_id INTEGER;
             """),
+        // Outcomes per platform: each platform's targets, and what became of deliveries to a
+        // platform without a delivery path.
+        Migration(
+            version: 4,
+            """
+            CREATE TABLE platform_outcomes (
+                notification_id TEXT NOT NULL,
+                platform TEXT NOT NULL,
+                outcome TEXT NOT NULL,
+                count INTEGER NOT NULL,
+                PRIMARY KEY (notification_id, platform, outcome)
+            );
+            """),
     ]
 }

@@ -33,7 +33,24 @@ final class DispatchStore {
             if !expired {
                 var payloadIds: [String: Int64] = [:]
                 var delivered = 0
+                var failed = 0
+                var platformCounts: [[String]: Int] = [:]
                 for plan in plans {
+                    platformCounts[[plan.platform, "Targets"], default: 0] += 1
+                    if let outcome = plan.unreachable {
+                        platformCounts[[plan.platform, outcome], default: 0] += 1
+                        failed += 1
+                        try database.run(
+                            """
+                            INSERT OR IGNORE INTO deliveries
+                              (delivery_id, notification_id, installation_id, template, payload, expires_at, acked_at, failed_reason)
+                            VALUES (?, ?, ?, ?, '', ?, ?, ?)
+                            """,
+                            [plan.deliveryId, notification.notificationId, plan.installationId, plan.template,
+                             plan.expiresAt.timeIntervalSince1970, now.timeIntervalSince1970,
+                             "\(outcome): the hub has no delivery path to \(plan.platform) installations"])
+                        continue
+                    }
                     let payloadId: Int64
                     if let known = payloadIds[plan.payload] {
                         payloadId = known
@@ -56,6 +73,12 @@ final class DispatchStore {
                     if inserted > 0 && wentOut { delivered += 1 }
                 }
                 try add([notification.notificationId: delivered], to: "delivered")
+                try add([notification.notificationId: failed], to: "failed")
+                for (key, count) in platformCounts {
+                    try database.run(
+                        "INSERT OR IGNORE INTO platform_outcomes (notification_id, platform, outcome, count) VALUES (?, ?, ?, ?)",
+                        [notification.notificationId, key[0], key[1], count])
+                }
             }
             try database.run("UPDATE cursor SET after = ? WHERE id = 1 AND after < ?", [notification.sequence, notification.sequence])
         }
@@ -172,6 +195,7 @@ final class DispatchStore {
                   AND notification_id NOT IN (SELECT DISTINCT notification_id FROM deliveries)
                 """, [now.timeIntervalSince1970 - 7 * 86_400])
             try database.run("DELETE FROM payloads WHERE notification_id NOT IN (SELECT DISTINCT notification_id FROM deliveries)")
+            try database.run("DELETE FROM platform_outcomes WHERE notification_id NOT IN (SELECT notification_id FROM outcomes)")
         }
     }
 
@@ -194,9 +218,27 @@ final class DispatchStore {
             """, [notificationId])
         else { return nil }
         func date(_ value: SQLiteValue) -> Date? { value.double.map { Date(timeIntervalSince1970: $0) } }
-        return NotificationOutcome(
+        var outcome = NotificationOutcome(
             notificationId: notificationId, state: NotificationState(rawValue: row[0].string ?? "") ?? .completed,
             enqueuedAt: date(row[1]) ?? Date(), startedAt: date(row[2]), endedAt: date(row[3]), targets: row[4].int ?? 0,
             delivered: row[5].int ?? 0, acknowledged: row[6].int ?? 0, expired: row[7].int ?? 0, failed: row[8].int ?? 0)
+        var platforms: [String: [String: Int]] = [:]
+        for row in try database.query(
+            "SELECT platform, outcome, count FROM platform_outcomes WHERE notification_id = ?", [notificationId])
+        {
+            platforms[row[0].string ?? "", default: [:]][row[1].string ?? ""] = row[2].int ?? 0
+        }
+        // Only Linux agents are delivered to, so what the aggregate counts say beyond the other
+        // platforms' failures is theirs.
+        if let linux = platforms[Platform.linux.rawValue] {
+            let elsewhere = platforms.filter { $0.key != Platform.linux.rawValue }.values
+                .reduce(0) { $0 + $1.filter { $0.key != "Targets" }.values.reduce(0, +) }
+            platforms[Platform.linux.rawValue] = [
+                "Targets": linux["Targets"] ?? 0, "Delivered": outcome.delivered, "Success": outcome.acknowledged,
+                "Expired": outcome.expired, "Failed": max(outcome.failed - elsewhere, 0),
+            ]
+        }
+        outcome.platforms = platforms.isEmpty ? nil : platforms
+        return outcome
     }
 }

@@ -301,13 +301,23 @@ final class GatewayRoutes: @unchecked Sendable {
             timeToLive = seconds
         }
         var send: SendNotification
-        switch format.lowercased() {
-        case "template":
+        var platform: Platform?
+        if format.lowercased() == "template" {
             send = SendNotification(format: .template, properties: try Self.propertyMap(request.body))
-        case "linux":
-            send = SendNotification(format: .native, body: String(decoding: request.body, as: UTF8.self))
-        default:
-            throw HubError(.invalidArgument, "ServiceBusNotification-Format '\(format)' is not supported here; use template or linux")
+        } else if let native = Platform(format: format) {
+            platform = native
+            // The platform's own headers (apns-*, X-WNS-*) travel with the notification.
+            var headers: [String: String] = [:]
+            for (name, value) in request.headers where native.headerPrefixes.contains(where: { name.hasPrefix($0) }) {
+                headers[name] = value
+            }
+            let body = String(decoding: request.body, as: UTF8.self)
+            try native.check(payload: body, headers: headers)
+            send = SendNotification(
+                format: .native, body: body, platform: native == .linux ? nil : native, headers: headers.isEmpty ? nil : headers)
+        } else {
+            throw HubError(
+                .invalidArgument, "ServiceBusNotification-Format '\(format)' is not one this hub takes: \(Platform.formats)")
         }
         send.timeToLive = timeToLive
         send.idempotencyKey = request.header("servicebusnotification-idempotencykey")
@@ -324,8 +334,7 @@ final class GatewayRoutes: @unchecked Sendable {
             guard let handle = request.header("servicebusnotification-devicehandle") else {
                 throw HubError(.invalidArgument, "a direct send needs ServiceBusNotification-DeviceHandle")
             }
-            // An agent's device handle is its installation id.
-            send.installationId = handle
+            send.installationId = try installation(forHandle: handle, platform: platform, request)
         } else if let tags = request.header("servicebusnotification-tags"), !tags.isEmpty {
             send.tagExpression = tags
         }
@@ -333,6 +342,21 @@ final class GatewayRoutes: @unchecked Sendable {
         let collection = scheduled ? "schedulednotifications" : "messages"
         let location = "\(baseURL(request))/\(hub)/\(collection)/\(accepted.notificationId)?api-version=2015-04"
         return GatewayResponse.empty(201, headers: [("Location", location), ("TrackingId", accepted.notificationId)])
+    }
+
+    /// The installation a direct send's device handle names: an agent's handle is its installation
+    /// id; another platform's is its push channel (a browser's, the endpoint with the P256DH and
+    /// Auth headers).
+    private func installation(forHandle handle: String, platform: Platform?, _ request: HTTPRequest) throws -> String {
+        guard let platform, platform != .linux else { return handle }
+        var channel = handle
+        if platform == .browser {
+            channel = try InstallationJSON.browserChannel(
+                ["endpoint": handle, "p256dh": request.header("p256dh") ?? "", "auth": request.header("auth") ?? ""])
+        }
+        let page = try registry.call(InstallationList(pushChannel: channel, limit: 1))
+        // A handle no installation has reaches no one: the send is accepted and its outcome says NoTargetFound.
+        return page.installations.first?.installationId ?? "unregistered-\(String(WebPages.fnv1a(Data(channel.utf8)), radix: 16))"
     }
 
     /// A template send's body: a JSON object of strings.
@@ -350,8 +374,13 @@ final class GatewayRoutes: @unchecked Sendable {
         return properties
     }
 
+    /// `<NotificationDetails>` as Azure answers, or JSON for a client that asks for it with `Accept`.
     private func outcome(_ id: String, _ request: HTTPRequest) throws -> HTTPResponse {
-        GatewayResponse.json(200, outcomeObject(try OutcomeLookup.find(id, dispatch: dispatch, publish: publish), request))
+        let outcome = try OutcomeLookup.find(id, dispatch: dispatch, publish: publish)
+        guard OutcomeXML.wantsJSON(request) else {
+            return OutcomeXML.details(outcome, location: "\(baseURL(request))/\(hub)/messages/\(id)?api-version=2015-04")
+        }
+        return GatewayResponse.json(200, outcomeObject(outcome, request))
     }
 
     private func outcomeObject(_ outcome: NotificationOutcome, _ request: HTTPRequest) -> [String: Any] {
@@ -368,6 +397,10 @@ final class GatewayRoutes: @unchecked Sendable {
         ]
         if let start = outcome.startedAt { object["startTime"] = WireDate.format(start) }
         if let end = outcome.endedAt { object["endTime"] = WireDate.format(end) }
+        if let platforms = outcome.platforms {
+            object["platforms"] = platforms
+            object["targetPlatforms"] = OutcomeXML.countElements.filter { platforms[$0.0.rawValue] != nil }.map(\.0.format).joined(separator: ",")
+        }
         return object
     }
 

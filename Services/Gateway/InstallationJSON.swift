@@ -24,6 +24,17 @@ enum InstallationJSON {
         }
         var cleaned = object
         for key in ["pushChannelExpired", "lastActiveOn", "lastUpdate", "createdAt", "lastSeen"] { cleaned[key] = nil }
+        // A browser subscription comes as an object (the REST reference, the JS SDK) or as a JSON
+        // string holding one (the .NET and Java SDKs); either is kept as canonical JSON text.
+        if let channel = object["pushChannel"] as? [String: Any] {
+            cleaned["pushChannel"] = try browserChannel(channel)
+        } else if (object["platform"] as? String)?.lowercased() == "browser", let text = object["pushChannel"] as? String {
+            guard let channel = (try? JSONSerialization.jsonObject(with: Data(text.utf8))) as? [String: Any] else {
+                throw HubError(.invalidArgument, "a browser pushChannel is the subscription: {\"endpoint\": \"https://…\", \"p256dh\": \"…\", \"auth\": \"…\"}")
+            }
+            cleaned["pushChannel"] = try browserChannel(channel)
+        }
+        if let platform = object["platform"] as? String { cleaned["platform"] = platform.lowercased() }
         if cleaned["tags"] == nil { cleaned["tags"] = [String]() }
         if cleaned["platform"] == nil { cleaned["platform"] = "linux" }
         do {
@@ -33,8 +44,31 @@ enum InstallationJSON {
         }
     }
 
+    /// A browser's subscription goes back as the JSON string .NET's and Java's SDKs read.
     static func encode(_ installation: Installation) throws -> Data {
         try HubCodec.makeEncoder().encode(installation)
+    }
+
+    /// A Web Push subscription, `{"endpoint": "https://…", "p256dh": "…", "auth": "…"}`, checked
+    /// and kept as canonical JSON text in the installation's push channel.
+    static func browserChannel(_ channel: [String: Any]) throws -> String {
+        for key in channel.keys where !["endpoint", "p256dh", "auth"].contains(key) {
+            throw HubError(.unknownField, "a browser pushChannel has endpoint, p256dh and auth, not '\(key)'")
+        }
+        guard let endpoint = channel["endpoint"] as? String, let url = URL(string: endpoint), url.scheme == "https", url.host != nil else {
+            throw HubError(.invalidArgument, "a browser pushChannel needs 'endpoint', the subscription's https:// URL")
+        }
+        for key in ["p256dh", "auth"] {
+            guard let text = channel[key] as? String, !text.isEmpty,
+                text.utf8.allSatisfy({ $0 == UInt8(ascii: "-") || $0 == UInt8(ascii: "_") || $0 == UInt8(ascii: "=")
+                    || $0 == UInt8(ascii: "+") || $0 == UInt8(ascii: "/") || (0x30...0x39).contains($0) || (0x41...0x5A).contains($0) || (0x61...0x7A).contains($0) })
+            else {
+                throw HubError(.invalidArgument, "a browser pushChannel needs '\(key)', the subscription's key in base64url")
+            }
+        }
+        let canonical = ["endpoint": endpoint, "p256dh": channel["p256dh"]!, "auth": channel["auth"]!]
+        let data = try JSONSerialization.data(withJSONObject: canonical, options: [.sortedKeys, .withoutEscapingSlashes])
+        return String(decoding: data, as: UTF8.self)
     }
 
     /// A JSON Patch document (RFC 6902): an array of {op, path, value}.
@@ -43,7 +77,15 @@ enum InstallationJSON {
             throw HubError(.invalidPayload, "a patch is a JSON array of operations such as {\"op\":\"add\",\"path\":\"/tags\",\"value\":\"World\"}")
         }
         do {
-            return try HubCodec.makeDecoder().decode([PatchOperation].self, from: body)
+            var operations = try HubCodec.makeDecoder().decode([PatchOperation].self, from: body)
+            // A browser's subscription may be patched in as an object.
+            for index in operations.indices where operations[index].path == "/pushChannel" {
+                if case .object(let members)? = operations[index].value {
+                    let channel = try JSONSerialization.jsonObject(with: JSONEncoder().encode(members)) as? [String: Any] ?? [:]
+                    operations[index].value = .string(try browserChannel(channel))
+                }
+            }
+            return operations
         } catch let error as DecodingError {
             throw HubError(.invalidPayload, "patch: \(HubCodec.describe(error))")
         }

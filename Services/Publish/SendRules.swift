@@ -50,8 +50,13 @@ enum SendRules {
             guard body.utf8.count <= maxPayloadBytes else {
                 throw HubError(.payloadTooLarge, "the body is \(body.utf8.count) bytes; the limit is \(maxPayloadBytes)")
             }
-            guard (try? JSONSerialization.jsonObject(with: Data(body.utf8), options: [.fragmentsAllowed])) != nil else {
-                throw HubError(.invalidPayload, "a native body for linux agents must be JSON")
+            let platform = send.platform ?? .linux
+            if platform != .linux {
+                guard send.rich == nil else { throw HubError(.invalidArgument, "a rich send goes to linux agents only") }
+            }
+            try platform.check(payload: body, headers: send.headers ?? [:])
+            for name in (send.headers ?? [:]).keys where !platform.headerPrefixes.contains(where: { name.hasPrefix($0) }) {
+                throw HubError(.invalidArgument, "header '\(name)' is not one a \(platform.format) notification takes")
             }
         case .template:
             guard let properties = send.properties else {
@@ -59,6 +64,9 @@ enum SendRules {
             }
             guard send.body == nil else {
                 throw HubError(.invalidPayload, "a template send takes 'properties', not 'body'")
+            }
+            guard send.platform == nil, send.headers == nil else {
+                throw HubError(.invalidArgument, "a template send goes to every platform's templates; platform and headers are for native sends")
             }
             let size = properties.reduce(0) { $0 + $1.key.utf8.count + $1.value.utf8.count }
             guard size <= maxPayloadBytes else {

@@ -1,3 +1,4 @@
+import Foundation
 import HubProtocol
 
 /// Applies JSON Patch (RFC 6902) operations to an installation: add, remove and replace on
@@ -112,8 +113,15 @@ enum InstallationPatcher {
     }
 
     static func template(from value: JSONValue?, _ where_: String) throws(HubError) -> InstallationTemplate {
+        // The SDKs send the template as a JSON string, as the REST reference documents; an object is taken too.
+        if case .string(let text)? = value {
+            guard let parsed = try? JSONDecoder().decode(JSONValue.self, from: Data(text.utf8)), case .object = parsed else {
+                throw HubError(.invalidArgument, "\(where_): the value must be a template, as a JSON object or a string holding one, with a body")
+            }
+            return try template(from: parsed, where_)
+        }
         guard case .object(let members)? = value else {
-            throw HubError(.invalidArgument, "\(where_): the value must be a template object with a body")
+            throw HubError(.invalidArgument, "\(where_): the value must be a template, as a JSON object or a string holding one, with a body")
         }
         guard let body = members["body"]?.stringValue else {
             throw HubError(.invalidArgument, "\(where_): a template needs a 'body' string")

@@ -12,8 +12,10 @@ enum InstallationRules {
 
     static func validate(_ installation: Installation, now: Date, maxTags: Int = Tag.maxPerInstallation) throws(HubError) {
         try validateIdentifier(installation.installationId, what: "installationId")
-        guard !installation.platform.isEmpty, installation.platform.count <= 32 else {
-            throw HubError(.invalidArgument, "platform must be 1 to 32 characters, such as 'linux'")
+        guard Platform(name: installation.platform) != nil else {
+            throw HubError(
+                .invalidArgument,
+                "platform '\(installation.platform)' is not one of \(Platform.allCases.map(\.rawValue).joined(separator: ", "))")
         }
         guard !installation.pushChannel.isEmpty, installation.pushChannel.utf8.count <= 1024 else {
             throw HubError(.invalidArgument, "pushChannel must be 1 to 1024 characters: the handle the hub delivers to")
@@ -38,7 +40,7 @@ enum InstallationRules {
             throw HubError(.invalidTemplate, "an installation has at most \(maxTemplates) templates; this one has \(templates.count)")
         }
         for (name, template) in templates.sorted(by: { $0.key < $1.key }) {
-            try validateTemplate(name: name, template, maxTags: maxTags)
+            try validateTemplate(name: name, template, maxTags: maxTags, platform: installation.platform)
         }
     }
 
@@ -83,12 +85,14 @@ enum InstallationRules {
         }
     }
 
-    static func validateTemplate(name: String, _ template: InstallationTemplate, maxTags: Int = Tag.maxPerInstallation) throws(HubError) {
+    static func validateTemplate(
+        name: String, _ template: InstallationTemplate, maxTags: Int = Tag.maxPerInstallation, platform: String = "linux"
+    ) throws(HubError) {
         guard !name.isEmpty, name.count <= 64, name.utf8.allSatisfy({ Tag.isTagCharacter($0) }) else {
             throw HubError(.invalidTemplate, "template name '\(name)' must be 1 to 64 characters of A–Z a–z 0–9 _ @ # . : -")
         }
         do {
-            _ = try Template(template.body)
+            _ = try Template(template.body, markup: Template.markup(platform: platform, headers: template.headers))
         } catch {
             throw HubError(.invalidTemplate, "template '\(name)': \(error.message)")
         }

@@ -25,8 +25,11 @@ ServiceMain.run(name: "nh-registry", summary: "the registration service: install
         return installation
     }
 
-    func save(_ installation: Installation, rights: AccessRights, userToken: String?) throws -> InstallationReply {
+    func save(_ given: Installation, rights: AccessRights, userToken: String?) throws -> InstallationReply {
         let now = Date()
+        var installation = given
+        // Platform names come in any case (fcmV1, APNS); they are kept as the hub names them.
+        installation.platform = Platform(name: given.platform)?.rawValue ?? given.platform
         try InstallationRules.validate(installation, now: now, maxTags: config.limits.tagsPerInstallation)
         let current = try store.get(installation.installationId, now: now)
         try InstallationRules.checkBinding(installation, current: current, mayRebind: rights.contains(.manage))

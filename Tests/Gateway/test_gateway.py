@@ -34,7 +34,7 @@ def headers(hub, **extra):
 
 
 def outcome(hub, location):
-    r = requests.get(location, headers={"Authorization": hub.token()})
+    r = requests.get(location, headers={"Authorization": hub.token(), "Accept": "application/json"})
     assert r.status_code == 200, r.text
     return r.json()
 

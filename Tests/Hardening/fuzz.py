@@ -847,7 +847,7 @@ class Generator:
         if kind in ("health", "metrics", "registry.snapshot", "user.history"):
             return {}
         if kind == "installation.upsert":
-            installation = {"installationId": f"fz-{r.randrange(10)}", "platform": "fuzz", "pushChannel": "fz-channel",
+            installation = {"installationId": f"fz-{r.randrange(10)}", "platform": "gcm", "pushChannel": "fz-channel",
                             "tags": r.sample(["fz-a", "fz-b", "fz-c", "fz-d"], r.randint(0, 3))}
             if installation["tags"] and r.random() < 0.03:
                 installation["tags"].append(installation["tags"][0])
@@ -1369,11 +1369,11 @@ class Generator:
         if service == "nh-registry":
             add("registry.snapshot", {}, {"invalid_payload"}, raw_payload=b'"x"')
             # A tag given twice: stored once, or refused with a code, never an internal error.
-            add("installation.upsert", {"installation": {"installationId": "fz-0", "platform": "fuzz", "pushChannel": "fz-channel",
+            add("installation.upsert", {"installation": {"installationId": "fz-0", "platform": "gcm", "pushChannel": "fz-channel",
                                                          "tags": ["fz-a", "fz-a"]}}, None)
             add("installation.patch", {"installationId": "fz-1", "operations": [
                 {"op": "replace", "path": "/tags", "value": ["fz-b", "fz-b"]}]}, None)
-            add("installation.upsert", {"installation": {"installationId": "fz-0", "platform": "fuzz", "pushChannel": "c",
+            add("installation.upsert", {"installation": {"installationId": "fz-0", "platform": "gcm", "pushChannel": "c",
                                                          "tags": ["fz-a"], "templates": {"t": {"body": "[" * 600 + "]" * 600}}}},
                 {"invalid_template"})
         if service == "nh-sync":
@@ -1495,14 +1495,14 @@ class Generator:
 
     def bad_installation_upsert(self):
         r = self.rng
-        installation = {"installationId": f"fz-{r.randrange(10)}", "platform": "fuzz", "pushChannel": "fz-channel",
+        installation = {"installationId": f"fz-{r.randrange(10)}", "platform": "gcm", "pushChannel": "fz-channel",
                         "tags": ["fz-a"]}
         choice = r.randrange(15)
         if choice == 0:
             installation["installationId"] = r.choice(["", "a b", "x/y", "a" * 201, "\u00e9", "a\u0000"])
             return {"installation": installation}, {"invalid_argument"}
         if choice == 1:
-            installation["platform"] = r.choice(["", "p" * 33])
+            installation["platform"] = r.choice(["", "p" * 33, "fuzz", "ios"])
             return {"installation": installation}, {"invalid_argument"}
         if choice == 2:
             installation["pushChannel"] = r.choice(["", "c" * 1025])
@@ -1819,7 +1819,7 @@ class HttpGenerator:
                      codes={"invalid_payload"}),
             HttpCase("directed", method="PUT", target=f"/hub/installations/fz-hdup?{API}",
                      headers={"Authorization": self.tokens["full"]}, may_accept=True,
-                     body=b'{"installationId":"fz-hdup","platform":"fuzz","pushChannel":"fz-channel","tags":["fz-a","fz-a"]}'),
+                     body=b'{"installationId":"fz-hdup","platform":"gcm","pushChannel":"fz-channel","tags":["fz-a","fz-a"]}'),
         ]
 
     def sas(self, right="full"):
@@ -1930,7 +1930,7 @@ class HttpGenerator:
     def http_installation(self):
         r = self.rng
         ident = f"fz-h{r.randrange(10)}"
-        good = {"installationId": ident, "platform": "fuzz", "pushChannel": "fz-channel", "tags": ["fz-a"]}
+        good = {"installationId": ident, "platform": "gcm", "pushChannel": "fz-channel", "tags": ["fz-a"]}
         choice = r.randrange(12)
         if choice == 0:
             body, codes = r.choice([b"", b"{", b"not json", b"[]", b"null", b"1", b'"x"', b"{,}"]), {"invalid_payload"}
@@ -1954,7 +1954,7 @@ class HttpGenerator:
         elif choice == 6:
             body, codes = b'{"installationId":' + b"[" * 600 + b"]" * 600 + b"}", {"invalid_payload"}
         elif choice == 7:
-            body, codes = json.dumps(good).encode().replace(b"fuzz", b"fu\xffzz"), {"invalid_payload"}
+            body, codes = json.dumps(good).encode().replace(b"fz-channel", b"fz-ch\xffannel"), {"invalid_payload"}
         elif choice == 8:
             bad = dict(good, templates={"t": {"body": "{"}})
             body, codes = json.dumps(bad).encode(), {"invalid_template"}
@@ -2001,8 +2001,10 @@ class HttpGenerator:
             del headers["ServiceBusNotification-Format"]
             codes = {"invalid_argument"}
         elif choice == 1:
-            headers["ServiceBusNotification-Format"] = r.choice(["gcm", "apple", "", "TEMPLATE ", "native"])
-            codes = {"invalid_argument"}
+            # Formats the hub does not take; and native formats whose payload {"m":"x"} lacks what their push service needs.
+            fmt = r.choice(["windowsphone", "", "TEMPLATE ", "native", "apns", "apple", "fcmv1", "adm"])
+            headers["ServiceBusNotification-Format"] = fmt
+            codes = {"invalid_payload"} if fmt in ("apple", "fcmv1", "adm") else {"invalid_argument"}
         elif choice == 2:
             headers["ServiceBusNotification-TimeToLive"] = r.choice(["abc", "1.5", "", "99999999999999999999"])
             codes = {"invalid_argument"}
@@ -2846,7 +2848,7 @@ class Fuzzer:
 
         # What the fuzzed requests build on: installations to patch, a user with notifications.
         controls = [("nh-registry", "installation.upsert", {"installation": {
-            "installationId": f"fz-{i}", "platform": "fuzz", "pushChannel": "fz-channel", "tags": ["fz-a"]}}, full)
+            "installationId": f"fz-{i}", "platform": "gcm", "pushChannel": "fz-channel", "tags": ["fz-a"]}}, full)
             for i in range(10)]
         controls += [
             ("nh-publish", "notification.send", {"format": "native", "body": "{}", "tagExpression": "fz-nobody",

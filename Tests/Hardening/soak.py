@@ -891,7 +891,8 @@ class Soak:
         if send.id in self.outcomes:
             return self.outcomes[send.id]
         try:
-            r = requests.get(f"{self.hub.base}/hub/messages/{send.id}?{API}", headers=self.rest_headers(), timeout=(2, 10))
+            r = requests.get(f"{self.hub.base}/hub/messages/{send.id}?{API}", headers=self.rest_headers(Accept="application/json"),
+                             timeout=(2, 10))
             if r.status_code == 200 and r.json().get("startTime"):
                 text = r.json()["startTime"]
                 when = datetime.datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(

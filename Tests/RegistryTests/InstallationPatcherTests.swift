@@ -34,6 +34,19 @@ struct InstallationPatcherTests {
         #expect(removed.tags.isEmpty)
     }
 
+    @Test("a template given as a JSON string, as the SDKs send it")
+    func templateAsString() throws {
+        let patched = try InstallationPatcher.apply([
+            PatchOperation(op: "add", path: "/templates/alt", value: .string(#"{"body":"{\"aps\":{\"alert\":\"$(m)\"}}","tags":["x"]}"#)),
+        ], to: Self.base)
+        #expect(patched.templates?["alt"] == InstallationTemplate(body: #"{"aps":{"alert":"$(m)"}}"#, tags: ["x"]))
+        for bad in [#""just text""#, "[1]", #"{"tags":["x"]}"#, "{not json"] {
+            #expect(throws: HubError.self) {
+                try InstallationPatcher.apply([PatchOperation(op: "add", path: "/templates/alt", value: .string(bad))], to: Self.base)
+            }
+        }
+    }
+
     @Test("bad operations name the problem", arguments: [
         (PatchOperation(op: "move", path: "/tags"), "op must be"),
         (PatchOperation(op: "add", path: "tags"), "starts with '/'"),

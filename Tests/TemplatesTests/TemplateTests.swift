@@ -70,4 +70,17 @@ struct TemplateTests {
         #expect(expiry.properties == ["expiry"])
         #expect(try TemplateExpression.compile("plain").isLiteral)
     }
+
+    @Test("a Windows template is XML: expressions in text and attributes, property values escaped")
+    func xml() throws {
+        let body = #"<toast launch="$(link)"><visual><binding template="ToastText01"><text id="1">.(message, 8)</text></binding></visual></toast>"#
+        let template = try Template(body, markup: Template.markup(platform: "WNS", headers: ["X-WNS-Type": "wns/toast"]))
+        #expect(template.render(["Link": #"a"b&c"#, "message": "<b>Breaking</b> news"])
+            == #"<toast launch="a&quot;b&amp;c"><visual><binding template="ToastText01"><text id="1">&lt;b&gt;Break…</text></binding></visual></toast>"#)
+        let raw = try Template("id=$(id)&v=<x>", markup: Template.markup(platform: "wns", headers: ["x-wns-type": "wns/raw"]))
+        #expect(raw.render(["id": "<7>"]) == "id=<7>&v=<x>")
+        #expect(Template.markup(platform: "apns", headers: nil) == .json)
+        #expect(throws: TemplateError.self) { try Template(#"{"not":"xml"}"#, markup: .xml) }
+        #expect(throws: TemplateError.self) { try Template("<toast>$(open</toast>", markup: .xml) }
+    }
 }

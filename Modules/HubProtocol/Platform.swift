@@ -1,0 +1,119 @@
+import Foundation
+
+/// The push platforms an installation can be on, with the native send format of each as the
+/// Notification Hubs REST API names it, and the checks each platform's service makes of a payload.
+public enum Platform: String, CaseIterable, Codable, Sendable {
+    /// The hub's own Linux agents.
+    case linux
+    case apns, fcmv1, gcm, wns, adm, baidu, browser
+
+    /// An installation's or registration's platform name, in any case.
+    public init?(name: String) {
+        self.init(rawValue: name.lowercased())
+    }
+
+    /// `ServiceBusNotification-Format` of a native send to this platform.
+    public var format: String {
+        switch self {
+        case .linux: return "linux"
+        case .apns: return "apple"
+        case .fcmv1: return "fcmv1"
+        case .gcm: return "gcm"
+        case .wns: return "windows"
+        case .adm: return "adm"
+        case .baidu: return "baidu"
+        case .browser: return "browser"
+        }
+    }
+
+    /// The platform a native send's format goes to.
+    public init?(format: String) {
+        guard let platform = Platform.allCases.first(where: { $0.format == format.lowercased() }) else { return nil }
+        self = platform
+    }
+
+    /// Every format name, for error messages.
+    public static var formats: String { (["template"] + allCases.map(\.format)).joined(separator: ", ") }
+
+    /// The largest payload the platform's push service takes, in bytes.
+    public var maxPayloadBytes: Int {
+        switch self {
+        case .linux: return 64 * 1024
+        case .apns, .fcmv1, .gcm, .baidu: return 4_096
+        case .wns: return 5_120
+        case .adm: return 6_144
+        case .browser: return 4_078
+        }
+    }
+
+    /// The request headers a native send passes on to this platform (lowercased prefixes).
+    public var headerPrefixes: [String] {
+        switch self {
+        case .apns: return ["apns-", "servicebusnotification-apns-"]
+        case .wns: return ["x-wns-"]
+        default: return []
+        }
+    }
+
+    public static let wnsTypes = ["wns/toast", "wns/tile", "wns/badge", "wns/raw"]
+
+    /// Checks a native payload, with the headers it came with (lowercased names), as the platform's
+    /// push service would, so that a send it would refuse is refused when it is made.
+    public func check(payload: String, headers: [String: String] = [:]) throws(HubError) {
+        let size = payload.utf8.count
+        guard size > 0 else { throw HubError(.invalidPayload, "a native \(format) notification needs a body") }
+        guard size <= maxPayloadBytes else {
+            throw HubError(.payloadTooLarge, "the \(format) payload is \(size) bytes; \(rawValue) takes at most \(maxPayloadBytes)")
+        }
+        func object() throws(HubError) -> [String: Any] {
+            guard let object = (try? JSONSerialization.jsonObject(with: Data(payload.utf8))) as? [String: Any] else {
+                throw HubError(.invalidPayload, "a native \(format) payload must be a JSON object")
+            }
+            return object
+        }
+        switch self {
+        case .linux:
+            guard (try? JSONSerialization.jsonObject(with: Data(payload.utf8), options: [.fragmentsAllowed])) != nil else {
+                throw HubError(.invalidPayload, "a native body for linux agents must be JSON")
+            }
+        case .apns:
+            guard try object()["aps"] is [String: Any] else {
+                throw HubError(.invalidPayload, "an apple payload needs an 'aps' object, such as {\"aps\":{\"alert\":\"…\"}}")
+            }
+            if let type = headers["apns-push-type"],
+                !["alert", "background", "voip", "complication", "fileprovider", "mdm", "location", "liveactivity", "pushtotalk"].contains(type)
+            {
+                throw HubError(.invalidArgument, "apns-push-type '\(type)' is not one APNs knows, such as alert or background")
+            }
+            if let priority = headers["apns-priority"], !["5", "10", "1"].contains(priority) {
+                throw HubError(.invalidArgument, "apns-priority '\(priority)' must be 10, 5 or 1")
+            }
+        case .fcmv1:
+            guard try object()["message"] is [String: Any] else {
+                throw HubError(.invalidPayload, "an fcmv1 payload needs a 'message' object, such as {\"message\":{\"notification\":{\"body\":\"…\"}}}")
+            }
+        case .gcm, .baidu:
+            _ = try object()
+        case .adm:
+            guard try object()["data"] is [String: Any] else {
+                throw HubError(.invalidPayload, "an adm payload needs a 'data' object, such as {\"data\":{\"message\":\"…\"}}")
+            }
+        case .wns:
+            guard let type = headers["x-wns-type"] else {
+                throw HubError(.invalidArgument, "a windows notification needs X-WNS-Type: wns/toast, wns/tile, wns/badge or wns/raw")
+            }
+            guard Platform.wnsTypes.contains(type) else {
+                throw HubError(.invalidArgument, "X-WNS-Type '\(type)' must be wns/toast, wns/tile, wns/badge or wns/raw")
+            }
+            if type != "wns/raw" {
+                let trimmed = payload.drop { $0 == " " || $0 == "\n" || $0 == "\r" || $0 == "\t" || $0 == "\u{FEFF}" }
+                let root = type.dropFirst(4)
+                guard trimmed.hasPrefix("<"), trimmed.contains("<\(root)") else {
+                    throw HubError(.invalidPayload, "a \(type) notification's body must be XML with a <\(root)> element")
+                }
+            }
+        case .browser:
+            break
+        }
+    }
+}

@@ -1,0 +1,44 @@
+import Foundation
+import HTTPServer
+import HubProtocol
+
+/// A notification's outcome as Notification Hubs answers `GET /{hub}/messages/{id}`: the
+/// `<NotificationDetails>` document, with its elements in the order the .NET SDK's serializer
+/// requires, and each platform's outcome counts.
+enum OutcomeXML {
+    static let namespace = "http://schemas.microsoft.com/netservices/2010/10/servicebus/connect"
+
+    /// The element of each platform's counts, in document order; Linux agents' counts come last, in an element of the hub's own.
+    static let countElements: [(Platform, String)] = [
+        (.apns, "ApnsOutcomeCounts"), (.wns, "WnsOutcomeCounts"), (.gcm, "GcmOutcomeCounts"), (.adm, "AdmOutcomeCounts"),
+        (.fcmv1, "FcmV1OutcomeCounts"), (.baidu, "BaiduOutcomeCounts"), (.browser, "BrowserOutcomeCounts"),
+        (.linux, "LinuxOutcomeCounts"),
+    ]
+
+    static func details(_ outcome: NotificationOutcome, location: String) -> HTTPResponse {
+        let escape = GatewayResponse.escape
+        var xml = #"<?xml version="1.0" encoding="utf-8"?><NotificationDetails xmlns="\#(namespace)" xmlns:i="http://www.w3.org/2001/XMLSchema-instance">"#
+        xml += "<NotificationId>\(escape(outcome.notificationId))</NotificationId><Location>\(escape(location))</Location>"
+        xml += "<State>\(outcome.state.rawValue)</State><EnqueueTime>\(WireDate.format(outcome.enqueuedAt))</EnqueueTime>"
+        if let start = outcome.startedAt { xml += "<StartTime>\(WireDate.format(start))</StartTime>" }
+        if let end = outcome.endedAt { xml += "<EndTime>\(WireDate.format(end))</EndTime>" }
+        let platforms = outcome.platforms ?? [:]
+        let targeted = countElements.filter { platforms[$0.0.rawValue] != nil }.map(\.0.format)
+        xml += "<TargetPlatforms>\(targeted.joined(separator: ","))</TargetPlatforms>"
+        for (platform, element) in countElements {
+            guard let counts = platforms[platform.rawValue] else { continue }
+            xml += "<\(element)>"
+            for (name, count) in counts.sorted(by: { $0.key < $1.key }) where name != "Targets" && count > 0 {
+                xml += "<Outcome><Name>\(escape(name))</Name><Count>\(count)</Count></Outcome>"
+            }
+            xml += "</\(element)>"
+        }
+        xml += "</NotificationDetails>"
+        return HTTPResponse(status: 200, headers: [("Content-Type", "application/xml; charset=utf-8")], body: Data(xml.utf8))
+    }
+
+    /// Whether the client asked for JSON rather than the XML document.
+    static func wantsJSON(_ request: HTTPRequest) -> Bool {
+        (request.header("accept") ?? "").lowercased().contains("application/json")
+    }
+}

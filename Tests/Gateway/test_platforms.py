@@ -1,0 +1,192 @@
+"""Every platform's installations and every native format, as Azure takes them: payloads checked
+as each push service would, sends targeted at that platform's installations, and a delivery to a
+platform the hub has no path to yet counted as failed (PnsUnavailable) per platform in the outcome,
+never as delivered; the outcome as Azure's <NotificationDetails> XML, or JSON when asked."""
+import json
+import re
+import time
+
+import pytest
+import requests
+
+from conftest import wait_until
+
+API = "api-version=2015-01"
+ENDPOINT = "https://push.example.org/wpush/v2/abc"
+P256DH = "BCVxsr7N_eNgVRqvHtD0zTZsEc6-VV-JvLexhqUzORcxaOzi6-AYWXvTBHm4bjyPjs7Vd8pZGH6SRpkNtoIAiw4"
+AUTH = "BTBZMqHH6r4Tts7J_aSIgg"
+TEMPLATE = {"body": '{"aps":{"alert":"$(message)"}}'}
+
+DEVICES = {
+    "plat-apns": ("APNS", "A1B2C3D4E5F6", {"apple": TEMPLATE}),
+    "plat-gcm": ("gcm", "gcm-token-1", {"t": {"body": '{"data":{"m":"$(message)"}}'}}),
+    "plat-fcmv1": ("fcmV1", "fcm-token-1", {"t": {"body": '{"message":{"notification":{"body":"$(message)"}}}'}}),
+    "plat-wns": ("wns", "https://wns.example.org/?token=1",
+                 {"t": {"body": "<toast><visual><binding template=\"ToastText01\"><text id=\"1\">$(message)</text></binding></visual></toast>",
+                        "headers": {"X-WNS-Type": "wns/toast"}}}),
+    "plat-adm": ("adm", "adm-id-1", {}),
+    "plat-baidu": ("baidu", "user-1-channel-1", {}),
+    "plat-browser": ("browser", {"endpoint": ENDPOINT, "p256dh": P256DH, "auth": AUTH}, {}),
+}
+
+
+def put(hub, device, body):
+    return requests.put(f"{hub.base}/hub/installations/{device}?{API}", data=json.dumps(body),
+                        headers={"Authorization": hub.token(), "Content-Type": "application/json"})
+
+
+@pytest.fixture(scope="module")
+def devices(hub):
+    for device, (platform, channel, templates) in DEVICES.items():
+        r = put(hub, device, {"installationId": device, "platform": platform, "pushChannel": channel, "tags": ["Plat"],
+                              "templates": templates})
+        assert r.status_code == 200, r.text
+    return DEVICES
+
+
+def send(hub, fmt, body, tags="Plat", query="", **headers):
+    all_headers = {"Authorization": hub.token(), "ServiceBusNotification-Format": fmt, **headers}
+    if tags:
+        all_headers["ServiceBusNotification-Tags"] = tags
+    return requests.post(f"{hub.base}/hub/messages?{API}{query}", data=body.encode() if isinstance(body, str) else body,
+                         headers=all_headers)
+
+
+def outcome(hub, response, accept="application/json"):
+    r = requests.get(response.headers["Location"], headers={"Authorization": hub.token(), "Accept": accept})
+    assert r.status_code == 200, r.text
+    return r
+
+
+def settled(hub, response):
+    result = {}
+
+    def done():
+        result["o"] = outcome(hub, response).json()
+        return result["o"]["state"] in ("Completed", "NoTargetFound")
+    assert wait_until(done, timeout=15), result
+    return result["o"]
+
+
+def test_platforms_are_normalized_and_browser_channels_kept_as_json(hub, devices):
+    apns = requests.get(f"{hub.base}/hub/installations/plat-apns?{API}", headers={"Authorization": hub.token()}).json()
+    assert apns["platform"] == "apns"
+    assert requests.get(f"{hub.base}/hub/installations/plat-fcmv1?{API}", headers={"Authorization": hub.token()}).json()["platform"] == "fcmv1"
+    browser = requests.get(f"{hub.base}/hub/installations/plat-browser?{API}", headers={"Authorization": hub.token()}).json()
+    assert json.loads(browser["pushChannel"]) == {"endpoint": ENDPOINT, "p256dh": P256DH, "auth": AUTH}
+    # The .NET and Java SDKs send the subscription as a JSON string: the same installation.
+    as_string = {"installationId": "plat-browser-2", "platform": "browser", "tags": ["Other"],
+                 "pushChannel": json.dumps({"auth": AUTH, "p256dh": P256DH, "endpoint": ENDPOINT + "2"})}
+    assert put(hub, "plat-browser-2", as_string).status_code == 200
+    for bad in [{"endpoint": "http://insecure.example.org/x", "p256dh": P256DH, "auth": AUTH},
+                {"endpoint": ENDPOINT, "p256dh": P256DH}, {"endpoint": ENDPOINT, "p256dh": "a b", "auth": AUTH},
+                {"endpoint": ENDPOINT, "p256dh": P256DH, "auth": AUTH, "extra": 1}, "not a subscription"]:
+        r = put(hub, "plat-bad", {"installationId": "plat-bad", "platform": "browser", "pushChannel": bad})
+        assert r.status_code == 400, (bad, r.text)
+    r = put(hub, "plat-bad", {"installationId": "plat-bad", "platform": "ios", "pushChannel": "x"})
+    assert r.status_code == 400 and "apns" in r.text
+    patch = [{"op": "replace", "path": "/pushChannel", "value": {"endpoint": ENDPOINT + "3", "p256dh": P256DH, "auth": AUTH}}]
+    r = requests.patch(f"{hub.base}/hub/installations/plat-browser-2?{API}", data=json.dumps(patch),
+                       headers={"Authorization": hub.token(), "Content-Type": "application/json-patch+json"})
+    assert r.status_code in (200, 204), r.text
+    browser = requests.get(f"{hub.base}/hub/installations/plat-browser-2?{API}", headers={"Authorization": hub.token()}).json()
+    assert json.loads(browser["pushChannel"])["endpoint"] == ENDPOINT + "3"
+
+
+def test_a_template_given_as_a_json_string_in_a_patch(hub, devices):
+    template = json.dumps({"body": '{"data":{"alt":"$(message)"}}', "tags": ["AltOnly"]})
+    patch = [{"op": "add", "path": "/templates/alt", "value": template}]
+    r = requests.patch(f"{hub.base}/hub/installations/plat-gcm?{API}", data=json.dumps(patch),
+                       headers={"Authorization": hub.token(), "Content-Type": "application/json-patch+json"})
+    assert r.status_code in (200, 204), r.text
+    got = requests.get(f"{hub.base}/hub/installations/plat-gcm?{API}", headers={"Authorization": hub.token()}).json()
+    assert got["templates"]["alt"] == {"body": '{"data":{"alt":"$(message)"}}', "tags": ["AltOnly"]}
+
+
+NATIVE = [
+    ("apple", "apns", '{"aps":{"alert":"hi"}}', {"apns-push-type": "alert", "apns-priority": "10"}),
+    ("gcm", "gcm", '{"data":{"m":"hi"}}', {}),
+    ("fcmv1", "fcmv1", '{"message":{"notification":{"body":"hi"}}}', {}),
+    ("windows", "wns", '<toast><visual><binding template="ToastText01"><text id="1">hi</text></binding></visual></toast>',
+     {"X-WNS-Type": "wns/toast"}),
+    ("windows", "wns", "raw bytes", {"X-WNS-Type": "wns/raw"}),
+    ("adm", "adm", '{"data":{"m":"hi"}}', {}),
+    ("baidu", "baidu", '{"title":"hi","description":"there"}', {}),
+    ("browser", "browser", '{"title":"hi"}', {}),
+]
+
+
+@pytest.mark.parametrize("fmt,platform,body,headers", NATIVE)
+def test_each_native_format_reaches_its_platform_and_counts_as_failed(hub, devices, fmt, platform, body, headers):
+    r = send(hub, fmt, body, **headers)
+    assert r.status_code == 201, r.text
+    assert re.search(r"/hub/messages/[^/?]+\?api-version=", r.headers["Location"])
+    result = settled(hub, r)
+    assert result["state"] == "Completed"
+    assert result["platforms"] == {platform: {"Targets": 1, "PnsUnavailable": 1}}
+    counts = {c["name"]: c["count"] for c in result["outcomeCounts"]}
+    assert counts["Targets"] == 1 and counts["Failed"] == 1 and counts["Delivered"] == 0 and counts["Success"] == 0
+
+    details = outcome(hub, r, accept="*/*")
+    assert details.headers["Content-Type"].startswith("application/xml")
+    xml = details.text
+    assert '<NotificationDetails xmlns="http://schemas.microsoft.com/netservices/2010/10/servicebus/connect"' in xml
+    assert "<State>Completed</State>" in xml and f"<TargetPlatforms>{fmt}</TargetPlatforms>" in xml
+    assert "<Outcome><Name>PnsUnavailable</Name><Count>1</Count></Outcome>" in xml
+    order = [xml.index(f"<{name}>") for name in ["NotificationId", "Location", "State", "EnqueueTime", "StartTime", "EndTime", "TargetPlatforms"]]
+    assert order == sorted(order)
+
+
+def test_a_template_send_reaches_every_platform_with_a_template(hub, devices):
+    r = send(hub, "template", json.dumps({"message": "to everyone"}))
+    assert r.status_code == 201, r.text
+    result = settled(hub, r)
+    platforms = result["platforms"]
+    # Every installation with a template; adm, baidu and the browser have none.
+    assert set(platforms) == {"apns", "gcm", "fcmv1", "wns"}
+    assert all(counts["PnsUnavailable"] == counts["Targets"] for counts in platforms.values())
+    assert platforms["apns"]["Targets"] == 1
+    xml = outcome(hub, r, accept="application/xml").text
+    apns, wns, gcm, fcm = (xml.index(e) for e in ["<ApnsOutcomeCounts>", "<WnsOutcomeCounts>", "<GcmOutcomeCounts>", "<FcmV1OutcomeCounts>"])
+    assert apns < wns < gcm < fcm
+
+
+def test_no_installation_of_the_platform_is_no_target(hub, devices):
+    r = send(hub, "apple", '{"aps":{"alert":"nobody"}}', tags="NoSuchTagHere")
+    assert r.status_code == 201
+    assert settled(hub, r)["state"] == "NoTargetFound"
+
+
+def test_direct_sends_find_the_installation_by_its_handle(hub, devices):
+    r = send(hub, "apple", '{"aps":{"alert":"direct"}}', tags=None, query="&direct",
+             **{"ServiceBusNotification-DeviceHandle": "A1B2C3D4E5F6"})
+    assert r.status_code == 201, r.text
+    assert settled(hub, r)["platforms"] == {"apns": {"Targets": 1, "PnsUnavailable": 1}}
+    r = send(hub, "browser", '{"title":"direct"}', tags=None, query="&direct",
+             **{"ServiceBusNotification-DeviceHandle": ENDPOINT, "P256DH": P256DH, "Auth": AUTH})
+    assert r.status_code == 201, r.text
+    assert settled(hub, r)["platforms"] == {"browser": {"Targets": 1, "PnsUnavailable": 1}}
+    r = send(hub, "gcm", '{"data":{}}', tags=None, query="&direct", **{"ServiceBusNotification-DeviceHandle": "unknown:handle/1"})
+    assert r.status_code == 201, r.text
+    assert settled(hub, r)["state"] == "NoTargetFound"
+
+
+@pytest.mark.parametrize("fmt,body,headers,status,words", [
+    ("apple", '{"alert":"no aps"}', {}, 400, "'aps'"),
+    ("apple", "not json", {}, 400, "JSON object"),
+    ("apple", '{"aps":{"alert":"' + "x" * 4100 + '"}}', {}, 413, "4096"),
+    ("apple", '{"aps":{}}', {"apns-push-type": "shout"}, 400, "apns-push-type"),
+    ("apple", '{"aps":{}}', {"apns-priority": "7"}, 400, "apns-priority"),
+    ("fcmv1", '{"data":{}}', {}, 400, "'message'"),
+    ("adm", '{"m":1}', {}, 400, "'data'"),
+    ("windows", "<toast/>", {}, 400, "X-WNS-Type"),
+    ("windows", "<toast/>", {"X-WNS-Type": "wns/popup"}, 400, "X-WNS-Type"),
+    ("windows", '{"not":"xml"}', {"X-WNS-Type": "wns/tile"}, 400, "<tile>"),
+    ("gcm", "", {}, 400, "needs a body"),
+    ("windowsphone", "<x/>", {}, 400, "fcmv1"),
+    ("nosuch", "{}", {}, 400, "template, linux, apple"),
+])
+def test_a_payload_its_push_service_would_refuse_is_refused(hub, devices, fmt, body, headers, status, words):
+    r = send(hub, fmt, body, **headers)
+    assert r.status_code == status, r.text
+    assert words in r.text.replace("&apos;", "'").replace("&lt;", "<").replace("&gt;", ">"), r.text
