@@ -23,6 +23,8 @@ public enum ErrorCode: String, Codable, Sendable, CaseIterable {
     case forbidden = "forbidden"
     case notFound = "not_found"
     case conflict = "conflict"
+    /// The request named a version (an ETag in If-Match) that is no longer the current one.
+    case preconditionFailed = "precondition_failed"
     case invalidTag = "invalid_tag"
     case invalidExpression = "invalid_expression"
     case invalidTemplate = "invalid_template"

@@ -30,6 +30,8 @@ public struct Installation: Codable, Sendable, Equatable {
     public var expirationTime: Date?
     public var createdAt: Date?
     public var lastSeen: Date?
+    /// Set by the registry: the change-stream sequence of the write that stored this version. The ETag.
+    public var version: UInt64?
 
     public init(
         installationId: String, platform: String = "linux", pushChannel: String, tags: [String] = [],
@@ -49,15 +51,31 @@ public struct Installation: Codable, Sendable, Equatable {
 }
 
 /// Creates an installation or replaces it whole.
+extension Installation {
+    /// The version of the installation as stored, for ETag and If-Match: it changes with every write.
+    public var etag: String { String(version ?? 0) }
+
+    /// Whether an If-Match value (`*`, `"n"`, `W/"n"` or `n`) names this version.
+    public func matches(ifMatch: String) -> Bool {
+        var text = ifMatch.trimmingCharacters(in: .whitespaces)
+        if text == "*" { return true }
+        if text.hasPrefix("W/") { text.removeFirst(2) }
+        return text.trimmingCharacters(in: CharacterSet(charactersIn: "\"")) == etag
+    }
+}
+
 public struct InstallationUpsert: HubRequest {
     public typealias Reply = InstallationReply
     public static let messageType: MessageType = "installation.upsert"
     public var installation: Installation
     /// A user token of the installation's `userId`: setting or changing the user needs it, or a Manage key.
     public var userToken: String?
-    public init(installation: Installation, userToken: String? = nil) {
+    /// Only when the stored installation's `etag` is this one ("*": only when there is one).
+    public var ifMatch: String?
+    public init(installation: Installation, userToken: String? = nil, ifMatch: String? = nil) {
         self.installation = installation
         self.userToken = userToken
+        self.ifMatch = ifMatch
     }
 }
 
@@ -101,7 +119,12 @@ public struct InstallationDelete: HubRequest {
     public typealias Reply = Ack
     public static let messageType: MessageType = "installation.delete"
     public var installationId: String
-    public init(installationId: String) { self.installationId = installationId }
+    /// Only when the stored installation's `etag` is this one ("*": whichever).
+    public var ifMatch: String?
+    public init(installationId: String, ifMatch: String? = nil) {
+        self.installationId = installationId
+        self.ifMatch = ifMatch
+    }
 }
 
 public struct InstallationReply: HubMessage {

@@ -78,11 +78,23 @@ final class GatewayRoutes: @unchecked Sendable {
         case ("DELETE", "installations", 2), ("DELETE", "registrations", 2):
             try authorize(request, .listen)
             do {
-                _ = try registry.call(InstallationDelete(installationId: rest[1]))
+                _ = try registry.call(InstallationDelete(installationId: rest[1], ifMatch: request.header("if-match")))
             } catch let error as HubError where error.code == .notFound {
                 // Deleting what is not there succeeds, as the service does.
             }
-            return GatewayResponse.empty(request.path.contains("/registrations/") ? 200 : 204)
+            return GatewayResponse.empty(rest[0] == "registrations" ? 200 : 204)
+        case ("POST", "registrations", 1):
+            let key = try authorize(request, .listen)
+            return try saveRegistration(Self.newRegistrationId(), request, key: key)
+        case ("PUT", "registrations", 2):
+            let key = try authorize(request, .listen)
+            return try saveRegistration(rest[1], request, key: key)
+        case ("POST", let resource?, 1) where resource.lowercased() == "registrationids":
+            try authorize(request, .listen)
+            let id = Self.newRegistrationId()
+            return GatewayResponse.empty(201, headers: [
+                ("Location", "\(baseURL(request))/\(hub)/registrationids/\(id)?api-version=2020-06"), ("Content-Location", "\(baseURL(request))/\(hub)/registrations/\(id)?api-version=2020-06"),
+            ])
         case ("POST", "messages", 1):
             try authorize(request, .send)
             return try sendMessage(request, scheduled: false)
@@ -240,6 +252,23 @@ final class GatewayRoutes: @unchecked Sendable {
     }
 
     // MARK: Registrations
+
+    /// Registration ids in the shape Azure gives them: two random numbers and a counter.
+    static func newRegistrationId() -> String {
+        "\(UInt64.random(in: 1..<UInt64.max))-\(UInt64.random(in: 1..<UInt64.max))-1"
+    }
+
+    /// Creates or replaces the registration (an installation) from an Atom entry; with If-Match,
+    /// only when the stored one still has that ETag. The user an installation has stays its user.
+    private func saveRegistration(_ id: String, _ request: HTTPRequest, key: AccessKey) throws -> HTTPResponse {
+        var installation = try RegistrationXML.installation(RegistrationXML.parse(request.body), id: id)
+        if let current = try? registry.call(InstallationGet(installationId: id)).installation {
+            installation.userId = current.userId
+        }
+        let saved = try registry.call(
+            InstallationUpsert(installation: installation, ifMatch: request.header("if-match")), auth: context.token(for: key))
+        return RegistrationFeed.entry(saved.installation, base: baseURL(request) + "/" + hub)
+    }
 
     /// A page of registrations as Atom, with `$top` (default 100, at most 1,000), the continuation
     /// token in `X-MS-ContinuationToken` or `?ContinuationToken=`, and an optional `$filter`.

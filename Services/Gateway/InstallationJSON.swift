@@ -6,7 +6,7 @@ enum InstallationJSON {
     static let fields: Set<String> = [
         "installationId", "platform", "pushChannel", "tags", "templates", "userId", "expirationTime",
         // Read-only fields the service returns; clients may send them back unchanged.
-        "pushChannelExpired", "lastActiveOn", "lastUpdate", "createdAt", "lastSeen",
+        "pushChannelExpired", "lastActiveOn", "lastUpdate", "createdAt", "lastSeen", "version",
     ]
     static let templateFields: Set<String> = ["body", "tags", "expiry", "headers"]
 
@@ -23,7 +23,7 @@ enum InstallationJSON {
             }
         }
         var cleaned = object
-        for key in ["pushChannelExpired", "lastActiveOn", "lastUpdate", "createdAt", "lastSeen"] { cleaned[key] = nil }
+        for key in ["pushChannelExpired", "lastActiveOn", "lastUpdate", "createdAt", "lastSeen", "version"] { cleaned[key] = nil }
         // A browser subscription comes as an object (the REST reference, the JS SDK) or as a JSON
         // string holding one (the .NET and Java SDKs); either is kept as canonical JSON text.
         if let channel = object["pushChannel"] as? [String: Any] {

@@ -2,36 +2,31 @@ import Foundation
 import HTTPServer
 import HubProtocol
 
-/// Installations shown as registrations, in the Atom feed the registrations API returns.
+/// Installations shown as registrations, in the Atom entries and feeds the registrations API
+/// answers: compact, each description in the order the .NET SDK reads it, with its ETag.
 enum RegistrationFeed {
     static let namespace = "http://schemas.microsoft.com/netservices/2010/10/servicebus/connect"
-
-    static func description(_ installation: Installation) -> String {
-        let tags = GatewayResponse.escape(installation.tags.joined(separator: ","))
-        let expiry = installation.expirationTime.map { "<ExpirationTime>\(WireDate.format($0))</ExpirationTime>" } ?? ""
-        let templates = (installation.templates ?? [:]).sorted { $0.key < $1.key }.map { name, template in
-            "<Template><TemplateName>\(GatewayResponse.escape(name))</TemplateName><BodyTemplate><![CDATA[\(template.body)]]></BodyTemplate></Template>"
-        }.joined()
-        return """
-            <LinuxRegistrationDescription xmlns="\(namespace)" xmlns:i="http://www.w3.org/2001/XMLSchema-instance">\
-            \(expiry)<RegistrationId>\(GatewayResponse.escape(installation.installationId))</RegistrationId>\
-            <Tags>\(tags)</Tags><DeviceHandle>\(GatewayResponse.escape(installation.pushChannel))</DeviceHandle>\(templates)\
-            </LinuxRegistrationDescription>
-            """
-    }
+    static let metadata = "http://schemas.microsoft.com/ado/2007/08/dataservices/metadata"
 
     static func entryXML(_ installation: Installation, base: String) -> String {
         let id = GatewayResponse.escape(installation.installationId)
+        let link = "\(base)/registrations/\(id)?api-version=2020-06"
+        let published = WireDate.format(installation.createdAt ?? Date())
+        let updated = WireDate.format(installation.lastSeen ?? Date())
         return """
-            <entry xmlns="http://www.w3.org/2005/Atom"><id>\(base)/registrations/\(id)</id><title type="text">\(id)</title>\
-            <updated>\(WireDate.format(installation.lastSeen ?? Date()))</updated>\
-            <content type="application/xml">\(description(installation))</content></entry>
+            <entry a:etag="W/&quot;\(installation.etag)&quot;" xmlns="http://www.w3.org/2005/Atom" xmlns:a="\(metadata)">\
+            <id>\(link)</id><title type="text">\(id)</title><published>\(published)</published><updated>\(updated)</updated>\
+            <link rel="self" href="\(link)"/><content type="application/xml">\(RegistrationXML.description(installation))</content></entry>
             """
     }
 
     static func entry(_ installation: Installation, base: String) -> HTTPResponse {
         HTTPResponse(
-            status: 200, headers: [("Content-Type", "application/atom+xml;type=entry;charset=utf-8")],
+            status: 200,
+            headers: [
+                ("Content-Type", "application/atom+xml;type=entry;charset=utf-8"), ("ETag", "W/\"\(installation.etag)\""),
+                ("Content-Location", "\(base)/registrations/\(installation.installationId)?api-version=2020-06"),
+            ],
             body: Data(("<?xml version=\"1.0\" encoding=\"utf-8\"?>" + entryXML(installation, base: base)).utf8))
     }
 

@@ -71,6 +71,8 @@ final class RegistryStore {
                 "SELECT document FROM installations WHERE installation_id = ?", [installation.installationId])
             stored.createdAt = try existing.map { try decode($0[0]).createdAt } ?? now
             stored.lastSeen = now
+            let sequence = try nextSequence()
+            stored.version = sequence
             // A tag given twice is kept once, where it first appears.
             var seen = Set<String>()
             stored.tags = stored.tags.filter { seen.insert($0).inserted }
@@ -87,7 +89,7 @@ final class RegistryStore {
             for tag in stored.tags {
                 try database.run("INSERT INTO installation_tags (installation_id, tag) VALUES (?, ?)", [stored.installationId, tag])
             }
-            return (stored, try nextSequence())
+            return (stored, sequence)
         }
     }
 

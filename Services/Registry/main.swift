@@ -45,6 +45,15 @@ ServiceMain.run(name: "nh-registry", summary: "the registration service: install
     // Listen may create, read and delete installations; Manage may do everything.
     server.on(InstallationUpsert.self) { request in
         let key = try context.authorize(request.auth, needs: .listen)
+        if let ifMatch = request.payload.ifMatch {
+            let id = request.payload.installation.installationId
+            guard let current = try store.get(id, now: Date()) else {
+                throw HubError(.notFound, "no registration '\(id)' to update; leave out If-Match to create it")
+            }
+            guard current.matches(ifMatch: ifMatch) else {
+                throw HubError(.preconditionFailed, "'\(id)' has changed: its ETag is \(current.etag), not \(ifMatch); read it again")
+            }
+        }
         return try save(request.payload.installation, rights: key.rights, userToken: request.payload.userToken)
     }
     server.on(InstallationPatch.self) { request in
@@ -60,6 +69,9 @@ ServiceMain.run(name: "nh-registry", summary: "the registration service: install
     server.on(InstallationDelete.self) { request in
         try context.authorize(request.auth, needs: .listen)
         let id = request.payload.installationId
+        if let ifMatch = request.payload.ifMatch, let current = try store.get(id, now: Date()), !current.matches(ifMatch: ifMatch) {
+            throw HubError(.preconditionFailed, "'\(id)' has changed: its ETag is \(current.etag), not \(ifMatch); read it again")
+        }
         guard let sequence = try store.delete(id) else { throw HubError(.notFound, "no installation '\(id)'") }
         try publish(InstallationChanged(change: .deleted, installationId: id), sequence: sequence)
         return Ack()

@@ -72,7 +72,7 @@ ERROR_CODES = {
     "malformed_frames", "empty_message", "malformed_envelope", "unsupported_version", "unknown_type",
     "invalid_payload", "unknown_field", "payload_too_large", "unauthorized", "forbidden", "not_found", "conflict",
     "invalid_tag", "invalid_expression", "invalid_template", "invalid_argument", "expired", "unavailable", "timeout",
-    "internal", "rate_limited",
+    "internal", "rate_limited", "precondition_failed",
 }
 
 # ---------------------------------------------------------------------------------------------
