@@ -13,6 +13,8 @@ public struct PlannedDelivery: Equatable, Sendable {
     public var rich: RichReference? = nil
     /// The installation's platform, as its installation names it.
     public var platform: String = Platform.linux.rawValue
+    /// The installation's push channel (its device handle), for a test send's results.
+    public var pushChannel: String = ""
     /// Set when the delivery cannot be made, with the outcome name to count it under (such as
     /// PnsUnavailable); it is recorded as failed at once and never sent.
     public var unreachable: String? = nil
@@ -73,6 +75,7 @@ public struct TargetResolver {
                     deliveryId: "\(notification.notificationId)/\(installation.installationId)/native",
                     installationId: installation.installationId, template: nil, payload: send.body ?? "",
                     expiresAt: notification.expiresAt, rich: send.rich, platform: platform))
+                plans[plans.count - 1].pushChannel = installation.pushChannel
             case .template:
                 let properties = send.properties ?? [:]
                 for (name, registered) in (installation.templates ?? [:]).sorted(by: { $0.key < $1.key }) {
@@ -100,6 +103,7 @@ public struct TargetResolver {
                         deliveryId: "\(notification.notificationId)/\(installation.installationId)/\(name)",
                         installationId: installation.installationId, template: name,
                         payload: renderedPayload(), expiresAt: expiresAt, platform: platform))
+                    plans[plans.count - 1].pushChannel = installation.pushChannel
                 }
             }
         }

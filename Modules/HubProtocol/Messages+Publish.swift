@@ -31,6 +31,8 @@ public struct SendNotification: HubRequest {
     public var platform: Platform?
     /// For a native send: the platform's own headers (lowercased names), such as x-wns-type or apns-push-type.
     public var headers: [String: String]?
+    /// A test send: the dispatcher keeps what became of each of its first 10 targets (`TestResultsRequest`).
+    public var test: Bool?
 
     public init(
         idempotencyKey: String? = nil, format: NotificationFormat, body: String? = nil,
@@ -161,4 +163,34 @@ public struct CancelScheduledNotification: HubRequest {
     public static let messageType: MessageType = "notification.cancel"
     public var notificationId: String
     public init(notificationId: String) { self.notificationId = notificationId }
+}
+
+/// What became of each of a test send's first targets (at most 10), for `POST /{hub}/messages?test`.
+public struct TestResultsRequest: HubRequest {
+    public typealias Reply = TestResults
+    public static let messageType: MessageType = "notification.test.results"
+    public var notificationId: String
+    public init(notificationId: String) { self.notificationId = notificationId }
+}
+
+public struct TestResult: Codable, Sendable, Equatable {
+    public var installationId: String
+    public var platform: String
+    public var pushChannel: String
+    /// What happened, in words; absent while the delivery is still under way.
+    public var outcome: String?
+    public var success: Bool
+    public init(installationId: String, platform: String, pushChannel: String, outcome: String? = nil, success: Bool = false) {
+        self.installationId = installationId
+        self.platform = platform
+        self.pushChannel = pushChannel
+        self.outcome = outcome
+        self.success = success
+    }
+}
+
+public struct TestResults: HubMessage {
+    public static let messageType: MessageType = "notification.test.results.reply"
+    public var results: [TestResult]
+    public init(results: [TestResult]) { self.results = results }
 }

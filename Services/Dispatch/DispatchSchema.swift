@@ -60,5 +60,20 @@ enum DispatchSchema {
                 PRIMARY KEY (notification_id, platform, outcome)
             );
             """),
+        // What became of each of a test send's first targets.
+        Migration(
+            version: 5,
+            """
+            CREATE TABLE test_results (
+                delivery_id TEXT PRIMARY KEY,
+                notification_id TEXT NOT NULL,
+                installation_id TEXT NOT NULL,
+                platform TEXT NOT NULL,
+                push_channel TEXT NOT NULL,
+                outcome TEXT,
+                success INTEGER NOT NULL DEFAULT 0
+            );
+            CREATE INDEX test_results_by_notification ON test_results(notification_id);
+            """),
     ]
 }

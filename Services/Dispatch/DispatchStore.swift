@@ -8,8 +8,34 @@ final class DispatchStore {
     private let encoder = HubCodec.makeEncoder()
     private let decoder = HubCodec.makeDecoder()
 
+    /// Test sends whose targets' results are still kept; every other notification's acks skip them.
+    private var testNotifications: Set<String> = []
+    static let testResultsKept = 10
+    static let successText = "The Notification was successfully sent to the Push Notification System"
+
     init(database: SQLiteDatabase) {
         self.database = database
+        testNotifications = Set((try? database.query("SELECT DISTINCT notification_id FROM test_results"))?.compactMap { $0[0].string } ?? [])
+    }
+
+    /// Records what became of one of a test send's deliveries, if it is one of those kept.
+    private func testOutcome(_ notificationId: String, deliveryId: String, _ outcome: String, success: Bool) throws {
+        guard testNotifications.contains(notificationId) else { return }
+        try database.run(
+            "UPDATE test_results SET outcome = ?, success = ? WHERE delivery_id = ? AND outcome IS NULL",
+            [outcome, success ? 1 : 0, deliveryId])
+    }
+
+    /// What became of each of a test send's first targets; nil when it is not a test send the dispatcher has.
+    func testResults(_ notificationId: String) throws -> TestResults? {
+        guard testNotifications.contains(notificationId) else { return nil }
+        let rows = try database.query(
+            "SELECT installation_id, platform, push_channel, outcome, success FROM test_results WHERE notification_id = ? ORDER BY delivery_id",
+            [notificationId])
+        return TestResults(results: rows.map {
+            TestResult(installationId: $0[0].string ?? "", platform: $0[1].string ?? "", pushChannel: $0[2].string ?? "",
+                       outcome: $0[3].string, success: ($0[4].int ?? 0) != 0)
+        })
     }
 
     func cursor() throws -> UInt64 {
@@ -35,6 +61,18 @@ final class DispatchStore {
                 var delivered = 0
                 var failed = 0
                 var platformCounts: [[String]: Int] = [:]
+                if notification.send.test == true {
+                    testNotifications.insert(notification.notificationId)
+                    for plan in plans.prefix(Self.testResultsKept) {
+                        try database.run(
+                            """
+                            INSERT OR IGNORE INTO test_results (delivery_id, notification_id, installation_id, platform, push_channel, outcome)
+                            VALUES (?, ?, ?, ?, ?, ?)
+                            """,
+                            [plan.deliveryId, notification.notificationId, plan.installationId, plan.platform, plan.pushChannel,
+                             plan.unreachable.map { "\($0): the hub has no delivery path to \(plan.platform) installations" }])
+                    }
+                }
                 for plan in plans {
                     platformCounts[[plan.platform, "Targets"], default: 0] += 1
                     if let outcome = plan.unreachable {
@@ -140,7 +178,10 @@ final class DispatchStore {
                     DELETE FROM deliveries WHERE delivery_id = ? AND installation_id = ? AND acked_at IS NULL
                     RETURNING notification_id
                     """, [id, installationId])
-                if let notification = rows.first?[0].string { fresh[notification, default: 0] += 1 }
+                if let notification = rows.first?[0].string {
+                    fresh[notification, default: 0] += 1
+                    try testOutcome(notification, deliveryId: id, Self.successText, success: true)
+                }
             }
             try add(fresh, to: "acknowledged")
             return fresh.values.reduce(0, +)
@@ -166,6 +207,7 @@ final class DispatchStore {
                     "UPDATE deliveries SET acked_at = ?, failed_reason = ? WHERE delivery_id = ?",
                     [now.timeIntervalSince1970, failure.reason, failure.deliveryId])
                 try database.run("UPDATE outcomes SET failed = failed + 1 WHERE notification_id = ?", [row[0].string ?? ""])
+                try testOutcome(row[0].string ?? "", deliveryId: failure.deliveryId, failure.reason, success: false)
             }
         }
     }
@@ -179,6 +221,7 @@ final class DispatchStore {
             for row in rows {
                 try database.run("DELETE FROM deliveries WHERE delivery_id = ?", [row[0].string ?? ""])
                 try database.run("UPDATE outcomes SET expired = expired + 1 WHERE notification_id = ?", [row[1].string ?? ""])
+                try testOutcome(row[1].string ?? "", deliveryId: row[0].string ?? "", "Expired before the device acknowledged it", success: false)
             }
             return rows.count
         }
@@ -196,6 +239,8 @@ final class DispatchStore {
                 """, [now.timeIntervalSince1970 - 7 * 86_400])
             try database.run("DELETE FROM payloads WHERE notification_id NOT IN (SELECT DISTINCT notification_id FROM deliveries)")
             try database.run("DELETE FROM platform_outcomes WHERE notification_id NOT IN (SELECT notification_id FROM outcomes)")
+            try database.run("DELETE FROM test_results WHERE notification_id NOT IN (SELECT notification_id FROM outcomes)")
+            testNotifications = Set(try database.query("SELECT DISTINCT notification_id FROM test_results").compactMap { $0[0].string })
         }
     }
 

@@ -295,6 +295,13 @@ ServiceMain.run(name: "nh-dispatch", summary: "the dispatcher: resolves targets 
         commit()
     }
 
+    server.on(TestResultsRequest.self) { request in
+        try context.authorize(request.auth, needs: .send)
+        guard let results = try store.testResults(request.payload.notificationId) else {
+            throw HubError(.notFound, "the dispatcher has no test send '\(request.payload.notificationId)' yet")
+        }
+        return results
+    }
     server.on(OutcomeRequest.self) { request in
         try context.authorize(request.auth, needs: .send)
         guard let outcome = try store.outcome(request.payload.notificationId) else {

@@ -17,6 +17,8 @@ final class GatewayRoutes: @unchecked Sendable {
     let dispatch: HubClient
     let sync: HubClient
     static let maxMessageBytes = 64 * 1024
+    /// How long a test send (`?test`) waits for its targets' answers before reporting.
+    static let testWaitSeconds: TimeInterval = 10
     /// Responses by method and status, shared by every worker's routes.
     let counts: HTTPCounts
     let web: WebPages
@@ -74,7 +76,8 @@ final class GatewayRoutes: @unchecked Sendable {
             _ = try registry.call(
                 InstallationPatch(installationId: rest[1], operations: operations, userToken: request.header("x-nh-user-token")),
                 auth: context.token(for: key))
-            return GatewayResponse.empty(204)
+            // The REST reference gives 204, but the service answers 200 and the .NET, Java and JS SDKs require it.
+            return GatewayResponse.empty(200)
         case ("DELETE", "installations", 2), ("DELETE", "registrations", 2):
             try authorize(request, .listen)
             do {
@@ -367,10 +370,34 @@ final class GatewayRoutes: @unchecked Sendable {
         } else if let tags = request.header("servicebusnotification-tags"), !tags.isEmpty {
             send.tagExpression = tags
         }
+        let isTest = request.query["test"] != nil && !scheduled
+        if isTest { send.test = true }
         let accepted = try publish.call(send)
         let collection = scheduled ? "schedulednotifications" : "messages"
         let location = "\(baseURL(request))/\(hub)/\(collection)/\(accepted.notificationId)?api-version=2015-04"
-        return GatewayResponse.empty(201, headers: [("Location", location), ("TrackingId", accepted.notificationId)])
+        let headers = [("Location", location), ("TrackingId", accepted.notificationId)]
+        guard isTest else { return GatewayResponse.empty(201, headers: headers) }
+        var response = testOutcome(accepted.notificationId)
+        response.headers += headers
+        return response
+    }
+
+    /// A test send's `<NotificationOutcome>`: waits (at most `testWaitSeconds`) until the dispatcher
+    /// has planned it and its first targets have answered, then reports each, as Azure does.
+    private func testOutcome(_ id: String) -> HTTPResponse {
+        let deadline = Date().addingTimeInterval(Self.testWaitSeconds)
+        var outcome: NotificationOutcome?
+        var results: [TestResult] = []
+        while true {
+            outcome = try? OutcomeLookup.find(id, dispatch: dispatch, publish: publish)
+            if let state = outcome?.state, [.completed, .noTargetFound, .abandoned].contains(state) {
+                results = (try? dispatch.call(TestResultsRequest(notificationId: id)).results) ?? []
+                if results.allSatisfy({ $0.outcome != nil }) { break }
+            }
+            if Date() >= deadline { break }
+            usleep(20_000)
+        }
+        return OutcomeXML.testOutcome(outcome, results: results, waited: Self.testWaitSeconds)
     }
 
     /// The installation a direct send's device handle names: an agent's handle is its installation

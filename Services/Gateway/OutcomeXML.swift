@@ -37,6 +37,32 @@ enum OutcomeXML {
         return HTTPResponse(status: 200, headers: [("Content-Type", "application/xml; charset=utf-8")], body: Data(xml.utf8))
     }
 
+    /// A test send's `<NotificationOutcome>`: Success and Failure counted over every target, and the
+    /// first targets' results. A delivery still unanswered when the wait ends counts as a failure here,
+    /// and goes on.
+    static func testOutcome(_ outcome: NotificationOutcome?, results: [TestResult], waited: TimeInterval) -> HTTPResponse {
+        let escape = GatewayResponse.escape
+        let pending = max((outcome?.targets ?? 0) - (outcome?.acknowledged ?? 0) - (outcome?.failed ?? 0) - (outcome?.expired ?? 0), 0)
+        let failure = (outcome?.failed ?? 0) + (outcome?.expired ?? 0) + pending
+        var xml = #"<?xml version="1.0" encoding="utf-8"?><NotificationOutcome xmlns:i="http://www.w3.org/2001/XMLSchema-instance" xmlns="\#(namespace)">"#
+        xml += "<Success>\(outcome?.acknowledged ?? 0)</Success><Failure>\(failure)</Failure>"
+        if results.isEmpty {
+            xml += #"<Results i:nil="true"/>"#
+        } else {
+            xml += "<Results>"
+            for result in results {
+                let format = Platform(name: result.platform)?.format ?? result.platform
+                let text = result.outcome ?? "No answer from the device within \(Int(waited)) s; the delivery goes on"
+                xml += "<RegistrationResult><ApplicationPlatform>\(escape(format))</ApplicationPlatform>"
+                xml += "<PnsHandle>\(escape(result.pushChannel))</PnsHandle><RegistrationId>\(escape(result.installationId))</RegistrationId>"
+                xml += "<Outcome>\(escape(text))</Outcome></RegistrationResult>"
+            }
+            xml += "</Results>"
+        }
+        xml += "</NotificationOutcome>"
+        return HTTPResponse(status: 201, headers: [("Content-Type", "application/xml; charset=utf-8")], body: Data(xml.utf8))
+    }
+
     /// Whether the client asked for JSON rather than the XML document.
     static func wantsJSON(_ request: HTTPRequest) -> Bool {
         (request.header("accept") ?? "").lowercased().contains("application/json")

@@ -88,7 +88,7 @@ def test_platforms_are_normalized_and_browser_channels_kept_as_json(hub, devices
     patch = [{"op": "replace", "path": "/pushChannel", "value": {"endpoint": ENDPOINT + "3", "p256dh": P256DH, "auth": AUTH}}]
     r = requests.patch(f"{hub.base}/hub/installations/plat-browser-2?{API}", data=json.dumps(patch),
                        headers={"Authorization": hub.token(), "Content-Type": "application/json-patch+json"})
-    assert r.status_code in (200, 204), r.text
+    assert r.status_code == 200, r.text
     browser = requests.get(f"{hub.base}/hub/installations/plat-browser-2?{API}", headers={"Authorization": hub.token()}).json()
     assert json.loads(browser["pushChannel"])["endpoint"] == ENDPOINT + "3"
 
@@ -98,7 +98,7 @@ def test_a_template_given_as_a_json_string_in_a_patch(hub, devices):
     patch = [{"op": "add", "path": "/templates/alt", "value": template}]
     r = requests.patch(f"{hub.base}/hub/installations/plat-gcm?{API}", data=json.dumps(patch),
                        headers={"Authorization": hub.token(), "Content-Type": "application/json-patch+json"})
-    assert r.status_code in (200, 204), r.text
+    assert r.status_code == 200, r.text
     got = requests.get(f"{hub.base}/hub/installations/plat-gcm?{API}", headers={"Authorization": hub.token()}).json()
     assert got["templates"]["alt"] == {"body": '{"data":{"alt":"$(message)"}}', "tags": ["AltOnly"]}
 
@@ -190,3 +190,61 @@ def test_a_payload_its_push_service_would_refuse_is_refused(hub, devices, fmt, b
     r = send(hub, fmt, body, **headers)
     assert r.status_code == status, r.text
     assert words in r.text.replace("&apos;", "'").replace("&lt;", "<").replace("&gt;", ">"), r.text
+
+
+# ---- ?test: the NotificationOutcome document ----
+
+NH_NS = "{http://schemas.microsoft.com/netservices/2010/10/servicebus/connect}"
+
+
+def parse_outcome(text):
+    import xml.etree.ElementTree as ET
+    root = ET.fromstring(text)
+    assert root.tag == f"{NH_NS}NotificationOutcome"
+    results = [{child.tag.replace(NH_NS, ""): child.text for child in result}
+                for result in root.iter(f"{NH_NS}RegistrationResult")]
+    return int(root.find(f"{NH_NS}Success").text), int(root.find(f"{NH_NS}Failure").text), results, root
+
+
+@pytest.fixture(scope="module")
+def test_agent(hub):
+    import os
+    import subprocess
+    from conftest import BIN
+    env = {"NH_AGENT_HOME": os.path.join(hub.data, "test-send-agent"), "NH_AGENT_INSTALLATION_ID": "test-send-device"}
+    subprocess.run([os.path.join(BIN, "nh-agent"), "subscribe", "TestSendTag"], env={**hub.env, **env}, check=True, capture_output=True)
+    hub.start("test-send-agent", "nh-agent", env=env)
+    assert wait_until(lambda: requests.get(f"{hub.base}/hub/installations/test-send-device?{API}",
+                                           headers={"Authorization": hub.token()}).status_code == 200)
+    assert wait_until(lambda: 'nh_agents{service="nh-dispatch"}' in requests.get(f"{hub.base}/metrics").text
+                      and re.search(r'nh_agents\{service="nh-dispatch"\} [1-9]', requests.get(f"{hub.base}/metrics").text))
+    return "test-send-device"
+
+
+def test_a_test_send_reports_each_target(hub, devices, test_agent):
+    r = send(hub, "template", json.dumps({"message": "test send"}), tags="Plat || TestSendTag", query="&test",
+             **{"Content-Type": "application/json"})
+    assert r.status_code == 201, r.text
+    assert r.headers["Content-Type"].startswith("application/xml") and r.headers["Location"]
+    success, failure, results, _ = parse_outcome(r.text)
+    by_id = {result["RegistrationId"]: result for result in results}
+    # The Linux agent (with its default template) acknowledges; each other platform's installation fails.
+    assert success == 1 and failure == len(results) - 1 >= 4
+    assert by_id[test_agent]["Outcome"] == "The Notification was successfully sent to the Push Notification System"
+    assert by_id["plat-apns"]["ApplicationPlatform"] == "apple" and by_id["plat-apns"]["PnsHandle"] == "A1B2C3D4E5F6"
+    assert by_id["plat-apns"]["Outcome"].startswith("PnsUnavailable")
+
+    native = send(hub, "linux", '{"message":"for the agent"}', tags="TestSendTag", query="&test")
+    assert native.status_code == 201, native.text
+    success, failure, results, _ = parse_outcome(native.text)
+    assert (success, failure) == (1, 0)
+    assert results == [{"ApplicationPlatform": "linux", "PnsHandle": results[0]["PnsHandle"], "RegistrationId": test_agent,
+                        "Outcome": "The Notification was successfully sent to the Push Notification System"}]
+
+
+def test_a_test_send_to_no_one(hub, devices):
+    r = send(hub, "apple", '{"aps":{"alert":"x"}}', tags="NobodyAtAll", query="&test")
+    assert r.status_code == 201, r.text
+    success, failure, results, root = parse_outcome(r.text)
+    assert (success, failure, results) == (0, 0, [])
+    assert root.find(f"{NH_NS}Results").get("{http://www.w3.org/2001/XMLSchema-instance}nil") == "true"

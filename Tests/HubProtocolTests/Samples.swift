@@ -54,6 +54,11 @@ enum Samples {
             scheduledAt: later),
         SendAccepted(notificationId: "n-1", state: .enqueued),
         OutcomeRequest(notificationId: "n-1"),
+        TestResultsRequest(notificationId: "n-1"),
+        TestResults(results: [
+            TestResult(installationId: "inst-1", platform: "apns", pushChannel: "AABB", outcome: "PnsUnavailable: no path"),
+            TestResult(installationId: "inst-2", platform: "linux", pushChannel: "key", outcome: nil),
+        ]),
         CancelScheduledNotification(notificationId: "n-1"),
         NotificationOutcome(
             notificationId: "n-1", state: .completed, enqueuedAt: instant, startedAt: instant, endedAt: later,
