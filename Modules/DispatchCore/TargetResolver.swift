@@ -52,6 +52,9 @@ public struct TargetResolver {
             candidates = index.candidates(for: parsed)
         } else if let id = send.installationId {
             candidates = index.installation(id).map { [$0] } ?? []
+        } else if let ids = send.installationIds {
+            var seen = Set<String>()
+            candidates = ids.filter { seen.insert($0).inserted }.compactMap { index.installation($0) }
         } else if let user = send.userId {
             candidates = index.installations(ofUser: user)
         } else {

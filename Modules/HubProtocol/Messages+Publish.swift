@@ -7,7 +7,7 @@ public enum NotificationFormat: String, Codable, Sendable, CaseIterable {
     case template
 }
 
-/// A backend's send. At most one of tagExpression, installationId and userId is set; none is a broadcast.
+/// A backend's send. At most one of tagExpression, installationId, installationIds and userId is set; none is a broadcast.
 public struct SendNotification: HubRequest {
     public typealias Reply = SendAccepted
     public static let messageType: MessageType = "notification.send"
@@ -33,6 +33,8 @@ public struct SendNotification: HubRequest {
     public var headers: [String: String]?
     /// A test send: the dispatcher keeps what became of each of its first 10 targets (`TestResultsRequest`).
     public var test: Bool?
+    /// A batch direct send: these installations, at most 1,000.
+    public var installationIds: [String]?
 
     public init(
         idempotencyKey: String? = nil, format: NotificationFormat, body: String? = nil,

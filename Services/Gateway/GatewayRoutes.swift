@@ -101,6 +101,12 @@ final class GatewayRoutes: @unchecked Sendable {
         case ("POST", "messages", 1):
             try authorize(request, .send)
             return try sendMessage(request, scheduled: false)
+        case ("POST", "messages", 2) where rest[1] == "$batch":
+            try authorize(request, .send)
+            guard request.query["direct"] != nil else {
+                throw HubError(.invalidArgument, "a batch send is POST /\(hub)/messages/$batch?direct")
+            }
+            return try sendMessage(request, scheduled: false, batch: try BatchBody.parse(request.body, contentType: request.header("content-type")))
         case ("POST", "schedulednotifications", 1):
             try authorize(request, .send)
             return try sendMessage(request, scheduled: true)
@@ -318,8 +324,9 @@ final class GatewayRoutes: @unchecked Sendable {
 
     // MARK: Messages
 
-    private func sendMessage(_ request: HTTPRequest, scheduled: Bool) throws -> HTTPResponse {
-        guard !request.bodyTooLarge, request.body.count <= Self.maxMessageBytes else {
+    private func sendMessage(_ request: HTTPRequest, scheduled: Bool, batch: BatchBody? = nil) throws -> HTTPResponse {
+        let payload = batch?.notification ?? request.body
+        guard !request.bodyTooLarge, payload.count <= Self.maxMessageBytes else {
             throw HubError(.payloadTooLarge, "the notification body is over \(Self.maxMessageBytes) bytes")
         }
         guard let format = request.header("servicebusnotification-format") else {
@@ -335,7 +342,7 @@ final class GatewayRoutes: @unchecked Sendable {
         var send: SendNotification
         var platform: Platform?
         if format.lowercased() == "template" {
-            send = SendNotification(format: .template, properties: try Self.propertyMap(request.body))
+            send = SendNotification(format: .template, properties: try Self.propertyMap(payload))
         } else if let native = Platform(format: format) {
             platform = native
             // The platform's own headers (apns-*, X-WNS-*) travel with the notification.
@@ -343,7 +350,7 @@ final class GatewayRoutes: @unchecked Sendable {
             for (name, value) in request.headers where native.headerPrefixes.contains(where: { name.hasPrefix($0) }) {
                 headers[name] = value
             }
-            let body = String(decoding: request.body, as: UTF8.self)
+            let body = String(decoding: payload, as: UTF8.self)
             try native.check(payload: body, headers: headers)
             send = SendNotification(
                 format: .native, body: body, platform: native == .linux ? nil : native, headers: headers.isEmpty ? nil : headers)
@@ -362,7 +369,11 @@ final class GatewayRoutes: @unchecked Sendable {
             }
             send.scheduledAt = time
         }
-        if request.query["direct"] != nil {
+        if let batch {
+            var ids: [String] = []
+            for handle in batch.devices { ids.append(try installation(forHandle: handle, platform: platform, request)) }
+            send.installationIds = ids
+        } else if request.query["direct"] != nil {
             guard let handle = request.header("servicebusnotification-devicehandle") else {
                 throw HubError(.invalidArgument, "a direct send needs ServiceBusNotification-DeviceHandle")
             }

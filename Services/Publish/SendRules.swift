@@ -12,9 +12,17 @@ enum SendRules {
     static func validate(
         _ send: SendNotification, defaultTimeToLive: Int, maxExpressionBytes: Int = 4_096, now: Date = Date()
     ) throws(HubError) -> Int {
-        let targets = [send.tagExpression, send.installationId, send.userId].compactMap { $0 }
+        let targets = [send.tagExpression, send.installationId, send.userId].compactMap { $0 } + (send.installationIds == nil ? [] : ["ids"])
         guard targets.count <= 1 else {
-            throw HubError(.invalidArgument, "give at most one of tagExpression, installationId and userId; none sends to everyone")
+            throw HubError(.invalidArgument, "give at most one of tagExpression, installationId, installationIds and userId; none sends to everyone")
+        }
+        if let ids = send.installationIds {
+            guard (1...1_000).contains(ids.count) else {
+                throw HubError(.invalidArgument, "installationIds holds 1 to 1,000 installations, not \(ids.count)")
+            }
+            for id in ids where id.isEmpty || !id.utf8.allSatisfy({ Tag.isTagCharacter($0) }) {
+                throw HubError(.invalidArgument, "installationIds: '\(id)' may use only A–Z a–z 0–9 _ @ # . : -")
+            }
         }
         if let expression = send.tagExpression {
             guard expression.utf8.count <= maxExpressionBytes else {

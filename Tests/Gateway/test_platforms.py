@@ -248,3 +248,59 @@ def test_a_test_send_to_no_one(hub, devices):
     success, failure, results, root = parse_outcome(r.text)
     assert (success, failure, results) == (0, 0, [])
     assert root.find(f"{NH_NS}Results").get("{http://www.w3.org/2001/XMLSchema-instance}nil") == "true"
+
+
+# ---- $batch?direct: multipart bodies as the .NET, Java and JS SDKs and the REST reference write them ----
+
+def batch(hub, body, content_type, fmt="gcm", query="?direct"):
+    return requests.post(f"{hub.base}/hub/messages/$batch{query}&{API}" if query else f"{hub.base}/hub/messages/$batch?{API}",
+                         data=body.encode(), headers={"Authorization": hub.token(), "ServiceBusNotification-Format": fmt,
+                                                      "Content-Type": content_type})
+
+
+def dotnet_batch(payload, devices):
+    return ("--nh-batch-multipart-boundary\r\nContent-Type: application/json; charset=utf-8\r\n"
+            "Content-Disposition: inline; name=notification\r\n\r\n" + payload + "\r\n"
+            "--nh-batch-multipart-boundary\r\nContent-Type: application/json; charset=utf-8\r\n"
+            "Content-Disposition: inline; name=devices\r\n\r\n" + devices + "\r\n--nh-batch-multipart-boundary--\r\n")
+
+
+def test_batch_direct_sends_reach_each_handle(hub, devices):
+    r = batch(hub, dotnet_batch('{"data":{"m":"batch"}}', json.dumps(["gcm-token-1", "unknown-handle-9"])),
+              'multipart/mixed; boundary="nh-batch-multipart-boundary"')
+    assert r.status_code == 201, r.text
+    assert re.search(r"/hub/messages/[^/$?]+\?api-version=", r.headers["Location"])
+    result = settled(hub, r)
+    assert result["platforms"] == {"gcm": {"Targets": 1, "PnsUnavailable": 1}}
+
+    # The JS SDK: spaces around =, Content-type, LF only, nothing after the closing boundary.
+    js = ("--nh-boundary-1\nContent-type: application/json\nContent-Disposition: inline; name=notification\n\n"
+          '{"aps":{"alert":"js"}}\n--nh-boundary-1\nContent-type: application/json\nContent-Disposition: inline; name=devices\n\n'
+          '["A1B2C3D4E5F6"]\n--nh-boundary-1--')
+    r = batch(hub, js, 'multipart/mixed; boundary = "nh-boundary-1"', fmt="apple")
+    assert r.status_code == 201, r.text
+    assert settled(hub, r)["platforms"] == {"apns": {"Targets": 1, "PnsUnavailable": 1}}
+
+    # The REST reference's example quotes handles with '.
+    r = batch(hub, dotnet_batch('{"message":{"notification":{"body":"doc"}}}', "['fcm-token-1', 'nobody']"),
+              "multipart/mixed; boundary=nh-batch-multipart-boundary", fmt="fcmv1")
+    assert r.status_code == 201, r.text
+    assert settled(hub, r)["platforms"] == {"fcmv1": {"Targets": 1, "PnsUnavailable": 1}}
+
+
+@pytest.mark.parametrize("body,content_type,query,words", [
+    (dotnet_batch('{"data":{}}', "[]"), "multipart/mixed; boundary=nh-batch-multipart-boundary", "?direct", "1 to 1,000"),
+    (dotnet_batch('{"data":{}}', json.dumps([f"h{i}" for i in range(1001)])), "multipart/mixed; boundary=nh-batch-multipart-boundary",
+     "?direct", "1 to 1,000"),
+    (dotnet_batch('{"data":{}}', "not a list"), "multipart/mixed; boundary=nh-batch-multipart-boundary", "?direct", "JSON array"),
+    (dotnet_batch('{"data":{}}', '["a"]').replace("name=devices", "name=other"), "multipart/mixed; boundary=nh-batch-multipart-boundary",
+     "?direct", "no part named devices"),
+    (dotnet_batch('{"data":{}}', '["a"]'), "application/json", "?direct", "multipart/mixed"),
+    (dotnet_batch('{"data":{}}', '["a"]'), "multipart/mixed", "?direct", "boundary"),
+    (dotnet_batch('{"data":{}}', '["a"]'), "multipart/mixed; boundary=nh-batch-multipart-boundary", "", "$batch?direct"),
+    (dotnet_batch("not json", '["a"]'), "multipart/mixed; boundary=nh-batch-multipart-boundary", "?direct", "JSON object"),
+])
+def test_a_batch_the_hub_cannot_read_is_refused(hub, devices, body, content_type, query, words):
+    r = batch(hub, body, content_type, query=query)
+    assert r.status_code == 400, r.text
+    assert words in r.text, r.text
