@@ -1,11 +1,17 @@
 import Foundation
+import Synchronization
 
 /// The hub's shared-access keys, kept in `keys.json` in the data folder. On first run the two
 /// default keys are generated; several services starting at once agree on one file.
 public struct KeyStore: Sendable, Equatable {
     public var keys: [AccessKey]
+    /// Tokens whose signature was checked, so that a client reusing its token (as SDKs do, for
+    /// up to an hour) costs one HMAC, not one per request.
+    private let verified = VerifiedTokens()
 
     public init(keys: [AccessKey]) { self.keys = keys }
+
+    public static func == (left: KeyStore, right: KeyStore) -> Bool { left.keys == right.keys }
 
     public static let fileName = "keys.json"
 
@@ -50,12 +56,21 @@ public struct KeyStore: Sendable, Equatable {
         guard let token, !token.isEmpty else {
             throw AuthError(.unauthorized, "no credential; sign a SharedAccessSignature token with a key of this hub")
         }
-        let signature = try SharedAccessSignature(parsing: token)
-        guard let key = key(named: signature.keyName) else {
-            throw AuthError(.unauthorized, "unknown key name '\(signature.keyName)'")
-        }
-        guard signature.isSigned(with: key.key) else {
-            throw AuthError(.unauthorized, "the signature does not match key '\(key.name)'")
+        let signature: SharedAccessSignature
+        let key: AccessKey
+        if let (known, secret) = verified.lookup(token), let current = self.key(named: known.keyName), current.key == secret {
+            signature = known
+            key = current
+        } else {
+            signature = try SharedAccessSignature(parsing: token)
+            guard let named = self.key(named: signature.keyName) else {
+                throw AuthError(.unauthorized, "unknown key name '\(signature.keyName)'")
+            }
+            guard signature.isSigned(with: named.key) else {
+                throw AuthError(.unauthorized, "the signature does not match key '\(named.name)'")
+            }
+            key = named
+            verified.remember(token, signature, secret: named.key)
         }
         guard Double(signature.expiry) > now.timeIntervalSince1970 else {
             throw AuthError(.unauthorized, "the token expired at \(Date(timeIntervalSince1970: Double(signature.expiry)))")
@@ -67,5 +82,20 @@ public struct KeyStore: Sendable, Equatable {
             throw AuthError(.forbidden, "key '\(key.name)' has \(key.rights) rights; this needs \(needs)")
         }
         return key
+    }
+}
+
+/// Tokens already checked, with the key secret that signed each; bounded, emptied when full.
+final class VerifiedTokens: Sendable {
+    private let entries = Mutex<[String: (SharedAccessSignature, String)]>([:])
+    static let capacity = 4_096
+
+    func lookup(_ token: String) -> (SharedAccessSignature, String)? { entries.withLock { $0[token] } }
+
+    func remember(_ token: String, _ signature: SharedAccessSignature, secret: String) {
+        entries.withLock { entries in
+            if entries.count >= Self.capacity { entries.removeAll(keepingCapacity: true) }
+            entries[token] = (signature, secret)
+        }
     }
 }

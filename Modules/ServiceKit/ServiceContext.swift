@@ -3,6 +3,7 @@ import Bus
 import Foundation
 import HubProtocol
 import Storage
+import Synchronization
 
 /// What a service gets when it starts: its config, logger, loop and data folder.
 public final class ServiceContext {
@@ -119,6 +120,8 @@ public final class ServiceContext {
 
     private var loadedKeys: KeyStore?
     private var loadedUserTokens: UserTokens?
+    /// Tokens this service signed, by key, with when: HTTP workers sign from several threads.
+    private let signedTokens = Mutex<[String: (String, TimeInterval)]>([:])
 
     /// The hub's shared-access keys, from `keys.json` in the data folder (made on first run).
     /// A key file that exists but cannot be read stops the service: new keys made in its place
@@ -230,15 +233,20 @@ public final class ServiceContext {
     }
 
     /// A token signed with `key` for this hub: for acting for a client with exactly its rights.
+    /// Tokens last an hour; one is reused for ten minutes, so that a busy caller signs rarely.
     public func token(for key: AccessKey) -> String {
-        ConnectionString(endpoint: config.namespace, keyName: key.name, key: key.key).token(for: config.hubResource)
+        let now = Date().timeIntervalSince1970
+        if let (token, madeAt) = signedTokens.withLock({ $0[key.name + "\n" + key.key] }), now - madeAt < 600 { return token }
+        let token = ConnectionString(endpoint: config.namespace, keyName: key.name, key: key.key).token(for: config.hubResource)
+        signedTokens.withLock { $0[key.name + "\n" + key.key] = (token, now) }
+        return token
     }
 
     /// A token with every right, for calls between services that share the key file.
     public func serviceToken() -> String? {
         guard let key = keys.key(named: AccessKey.defaultFullName) ?? keys.keys.first(where: { $0.rights.contains(.manage) })
         else { return nil }
-        return ConnectionString(endpoint: config.namespace, keyName: key.name, key: key.key).token(for: config.hubResource)
+        return token(for: key)
     }
 
     public func health(_ endpoints: [String: String], status: String = "ok", details: [String: String]? = nil) -> HealthReply {

@@ -11,6 +11,7 @@ let usage = """
     Usage: nh-bench [--messages N] [--round-trips N] [--size BYTES] [--sends N] [--posts N] [--dismisses N]
                     [--fanout N,N...] [--broadcasts B] [--rate SENDS/S] [--latency-count C]
                     [--no-mosquitto] [--no-services] [--no-fanout] [--json] [--output FILE]
+           nh-bench http [--sends N]
            nh-bench fanout [--fanout N,N...] [--broadcasts B] [--rate SENDS/S] [--latency-count C] [--json] [--output FILE]
            nh-bench fanout-mqtt [--fanout N,N...] [--broadcasts B] [--rate SENDS/S] [--latency-count C] [--json] [--output FILE]
 
@@ -96,6 +97,10 @@ do {
     switch parsed.positionals.first {
     case nil:
         break
+    case "http":
+        BenchReport.print(
+            try HTTPSendBench.run(sends: 2 * (parsed[option: "sends"].flatMap(Int.init) ?? 1_000)), settings: settings, json: parsed.has("json"))
+        exit(0)
     case "fanout", "fanout-mqtt":
         let hub = parsed.positionals.first == "fanout"
         let results = (hub ? [try RawZMQBench.pushPull(settings)] : [])
@@ -118,6 +123,7 @@ do {
         results.append(MosquittoBench.publishSubscribe(settings))
     }
     if !parsed.has("no-services") {
+        results += try HTTPSendBench.run(sends: 2 * (parsed[option: "sends"].flatMap(Int.init) ?? 1_000))
         results += try BreakingNewsBench.run(sends: parsed[option: "sends"].flatMap(Int.init) ?? 1_000)
         results += try UserSyncBench.run(
             posts: parsed[option: "posts"].flatMap(Int.init) ?? 1_000, dismisses: parsed[option: "dismisses"].flatMap(Int.init) ?? 1_000)

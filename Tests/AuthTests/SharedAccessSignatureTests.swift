@@ -116,6 +116,26 @@ struct KeyStoreTests {
         #expect(failure(token("full", "F", resource: "http://127.0.0.1:7780/other"))?.message.contains("not '") == true)
     }
 
+    @Test("a token checked once is remembered, but only while its key is the same; expiry and rights are checked every time")
+    func verifiedTokens() throws {
+        var store = KeyStore(keys: [AccessKey(name: "full", key: "F", rights: .all), AccessKey(name: "listen", key: "L", rights: [.listen])])
+        let hub = "http://127.0.0.1:7780/hub"
+        let token = SharedAccessSignature.sign(resource: hub, keyName: "full", key: "F", expiry: 2_000_000_000)
+        let listen = SharedAccessSignature.sign(resource: hub, keyName: "listen", key: "L", expiry: 2_000_000_000)
+        let now = Date(timeIntervalSince1970: 1_900_000_000)
+        #expect(try store.authorize(token, resource: hub, needs: .manage, now: now).name == "full")
+        #expect(try store.authorize(token, resource: hub, needs: .manage, now: now).name == "full")
+        _ = try store.authorize(listen, resource: hub, needs: .listen, now: now)
+        #expect(throws: AuthError.self) { try store.authorize(listen, resource: hub, needs: .send, now: now) }
+        #expect(throws: AuthError.self) {
+            try store.authorize(token, resource: hub, needs: .send, now: Date(timeIntervalSince1970: 2_100_000_000))
+        }
+        #expect(throws: AuthError.self) { try store.authorize(token, resource: "http://127.0.0.1:7780/other", needs: .send, now: now) }
+        // The key is replaced: the remembered token no longer passes.
+        store.keys[0] = AccessKey(name: "full", key: "G", rights: .all)
+        #expect(throws: AuthError.self) { try store.authorize(token, resource: hub, needs: .send, now: now) }
+    }
+
     @Test("connection strings parse, and sb:// becomes https://")
     func connectionStrings() throws {
         let key = AccessKey(name: "DefaultListenSharedAccessSignature", key: "abc=", rights: [.listen])
