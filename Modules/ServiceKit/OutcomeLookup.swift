@@ -1,3 +1,4 @@
+import Foundation
 import HubProtocol
 
 /// Where a notification's outcome is: the dispatcher once it has pulled the notification, the
@@ -9,5 +10,29 @@ public enum OutcomeLookup {
         } catch let error as HubError where error.code == .notFound {
             return try publish.call(OutcomeRequest(notificationId: notificationId))
         }
+    }
+
+    /// A test send's outcome and the results of its first targets, once the dispatcher has
+    /// planned it and those targets have answered, or whatever there is after `seconds`.
+    public static func waitForTest(
+        _ notificationId: String, dispatch: HubClient, publish: HubClient, seconds: TimeInterval
+    ) -> (outcome: NotificationOutcome?, results: [TestResult]) {
+        let deadline = Date().addingTimeInterval(seconds)
+        var outcome: NotificationOutcome?
+        var results: [TestResult] = []
+        while true {
+            outcome = (try? find(notificationId, dispatch: dispatch, publish: publish)) ?? outcome
+            if let state = outcome?.state, [.completed, .noTargetFound, .abandoned].contains(state) {
+                results = (try? dispatch.call(TestResultsRequest(notificationId: notificationId)).results) ?? results
+                if results.allSatisfy({ $0.outcome != nil }) {
+                    // Read again: the counts move in the same commits as the results, so now they agree.
+                    outcome = (try? find(notificationId, dispatch: dispatch, publish: publish)) ?? outcome
+                    break
+                }
+            }
+            if Date() >= deadline { break }
+            Thread.sleep(forTimeInterval: 0.02)
+        }
+        return (outcome, results)
     }
 }

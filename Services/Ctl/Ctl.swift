@@ -16,7 +16,10 @@ enum Ctl {
           health [--agent]            ask every service whether it is up, one line each; a local agent that
                                       does not run is reported, and counted as down only with --agent
           send [TARGET] NAME=VALUE... send a template notification with these properties
-          send [TARGET] --native JSON send a native notification
+          send [TARGET] --native JSON [--platform P] [--headers 'NAME=VALUE;…']
+                                      send a native notification, to linux agents or to platform P's
+                                      installations (apns, fcmv1, gcm, wns, adm, baidu, browser) with its headers
+          send ... --test             wait for the dispatcher and print what became of each of the first 10 targets
           send [TARGET] --rich FILE --message TEXT [--rich-type image] [--content-type image/png]
                                       store FILE and send a silent notification; agents fetch it, then show it
                TARGET: --tag EXPRESSION | --installation ID | --user USER (none: everyone)
@@ -24,7 +27,7 @@ enum Ctl {
           send ... --schedule TIME    send at TIME (ISO 8601, at most 7 days ahead); --direct HANDLE sends to one device
           cancel ID                   cancel a scheduled send that has not fired
           outcome ID                  what became of a notification
-          installations list [--tag T] [--top N] | show ID | delete ID
+          installations list [--tag T] [--channel HANDLE] [--top N] | show ID | delete ID
           user credential USER [--lifetime SECONDS]
                                       enroll a device of USER: prints the credential for nh-agent login,
                                       valid for SECONDS (60 s to 5 years; default: 365 days)
@@ -46,10 +49,10 @@ enum Ctl {
     static let valuedOptions: Set<String> = [
         "config", "timeout", "tag", "installation", "user", "ttl", "native", "connection-string", "idempotency-key",
         "app-id", "title", "body", "raw", "expires-in", "priority", "group", "lifetime", "rich", "message", "rich-type",
-        "content-type", "schedule", "direct", "top",
+        "content-type", "schedule", "direct", "top", "platform", "headers", "channel",
     ]
     /// The options that take none; each is named in `usage`, as is --help.
-    static let flagOptions: Set<String> = ["json", "agent"]
+    static let flagOptions: Set<String> = ["json", "agent", "test"]
 
     static func main(_ arguments: [String], environment: [String: String]) -> Int32 {
         let parsed: Arguments

@@ -18,7 +18,8 @@ enum CtlInstallations {
                 var after: String?
                 var shown = 0
                 repeat {
-                    let page = try registry.call(InstallationList(tag: parsed[option: "tag"], limit: min(top - shown, 1000), after: after))
+                    let page = try registry.call(InstallationList(
+                        tag: parsed[option: "tag"], pushChannel: parsed[option: "channel"], limit: min(top - shown, 1000), after: after))
                     for installation in page.installations {
                         if parsed.has("json") {
                             print(String(decoding: try encoder.encode(installation), as: UTF8.self))
@@ -40,7 +41,7 @@ enum CtlInstallations {
                 print(parsed.has("json") ? #"{"deleted":"\#(words[1])"}"# : "deleted \(words[1])")
                 return 0
             default:
-                return Ctl.fail("usage: nhctl installations list [--tag T] [--top N] | show ID | delete ID")
+                return Ctl.fail("usage: nhctl installations list [--tag T] [--channel HANDLE] [--top N] | show ID | delete ID")
             }
         } catch {
             return CtlSend.report(error)

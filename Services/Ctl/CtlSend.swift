@@ -83,15 +83,41 @@ enum CtlSend {
             guard let date = WireDate.parse(text) else { return Ctl.fail("--schedule must be an ISO 8601 time such as 2026-01-31T12:00:00Z") }
             scheduledAt = date
         }
-        let request = SendNotification(
+        var platform: Platform?
+        if let name = parsed[option: "platform"] {
+            guard let named = Platform(name: name) ?? Platform(format: name) else {
+                return Ctl.fail("--platform '\(name)' is not one of \(Platform.allCases.map(\.rawValue).joined(separator: ", "))")
+            }
+            guard native != nil else { return Ctl.fail("--platform goes with --native: a template send reaches every platform's templates") }
+            platform = named == .linux ? nil : named
+        }
+        var headers: [String: String]?
+        if let text = parsed[option: "headers"] {
+            headers = [:]
+            for item in text.split(separator: ";") {
+                guard let equals = item.firstIndex(of: "="), equals != item.startIndex else {
+                    return Ctl.fail("--headers takes NAME=VALUE pairs joined by ;, such as 'apns-push-type=alert;apns-priority=10'")
+                }
+                headers![item[..<equals].trimmingCharacters(in: .whitespaces).lowercased()] = String(item[item.index(after: equals)...])
+            }
+        }
+        var request = SendNotification(
             idempotencyKey: parsed[option: "idempotency-key"] ?? UUID().uuidString, format: native == nil ? .template : .native,
             body: native, properties: native == nil ? properties : nil, tagExpression: parsed[option: "tag"],
             installationId: parsed[option: "installation"] ?? parsed[option: "direct"], userId: parsed[option: "user"],
-            timeToLive: ttl, scheduledAt: scheduledAt)
+            timeToLive: ttl, scheduledAt: scheduledAt, platform: platform, headers: headers)
+        if parsed.has("test") { request.test = true }
         do {
-            let client = try client(config.publish.requests, try credential(parsed, config: config, environment: environment), config)
+            let credential = try credential(parsed, config: config, environment: environment)
+            let client = try client(config.publish.requests, credential, config)
             defer { client.close() }
             let accepted = try client.call(request)
+            if parsed.has("test") {
+                let dispatcher = try Self.client(config.dispatch.requests, credential, config)
+                defer { dispatcher.close() }
+                let (outcome, results) = OutcomeLookup.waitForTest(accepted.notificationId, dispatch: dispatcher, publish: client, seconds: 10)
+                return printTest(accepted.notificationId, outcome, results, json: parsed.has("json"))
+            }
             if parsed.has("json") {
                 print(#"{"notificationId":"\#(accepted.notificationId)","state":"\#(accepted.state.rawValue)"}"#)
             } else {
@@ -101,6 +127,23 @@ enum CtlSend {
         } catch {
             return report(error)
         }
+    }
+
+    /// A test send's results: one line per target of the first 10, and the totals.
+    static func printTest(_ id: String, _ outcome: NotificationOutcome?, _ results: [TestResult], json: Bool) -> Int32 {
+        let success = outcome?.acknowledged ?? 0
+        let failure = (outcome?.targets ?? 0) - success
+        if json {
+            let encoder = HubCodec.makeEncoder()
+            let list = (try? encoder.encode(results)).map { String(decoding: $0, as: UTF8.self) } ?? "[]"
+            print(#"{"notificationId":"\#(id)","state":"\#(outcome?.state.rawValue ?? "Unknown")","success":\#(success),"failure":\#(failure),"results":\#(list)}"#)
+        } else {
+            print("\(id): \(outcome?.state.rawValue ?? "Unknown"), \(success) succeeded, \(failure) did not")
+            for result in results {
+                print("  \(result.installationId)  \(result.platform)  \(result.outcome ?? "no answer yet")")
+            }
+        }
+        return 0
     }
 
     static func cancel(_ parsed: Arguments, config: HubConfig, environment: [String: String]) -> Int32 {
@@ -137,6 +180,9 @@ enum CtlSend {
                       targets \(outcome.targets), delivered \(outcome.delivered), acknowledged \(outcome.acknowledged), expired \(outcome.expired), failed \(outcome.failed)
                       enqueued \(WireDate.format(outcome.enqueuedAt))\(outcome.endedAt.map { ", processed \(WireDate.format($0))" } ?? "")
                     """)
+                for (platform, counts) in (outcome.platforms ?? [:]).sorted(by: { $0.key < $1.key }) {
+                    print("  \(platform): " + counts.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", "))
+                }
             }
             return 0
         } catch {

@@ -396,18 +396,7 @@ final class GatewayRoutes: @unchecked Sendable {
     /// A test send's `<NotificationOutcome>`: waits (at most `testWaitSeconds`) until the dispatcher
     /// has planned it and its first targets have answered, then reports each, as Azure does.
     private func testOutcome(_ id: String) -> HTTPResponse {
-        let deadline = Date().addingTimeInterval(Self.testWaitSeconds)
-        var outcome: NotificationOutcome?
-        var results: [TestResult] = []
-        while true {
-            outcome = try? OutcomeLookup.find(id, dispatch: dispatch, publish: publish)
-            if let state = outcome?.state, [.completed, .noTargetFound, .abandoned].contains(state) {
-                results = (try? dispatch.call(TestResultsRequest(notificationId: id)).results) ?? []
-                if results.allSatisfy({ $0.outcome != nil }) { break }
-            }
-            if Date() >= deadline { break }
-            usleep(20_000)
-        }
+        let (outcome, results) = OutcomeLookup.waitForTest(id, dispatch: dispatch, publish: publish, seconds: Self.testWaitSeconds)
         return OutcomeXML.testOutcome(outcome, results: results, waited: Self.testWaitSeconds)
     }
 

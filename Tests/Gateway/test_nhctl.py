@@ -160,3 +160,26 @@ def test_help_names_every_option():
     assert result.returncode == 0
     named = set(re.findall(r"--([a-z][a-z-]*)", result.stdout))
     assert sorted(read - named) == []
+
+
+def test_platform_sends_test_sends_and_channels_through_nhctl(hub, agent):
+    body = {"installationId": "ctl-apns", "platform": "apns", "pushChannel": "CTL0TOKEN", "tags": ["CtlPlat"]}
+    r = requests.put(f"{hub.base}/hub/installations/ctl-apns?api-version=2015-01", data=json.dumps(body),
+                     headers={"Authorization": hub.token(), "Content-Type": "application/json"})
+    assert r.status_code == 200, r.text
+    listed = nhctl(hub, "installations", "list", "--channel", "CTL0TOKEN")
+    assert listed.returncode == 0 and [json.loads(l)["installationId"] for l in listed.stdout.splitlines()] == ["ctl-apns"]
+
+    sent = nhctl(hub, "send", "--tag", "CtlPlat", "--platform", "apple", "--native", '{"aps":{"alert":"hi"}}',
+                 "--headers", "apns-push-type=alert;apns-priority=10", "--test")
+    assert sent.returncode == 0, sent.stderr
+    result = json.loads(sent.stdout)
+    assert (result["state"], result["success"], result["failure"]) == ("Completed", 0, 1)
+    assert result["results"][0]["installationId"] == "ctl-apns" and result["results"][0]["outcome"].startswith("PnsUnavailable")
+    assert outcome(hub, result["notificationId"])["platforms"] == {"apns": {"Targets": 1, "PnsUnavailable": 1}}
+
+    bad = nhctl(hub, "send", "--tag", "CtlPlat", "--platform", "apple", "--native", '{"alert":"no aps"}')
+    assert bad.returncode == 1 and "'aps'" in bad.stderr
+    assert nhctl(hub, "send", "--platform", "ios", "--native", "{}").returncode == 2
+    assert nhctl(hub, "send", "--platform", "apns", "m=x").returncode == 2
+    assert nhctl(hub, "send", "--native", "{}", "--headers", "novalue").returncode == 2

@@ -85,25 +85,29 @@ def struct(req=None, opt=None):
 TEMPLATE = struct({"body": "str"}, {"expiry": "str", "tags": ("list", "str"), "headers": ("map", "str")})
 INSTALLATION = struct(
     {"installationId": "str", "platform": "str", "pushChannel": "str", "tags": ("list", "str")},
-    {"userId": "str", "templates": ("map", TEMPLATE), "expirationTime": "date", "createdAt": "date", "lastSeen": "date"})
+    {"userId": "str", "templates": ("map", TEMPLATE), "expirationTime": "date", "createdAt": "date", "lastSeen": "date",
+     "version": "uint"})
 PATCH_OPERATION = struct({"op": "str", "path": "str"}, {"value": "json"})
 RICH_REFERENCE = struct({"richId": "str", "richType": "str", "message": "str", "contentType": "str", "size": "int"})
 VISUAL = struct({"title": "str", "body": "str"})
 
 PAYLOADS = {
     "health": struct(), "metrics": struct(),
-    "installation.upsert": struct({"installation": INSTALLATION}),
+    "installation.upsert": struct({"installation": INSTALLATION}, {"userToken": "str", "ifMatch": "str"}),
     "installation.patch": struct({"installationId": "str", "operations": ("list", PATCH_OPERATION)}),
     "installation.get": struct({"installationId": "str"}),
-    "installation.delete": struct({"installationId": "str"}),
-    "installation.list": struct(None, {"tag": "str", "limit": "int", "after": "str"}),
+    "installation.delete": struct({"installationId": "str"}, {"ifMatch": "str"}),
+    "installation.list": struct(None, {"tag": "str", "pushChannel": "str", "limit": "int", "after": "str"}),
     "registry.snapshot": struct(),
     "notification.send": struct(
         {"format": ("enum", {"native", "template"})},
         {"idempotencyKey": "str", "body": "str", "properties": ("map", "str"), "tagExpression": "str",
-         "installationId": "str", "userId": "str", "timeToLive": "int", "scheduledAt": "date", "rich": RICH_REFERENCE}),
+         "installationId": "str", "userId": "str", "timeToLive": "int", "scheduledAt": "date", "rich": RICH_REFERENCE,
+         "platform": ("enum", {"linux", "apns", "fcmv1", "gcm", "wns", "adm", "baidu", "browser"}), "headers": ("map", "str"),
+         "test": "bool", "installationIds": ("list", "str")}),
     "notification.cancel": struct({"notificationId": "str"}),
     "notification.outcome": struct({"notificationId": "str"}),
+    "notification.test.results": struct({"notificationId": "str"}),
     "notification.pending": struct({"after": "uint"}, {"limit": "int"}),
     "rich.send": struct(
         {"message": "str", "richType": "str", "contentType": "str", "payload": "data"},
@@ -133,6 +137,7 @@ REPLY_TYPES = {
     "registry.snapshot": "registry.snapshot.reply",
     "notification.send": "notification.accepted", "notification.cancel": "ack",
     "notification.outcome": "notification.outcome.reply", "notification.pending": "notification.pending.reply",
+    "notification.test.results": "notification.test.results.reply",
     "rich.send": "rich.accepted", "rich.fetch": "rich.payload",
     "user.post": "user.notification", "user.changes": "user.changes.reply", "user.history": "user.history.reply",
     "user.state": "user.notification", "user.delete": "ack", "user.credential": "user.credential.reply",
@@ -148,7 +153,7 @@ SERVICE_TYPES = {
                                    "installation.list", "registry.snapshot"},
     "nh-sync": COMMON_TYPES | {"user.post", "user.changes", "user.history", "user.state", "user.delete", "user.credential",
                                "user.token"},
-    "nh-dispatch": COMMON_TYPES | {"notification.outcome"},
+    "nh-dispatch": COMMON_TYPES | {"notification.outcome", "notification.test.results"},
     "nh-publish": COMMON_TYPES | {"notification.send", "notification.cancel", "rich.send", "rich.fetch",
                                   "notification.pending", "notification.outcome", "user.post"},
     "nh-gateway": set(COMMON_TYPES),
@@ -163,7 +168,8 @@ SAS_RIGHTS = {
     "installation.upsert": "listen", "installation.patch": "listen", "installation.get": "listen",
     "installation.delete": "listen", "installation.list": "manage", "registry.snapshot": "manage",
     "notification.send": "send", "notification.cancel": "send", "rich.send": "send", "rich.fetch": "listen",
-    "notification.pending": "manage", "notification.outcome": "send", "user.post": "send", "user.credential": "manage",
+    "notification.pending": "manage", "notification.outcome": "send", "notification.test.results": "send", "user.post": "send",
+    "user.credential": "manage",
 }
 USER_TOKEN_TYPES = {"user.changes", "user.history", "user.state", "user.delete"}
 KEY_RIGHTS = {FULL_KEY: {"listen", "send", "manage"}, LISTEN_KEY: {"listen"}}
@@ -331,6 +337,8 @@ def check_value(schema, value):
             return UNSURE
         if schema == "json":
             return VALID
+        if schema == "bool":
+            return VALID if isinstance(value, bool) else INVALID
         raise AssertionError(schema)
     kind = schema[0]
     if kind == "enum":
@@ -887,7 +895,7 @@ class Generator:
             if r.random() < 0.1:
                 payload["scheduledAt"] = iso(6 * 86_400)
             return payload
-        if kind in ("notification.cancel", "notification.outcome"):
+        if kind in ("notification.cancel", "notification.outcome", "notification.test.results"):
             return {"notificationId": f"fz-none-{r.randrange(1000)}"}
         if kind == "notification.pending":
             return {"after": r.randint(0, 1000), "limit": r.randint(1, 5)}
