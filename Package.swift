@@ -88,6 +88,7 @@ let package = Package(
             tests("AgentTests", dependencies: ["NHAgent", "HubProtocol"]),
             tests("CtlTests", dependencies: ["NHCtl"]),
             tests("BenchTests", dependencies: ["NHBench"]),
+            tests("GatewayTests", dependencies: ["NHGateway", "HTTPServer", "HubProtocol", "ServiceKit", "Auth"]),
             tests("EndToEndTests", dependencies: ["Auth", "Bus", "HubProtocol", "ServiceKit"]),
         ]
 )

@@ -17,6 +17,20 @@ public struct HTTPRequest: Sendable {
     public var isTLS: Bool
 
     public func header(_ name: String) -> String? { headers[name.lowercased()] }
+
+    /// A request as the server hands it over; for running handlers in process. Header names lowercased.
+    public init(
+        method: String, path: String, headers: [String: String] = [:], query: [String: String] = [:], body: Data = Data(),
+        bodyTooLarge: Bool = false, isTLS: Bool = false
+    ) {
+        self.method = method
+        self.path = path
+        self.headers = headers
+        self.query = query
+        self.body = body
+        self.bodyTooLarge = bodyTooLarge
+        self.isTLS = isTLS
+    }
 }
 
 public struct HTTPResponse: Sendable {

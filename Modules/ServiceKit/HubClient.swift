@@ -3,9 +3,15 @@ import Foundation
 import HubProtocol
 import Synchronization
 
+/// What calls a service: a `HubClient` over the bus, or a stand-in in tests that run a service's
+/// handlers in process.
+public protocol ServiceCalling: AnyObject {
+    func call<R: HubRequest>(_ request: R, auth: String?) throws -> R.Reply
+}
+
 /// Calls a service over request/reply with `HubProtocol` envelopes: a fresh correlation id per call,
 /// kept across retries so a late reply to an earlier attempt still counts.
-public final class HubClient {
+public final class HubClient: ServiceCalling {
     public let client: RequestClient
     /// Makes the envelope's `auth` for every call that passes none of its own; called per call,
     /// so a provider can hand out fresh tokens as old ones expire.

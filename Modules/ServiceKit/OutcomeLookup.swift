@@ -4,18 +4,18 @@ import HubProtocol
 /// Where a notification's outcome is: the dispatcher once it has pulled the notification, the
 /// publish service before that (accepted, scheduled or canceled).
 public enum OutcomeLookup {
-    public static func find(_ notificationId: String, dispatch: HubClient, publish: HubClient) throws -> NotificationOutcome {
+    public static func find(_ notificationId: String, dispatch: any ServiceCalling, publish: any ServiceCalling) throws -> NotificationOutcome {
         do {
-            return try dispatch.call(OutcomeRequest(notificationId: notificationId))
+            return try dispatch.call(OutcomeRequest(notificationId: notificationId), auth: nil)
         } catch let error as HubError where error.code == .notFound {
-            return try publish.call(OutcomeRequest(notificationId: notificationId))
+            return try publish.call(OutcomeRequest(notificationId: notificationId), auth: nil)
         }
     }
 
     /// A test send's outcome and the results of its first targets, once the dispatcher has
     /// planned it and those targets have answered, or whatever there is after `seconds`.
     public static func waitForTest(
-        _ notificationId: String, dispatch: HubClient, publish: HubClient, seconds: TimeInterval
+        _ notificationId: String, dispatch: any ServiceCalling, publish: any ServiceCalling, seconds: TimeInterval
     ) -> (outcome: NotificationOutcome?, results: [TestResult]) {
         let deadline = Date().addingTimeInterval(seconds)
         var outcome: NotificationOutcome?
@@ -23,7 +23,7 @@ public enum OutcomeLookup {
         while true {
             outcome = (try? find(notificationId, dispatch: dispatch, publish: publish)) ?? outcome
             if let state = outcome?.state, [.completed, .noTargetFound, .abandoned].contains(state) {
-                results = (try? dispatch.call(TestResultsRequest(notificationId: notificationId)).results) ?? results
+                results = (try? dispatch.call(TestResultsRequest(notificationId: notificationId), auth: nil).results) ?? results
                 if results.allSatisfy({ $0.outcome != nil }) {
                     // Read again: the counts move in the same commits as the results, so now they agree.
                     outcome = (try? find(notificationId, dispatch: dispatch, publish: publish)) ?? outcome

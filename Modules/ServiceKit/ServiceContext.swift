@@ -25,6 +25,16 @@ public final class ServiceContext {
         keyRate = config.limits.requestsPerSecondPerKey > 0 ? RateLimiter(perSecond: config.limits.requestsPerSecondPerKey) : nil
     }
 
+    /// A context for running a service's handlers in process (tests, tools): no signal handling, no
+    /// sockets until something binds one.
+    public static func detached(name: String, config: HubConfig, logLevel: Logger.Level = .warning) -> ServiceContext {
+        var logger = Logger(service: name)
+        logger.level = logLevel
+        let loop = EventLoop(signals: SignalWatcher(signals: []), logger: logger)
+        return ServiceContext(
+            name: name, config: config, logger: logger, loop: loop, dataDirectory: URL(fileURLWithPath: config.dataDir, isDirectory: true))
+    }
+
     /// Opens (creating if needed) this service's database in the data folder and migrates it.
     /// `synchronous` is FULL for what must survive power loss once acknowledged to a sender;
     /// NORMAL for state that can be rebuilt from another service's store, which WAL keeps intact.

@@ -32,9 +32,6 @@ enum GatewayResponse {
         HTTPResponse(status: status, headers: [("Content-Type", "application/json")] + headers, body: data)
     }
 
-    static func json(_ status: Int, _ object: Any) -> HTTPResponse {
-        json(status, (try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes])) ?? Data())
-    }
 
     static func empty(_ status: Int, headers: [(String, String)] = []) -> HTTPResponse {
         HTTPResponse(status: status, headers: headers)

@@ -12,20 +12,21 @@ import Tags
 /// Each worker thread of the HTTP server owns one, so its clients are used by one thread only.
 final class GatewayRoutes: @unchecked Sendable {
     let context: ServiceContext
-    let registry: HubClient
-    let publish: HubClient
-    let dispatch: HubClient
-    let sync: HubClient
+    let registry: any ServiceCalling
+    let publish: any ServiceCalling
+    let dispatch: any ServiceCalling
+    let sync: any ServiceCalling
     static let maxMessageBytes = 64 * 1024
     /// How long a test send (`?test`) waits for its targets' answers before reporting.
     static let testWaitSeconds: TimeInterval = 10
     /// Responses by method and status, shared by every worker's routes.
     let counts: HTTPCounts
     let web: WebPages
-    let streams: UserStreams
+    /// Absent when the routes run in process, without the loop that feeds event streams.
+    let streams: UserStreams?
 
-    init(context: ServiceContext, registry: HubClient, publish: HubClient, dispatch: HubClient, sync: HubClient,
-         counts: HTTPCounts, web: WebPages, streams: UserStreams) {
+    init(context: ServiceContext, registry: any ServiceCalling, publish: any ServiceCalling, dispatch: any ServiceCalling,
+         sync: any ServiceCalling, counts: HTTPCounts, web: WebPages, streams: UserStreams?) {
         self.counts = counts
         self.web = web
         self.streams = streams
@@ -62,127 +63,101 @@ final class GatewayRoutes: @unchecked Sendable {
         // The hub's own resources (users, health, expressions) take api-version but do not need it;
         // Notification Hubs' resources need it, as Azure does.
         if request.query["api-version"] != nil || !Self.ownResources.contains(rest.first ?? "") { try checkVersion(request) }
-        switch (request.method, rest.first, rest.count) {
-        case ("PUT", "installations", 2):
-            return try putInstallation(rest[1], request, as: try authorize(request, .listen))
-        case ("GET", "installations", 2):
-            try authorize(request, .listen)
-            let reply = try registry.call(InstallationGet(installationId: rest[1]))
-            return GatewayResponse.json(200, try InstallationJSON.encode(reply.installation))
-        case ("PATCH", "installations", 2):
-            let key = try authorize(request, .listen)
-            let operations = try InstallationJSON.patch(request.body)
-            // Signed with the caller's own key, so the registry grants exactly the caller's rights.
-            _ = try registry.call(
-                InstallationPatch(installationId: rest[1], operations: operations, userToken: request.header("x-nh-user-token")),
-                auth: context.token(for: key))
-            // The REST reference gives 204, but the service answers 200 and the .NET, Java and JS SDKs require it.
-            return GatewayResponse.empty(200)
-        case ("DELETE", "installations", 2), ("DELETE", "registrations", 2):
-            try authorize(request, .listen)
-            do {
-                _ = try registry.call(InstallationDelete(installationId: rest[1], ifMatch: request.header("if-match")))
-            } catch let error as HubError where error.code == .notFound {
-                // Deleting what is not there succeeds, as the service does.
-            }
-            return GatewayResponse.empty(rest[0] == "registrations" ? 200 : 204)
-        case ("POST", "registrations", 1):
-            let key = try authorize(request, .listen)
-            return try saveRegistration(Self.newRegistrationId(), request, key: key)
-        case ("PUT", "registrations", 2):
-            let key = try authorize(request, .listen)
-            return try saveRegistration(rest[1], request, key: key)
-        case ("POST", let resource?, 1) where resource.lowercased() == "registrationids":
-            try authorize(request, .listen)
-            let id = Self.newRegistrationId()
-            return GatewayResponse.empty(201, headers: [
-                ("Location", "\(baseURL(request))/\(hub)/registrationids/\(id)?api-version=2020-06"), ("Content-Location", "\(baseURL(request))/\(hub)/registrations/\(id)?api-version=2020-06"),
-            ])
-        case ("POST", "messages", 1):
-            try authorize(request, .send)
-            return try sendMessage(request, scheduled: false)
-        case ("POST", "messages", 2) where rest[1] == "$batch":
-            try authorize(request, .send)
-            guard request.query["direct"] != nil else {
-                throw HubError(.invalidArgument, "a batch send is POST /\(hub)/messages/$batch?direct")
-            }
-            return try sendMessage(request, scheduled: false, batch: try BatchBody.parse(request.body, contentType: request.header("content-type")))
-        case ("POST", "schedulednotifications", 1):
-            try authorize(request, .send)
-            return try sendMessage(request, scheduled: true)
-        case ("DELETE", "schedulednotifications", 2):
-            try authorize(request, .send)
-            _ = try publish.call(CancelScheduledNotification(notificationId: rest[1]))
-            return GatewayResponse.empty(200)
-        case ("GET", "messages", 2):
-            try authorize(request, .send)
-            return try outcome(rest[1], request)
-        case ("GET", "messages", 1):
-            try authorize(request, .send)
-            return try recentMessages(request)
-        case ("GET", "health", 1):
-            try authorize(request, .listen)
-            return health()
-        case ("GET", "expressions", 2) where rest[1] == "check":
-            try authorize(request, .send)
-            return try checkExpression(request)
-        case ("GET", "users", 4) where rest[1] == "me" && rest[2] == "notifications" && rest[3] == "stream":
-            return try openStream(request)
-        case ("GET", "registrations", 1):
-            try authorize(request, .manage)
-            return try listRegistrations(request, tag: nil)
-        case ("GET", "tags", 3) where rest[2] == "registrations":
-            try authorize(request, .manage)
-            return try listRegistrations(request, tag: rest[1])
-        case ("GET", "registrations", 2):
-            try authorize(request, .listen)
-            let reply = try registry.call(InstallationGet(installationId: rest[1]))
-            return RegistrationFeed.entry(reply.installation, base: baseURL(request) + "/" + hub)
-        case ("POST", "users", 2) where rest[1] == "tokens":
-            let body = try Self.object(request.body, "a JSON object with the user's credential")
-            guard let credential = body["credential"] as? String else {
-                throw HubError(.invalidPayload, "the body needs 'credential', from nhctl user credential")
-            }
-            return GatewayResponse.json(200, HubCodec.encodePayload(try sync.call(UserTokenRequest(credential: credential))))
-        case ("GET", "users", 3) where rest[1] == "me" && rest[2] == "notifications":
-            let limit = request.query["limit"].flatMap(Int.init)
-            let cursor = UInt64(request.query["cursor"] ?? "0") ?? 0
-            let changes = try sync.call(UserChangesRequest(cursor: cursor, limit: limit), auth: try bearer(request))
-            return GatewayResponse.json(200, HubCodec.encodePayload(changes))
-        case ("GET", "users", 4) where rest[1] == "me" && rest[2] == "notifications" && rest[3] == "history":
-            let history = try sync.call(UserHistoryRequest(), auth: try bearer(request))
-            return GatewayResponse.json(200, HubCodec.encodePayload(history))
-        case ("PATCH", "users", 4) where rest[1] == "me" && rest[2] == "notifications":
-            let body = try Self.object(request.body, "a JSON object with readState and/or userActionState")
-            for key in body.keys where !["readState", "userActionState"].contains(key) {
-                throw HubError(.unknownField, "a state change has no field '\(key)'; use readState and userActionState")
-            }
-            let read = try (body["readState"] as? String).map { text throws -> ReadState in
-                guard let state = ReadState(rawValue: text) else { throw HubError(.invalidArgument, "readState '\(text)' must be unread or read") }
-                return state
-            }
-            let action = try (body["userActionState"] as? String).map { text throws -> UserActionState in
-                guard let state = UserActionState(rawValue: text) else {
-                    throw HubError(.invalidArgument, "userActionState '\(text)' must be noInteraction, activated, dismissed or snoozed")
-                }
-                return state
-            }
-            let reply = try sync.call(
-                UpdateUserNotificationState(id: rest[3], readState: read, userActionState: action, device: request.header("x-device")),
-                auth: try bearer(request))
-            return GatewayResponse.json(200, HubCodec.encodePayload(reply))
-        case ("DELETE", "users", 4) where rest[1] == "me" && rest[2] == "notifications":
-            _ = try sync.call(DeleteUserNotification(id: rest[3], device: request.header("x-device")), auth: try bearer(request))
-            return GatewayResponse.empty(204)
-        case ("POST", "users", 3) where rest[2] == "notifications":
-            try authorize(request, .send)
-            return try postUserNotification(rest[1], request)
-        case (_, "installations", _), (_, "messages", _), (_, "registrations", _), (_, "users", _), (_, "schedulednotifications", _),
-            (_, "tags", _), (_, "health", _), (_, "expressions", _):
+        switch GatewayRoute.match(request.method, rest) {
+        case .found(let route, let parameters):
+            return try route.handle(self, request, parameters)
+        case .wrongMethod:
             throw HubError(.invalidArgument, "\(request.method) is not supported on \(request.path)")
-        default:
+        case .none where GatewayRoute.table.contains(where: { $0.pattern.first?.lowercased() == rest.first?.lowercased() }):
+            throw HubError(.invalidArgument, "\(request.method) is not supported on \(request.path)")
+        case .none:
             throw HubError(.notFound, "no resource at \(request.path)")
         }
+    }
+
+    // MARK: The handlers of the route table (GatewayRoute.table)
+
+    func getInstallation(_ request: HTTPRequest, _ id: String) throws -> HTTPResponse {
+        try authorize(request, .listen)
+        let reply = try registry.call(InstallationGet(installationId: id))
+        return GatewayResponse.json(200, try InstallationJSON.encode(reply.installation))
+    }
+
+    func patchInstallation(_ request: HTTPRequest, _ id: String) throws -> HTTPResponse {
+        let key = try authorize(request, .listen)
+        let operations = try InstallationJSON.patch(request.body)
+        // Signed with the caller's own key, so the registry grants exactly the caller's rights.
+        _ = try registry.call(
+            InstallationPatch(installationId: id, operations: operations, userToken: request.header("x-nh-user-token")),
+            auth: context.token(for: key))
+        // The REST reference gives 204, but the service answers 200 and the .NET, Java and JS SDKs require it.
+        return GatewayResponse.empty(200)
+    }
+
+    /// Deleting what is not there succeeds, as the service does: 204 for an installation, 200 for a registration.
+    func delete(_ request: HTTPRequest, _ id: String, status: Int) throws -> HTTPResponse {
+        try authorize(request, .listen)
+        do {
+            _ = try registry.call(InstallationDelete(installationId: id, ifMatch: request.header("if-match")))
+        } catch let error as HubError where error.code == .notFound {}
+        return GatewayResponse.empty(status)
+    }
+
+    func newRegistrationId(_ request: HTTPRequest) throws -> HTTPResponse {
+        try authorize(request, .listen)
+        let id = Self.newRegistrationId()
+        return GatewayResponse.empty(201, headers: [
+            ("Location", "\(baseURL(request))/\(hub)/registrationids/\(id)?api-version=2020-06"),
+            ("Content-Location", "\(baseURL(request))/\(hub)/registrations/\(id)?api-version=2020-06"),
+        ])
+    }
+
+    func getRegistration(_ request: HTTPRequest, _ id: String) throws -> HTTPResponse {
+        try authorize(request, .listen)
+        let reply = try registry.call(InstallationGet(installationId: id))
+        return RegistrationFeed.entry(reply.installation, base: baseURL(request) + "/" + hub)
+    }
+
+    func sendBatch(_ request: HTTPRequest) throws -> HTTPResponse {
+        try authorize(request, .send)
+        guard request.query["direct"] != nil else { throw HubError(.invalidArgument, "a batch send is POST /\(hub)/messages/$batch?direct") }
+        return try sendMessage(request, scheduled: false, batch: try BatchBody.parse(request.body, contentType: request.header("content-type")))
+    }
+
+    func cancelScheduled(_ request: HTTPRequest, _ id: String) throws -> HTTPResponse {
+        try authorize(request, .send)
+        _ = try publish.call(CancelScheduledNotification(notificationId: id))
+        return GatewayResponse.empty(200)
+    }
+
+    func userToken(_ request: HTTPRequest) throws -> HTTPResponse {
+        let body = try GatewayJSON.decode(GatewayJSON.TokenRequest.self, request.body, "a JSON object with the user's credential, from nhctl user credential")
+        return GatewayResponse.json(200, HubCodec.encodePayload(try sync.call(UserTokenRequest(credential: body.credential))))
+    }
+
+    func userChanges(_ request: HTTPRequest) throws -> HTTPResponse {
+        let limit = request.query["limit"].flatMap(Int.init)
+        let cursor = UInt64(request.query["cursor"] ?? "0") ?? 0
+        return GatewayResponse.json(200, HubCodec.encodePayload(
+            try sync.call(UserChangesRequest(cursor: cursor, limit: limit), auth: try bearer(request))))
+    }
+
+    func userHistory(_ request: HTTPRequest) throws -> HTTPResponse {
+        GatewayResponse.json(200, HubCodec.encodePayload(try sync.call(UserHistoryRequest(), auth: try bearer(request))))
+    }
+
+    func userState(_ request: HTTPRequest, _ id: String) throws -> HTTPResponse {
+        let body = try GatewayJSON.decode(GatewayJSON.StateChange.self, request.body, "a JSON object with readState and/or userActionState")
+        let (read, action) = try body.states()
+        let reply = try sync.call(
+            UpdateUserNotificationState(id: id, readState: read, userActionState: action, device: request.header("x-device")),
+            auth: try bearer(request))
+        return GatewayResponse.json(200, HubCodec.encodePayload(reply))
+    }
+
+    func userDelete(_ request: HTTPRequest, _ id: String) throws -> HTTPResponse {
+        _ = try sync.call(DeleteUserNotification(id: id, device: request.header("x-device")), auth: try bearer(request))
+        return GatewayResponse.empty(204)
     }
 
     // MARK: Metrics
@@ -209,7 +184,7 @@ final class GatewayRoutes: @unchecked Sendable {
             lines.append("nh_http_requests_total{service=\"nh-gateway\",method=\"\(parts[0])\",status=\"\(parts[1])\"} \(count)")
         }
         for (service, isUp) in up { lines.append("nh_up{service=\"\(service)\"} \(isUp ? 1 : 0)") }
-        lines.append("nh_user_streams{service=\"nh-gateway\"} \(streams.openCount.load(ordering: .relaxed))")
+        lines.append("nh_user_streams{service=\"nh-gateway\"} \(streams?.openCount.load(ordering: .relaxed) ?? 0)")
         return HTTPResponse(
             status: 200, headers: [("Content-Type", "text/plain; version=0.0.4")], body: Data((lines.joined(separator: "\n") + "\n").utf8))
     }
@@ -244,7 +219,7 @@ final class GatewayRoutes: @unchecked Sendable {
 
     /// The request's shared-access signature must cover its URL and carry the right.
     @discardableResult
-    private func authorize(_ request: HTTPRequest, _ needs: AccessRights) throws -> AccessKey {
+    func authorize(_ request: HTTPRequest, _ needs: AccessRights) throws -> AccessKey {
         guard let header = request.header("authorization") else {
             throw HubError(.unauthorized, "no Authorization header; send SharedAccessSignature sr=…&sig=…&se=…&skn=…")
         }
@@ -269,7 +244,8 @@ final class GatewayRoutes: @unchecked Sendable {
 
     /// Creates or replaces the registration (an installation) from an Atom entry; with If-Match,
     /// only when the stored one still has that ETag. The user an installation has stays its user.
-    private func saveRegistration(_ id: String, _ request: HTTPRequest, key: AccessKey) throws -> HTTPResponse {
+    func saveRegistration(_ id: String, _ request: HTTPRequest) throws -> HTTPResponse {
+        let key = try authorize(request, .listen)
         var installation = try RegistrationXML.installation(RegistrationXML.parse(request.body), id: id)
         if let current = try? registry.call(InstallationGet(installationId: id)).installation {
             installation.userId = current.userId
@@ -281,7 +257,8 @@ final class GatewayRoutes: @unchecked Sendable {
 
     /// A page of registrations as Atom, with `$top` (default 100, at most 1,000), the continuation
     /// token in `X-MS-ContinuationToken` or `?ContinuationToken=`, and an optional `$filter`.
-    private func listRegistrations(_ request: HTTPRequest, tag: String?) throws -> HTTPResponse {
+    func listRegistrations(_ request: HTTPRequest, tag: String?) throws -> HTTPResponse {
+        try authorize(request, .manage)
         var top = 100
         if let text = request.query["$top"] {
             guard let value = Int(text), (1...1000).contains(value) else {
@@ -310,7 +287,8 @@ final class GatewayRoutes: @unchecked Sendable {
 
     // MARK: Installations
 
-    private func putInstallation(_ id: String, _ request: HTTPRequest, as key: AccessKey) throws -> HTTPResponse {
+    func putInstallation(_ id: String, _ request: HTTPRequest) throws -> HTTPResponse {
+        let key = try authorize(request, .listen)
         var installation = try InstallationJSON.decode(request.body)
         guard installation.installationId == id else {
             throw HubError(.invalidArgument, "the body's installationId '\(installation.installationId)' is not the URL's '\(id)'")
@@ -324,7 +302,8 @@ final class GatewayRoutes: @unchecked Sendable {
 
     // MARK: Messages
 
-    private func sendMessage(_ request: HTTPRequest, scheduled: Bool, batch: BatchBody? = nil) throws -> HTTPResponse {
+    func sendMessage(_ request: HTTPRequest, scheduled: Bool, batch: BatchBody? = nil) throws -> HTTPResponse {
+        if batch == nil { try authorize(request, .send) }
         let payload = batch?.notification ?? request.body
         guard !request.bodyTooLarge, payload.count <= Self.maxMessageBytes else {
             throw HubError(.payloadTooLarge, "the notification body is over \(Self.maxMessageBytes) bytes")
@@ -431,54 +410,39 @@ final class GatewayRoutes: @unchecked Sendable {
     }
 
     /// `<NotificationDetails>` as Azure answers, or JSON for a client that asks for it with `Accept`.
-    private func outcome(_ id: String, _ request: HTTPRequest) throws -> HTTPResponse {
+    func outcome(_ id: String, _ request: HTTPRequest) throws -> HTTPResponse {
+        try authorize(request, .send)
         let outcome = try OutcomeLookup.find(id, dispatch: dispatch, publish: publish)
         guard OutcomeXML.wantsJSON(request) else {
             return OutcomeXML.details(outcome, location: "\(baseURL(request))/\(hub)/messages/\(id)?api-version=2015-04")
         }
-        return GatewayResponse.json(200, outcomeObject(outcome, request))
+        return GatewayJSON.response(200, GatewayJSON.Outcome(outcome, location: location(of: id, request)))
     }
 
-    private func outcomeObject(_ outcome: NotificationOutcome, _ request: HTTPRequest) -> [String: Any] {
-        let id = outcome.notificationId
-        var object: [String: Any] = [
-            "notificationId": outcome.notificationId, "state": outcome.state.rawValue,
-            "location": "\(baseURL(request))/\(hub)/messages/\(id)?api-version=2015-04",
-            "enqueueTime": WireDate.format(outcome.enqueuedAt), "targetPlatforms": "linux",
-            "outcomeCounts": [
-                ["name": "Success", "count": outcome.acknowledged], ["name": "Delivered", "count": outcome.delivered],
-                ["name": "Expired", "count": outcome.expired], ["name": "Failed", "count": outcome.failed],
-                ["name": "Targets", "count": outcome.targets],
-            ],
-        ]
-        if let start = outcome.startedAt { object["startTime"] = WireDate.format(start) }
-        if let end = outcome.endedAt { object["endTime"] = WireDate.format(end) }
-        if let platforms = outcome.platforms {
-            object["platforms"] = platforms
-            object["targetPlatforms"] = OutcomeXML.countElements.filter { platforms[$0.0.rawValue] != nil }.map(\.0.format).joined(separator: ",")
-        }
-        return object
+    private func location(of id: String, _ request: HTTPRequest) -> String {
+        "\(baseURL(request))/\(hub)/messages/\(id)?api-version=2015-04"
     }
 
     /// `GET /{hub}/messages?$top=N`: the latest accepted notifications, newest first, each with its
     /// outcome and what it targeted (not its content).
-    private func recentMessages(_ request: HTTPRequest) throws -> HTTPResponse {
+    func recentMessages(_ request: HTTPRequest) throws -> HTTPResponse {
+        try authorize(request, .send)
         let top = min(max(request.query["$top"].flatMap(Int.init) ?? 20, 1), 100)
         let latest = try publish.call(PendingNotificationsRequest(after: UInt64(Int64.max), limit: 1)).latest
         let page = try publish.call(PendingNotificationsRequest(after: latest > UInt64(top) ? latest - UInt64(top) : 0, limit: top))
-        var list: [[String: Any]] = []
+        var list: [GatewayJSON.Outcome] = []
         for accepted in page.notifications.reversed() {
             guard let outcome = try? OutcomeLookup.find(accepted.notificationId, dispatch: dispatch, publish: publish) else { continue }
-            var object = outcomeObject(outcome, request)
+            var item = GatewayJSON.Outcome(outcome, location: location(of: outcome.notificationId, request))
             let send = accepted.send
-            object["format"] = send.rich != nil ? "rich" : send.format.rawValue
-            if let tags = send.tagExpression { object["tags"] = tags }
-            if let installation = send.installationId { object["installationId"] = installation }
-            if let user = send.userId { object["userId"] = user }
-            if let scheduled = send.scheduledAt { object["scheduleTime"] = WireDate.format(scheduled) }
-            list.append(object)
+            item.format = send.rich != nil ? "rich" : send.platform?.format ?? send.format.rawValue
+            item.tags = send.tagExpression
+            item.installationId = send.installationId
+            item.userId = send.userId
+            item.scheduleTime = send.scheduledAt
+            list.append(item)
         }
-        return GatewayResponse.json(200, ["messages": list, "latest": latest])
+        return GatewayJSON.response(200, GatewayJSON.Messages(messages: list, latest: latest))
     }
 
     // MARK: The hub's own resources
@@ -498,50 +462,46 @@ final class GatewayRoutes: @unchecked Sendable {
 
     /// `GET /{hub}/health`: each service up or down, with its uptime, version and figures (queue
     /// depths among them), and the gateway's own.
-    private func health() -> HTTPResponse {
-        var services: [[String: Any]] = askServices(HealthRequest()).map { service, reply in
-            guard let reply else { return ["service": service, "up": false, "status": "down"] }
-            return [
-                "service": service, "up": true, "status": reply.status, "version": reply.version, "pid": Int(reply.pid),
-                "uptimeSeconds": (reply.uptimeSeconds * 10).rounded() / 10, "details": reply.details ?? [:],
-            ]
+    func health(_ request: HTTPRequest) throws -> HTTPResponse {
+        try authorize(request, .listen)
+        func row(_ service: String, _ reply: HealthReply?) -> GatewayJSON.ServiceHealth {
+            guard let reply else { return GatewayJSON.ServiceHealth(service: service, up: false, status: "down") }
+            return GatewayJSON.ServiceHealth(
+                service: service, up: true, status: reply.status, version: reply.version, pid: reply.pid,
+                uptimeSeconds: (reply.uptimeSeconds * 10).rounded() / 10, details: reply.details ?? [:])
         }
-        let own = context.health([:])
-        services.append([
-            "service": "nh-gateway", "up": true, "status": own.status, "version": own.version, "pid": Int(own.pid),
-            "uptimeSeconds": (own.uptimeSeconds * 10).rounded() / 10,
-            "details": ["userStreams": String(streams.openCount.load(ordering: .relaxed)), "httpThreads": String(context.config.limits.httpThreads)],
-        ])
-        let up = services.allSatisfy { $0["up"] as? Bool == true }
-        return GatewayResponse.json(200, ["status": up ? "ok" : "degraded", "services": services])
+        var services = askServices(HealthRequest()).map { row($0.service, $0.reply) }
+        services.append(row("nh-gateway", context.health([:], details: [
+            "userStreams": String(streams?.openCount.load(ordering: .relaxed) ?? 0), "httpThreads": String(context.config.limits.httpThreads),
+        ])))
+        return GatewayJSON.response(200, GatewayJSON.Health(status: services.allSatisfy(\.up) ? "ok" : "degraded", services: services))
     }
 
     /// `GET /{hub}/expressions/check?expression=…`: parses a tag expression as the publish service
     /// will, so a form can show the error and where it is before anything is sent.
-    private func checkExpression(_ request: HTTPRequest) throws -> HTTPResponse {
+    func checkExpression(_ request: HTTPRequest) throws -> HTTPResponse {
+        try authorize(request, .send)
         guard let text = request.query["expression"] else {
             throw HubError(.invalidArgument, "give the tag expression as ?expression=, such as World && !Sports")
         }
         guard text.utf8.count <= context.config.limits.expressionBytes else {
-            return GatewayResponse.json(200, [
-                "valid": false, "code": ErrorCode.invalidExpression.rawValue,
-                "message": "the tag expression is \(text.utf8.count) bytes; the limit is \(context.config.limits.expressionBytes) (limits.expressionBytes)",
-            ])
+            return GatewayJSON.response(200, GatewayJSON.ExpressionCheck(
+                valid: false, code: ErrorCode.invalidExpression.rawValue,
+                message: "the tag expression is \(text.utf8.count) bytes; the limit is \(context.config.limits.expressionBytes) (limits.expressionBytes)"))
         }
         do {
             let expression = try TagExpression.parse(text)
-            return GatewayResponse.json(200, ["valid": true, "tags": Array(Set(expression.tags)).sorted()])
+            return GatewayJSON.response(200, GatewayJSON.ExpressionCheck(valid: true, tags: Array(Set(expression.tags)).sorted()))
         } catch {
-            var object: [String: Any] = ["valid": false, "code": ErrorCode.invalidExpression.rawValue, "message": error.message]
-            if let position = error.position { object["position"] = position }
-            return GatewayResponse.json(200, object)
+            return GatewayJSON.response(200, GatewayJSON.ExpressionCheck(
+                valid: false, code: ErrorCode.invalidExpression.rawValue, message: error.message, position: error.position))
         }
     }
 
     /// `GET /{hub}/users/me/notifications/stream`: server-sent events of the user's changes from the
     /// cursor in `Last-Event-ID` or `?cursor=` (absent: from now). The user token comes as
     /// `Authorization: Bearer`, or as `?access_token=` for clients that cannot set headers.
-    private func openStream(_ request: HTTPRequest) throws -> HTTPResponse {
+    func openStream(_ request: HTTPRequest) throws -> HTTPResponse {
         guard let token = (try? bearer(request)) ?? request.query["access_token"] else {
             throw HubError(.unauthorized, "send the user token as Authorization: Bearer <token> or ?access_token=; get one at POST /\(hub)/users/tokens")
         }
@@ -556,6 +516,7 @@ final class GatewayRoutes: @unchecked Sendable {
         } else {
             cursor = try sync.call(UserHistoryRequest(), auth: token).cursor
         }
+        guard let streams else { throw HubError(.unavailable, "this gateway serves no event streams") }
         let stream = streams.open(user: user, token: token, cursor: cursor)
         return HTTPResponse(
             status: 200,
@@ -573,14 +534,8 @@ final class GatewayRoutes: @unchecked Sendable {
         return String(header.dropFirst(7))
     }
 
-    static func object(_ body: Data, _ what: String) throws -> [String: Any] {
-        guard let object = try? JSONSerialization.jsonObject(with: body) as? [String: Any] else {
-            throw HubError(.invalidPayload, "the body must be \(what)")
-        }
-        return object
-    }
-
-    private func postUserNotification(_ user: String, _ request: HTTPRequest) throws -> HTTPResponse {
+    func postUserNotification(_ user: String, _ request: HTTPRequest) throws -> HTTPResponse {
+        try authorize(request, .send)
         guard let object = try? JSONSerialization.jsonObject(with: request.body) as? [String: Any] else {
             throw HubError(.invalidPayload, "the body must be a JSON object with appNotificationId and visual and/or raw content")
         }
@@ -599,4 +554,9 @@ final class HTTPCounts: Sendable {
 
     func add(_ key: String) { counts.withLock { $0[key, default: 0] += 1 } }
     var snapshot: [String: Int] { counts.withLock { $0 } }
+}
+
+extension ServiceCalling {
+    /// A call signed by the caller's own auth provider (a `HubClient`'s), or unsigned for a stand-in.
+    func call<R: HubRequest>(_ request: R) throws -> R.Reply { try call(request, auth: nil) }
 }

@@ -1,0 +1,81 @@
+import HTTPServer
+import HubProtocol
+
+/// The gateway's routes: a method and a path under the hub (`{}` is a parameter, literals match
+/// regardless of case), and the handler that answers it. The first match wins.
+struct GatewayRoute: Sendable {
+    let method: String
+    let pattern: [String]
+    let handle: @Sendable (GatewayRoutes, HTTPRequest, [String]) throws -> HTTPResponse
+
+    init(_ method: String, _ path: String, _ handle: @escaping @Sendable (GatewayRoutes, HTTPRequest, [String]) throws -> HTTPResponse) {
+        self.method = method
+        pattern = path.split(separator: "/").map(String.init)
+        self.handle = handle
+    }
+
+    static let table: [GatewayRoute] = [
+        // Installations
+        GatewayRoute("PUT", "installations/{}") { routes, request, p in try routes.putInstallation(p[0], request) },
+        GatewayRoute("GET", "installations/{}") { routes, request, p in try routes.getInstallation(request, p[0]) },
+        GatewayRoute("PATCH", "installations/{}") { routes, request, p in try routes.patchInstallation(request, p[0]) },
+        GatewayRoute("DELETE", "installations/{}") { routes, request, p in try routes.delete(request, p[0], status: 204) },
+        // Registrations
+        GatewayRoute("POST", "registrations") { routes, request, _ in try routes.saveRegistration(GatewayRoutes.newRegistrationId(), request) },
+        GatewayRoute("POST", "registrationIDs") { routes, request, _ in try routes.newRegistrationId(request) },
+        GatewayRoute("GET", "registrations") { routes, request, _ in try routes.listRegistrations(request, tag: nil) },
+        GatewayRoute("GET", "registrations/{}") { routes, request, p in try routes.getRegistration(request, p[0]) },
+        GatewayRoute("PUT", "registrations/{}") { routes, request, p in try routes.saveRegistration(p[0], request) },
+        GatewayRoute("DELETE", "registrations/{}") { routes, request, p in try routes.delete(request, p[0], status: 200) },
+        GatewayRoute("GET", "tags/{}/registrations") { routes, request, p in try routes.listRegistrations(request, tag: p[0]) },
+        // Sends and outcomes
+        GatewayRoute("POST", "messages") { routes, request, _ in try routes.sendMessage(request, scheduled: false) },
+        GatewayRoute("POST", "messages/$batch") { routes, request, _ in try routes.sendBatch(request) },
+        GatewayRoute("GET", "messages") { routes, request, _ in try routes.recentMessages(request) },
+        GatewayRoute("GET", "messages/{}") { routes, request, p in try routes.outcome(p[0], request) },
+        GatewayRoute("POST", "schedulednotifications") { routes, request, _ in try routes.sendMessage(request, scheduled: true) },
+        GatewayRoute("DELETE", "schedulednotifications/{}") { routes, request, p in try routes.cancelScheduled(request, p[0]) },
+        // The hub's own resources
+        GatewayRoute("GET", "health") { routes, request, _ in try routes.health(request) },
+        GatewayRoute("GET", "expressions/check") { routes, request, _ in try routes.checkExpression(request) },
+        // Users
+        GatewayRoute("POST", "users/tokens") { routes, request, _ in try routes.userToken(request) },
+        GatewayRoute("GET", "users/me/notifications") { routes, request, _ in try routes.userChanges(request) },
+        GatewayRoute("GET", "users/me/notifications/history") { routes, request, _ in try routes.userHistory(request) },
+        GatewayRoute("GET", "users/me/notifications/stream") { routes, request, _ in try routes.openStream(request) },
+        GatewayRoute("PATCH", "users/me/notifications/{}") { routes, request, p in try routes.userState(request, p[0]) },
+        GatewayRoute("DELETE", "users/me/notifications/{}") { routes, request, p in try routes.userDelete(request, p[0]) },
+        GatewayRoute("POST", "users/{}/notifications") { routes, request, p in try routes.postUserNotification(p[0], request) },
+    ]
+
+    enum Match {
+        case found(GatewayRoute, [String])
+        /// The path is a resource, but not with this method.
+        case wrongMethod
+        case none
+    }
+
+    /// The parameters, when `segments` fit the pattern.
+    func parameters(_ segments: [String]) -> [String]? {
+        guard segments.count == pattern.count else { return nil }
+        var parameters: [String] = []
+        for (part, segment) in zip(pattern, segments) {
+            if part == "{}" {
+                parameters.append(segment)
+            } else if part.lowercased() != segment.lowercased() {
+                return nil
+            }
+        }
+        return parameters
+    }
+
+    static func match(_ method: String, _ segments: [String]) -> Match {
+        var pathMatched = false
+        for route in table {
+            guard let parameters = route.parameters(segments) else { continue }
+            if route.method == method { return .found(route, parameters) }
+            pathMatched = true
+        }
+        return pathMatched ? .wrongMethod : .none
+    }
+}
