@@ -55,8 +55,25 @@ def test_filters_by_registration_id_and_quoted_values(hub, devices):
     assert ids == []
 
 
+def test_the_js_sdks_joined_filters_for_browsers_and_baidu(hub):
+    browser = {"installationId": "reg-browser", "platform": "browser", "tags": ["RegJs"],
+               "pushChannel": {"endpoint": "https://push.example.org/js/1", "p256dh": "BCVxP", "auth": "BTBZA"}}
+    baidu = {"installationId": "reg-baidu", "platform": "baidu", "tags": ["RegJs"], "pushChannel": "user7-chan9"}
+    for body in (browser, baidu):
+        r = requests.put(f"{hub.base}/hub/installations/{body['installationId']}?{API}", data=json.dumps(body),
+                         headers={"Authorization": hub.token(), "Content-Type": "application/json"})
+        assert r.status_code == 200, r.text
+    endpoint = urllib.parse.quote("https://push.example.org/js/1", safe="")  # encodeURIComponent, as the JS SDK does
+    _, ids = registrations(hub, "$filter=" + urllib.parse.quote(f"Endpoint eq '{endpoint}' and P256DH eq 'BCVxP' and Auth eq 'BTBZA'"))
+    assert ids == ["reg-browser"]
+    # The JS SDK's Baidu filter, with the opening quote it leaves out.
+    _, ids = registrations(hub, "$filter=" + urllib.parse.quote("BaiduChannelId eq chan9' and BaiduUserId eq 'user7'"))
+    assert ids == ["reg-baidu"]
+
+
 @pytest.mark.parametrize("text", [
     "Tags eq 'RegAll'", "DeviceToken ne 'handle-01'", "DeviceToken eq handle-01", "DeviceToken eq 'a' and ChannelUri eq 'b'",
+    "Endpoint eq 'https://x' and P256DH eq 'a'", "DeviceToken eq 'a' and DeviceToken eq 'a'",
     "startswith(DeviceToken, 'h')", "", "DeviceToken eq ''", "DeviceToken eq 'it's'", "Unknown eq 'x'",
 ])
 def test_a_filter_not_understood_is_refused_never_ignored(hub, devices, text):
