@@ -94,7 +94,12 @@ final class VerifiedTokens: Sendable {
 
     func remember(_ token: String, _ signature: SharedAccessSignature, secret: String) {
         entries.withLock { entries in
-            if entries.count >= Self.capacity { entries.removeAll(keepingCapacity: true) }
+            if entries.count >= Self.capacity {
+                // Expired tokens go first; only a cache full of live ones starts over.
+                let now = Int(Date().timeIntervalSince1970)
+                entries = entries.filter { $0.value.0.expiry > now }
+                if entries.count >= Self.capacity { entries.removeAll(keepingCapacity: true) }
+            }
             entries[token] = (signature, secret)
         }
     }

@@ -58,6 +58,8 @@ public final class HTTPStream: @unchecked Sendable {
     private var ended = false
     private var suspended = false
     fileprivate var connection: OpaquePointer?
+    /// Set when the server stops: the stream then ends rather than waiting suspended.
+    fileprivate var serverStopping: (@Sendable () -> Bool)?
     private var endHandlers: [@Sendable () -> Void] = []
 
     public init() {}
@@ -132,7 +134,7 @@ public final class HTTPStream: @unchecked Sendable {
             pending.removeSubrange(0..<count)
             return count
         }
-        if finishing || ended { return -1 }  // MHD_CONTENT_READER_END_OF_STREAM
+        if finishing || ended || serverStopping?() == true { return -1 }  // MHD_CONTENT_READER_END_OF_STREAM
         if let connection {
             suspended = true
             MHD_suspend_connection(connection)
@@ -223,6 +225,7 @@ public final class HTTPServer: @unchecked Sendable {
     deinit { stop() }
 
     public func stop() {
+        stopping.store(true, ordering: .sequentiallyConsistent)
         queue.stop()
         // Open streams end first, so that no connection is left suspended when the daemon stops.
         let open = streams.withLock { streams in
@@ -237,11 +240,14 @@ public final class HTTPServer: @unchecked Sendable {
     }
 
     private let streams = Mutex<[ObjectIdentifier: HTTPStream]>([:])
+    private let stopping = Atomic<Bool>(false)
 
-    /// Streams being served, so that `stop` can end them.
+    /// Streams being served, so that `stop` can end them; one that starts while the server stops ends at once.
     fileprivate func track(_ stream: HTTPStream) {
         let id = ObjectIdentifier(stream)
+        stream.serverStopping = { [weak self] in self?.stopping.load(ordering: .sequentiallyConsistent) ?? true }
         streams.withLock { $0[id] = stream }
+        if stopping.load(ordering: .sequentiallyConsistent) { stream.finish() }
         stream.onEnd { [weak self] in _ = self?.streams.withLock { $0.removeValue(forKey: id) } }
     }
 

@@ -76,9 +76,7 @@ final class DispatchStore {
                 for plan in plans {
                     platformCounts[[plan.platform, "Targets"], default: 0] += 1
                     if let outcome = plan.unreachable {
-                        platformCounts[[plan.platform, outcome], default: 0] += 1
-                        failed += 1
-                        try database.run(
+                        let inserted = try database.run(
                             """
                             INSERT OR IGNORE INTO deliveries
                               (delivery_id, notification_id, installation_id, template, payload, expires_at, acked_at, failed_reason)
@@ -87,6 +85,11 @@ final class DispatchStore {
                             [plan.deliveryId, notification.notificationId, plan.installationId, plan.template,
                              plan.expiresAt.timeIntervalSince1970, now.timeIntervalSince1970,
                              "\(outcome): the hub has no delivery path to \(plan.platform) installations"])
+                        // Recorded again (a pull repeated after a restart), it is not counted again.
+                        if inserted > 0 {
+                            platformCounts[[plan.platform, outcome], default: 0] += 1
+                            failed += 1
+                        }
                         continue
                     }
                     let payloadId: Int64

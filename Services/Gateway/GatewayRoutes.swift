@@ -19,6 +19,8 @@ final class GatewayRoutes: @unchecked Sendable {
     static let maxMessageBytes = 64 * 1024
     /// How long a test send (`?test`) waits for its targets' answers before reporting.
     static let testWaitSeconds: TimeInterval = 10
+    /// Test sends waiting at once, across the HTTP workers: a quarter of them, so that waits never hold them all.
+    static let testsWaiting = Atomic<Int>(0)
     /// Responses by method and status, shared by every worker's routes.
     let counts: HTTPCounts
     let web: WebPages
@@ -204,7 +206,7 @@ final class GatewayRoutes: @unchecked Sendable {
             throw HubError(.invalidArgument, "api-version is required, such as ?api-version=2015-01")
         }
         let parts = version.split(separator: "-").compactMap { Int($0) }
-        guard parts.count == 2, (1...12).contains(parts[1]) else {
+        guard parts.count == 2, (1...12).contains(parts[1]), (0...9_999).contains(parts[0]) else {
             throw HubError(.invalidArgument, "api-version '\(version)' must be YYYY-MM, such as 2015-01")
         }
         let month = parts[0] * 12 + parts[1]
@@ -361,7 +363,15 @@ final class GatewayRoutes: @unchecked Sendable {
             send.tagExpression = tags
         }
         let isTest = request.query["test"] != nil && !scheduled
-        if isTest { send.test = true }
+        if isTest {
+            send.test = true
+            let allowed = max(context.config.limits.httpThreads / 4, 1)
+            guard Self.testsWaiting.add(1, ordering: .relaxed).newValue <= allowed else {
+                Self.testsWaiting.subtract(1, ordering: .relaxed)
+                throw HubError(.rateLimited, "\(allowed) test sends are waiting for their outcomes already; retry in a second, or send without ?test")
+            }
+        }
+        defer { if isTest { Self.testsWaiting.subtract(1, ordering: .relaxed) } }
         let accepted = try publish.call(send)
         let collection = scheduled ? "schedulednotifications" : "messages"
         let location = "\(baseURL(request))/\(hub)/\(collection)/\(accepted.notificationId)?api-version=2015-04"
@@ -463,7 +473,7 @@ final class GatewayRoutes: @unchecked Sendable {
     /// `GET /{hub}/health`: each service up or down, with its uptime, version and figures (queue
     /// depths among them), and the gateway's own.
     func health(_ request: HTTPRequest) throws -> HTTPResponse {
-        try authorize(request, .listen)
+        try authorize(request, .manage)
         func row(_ service: String, _ reply: HealthReply?) -> GatewayJSON.ServiceHealth {
             guard let reply else { return GatewayJSON.ServiceHealth(service: service, up: false, status: "down") }
             return GatewayJSON.ServiceHealth(
@@ -517,7 +527,7 @@ final class GatewayRoutes: @unchecked Sendable {
             cursor = try sync.call(UserHistoryRequest(), auth: token).cursor
         }
         guard let streams else { throw HubError(.unavailable, "this gateway serves no event streams") }
-        let stream = streams.open(user: user, token: token, cursor: cursor)
+        let stream = try streams.open(user: user, token: token, cursor: cursor)
         return HTTPResponse(
             status: 200,
             headers: [("Content-Type", "text/event-stream; charset=utf-8"), ("Cache-Control", "no-cache"), ("X-Accel-Buffering", "no")],

@@ -10,7 +10,7 @@ enum RegistrationFeed {
 
     static func entryXML(_ installation: Installation, base: String) -> String {
         let id = GatewayResponse.escape(installation.installationId)
-        let link = "\(base)/registrations/\(id)?api-version=2020-06"
+        let link = GatewayResponse.escape("\(base)/registrations/\(installation.installationId)?api-version=2020-06")
         let published = WireDate.format(installation.createdAt ?? Date())
         let updated = WireDate.format(installation.lastSeen ?? Date())
         return """
@@ -34,7 +34,7 @@ enum RegistrationFeed {
         let entries = page.installations.map { entryXML($0, base: base) }.joined()
         let body = """
             <?xml version="1.0" encoding="utf-8"?><feed xmlns="http://www.w3.org/2005/Atom">\
-            <title type="text">Registrations</title><id>\(base)/registrations</id><updated>\(WireDate.format(Date()))</updated>\(entries)</feed>
+            <title type="text">Registrations</title><id>\(GatewayResponse.escape(base))/registrations</id><updated>\(WireDate.format(Date()))</updated>\(entries)</feed>
             """
         var headers = [("Content-Type", "application/atom+xml;type=feed;charset=utf-8")]
         if let next = page.next { headers.append(("X-MS-ContinuationToken", next)) }

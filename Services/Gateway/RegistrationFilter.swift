@@ -54,7 +54,7 @@ enum RegistrationFilter: Equatable {
         while index < text.endIndex {
             let character = text[index]
             if character == "'" { quoted.toggle() }
-            if !quoted, text[index...].lowercased().hasPrefix(" and ") {
+            if !quoted, character == " ", text[index...].prefix(5).lowercased() == " and " {
                 clauses.append(current)
                 current = ""
                 index = text.index(index, offsetBy: 5)

@@ -32,6 +32,9 @@ final class UserStreams: @unchecked Sendable {
     static let keepAliveSeconds = 15
     /// A client that has not taken this much is too slow; its stream ends and it resumes from its cursor.
     static let maxQueuedBytes = 1 << 20
+    /// Streams one user may have open at once (tabs and devices); one more is refused with rate_limited.
+    static let maxPerUser = 16
+    private let perUser = Mutex<[String: Int]>([:])
 
     private let context: ServiceContext
     private let sync: HubClient
@@ -59,14 +62,28 @@ final class UserStreams: @unchecked Sendable {
     }
 
     /// Called on an HTTP worker: the stream is answered now and filled from the loop.
-    func open(user: String, token: String, cursor: UInt64) -> HTTPStream {
+    func open(user: String, token: String, cursor: UInt64) throws -> HTTPStream {
+        let admitted = perUser.withLock { counts in
+            guard counts[user, default: 0] < Self.maxPerUser else { return false }
+            counts[user, default: 0] += 1
+            return true
+        }
+        guard admitted else {
+            throw HubError(.rateLimited, "user '\(user)' has \(Self.maxPerUser) streams open; close one, or retry later")
+        }
         let stream = HTTPStream()
         stream.write(Data("retry: 2000\n\n".utf8))
         stream.write(Self.event(id: cursor, name: "ready", data: Data(#"{"cursor":\#(cursor)}"#.utf8)))
         let subscriber = Subscriber(user: user, token: token, cursor: cursor, stream: stream)
         incoming.withLock { $0.append(subscriber) }
         openCount.add(1, ordering: .relaxed)
-        stream.onEnd { [weak self] in self?.openCount.subtract(1, ordering: .relaxed) }
+        stream.onEnd { [weak self] in
+            self?.openCount.subtract(1, ordering: .relaxed)
+            self?.perUser.withLock { counts in
+                counts[user, default: 1] -= 1
+                if counts[user] == 0 { counts.removeValue(forKey: user) }
+            }
+        }
         return stream
     }
 
@@ -90,7 +107,8 @@ final class UserStreams: @unchecked Sendable {
     private func fill(_ subscriber: Subscriber) {
         guard subscriber.stream.isOpen else { return drop(subscriber) }
         do {
-            for _ in 0..<50 {
+            // A page at a time while the client keeps up; a client that does not is ended below.
+            for _ in 0..<50 where subscriber.stream.queuedBytes <= Self.maxQueuedBytes {
                 let page = try sync.call(UserChangesRequest(cursor: subscriber.cursor, limit: 100), auth: subscriber.token)
                 for change in page.changes {
                     subscriber.stream.write(Self.event(id: change.sequence, name: change.kind.rawValue, data: HubCodec.encodeValue(change)))

@@ -49,9 +49,11 @@ enum InstallationRules {
     /// changes only with a Manage key, for a device that lost its own; otherwise anyone with the
     /// listen key could move another device's deliveries to a key of theirs. A push channel that is
     /// not a key (from before keys were bound) may be replaced by one.
+    /// Moving a bound agent's installation to another platform is a rebind too: it would otherwise
+    /// clear the binding for a second write to bind another key.
     static func checkBinding(_ installation: Installation, current: Installation?, mayRebind: Bool) throws(HubError) {
-        guard installation.platform == "linux", let current, current.platform == "linux",
-            current.pushChannel != installation.pushChannel, CurveKeyPair.isValidKey(current.pushChannel), !mayRebind
+        guard let current, current.platform == "linux", CurveKeyPair.isValidKey(current.pushChannel), !mayRebind,
+            current.pushChannel != installation.pushChannel || installation.platform != "linux"
         else { return }
         throw HubError(
             .forbidden,

@@ -6,6 +6,7 @@ import os
 import socket
 import subprocess
 import threading
+import time
 import urllib.parse
 
 import pytest
@@ -34,7 +35,9 @@ def test_pages_are_served_with_a_strict_policy(hub):
 
 def test_health_reports_every_service(hub):
     assert requests.get(f"{hub.base}/hub/health").status_code == 401
-    listen = {"Authorization": hub.token("DefaultListenSharedAccessSignature")}
+    # Pids, versions and queue depths are for operators: a device's Listen key gets 401.
+    assert requests.get(f"{hub.base}/hub/health", headers={"Authorization": hub.token("DefaultListenSharedAccessSignature")}).status_code == 401
+    listen = {"Authorization": hub.token()}
     # The services may still be starting: the gateway answers first.
     assert wait_until(lambda: requests.get(f"{hub.base}/hub/health", headers=listen).json()["status"] == "ok")
     r = requests.get(f"{hub.base}/hub/health", headers=listen)
@@ -259,3 +262,26 @@ def _answers(port):
         return requests.get(f"http://127.0.0.1:{port}/metrics", timeout=2).status_code == 200
     except requests.RequestException:
         return False
+
+
+def test_one_user_may_hold_only_so_many_streams(hub):
+    token = user_token(hub, "sse-many")
+    readers = [EventReader(f"{hub.base}/hub/users/me/notifications/stream", {"Authorization": f"Bearer {token}"}) for _ in range(16)]
+    try:
+        assert all(reader.status == 200 for reader in readers)
+        refused = requests.get(f"{hub.base}/hub/users/me/notifications/stream", headers={"Authorization": f"Bearer {token}"})
+        assert refused.status_code == 429 and "16 streams" in refused.text
+        other = EventReader(f"{hub.base}/hub/users/me/notifications/stream",
+                            {"Authorization": f"Bearer {user_token(hub, 'sse-else')}"})
+        assert other.status == 200
+        other.close()
+    finally:
+        for reader in readers:
+            reader.close()
+    # Closed streams are let go once a write finds them gone, and the user may open again.
+    for index in range(5):
+        post(hub, "sse-many", f"wake-{index}")
+        time.sleep(0.2)
+    assert wait_until(lambda: requests.get(f"{hub.base}/hub/users/me/notifications/stream?cursor=0",
+                                           headers={"Authorization": f"Bearer {token}"}, stream=True, timeout=5).status_code == 200,
+                      timeout=20)

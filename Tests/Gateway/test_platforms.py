@@ -304,3 +304,25 @@ def test_a_batch_the_hub_cannot_read_is_refused(hub, devices, body, content_type
     r = batch(hub, body, content_type, query=query)
     assert r.status_code == 400, r.text
     assert words in r.text, r.text
+
+
+def test_test_sends_waiting_at_once_are_bounded(hub, devices):
+    """A test send to an agent that is not connected waits its 10 s; beyond a quarter of the
+    gateway's workers, further test sends are refused with 429 instead of holding them all."""
+    import threading
+    body = {"installationId": "plat-absent-agent", "platform": "linux", "pushChannel": "legacy-channel-absent", "tags": ["AbsentOnly"]}
+    assert put(hub, "plat-absent-agent", body).status_code == 200
+    statuses = []
+
+    def waiting():
+        statuses.append(send(hub, "linux", '{"m":"wait"}', tags="AbsentOnly", query="&test").status_code)
+    threads = [threading.Thread(target=waiting) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    time.sleep(1.5)
+    refused = send(hub, "linux", '{"m":"one more"}', tags="AbsentOnly", query="&test")
+    assert refused.status_code == 429 and "test sends are waiting" in refused.text
+    assert send(hub, "linux", '{"m":"plain"}', tags="AbsentOnly").status_code == 201
+    for thread in threads:
+        thread.join(timeout=30)
+    assert statuses == [201, 201]

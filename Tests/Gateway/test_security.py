@@ -175,3 +175,41 @@ def test_an_oversized_rich_send_is_refused_at_once_with_the_limit(hub, tmp_path)
     assert sent.returncode == 1
     assert "payload_too_large" in sent.stderr, sent.stderr
     assert "maxRichBytes" in sent.stderr and "timeout" not in sent.stderr, sent.stderr
+
+
+def test_a_bound_agent_installation_cannot_be_moved_to_another_platform_by_a_listen_key(hub):
+    import zmq
+    public, _ = zmq.curve_keypair()
+    body = {"installationId": "py-bound", "platform": "linux", "pushChannel": public.decode(), "tags": ["World"], "userId": "alice"}
+    assert put_installation(hub, hub.token(), body).status_code == 200
+    listen = hub.token("DefaultListenSharedAccessSignature")
+    # Another platform first, to clear the binding, then another key: the first step is refused.
+    moved = put_installation(hub, listen, {**body, "platform": "apns", "pushChannel": "AABBCC"})
+    assert moved.status_code == 403, moved.text
+    registration = ('<entry xmlns="http://www.w3.org/2005/Atom"><content type="application/xml">'
+                    '<AppleRegistrationDescription xmlns="http://schemas.microsoft.com/netservices/2010/10/servicebus/connect">'
+                    '<DeviceToken>AABBCC</DeviceToken></AppleRegistrationDescription></content></entry>')
+    r = requests.put(f"{hub.base}/hub/registrations/py-bound?{API}", data=registration,
+                     headers={"Authorization": listen, "Content-Type": "application/atom+xml;type=entry"}, timeout=10)
+    assert r.status_code == 403, r.text
+    got = requests.get(f"{hub.base}/hub/installations/py-bound?{API}", headers={"Authorization": hub.token()}, timeout=10).json()
+    assert (got["platform"], got["pushChannel"]) == ("linux", public.decode())
+    # A Manage key may rebind.
+    assert put_installation(hub, hub.token(), {**body, "platform": "apns", "pushChannel": "AABBCC"}).status_code == 200
+
+
+def test_an_api_version_too_large_for_a_number_is_refused_and_the_gateway_stays_up(hub):
+    for version in ["999999999999999999-01", "9223372036854775807-12", "-9223372036854775808-01"]:
+        r = requests.get(f"{hub.base}/hub/installations/x?api-version={version}", headers={"Authorization": hub.token()}, timeout=10)
+        assert r.status_code == 400, r.text
+    assert requests.get(f"{hub.base}/metrics", timeout=10).status_code == 200
+
+
+def test_a_crafted_host_header_cannot_break_the_atom_xml(hub):
+    import xml.etree.ElementTree as ET
+    host = f'127.0.0.1:{hub.http_port}"><injected/'
+    token = sas_token(f"http://{host}/hub", "DefaultFullSharedAccessSignature", hub.keys()["DefaultFullSharedAccessSignature"])
+    r = requests.get(f"{hub.base}/hub/registrations?{API}&$top=2", headers={"Authorization": token, "Host": host}, timeout=10)
+    assert r.status_code == 200, r.text
+    root = ET.fromstring(r.text)
+    assert not root.findall(".//{http://www.w3.org/2005/Atom}injected") and "<injected" not in r.text

@@ -7,7 +7,15 @@
   let credentials = null;
   let timers = [];
 
-  async function authorization() { return Hub.sasToken(credentials); }
+  // A token lasts an hour and is reused for five minutes, as SDKs reuse theirs, so the gateway
+  // checks its signature once rather than on every poll.
+  let signed = null;
+  async function authorization() {
+    if (!signed || signed.credentials !== credentials || Date.now() - signed.at > 300000) {
+      signed = { credentials, at: Date.now(), token: await Hub.sasToken(credentials) };
+    }
+    return signed.token;
+  }
 
   async function api(method, path, options = {}) {
     return Hub.call(method, path, { ...options, authorization: await authorization() });
