@@ -83,9 +83,7 @@ enum GatewayJSON {
                 Count(name: "Targets", count: outcome.targets),
             ]
             platforms = outcome.platforms
-            targetPlatforms = outcome.platforms.map { platforms in
-                OutcomeXML.countElements.filter { platforms[$0.0.rawValue] != nil }.map(\.0.format).joined(separator: ",")
-            } ?? "linux"
+            targetPlatforms = outcome.platforms.map(OutcomeXML.targetPlatforms) ?? "linux"
         }
     }
 

@@ -168,16 +168,9 @@ final class GatewayRoutes: @unchecked Sendable {
     private func metrics() -> HTTPResponse {
         var lines: [String] = []
         var up: [(String, Bool)] = []
-        for (service, endpoints) in context.config.serviceEndpoints where service != "nh-gateway" && service != "nh-agent" {
-            guard let client = try? HubClient(connect: endpoints.requests, policy: RetryPolicy(timeout: 500, attempts: 1)),
-                let reply = try? client.call(MetricsRequest(), auth: context.serviceToken())
-            else {
-                up.append((service, false))
-                continue
-            }
-            client.close()
-            up.append((service, true))
-            for (name, value) in reply.samples.sorted(by: { $0.key < $1.key }) {
+        for (service, reply) in askServices(MetricsRequest()) {
+            up.append((service, reply != nil))
+            for (name, value) in (reply?.samples ?? [:]).sorted(by: { $0.key < $1.key }) {
                 lines.append(Self.sample(name, service: service, value))
             }
         }

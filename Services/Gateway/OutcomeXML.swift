@@ -15,6 +15,11 @@ enum OutcomeXML {
         (.linux, "LinuxOutcomeCounts"),
     ]
 
+    /// The formats of the platforms an outcome has counts for, in document order, as `TargetPlatforms` lists them.
+    static func targetPlatforms(_ platforms: [String: [String: Int]]) -> String {
+        countElements.filter { platforms[$0.0.rawValue] != nil }.map(\.0.format).joined(separator: ",")
+    }
+
     static func details(_ outcome: NotificationOutcome, location: String) -> HTTPResponse {
         let escape = GatewayResponse.escape
         var xml = #"<?xml version="1.0" encoding="utf-8"?><NotificationDetails xmlns="\#(namespace)" xmlns:i="http://www.w3.org/2001/XMLSchema-instance">"#
@@ -23,8 +28,7 @@ enum OutcomeXML {
         if let start = outcome.startedAt { xml += "<StartTime>\(WireDate.format(start))</StartTime>" }
         if let end = outcome.endedAt { xml += "<EndTime>\(WireDate.format(end))</EndTime>" }
         let platforms = outcome.platforms ?? [:]
-        let targeted = countElements.filter { platforms[$0.0.rawValue] != nil }.map(\.0.format)
-        xml += "<TargetPlatforms>\(targeted.joined(separator: ","))</TargetPlatforms>"
+        xml += "<TargetPlatforms>\(targetPlatforms(platforms))</TargetPlatforms>"
         for (platform, element) in countElements {
             guard let counts = platforms[platform.rawValue] else { continue }
             xml += "<\(element)>"
