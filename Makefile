@@ -3,9 +3,9 @@
 
 SWIFT        ?= swift
 DATA_DIR     ?= $(CURDIR)/data
-APT_PACKAGES := libzmq3-dev libsqlite3-dev libssl-dev libmicrohttpd-dev libmosquitto-dev pkg-config openssl mosquitto mosquitto-clients \
+APT_PACKAGES := libzmq3-dev libsqlite3-dev libssl-dev libcurl4-openssl-dev libmicrohttpd-dev libmosquitto-dev pkg-config openssl curl mosquitto mosquitto-clients \
                 chromium chromium-driver
-PY_PACKAGES  := pytest requests pyzmq selenium matplotlib
+PY_PACKAGES  := pytest requests pyzmq selenium matplotlib h2 http-ece py-vapid cryptography
 SUDO         := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 RELEASE_BIN   = $(CURDIR)/.build/release
 DEBUG_BIN     = $(CURDIR)/.build/debug
@@ -37,7 +37,7 @@ deps:
 	  echo "installing:$$missing"; \
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
 	fi
-	@python3 -c "import pytest, requests, zmq, selenium, matplotlib" 2>/dev/null || python3 -m pip install -q $(PY_PACKAGES) 2>&1 | grep -v "Running pip as the 'root'" || true
+	@python3 -c "import pytest, requests, zmq, selenium, matplotlib, h2, http_ece, py_vapid, cryptography" 2>/dev/null || python3 -m pip install -q $(PY_PACKAGES) 2>&1 | grep -v "Running pip as the 'root'" || true
 
 build: deps
 	$(SWIFT) build

@@ -25,7 +25,7 @@ let serviceDependencies: [Target.Dependency] = ["Auth", "Bus", "HubProtocol", "S
 
 /// Extra modules per executable, beside the shared ones.
 let extraDependencies: [String: [Target.Dependency]] = [
-    "Bench": ["CLibZMQ", "CMosquitto"], "Gateway": ["HTTPServer"], "Dispatch": ["DispatchCore"],
+    "Gateway": ["HTTPServer"], "Dispatch": ["DispatchCore", "Push"], "Bench": ["CLibZMQ", "CMosquitto", "Push"],
 ]
 
 let executables: [(product: String, directory: String)] = [
@@ -59,6 +59,9 @@ let package = Package(
         .systemLibrary(
             name: "CMicroHTTPD", path: "Modules/CMicroHTTPD", pkgConfig: "libmicrohttpd",
             providers: [.apt(["libmicrohttpd-dev"])]),
+        .systemLibrary(
+            name: "CCurl", path: "Modules/CCurl", pkgConfig: "libcurl",
+            providers: [.apt(["libcurl4-openssl-dev"])]),
         module("HTTPServer", dependencies: ["CMicroHTTPD"]),
         module("Bus", dependencies: ["CLibZMQ"]),
         module("Auth", dependencies: ["COpenSSL"]),
@@ -67,6 +70,7 @@ let package = Package(
         module("Tags"),
         module("Templates"),
         module("DispatchCore", dependencies: ["HubProtocol", "Tags", "Templates"]),
+        module("Push", dependencies: ["CCurl", "COpenSSL", "Auth", "HubProtocol"]),
         module("ServiceKit", dependencies: ["Bus", "HubProtocol", "Storage", "Auth"]),
     ]
         + executables.map {
@@ -82,6 +86,7 @@ let package = Package(
             tests("AuthTests", dependencies: ["Auth"]),
             tests("TemplatesTests", dependencies: ["Templates"]),
             tests("ParserFuzzTests", dependencies: ["Tags", "Templates"]),
+            tests("PushTests", dependencies: ["Push", "Auth"]),
             tests("ServiceKitTests", dependencies: ["ServiceKit"]),
             tests("DispatchCoreTests", dependencies: ["DispatchCore", "HubProtocol"]),
             tests("RegistryTests", dependencies: ["NHRegistry", "HubProtocol", "Storage"]),
