@@ -70,7 +70,7 @@ let package = Package(
         module("Tags"),
         module("Templates"),
         module("DispatchCore", dependencies: ["HubProtocol", "Tags", "Templates"]),
-        module("Push", dependencies: ["CCurl", "COpenSSL", "Auth", "HubProtocol"]),
+        module("Push", dependencies: ["CCurl", "COpenSSL", "Auth", "HubProtocol", "DispatchCore"]),
         module("ServiceKit", dependencies: ["Bus", "HubProtocol", "Storage", "Auth"]),
     ]
         + executables.map {

@@ -171,6 +171,11 @@ public struct Dispatcher {
             counters.planned += plans.count
             guard notification.expiresAt > now else { continue }
             for plan in plans where plan.unreachable == nil {
+                // A phone or a browser: its platform's push service takes it from here.
+                guard plan.platform == Platform.linux.rawValue else {
+                    actions.append(.push(plan, notificationId: notification.notificationId))
+                    continue
+                }
                 guard let route = routes[plan.installationId], let session = sessions[route] else {
                     backlog.insert(plan.installationId)
                     continue
@@ -295,6 +300,11 @@ public struct Dispatcher {
         }
     }
 
+    /// The platforms with a delivery path, as push services are configured or removed.
+    public mutating func setPlatforms(_ platforms: Set<String>) {
+        settings.platforms = platforms.union([Platform.linux.rawValue])
+    }
+
     // MARK: Queries
 
     public var sessionCount: Int { sessions.count }
@@ -365,6 +375,8 @@ public enum DispatchAction: Equatable, Sendable {
     case record(AcceptedNotification, [PlannedDelivery])
     /// Socket: a delivery to the agent on the route.
     case send(Route, AgentDelivery)
+    /// A delivery to a phone or a browser, through its platform's push service.
+    case push(PlannedDelivery, notificationId: String)
     /// Socket: a welcome, signal or error to the agent on the route.
     case reply(Route, AgentFrame)
     /// Store: acknowledgements from an installation's agent.

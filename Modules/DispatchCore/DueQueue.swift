@@ -4,27 +4,29 @@ import Foundation
 /// acknowledgement takes its delivery out of its bucket in O(1), so the queue only ever holds
 /// deliveries still in flight: a broadcast to many agents, all acknowledged, leaves nothing behind
 /// to sift through when its resend time comes. The bucket times are kept in a small heap.
-struct DueQueue {
+public struct DueQueue {
     /// A bucket: the tenth of a second (since 1970) at or after which its deliveries are due.
-    typealias Bucket = Int64
+    public typealias Bucket = Int64
 
     private var buckets: [Bucket: Set<String>] = [:]
     private var times: [Bucket] = []
 
+    public init() {}
+
     /// Queues `id` for `due` and returns its bucket, for `remove`.
     @discardableResult
-    mutating func push(due: Date, id: String) -> Bucket {
+    public mutating func push(due: Date, id: String) -> Bucket {
         let bucket = Bucket((due.timeIntervalSince1970 * 10).rounded(.up))
         if buckets[bucket, default: []].insert(id).inserted, buckets[bucket]?.count == 1 { pushTime(bucket) }
         return bucket
     }
 
-    mutating func remove(_ id: String, from bucket: Bucket) {
+    public mutating func remove(_ id: String, from bucket: Bucket) {
         buckets[bucket]?.remove(id)
     }
 
     /// Takes up to `limit` deliveries that are due by `now`, earliest bucket first.
-    mutating func popDue(now: Date, limit: Int) -> [String] {
+    public mutating func popDue(now: Date, limit: Int) -> [String] {
         let current = Bucket((now.timeIntervalSince1970 * 10).rounded(.down))
         var due: [String] = []
         while due.count < limit, let first = times.first, first <= current {

@@ -15,6 +15,9 @@ public struct PlannedDelivery: Equatable, Sendable {
     public var platform: String = Platform.linux.rawValue
     /// The installation's push channel (its device handle), for a test send's results.
     public var pushChannel: String = ""
+    /// The platform's own headers, from a native send or the template (lower-case names), for a
+    /// push service.
+    public var headers: [String: String]? = nil
     /// Set when the delivery cannot be made, with the outcome name to count it under (such as
     /// PnsUnavailable); it is recorded as failed at once and never sent.
     public var unreachable: String? = nil
@@ -79,6 +82,7 @@ public struct TargetResolver {
                     installationId: installation.installationId, template: nil, payload: send.body ?? "",
                     expiresAt: notification.expiresAt, rich: send.rich, platform: platform))
                 plans[plans.count - 1].pushChannel = installation.pushChannel
+                plans[plans.count - 1].headers = send.headers
             case .template:
                 let properties = send.properties ?? [:]
                 for (name, registered) in (installation.templates ?? [:]).sorted(by: { $0.key < $1.key }) {
@@ -107,6 +111,9 @@ public struct TargetResolver {
                         installationId: installation.installationId, template: name,
                         payload: renderedPayload(), expiresAt: expiresAt, platform: platform))
                     plans[plans.count - 1].pushChannel = installation.pushChannel
+                    if let headers = registered.headers, !headers.isEmpty {
+                        plans[plans.count - 1].headers = Dictionary(headers.map { ($0.key.lowercased(), $0.value) }) { first, _ in first }
+                    }
                 }
             }
         }

@@ -42,7 +42,9 @@ public enum Platform: String, CaseIterable, Codable, Sendable {
         case .apns, .fcmv1, .gcm, .baidu: return 4_096
         case .wns: return 5_120
         case .adm: return 6_144
-        case .browser: return 4_078
+        // A Web Push message is at most 4,096 bytes once encrypted (RFC 8291): its header and
+        // tag leave 3,993 for the payload.
+        case .browser: return 3_993
         }
     }
 
@@ -51,6 +53,7 @@ public enum Platform: String, CaseIterable, Codable, Sendable {
         switch self {
         case .apns: return ["apns-", "servicebusnotification-apns-"]
         case .wns: return ["x-wns-"]
+        case .browser: return ["urgency", "topic"]
         default: return []
         }
     }
@@ -113,7 +116,15 @@ public enum Platform: String, CaseIterable, Codable, Sendable {
                 }
             }
         case .browser:
-            break
+            if let urgency = headers["urgency"], !["very-low", "low", "normal", "high"].contains(urgency) {
+                throw HubError(.invalidArgument, "Urgency '\(urgency)' must be very-low, low, normal or high (RFC 8030)")
+            }
+            if let topic = headers["topic"],
+                topic.isEmpty || topic.utf8.count > 32
+                    || !topic.utf8.allSatisfy({ ($0 >= 0x30 && $0 <= 0x39) || ($0 >= 0x41 && $0 <= 0x5A) || ($0 >= 0x61 && $0 <= 0x7A) || $0 == 0x2D || $0 == 0x5F })
+            {
+                throw HubError(.invalidArgument, "Topic '\(topic)' must be 1 to 32 characters of the base64url alphabet (RFC 8030)")
+            }
         }
     }
 }

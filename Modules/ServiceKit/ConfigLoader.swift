@@ -119,14 +119,25 @@ public enum ConfigLoader {
             + limitKeys.map { ["limits", $0] }
     }
 
-    static func isOptionalSection(_ path: [String]) -> Bool { false }
+    /// The settings of each push service, all optional: `push.apple.keyId` and the like.
+    static let pushSections: [String: [String]] = [
+        "apple": ["keyFile", "key", "keyId", "teamId", "bundleId", "endpoint"],
+        "fcm": ["serviceAccountFile", "serviceAccount", "endpoint"],
+        "browser": ["subject", "keyFile"],
+    ]
+
+    static func isOptionalSection(_ path: [String]) -> Bool { path.count == 2 && path[0] == "push" && pushSections[path[1]] != nil }
     static func isOptionalLeaf(_ path: [String]) -> Bool {
-        (path.count == 2 && sections.contains(path[0]) && sectionKeys.contains(path[1]))
+        (path == ["push", "caFile"])
+            || (path.count == 3 && path[0] == "push" && pushSections[path[1]]?.contains(path[2]) == true)
+            || (path.count == 2 && sections.contains(path[0]) && sectionKeys.contains(path[1]))
             || (path.count == 1 && ["gatewayCertificate", "gatewayKey", "webRoot"].contains(path[0]))
     }
 
     static func knownSettings() -> String {
-        leafPaths().map { $0.joined(separator: ".") }.joined(separator: ", ")
+        (leafPaths() + [["push", "caFile"], ["push", "connectionsPerHost"], ["push", "maxInFlight"]]
+            + pushSections.sorted { $0.key < $1.key }.flatMap { section in section.value.map { ["push", section.key, $0] } })
+            .map { $0.joined(separator: ".") }.joined(separator: ", ")
     }
 
     public static func validate(_ config: HubConfig) throws(ConfigError) {
@@ -158,6 +169,8 @@ public enum ConfigLoader {
         guard limits.storeBytes == 0 || limits.storeBytes >= 65_536 else {
             throw ConfigError("limits.storeBytes must be 0 (as much as the disk has) or at least 65536")
         }
+        guard (1...64).contains(config.push.connectionsPerHost) else { throw ConfigError("push.connectionsPerHost must be 1 to 64") }
+        guard (1...100_000).contains(config.push.maxInFlight) else { throw ConfigError("push.maxInFlight must be 1 to 100000") }
         guard (1...86_400).contains(config.userTokenLifetime) else {
             throw ConfigError("userTokenLifetime must be 1 to 86400 seconds")
         }

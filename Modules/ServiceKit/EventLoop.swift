@@ -29,6 +29,22 @@ public final class EventLoop {
         handlers[poller.add(socket)] = handler
     }
 
+    /// Calls `handler` whenever the file descriptor is readable.
+    public func watch(fileDescriptor: Int32, _ handler: @escaping () throws -> Void) {
+        handlers[poller.add(fileDescriptor: fileDescriptor)] = handler
+    }
+
+    /// A way for other threads to run work on this loop, in the order it was posted; `then` runs
+    /// after each batch of it.
+    public func mailbox(then: @escaping () -> Void = {}) throws -> LoopMailbox {
+        let mailbox = try LoopMailbox()
+        watch(fileDescriptor: mailbox.fileDescriptor) {
+            mailbox.drain()
+            then()
+        }
+        return mailbox
+    }
+
     /// Calls `task` every `milliseconds`, first after one interval.
     public func every(milliseconds: Int, _ task: @escaping () throws -> Void) {
         let interval = Duration.milliseconds(milliseconds)

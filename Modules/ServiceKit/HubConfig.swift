@@ -1,3 +1,5 @@
+import HubProtocol
+
 /// Everything a service, the agent or the CLI needs to know, with a working default for every field:
 /// all services on loopback, data in `./nh-data`. Each service binds its own endpoints and connects
 /// to the others' from here.
@@ -41,6 +43,10 @@ public struct HubConfig: Codable, Sendable, Equatable {
     /// The folder with the console and inbox pages the gateway serves. Absent: the pages installed
     /// beside `nh-gateway` (`NotificationHub_NHGateway.resources/Web`).
     public var webRoot: String? = nil
+
+    /// The platforms' own push services the dispatcher delivers to (APNs, FCM, Web Push), with
+    /// their credentials. None by default: only Linux agents are delivered to.
+    public var push = PushSettings()
 
     /// What one client, agent or store may use; each refusal names the setting.
     public var limits = Limits()

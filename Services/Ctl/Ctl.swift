@@ -35,6 +35,13 @@ enum Ctl {
                                       post a notification to every device of USER
           user list USER              USER's notifications in the store, with their states
           keys                        the hub's connection strings
+          pns show                    the push services the dispatcher delivers to (never their secrets)
+          pns set apple --key-file F.p8 --key-id K --team-id T --bundle-id B [--endpoint production|sandbox|URL]
+          pns set fcm --service-account F.json [--endpoint URL]
+          pns set browser --subject mailto:ADDRESS
+                                      check and keep a push service's credentials (Manage key); the key file's
+                                      text is sent, kept by the dispatcher in a 0600 file
+          pns remove apple|fcm|browser
 
         Sending uses --connection-string, NH_CONNECTION_STRING, or the full key in the data
         folder's keys.json. --json prints each result as a JSON line; --timeout is how long health
@@ -49,7 +56,8 @@ enum Ctl {
     static let valuedOptions: Set<String> = [
         "config", "timeout", "tag", "installation", "user", "ttl", "native", "connection-string", "idempotency-key",
         "app-id", "title", "body", "raw", "expires-in", "priority", "group", "lifetime", "rich", "message", "rich-type",
-        "content-type", "schedule", "direct", "top", "platform", "headers", "channel",
+        "content-type", "schedule", "direct", "top", "platform", "headers", "channel", "key-file", "key-id", "team-id",
+        "bundle-id", "endpoint", "service-account", "subject",
     ]
     /// The options that take none; each is named in `usage`, as is --help.
     static let flagOptions: Set<String> = ["json", "agent", "test"]
@@ -96,6 +104,8 @@ enum Ctl {
             return CtlInstallations.run(parsed, config: config, environment: environment)
         case "user":
             return CtlUser.run(parsed, config: config, environment: environment)
+        case "pns":
+            return CtlPush.run(parsed, config: config, environment: environment)
         case "keys":
             return CtlSend.keys(config: config, json: parsed.has("json"))
         case let command:

@@ -75,5 +75,15 @@ enum DispatchSchema {
             );
             CREATE INDEX test_results_by_notification ON test_results(notification_id);
             """),
+        // Deliveries to phones and browsers go through their platform's push service: what it needs
+        // to send them again after a restart. A Linux agent's delivery leaves these empty.
+        Migration(
+            version: 6,
+            """
+            ALTER TABLE deliveries ADD COLUMN platform TEXT;
+            ALTER TABLE deliveries ADD COLUMN push_channel TEXT;
+            ALTER TABLE deliveries ADD COLUMN headers TEXT;
+            CREATE INDEX deliveries_push ON deliveries(platform) WHERE platform IS NOT NULL AND acked_at IS NULL;
+            """),
     ]
 }

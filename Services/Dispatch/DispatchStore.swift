@@ -1,6 +1,7 @@
 import Foundation
 import HubProtocol
 import DispatchCore
+import Push
 import Storage
 
 final class DispatchStore {
@@ -102,15 +103,18 @@ final class DispatchStore {
                         payloadIds[plan.payload] = payloadId
                     }
                     let wentOut = sent.contains(plan.deliveryId)
+                    let isPush = plan.platform != Platform.linux.rawValue
                     let inserted = try database.run(
                         """
                         INSERT OR IGNORE INTO deliveries
-                          (delivery_id, notification_id, installation_id, template, payload, payload_id, expires_at, rich, delivered_at)
-                        VALUES (?, ?, ?, ?, '', ?, ?, ?, ?)
+                          (delivery_id, notification_id, installation_id, template, payload, payload_id, expires_at, rich, delivered_at,
+                           platform, push_channel, headers)
+                        VALUES (?, ?, ?, ?, '', ?, ?, ?, ?, ?, ?, ?)
                         """,
                         [plan.deliveryId, notification.notificationId, plan.installationId, plan.template, payloadId,
                          plan.expiresAt.timeIntervalSince1970, try plan.rich.map { try encoder.encode($0) },
-                         wentOut ? now.timeIntervalSince1970 : nil])
+                         wentOut ? now.timeIntervalSince1970 : nil, isPush ? plan.platform : nil, isPush ? plan.pushChannel : nil,
+                         try plan.headers.map { String(decoding: try encoder.encode($0), as: UTF8.self) }])
                     if inserted > 0 && wentOut { delivered += 1 }
                 }
                 try add([notification.notificationId: delivered], to: "delivered")
@@ -129,7 +133,8 @@ final class DispatchStore {
     /// load from the store when they connect.
     func backlog(now: Date) throws -> Set<String> {
         Set(try database.query(
-            "SELECT DISTINCT installation_id FROM deliveries WHERE acked_at IS NULL AND expires_at > ?", [now.timeIntervalSince1970]
+            "SELECT DISTINCT installation_id FROM deliveries WHERE acked_at IS NULL AND expires_at > ? AND platform IS NULL",
+            [now.timeIntervalSince1970]
         ).compactMap { $0[0].string })
     }
 
@@ -150,6 +155,75 @@ final class DispatchStore {
                 template: $0[2].string, payload: $0[3].string ?? "", expiresAt: Date(timeIntervalSince1970: $0[4].double ?? 0),
                 rich: try $0[5].data.map { try decoder.decode(RichReference.self, from: $0) })
         }
+    }
+
+    /// Deliveries to phones and browsers that no push service has taken yet, oldest first: at
+    /// start, to hand to the push services again.
+    func pendingPush(now: Date, limit: Int = 100_000) throws -> [PushMessage] {
+        try database.query(
+            """
+            SELECT delivery_id, notification_id, installation_id, platform, push_channel,
+                   coalesce((SELECT body FROM payloads p WHERE p.id = deliveries.payload_id), payload), headers, expires_at
+            FROM deliveries
+            WHERE platform IS NOT NULL AND acked_at IS NULL AND expires_at > ?
+            ORDER BY rowid LIMIT ?
+            """,
+            [now.timeIntervalSince1970, limit]
+        ).compactMap { row in
+            guard let platform = Platform(name: row[3].string ?? "") else { return nil }
+            return PushMessage(
+                deliveryId: row[0].string ?? "", notificationId: row[1].string ?? "", installationId: row[2].string ?? "",
+                platform: platform, pushChannel: row[4].string ?? "", payload: row[5].string ?? "",
+                headers: try row[6].string.map { try decoder.decode([String: String].self, from: Data($0.utf8)) } ?? [:],
+                expiresAt: Date(timeIntervalSince1970: row[7].double ?? 0))
+        }
+    }
+
+    /// Records what push services answered. A delivery a service took counts as delivered and
+    /// acknowledged (Success); one it refused counts as failed, under the outcome name it maps to
+    /// (ExpiredChannel, WrongToken and the like), with the service's words kept as the reason.
+    func pushed(_ results: [(PushMessage, PushResult)], now: Date) throws {
+        guard !results.isEmpty else { return }
+        try database.transaction {
+            for (message, result) in results {
+                let outcome: String
+                switch result {
+                case .delivered:
+                    let rows = try database.query(
+                        "DELETE FROM deliveries WHERE delivery_id = ? AND installation_id = ? AND acked_at IS NULL RETURNING notification_id",
+                        [message.deliveryId, message.installationId])
+                    guard let notification = rows.first?[0].string else { continue }
+                    try database.run(
+                        "UPDATE outcomes SET delivered = delivered + 1, acknowledged = acknowledged + 1 WHERE notification_id = ?", [notification])
+                    try testOutcome(notification, deliveryId: message.deliveryId, Self.successText, success: true)
+                    outcome = "Success"
+                case .channelExpired(let reason), .failed(_, let reason):
+                    outcome = if case .failed(let name, _) = result { name } else { "ExpiredChannel" }
+                    let text = "\(outcome): \(reason)"
+                    let changed = try database.run(
+                        "UPDATE deliveries SET acked_at = ?, failed_reason = ? WHERE delivery_id = ? AND installation_id = ? AND acked_at IS NULL",
+                        [now.timeIntervalSince1970, text, message.deliveryId, message.installationId])
+                    guard changed > 0 else { continue }
+                    try database.run("UPDATE outcomes SET failed = failed + 1 WHERE notification_id = ?", [message.notificationId])
+                    try testOutcome(
+                        message.notificationId, deliveryId: message.deliveryId,
+                        outcome == "ExpiredChannel" ? "The Push Notification System handle for the registration is invalid (\(reason))" : text,
+                        success: false)
+                case .retry, .renewCredentials:
+                    continue
+                }
+                try countPlatform(message.notificationId, message.platform.rawValue, outcome)
+            }
+        }
+    }
+
+    /// Adds one to a platform's count of an outcome for a notification.
+    private func countPlatform(_ notificationId: String, _ platform: String, _ outcome: String) throws {
+        try database.run(
+            """
+            INSERT INTO platform_outcomes (notification_id, platform, outcome, count) VALUES (?, ?, ?, 1)
+            ON CONFLICT (notification_id, platform, outcome) DO UPDATE SET count = count + 1
+            """, [notificationId, platform, outcome])
     }
 
     /// Notes that deliveries went out; the first send of each counts as delivered, once per
@@ -219,11 +293,12 @@ final class DispatchStore {
     func expire(now: Date) throws -> Int {
         try database.transaction {
             let rows = try database.query(
-                "SELECT delivery_id, notification_id FROM deliveries WHERE acked_at IS NULL AND expires_at <= ?",
+                "SELECT delivery_id, notification_id, platform FROM deliveries WHERE acked_at IS NULL AND expires_at <= ?",
                 [now.timeIntervalSince1970])
             for row in rows {
                 try database.run("DELETE FROM deliveries WHERE delivery_id = ?", [row[0].string ?? ""])
                 try database.run("UPDATE outcomes SET expired = expired + 1 WHERE notification_id = ?", [row[1].string ?? ""])
+                if let platform = row[2].string { try countPlatform(row[1].string ?? "", platform, "Expired") }
                 try testOutcome(row[1].string ?? "", deliveryId: row[0].string ?? "", "Expired before the device acknowledged it", success: false)
             }
             return rows.count
@@ -276,14 +351,17 @@ final class DispatchStore {
         {
             platforms[row[0].string ?? "", default: [:]][row[1].string ?? ""] = row[2].int ?? 0
         }
-        // Only Linux agents are delivered to, so what the aggregate counts say beyond the other
-        // platforms' failures is theirs.
+        // The other platforms' counts are kept as their push services answer; what the aggregate
+        // counts say beyond them is the Linux agents'.
         if let linux = platforms[Platform.linux.rawValue] {
             let elsewhere = platforms.filter { $0.key != Platform.linux.rawValue }.values
-                .reduce(0) { $0 + $1.filter { $0.key != "Targets" }.values.reduce(0, +) }
+            func sum(_ include: (String) -> Bool) -> Int { elsewhere.reduce(0) { $0 + $1.filter { include($0.key) }.values.reduce(0, +) } }
+            let success = sum { $0 == "Success" }
+            let expired = sum { $0 == "Expired" }
+            let failed = sum { !["Targets", "Success", "Expired"].contains($0) }
             platforms[Platform.linux.rawValue] = [
-                "Targets": linux["Targets"] ?? 0, "Delivered": outcome.delivered, "Success": outcome.acknowledged,
-                "Expired": outcome.expired, "Failed": max(outcome.failed - elsewhere, 0),
+                "Targets": linux["Targets"] ?? 0, "Delivered": max(outcome.delivered - success, 0), "Success": max(outcome.acknowledged - success, 0),
+                "Expired": max(outcome.expired - expired, 0), "Failed": max(outcome.failed - failed, 0),
             ]
         }
         outcome.platforms = platforms.isEmpty ? nil : platforms

@@ -3,6 +3,7 @@ import Bus
 import DispatchCore
 import Foundation
 import HubProtocol
+import Push
 import ServiceKit
 import Storage
 
@@ -37,6 +38,21 @@ ServiceMain.run(name: "nh-dispatch", summary: "the dispatcher: resolves targets 
     settings.maxAgents = config.limits.agents
     // Each agent may send so many messages a second; beyond that they are refused, not read.
     let agentRate = RateLimiter(perSecond: config.limits.agentMessagesPerSecond)
+    // Phones and browsers: each platform's push service, on a thread of its own for HTTP, with
+    // its answers handled on this loop after the writes of the turn they come in.
+    var afterAnswers: () -> Void = {}
+    let mailbox = try context.loop.mailbox { afterAnswers() }
+    let push: PushCenter
+    do {
+        push = try PushCenter(settings: config.push, dataDir: config.dataDir, post: { mailbox.post($0) })
+    } catch {
+        throw ConfigError("\(error)")
+    }
+    context.onShutdown { push.stop() }
+    settings.platforms.formUnion(push.platforms.map(\.rawValue))
+    if !push.platforms.isEmpty {
+        logger.info("push services", ("platforms", push.platforms.map(\.rawValue).sorted().joined(separator: ",")))
+    }
     var core = Dispatcher(settings: settings)
     var turn = DispatchTurn()
     var sendsBlocked = 0
@@ -64,6 +80,11 @@ ServiceMain.run(name: "nh-dispatch", summary: "the dispatcher: resolves targets 
                     ).token
                 }
                 if deliver(route, [AgentWire.encodeDelivery(delivery)]) { turn.sent.append(delivery) }
+            case .push(let plan, let notificationId):
+                guard let platform = Platform(name: plan.platform) else { continue }
+                turn.pushes.append(PushMessage(
+                    deliveryId: plan.deliveryId, notificationId: notificationId, installationId: plan.installationId, platform: platform,
+                    pushChannel: plan.pushChannel, payload: plan.payload, headers: plan.headers ?? [:], expiresAt: plan.expiresAt))
             case .reply(let route, let frame):
                 _ = deliver(route, [AgentWire.encode(frame)])
             case .acknowledge(let installationId, let ids):
@@ -123,12 +144,18 @@ ServiceMain.run(name: "nh-dispatch", summary: "the dispatcher: resolves targets 
                 try store.markSent(recorded.isEmpty ? turn.sent : turn.sent.filter { !recorded.contains($0.deliveryId) }, now: now)
                 for (installationId, ids) in turn.acks { try store.acknowledge(ids, installationId: installationId, now: now) }
                 for (installationId, failures) in turn.failures { try store.fail(failures, installationId: installationId, now: now) }
+                try store.pushed(turn.pushResults, now: now)
             }
             if committedAt.duration(to: .now) >= .milliseconds(50) { try commitGroup() }
         } catch {
             logger.error("dispatch commit failed", ("error", "\(error)"))
+            // Not recorded, so not sent: the cursor did not move, and the next pull plans them again.
+            turn.pushes.removeAll()
         }
+        // Handed to the push services once their deliveries are in the store, where an answer finds them.
+        let pushes = turn.pushes
         turn = DispatchTurn()
+        for message in pushes { push.submit(message, now: now) }
     }
 
     var committedAt = ContinuousClock.now
@@ -161,6 +188,30 @@ ServiceMain.run(name: "nh-dispatch", summary: "the dispatcher: resolves targets 
     }
     perform(core.on(.backlog(try store.backlog(now: Date())), now: Date()))
 
+    // What push services had not taken when the dispatcher last stopped goes to them again.
+    let unsent = try store.pendingPush(now: Date())
+    for message in unsent { push.submit(message) }
+    if !unsent.isEmpty { logger.info("push deliveries resumed", ("count", unsent.count)) }
+
+    // A push service's answers: recorded in the turn's writes. A channel the service says is gone
+    // takes its installation with it, unless the device has registered a new channel since.
+    let registryWrites = try HubForwarder(connect: config.registry.requests, timeoutMs: config.requestTimeoutMs) { context.serviceToken() }
+    context.onShutdown { registryWrites.close() }
+    context.loop.watch(registryWrites.socket) { try registryWrites.receive() }
+    afterAnswers = { commit() }
+    push.note = { message, fields in logger.log(.warning, message, fields.map { ($0.0, $0.1) }) }
+    push.report = { message, result in
+        turn.pushResults.append((message, result))
+        guard case .channelExpired(let reason) = result else { return }
+        guard let installation = core.index.installation(message.installationId), installation.pushChannel == message.pushChannel else { return }
+        logger.info("push channel expired; removing its installation", ("installation", message.installationId), ("reason", reason))
+        registryWrites.forward(InstallationDelete(installationId: message.installationId, ifMatch: installation.etag)) { result in
+            if case .failure(let error) = result, error.code != .notFound, error.code != .preconditionFailed {
+                logger.warning("cannot remove an installation whose channel expired", ("installation", message.installationId), ("error", error.message))
+            }
+        }
+    }
+
     var endpoints: [String: String] = ["agents": agents.lastEndpoint]
     var totals: [String: String] = [:]
     var totalsAt = ContinuousClock.now - .seconds(60)
@@ -185,6 +236,17 @@ ServiceMain.run(name: "nh-dispatch", summary: "the dispatcher: resolves targets 
         details["zapRefusedTotal"] = String(context.handshakes.refused)
         for reason in DispatchNote.DropReason.allCases {
             details["sessionsEnded\(reason.rawValue.capitalized)Total"] = String(counters.dropped[reason] ?? 0)
+        }
+        details["pushPending"] = String(push.pending)
+        details["pushInFlight"] = String(push.inFlight)
+        for (service, counters) in push.counters {
+            let name = "push" + service.platform.rawValue.capitalized
+            details[name + "SentTotal"] = String(counters.sent)
+            details[name + "DeliveredTotal"] = String(counters.delivered)
+            details[name + "RetriedTotal"] = String(counters.retried)
+            details[name + "ExpiredChannelsTotal"] = String(counters.expiredChannels)
+            details[name + "FailedTotal"] = String(counters.failed)
+            details[name + "TokenRequestsTotal"] = String(counters.tokenRequests)
         }
         // The store's totals scan its tables: taken at most once a second, however often health is asked.
         if totalsAt.duration(to: .now) > .seconds(1) {
@@ -295,6 +357,22 @@ ServiceMain.run(name: "nh-dispatch", summary: "the dispatcher: resolves targets 
         commit()
     }
 
+    server.on(PushCredentialsRequest.self) { request in
+        try context.authorize(request.auth, needs: .manage)
+        return PushCredentialsReply(services: push.info())
+    }
+    server.on(PushCredentialsSetRequest.self) { request in
+        try context.authorize(request.auth, needs: .manage)
+        let services: [PushServiceInfo]
+        do {
+            services = try push.set(request.payload)
+        } catch {
+            throw HubError(.invalidArgument, "\(error)")
+        }
+        core.setPlatforms(Set(push.platforms.map(\.rawValue)))
+        logger.notice("push credentials set", ("services", services.map(\.service).joined(separator: ",")))
+        return PushCredentialsReply(services: services)
+    }
     server.on(TestResultsRequest.self) { request in
         try context.authorize(request.auth, needs: .send)
         guard let results = try store.testResults(request.payload.notificationId) else {
@@ -312,6 +390,7 @@ ServiceMain.run(name: "nh-dispatch", summary: "the dispatcher: resolves targets 
 
     // Resends and silence are decided often; expiry and the pull safety net once a heartbeat.
     context.loop.every(milliseconds: 100) {
+        push.tick()
         perform(core.on(.tick, now: Date()))
         commit()
     }
@@ -330,8 +409,12 @@ struct DispatchTurn {
     var sent: [AgentDelivery] = []
     var acks: [(String, [String])] = []
     var failures: [(String, [DeliveryFailure])] = []
+    /// Deliveries for push services, handed to them once the turn is written.
+    var pushes: [PushMessage] = []
+    /// What push services answered.
+    var pushResults: [(PushMessage, PushResult)] = []
 
-    var isEmpty: Bool { records.isEmpty && sent.isEmpty && acks.isEmpty && failures.isEmpty }
+    var isEmpty: Bool { records.isEmpty && sent.isEmpty && acks.isEmpty && failures.isEmpty && pushes.isEmpty && pushResults.isEmpty }
 }
 
 extension ZMQSocket {

@@ -47,6 +47,10 @@ enum GatewayJSON {
         }
     }
 
+    struct VAPIDKey: Codable, Equatable {
+        var publicKey: String
+    }
+
     struct Count: Codable, Equatable {
         var name: String
         var count: Int

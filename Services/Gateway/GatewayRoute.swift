@@ -38,6 +38,10 @@ struct GatewayRoute: Sendable {
         // The hub's own resources
         GatewayRoute("GET", "health") { routes, request, _ in try routes.health(request) },
         GatewayRoute("GET", "expressions/check") { routes, request, _ in try routes.checkExpression(request) },
+        GatewayRoute("GET", "pns") { routes, request, _ in try routes.pushCredentials(request) },
+        GatewayRoute("GET", "pns/browser/key") { routes, request, _ in try routes.vapidKey(request) },
+        GatewayRoute("PUT", "pns/{}") { routes, request, p in try routes.setPushCredentials(request, p[0]) },
+        GatewayRoute("DELETE", "pns/{}") { routes, request, p in try routes.removePushCredentials(request, p[0]) },
         // Users
         GatewayRoute("POST", "users/tokens") { routes, request, _ in try routes.userToken(request) },
         GatewayRoute("GET", "users/me/notifications") { routes, request, _ in try routes.userChanges(request) },

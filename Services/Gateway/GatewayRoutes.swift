@@ -450,7 +450,7 @@ final class GatewayRoutes: @unchecked Sendable {
 
     // MARK: The hub's own resources
 
-    static let ownResources: Set<String> = ["users", "health", "expressions"]
+    static let ownResources: Set<String> = ["users", "health", "expressions", "pns"]
 
     /// Asks every service (not the gateway or an agent) the same question at once, 500 ms each.
     private func askServices<R: HubRequest>(_ request: R) -> [(service: String, reply: R.Reply?)] {
@@ -478,6 +478,53 @@ final class GatewayRoutes: @unchecked Sendable {
             "userStreams": String(streams?.openCount.load(ordering: .relaxed) ?? 0), "httpThreads": String(context.config.limits.httpThreads),
         ])))
         return GatewayJSON.response(200, GatewayJSON.Health(status: services.allSatisfy(\.up) ? "ok" : "degraded", services: services))
+    }
+
+    // MARK: Push services
+
+    /// `GET /{hub}/pns`: the push services the dispatcher delivers to, without their secrets.
+    func pushCredentials(_ request: HTTPRequest) throws -> HTTPResponse {
+        try authorize(request, .manage)
+        return GatewayJSON.response(200, try dispatch.call(PushCredentialsRequest(), auth: nil))
+    }
+
+    /// `GET /{hub}/pns/browser/key`: the VAPID public key a web app subscribes with
+    /// (`applicationServerKey`). A Listen key may read it, as a device registers with one.
+    func vapidKey(_ request: HTTPRequest) throws -> HTTPResponse {
+        try authorize(request, .listen)
+        let reply = try dispatch.call(PushCredentialsRequest(), auth: nil)
+        guard let key = reply.services.first(where: { $0.service == PushServiceName.browser })?.publicKey else {
+            throw HubError(.notFound, "Web Push is not configured; set push.browser.subject, or PUT /\(hub)/pns/browser")
+        }
+        return GatewayJSON.response(200, GatewayJSON.VAPIDKey(publicKey: key))
+    }
+
+    /// `PUT /{hub}/pns/{apple|fcm|browser}`: one push service's credentials, checked by the
+    /// dispatcher before they are kept. A key travels as its text (`key`, `serviceAccount`).
+    func setPushCredentials(_ request: HTTPRequest, _ service: String) throws -> HTTPResponse {
+        try authorize(request, .manage)
+        guard PushServiceName.all.contains(service) else {
+            throw HubError(.notFound, "'\(service)' is not a push service; use apple, fcm or browser")
+        }
+        guard var body = (try? JSONSerialization.jsonObject(with: request.body)) as? [String: Any] else {
+            throw HubError(.invalidPayload, "the body must be a JSON object with the \(service) credentials")
+        }
+        // A service account may come as the object Google issues, or as its text.
+        if service == "fcm", let account = body["serviceAccount"], !(account is String) {
+            body["serviceAccount"] = String(decoding: try JSONSerialization.data(withJSONObject: account), as: UTF8.self)
+        }
+        let wrapped = try JSONSerialization.data(withJSONObject: [service: body])
+        let set = try GatewayJSON.decode(PushCredentialsSetRequest.self, wrapped, "the \(service) credentials as a JSON object")
+        return GatewayJSON.response(200, try dispatch.call(set, auth: nil))
+    }
+
+    /// `DELETE /{hub}/pns/{service}`: removes credentials set over the bus or REST.
+    func removePushCredentials(_ request: HTTPRequest, _ service: String) throws -> HTTPResponse {
+        try authorize(request, .manage)
+        guard PushServiceName.all.contains(service) else {
+            throw HubError(.notFound, "'\(service)' is not a push service; use apple, fcm or browser")
+        }
+        return GatewayJSON.response(200, try dispatch.call(PushCredentialsSetRequest(remove: [service]), auth: nil))
     }
 
     /// `GET /{hub}/expressions/check?expression=…`: parses a tag expression as the publish service

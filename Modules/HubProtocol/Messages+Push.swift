@@ -1,0 +1,191 @@
+/// How the dispatcher reaches the platforms' own push services: Apple's (APNs), Firebase's (FCM
+/// HTTP v1) and browsers' (Web Push). A service without settings is not delivered to; its
+/// installations' deliveries fail as PnsUnavailable.
+public struct PushSettings: Codable, Sendable, Equatable {
+    public var apple: AppleSettings?
+    public var fcm: FCMSettings?
+    public var browser: WebPushSettings?
+    /// A PEM file of certificate authorities to trust instead of the system's, for a push service
+    /// behind a private authority (and the tests' stand-ins).
+    public var caFile: String?
+    /// Connections to each push service's host; HTTP/2 carries many requests on each.
+    public var connectionsPerHost: Int = 1
+    /// Requests in flight to all push services at once.
+    public var maxInFlight: Int = 1_000
+
+    public init(apple: AppleSettings? = nil, fcm: FCMSettings? = nil, browser: WebPushSettings? = nil, caFile: String? = nil) {
+        self.apple = apple
+        self.fcm = fcm
+        self.browser = browser
+        self.caFile = caFile
+    }
+}
+
+/// APNs with token-based authentication: the `.p8` key Apple issues, its key id, the team id and
+/// the app's bundle id.
+public struct AppleSettings: Codable, Sendable, Equatable {
+    /// The `.p8` file, or `key` with its PEM text (as set over the bus; kept in a 0600 file).
+    public var keyFile: String?
+    public var key: String?
+    /// Ten characters, as Apple shows them.
+    public var keyId: String
+    public var teamId: String
+    /// The app's bundle id, sent as `apns-topic` unless a send names another.
+    public var bundleId: String
+    /// `production`, `sandbox`, or an https:// URL.
+    public var endpoint: String = "production"
+
+    public init(keyFile: String? = nil, key: String? = nil, keyId: String, teamId: String, bundleId: String, endpoint: String = "production") {
+        self.keyFile = keyFile
+        self.key = key
+        self.keyId = keyId
+        self.teamId = teamId
+        self.bundleId = bundleId
+        self.endpoint = endpoint
+    }
+}
+
+/// FCM HTTP v1: a Google service account's JSON key, traded for OAuth 2 access tokens.
+public struct FCMSettings: Codable, Sendable, Equatable {
+    /// The service account's JSON file, or `serviceAccount` with its text.
+    public var serviceAccountFile: String?
+    public var serviceAccount: String?
+    /// Where `messages:send` is, `https://fcm.googleapis.com` unless set.
+    public var endpoint: String = "https://fcm.googleapis.com"
+
+    public init(serviceAccountFile: String? = nil, serviceAccount: String? = nil, endpoint: String = "https://fcm.googleapis.com") {
+        self.serviceAccountFile = serviceAccountFile
+        self.serviceAccount = serviceAccount
+        self.endpoint = endpoint
+    }
+}
+
+/// Web Push with VAPID: the hub signs for itself with a key pair it makes once and keeps.
+public struct WebPushSettings: Codable, Sendable, Equatable {
+    /// Who push services may contact about this hub's traffic: a `mailto:` or `https:` URL.
+    public var subject: String
+    /// The VAPID private key (PEM). Absent: `vapid-key.pem` in the data folder, made on first use.
+    public var keyFile: String?
+
+    public init(subject: String, keyFile: String? = nil) {
+        self.subject = subject
+        self.keyFile = keyFile
+    }
+}
+
+/// Names of the push services, as credentials and settings name them.
+public enum PushServiceName {
+    public static let apple = "apple"
+    public static let fcm = "fcm"
+    public static let browser = "browser"
+    public static let all = [apple, fcm, browser]
+}
+
+/// Sets one push service's credentials (Manage). They are checked before they are kept: a key
+/// that does not load, an id of the wrong shape or an endpoint that is not https is refused.
+public struct PushCredentialsSetRequest: HubRequest {
+    public typealias Reply = PushCredentialsReply
+    public static let messageType: MessageType = "push.credentials.set"
+    public var apple: AppleSettings?
+    public var fcm: FCMSettings?
+    public var browser: WebPushSettings?
+    /// Names of services whose credentials are removed: `apple`, `fcm` or `browser`.
+    public var remove: [String]?
+
+    public init(apple: AppleSettings? = nil, fcm: FCMSettings? = nil, browser: WebPushSettings? = nil, remove: [String]? = nil) {
+        self.apple = apple
+        self.fcm = fcm
+        self.browser = browser
+        self.remove = remove
+    }
+}
+
+/// What the dispatcher delivers with, secrets left out (Manage).
+public struct PushCredentialsRequest: HubRequest {
+    public typealias Reply = PushCredentialsReply
+    public static let messageType: MessageType = "push.credentials"
+    public init() {}
+}
+
+public struct PushCredentialsReply: HubMessage {
+    public static let messageType: MessageType = "push.credentials.reply"
+    public var services: [PushServiceInfo]
+
+    public init(services: [PushServiceInfo]) { self.services = services }
+}
+
+/// One push service as configured, without its secret: what identifies the key, not the key.
+public struct PushServiceInfo: Codable, Sendable, Equatable {
+    /// `apple`, `fcm` or `browser`.
+    public var service: String
+    public var platform: String
+    public var endpoint: String
+    /// `config` (the configuration file) or `set` (set over the bus, kept in the data folder).
+    public var source: String
+    /// Non-secret settings: key id, team id, bundle id, project id, client email, subject.
+    public var settings: [String: String]
+    /// The public key's SHA-256, in hex: which key is in use, never the key itself.
+    public var keyFingerprint: String?
+    /// For Web Push: the VAPID public key (base64url), the `applicationServerKey` browsers subscribe with.
+    public var publicKey: String?
+
+    public init(
+        service: String, platform: String, endpoint: String, source: String, settings: [String: String], keyFingerprint: String? = nil,
+        publicKey: String? = nil
+    ) {
+        self.service = service
+        self.platform = platform
+        self.endpoint = endpoint
+        self.source = source
+        self.settings = settings
+        self.keyFingerprint = keyFingerprint
+        self.publicKey = publicKey
+    }
+}
+
+// Absent fields take their defaults, so that a configuration file names only what it sets; what is
+// still missing is reported, with its name, when the settings are checked.
+extension PushSettings {
+    enum CodingKeys: String, CodingKey { case apple, fcm, browser, caFile, connectionsPerHost, maxInFlight }
+    public init(from decoder: Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        apple = try c.decodeIfPresent(AppleSettings.self, forKey: .apple)
+        fcm = try c.decodeIfPresent(FCMSettings.self, forKey: .fcm)
+        browser = try c.decodeIfPresent(WebPushSettings.self, forKey: .browser)
+        caFile = try c.decodeIfPresent(String.self, forKey: .caFile)
+        connectionsPerHost = try c.decodeIfPresent(Int.self, forKey: .connectionsPerHost) ?? 1
+        maxInFlight = try c.decodeIfPresent(Int.self, forKey: .maxInFlight) ?? 1_000
+    }
+}
+
+extension AppleSettings {
+    enum CodingKeys: String, CodingKey { case keyFile, key, keyId, teamId, bundleId, endpoint }
+    public init(from decoder: Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        keyFile = try c.decodeIfPresent(String.self, forKey: .keyFile)
+        key = try c.decodeIfPresent(String.self, forKey: .key)
+        keyId = try c.decodeIfPresent(String.self, forKey: .keyId) ?? ""
+        teamId = try c.decodeIfPresent(String.self, forKey: .teamId) ?? ""
+        bundleId = try c.decodeIfPresent(String.self, forKey: .bundleId) ?? ""
+        endpoint = try c.decodeIfPresent(String.self, forKey: .endpoint) ?? "production"
+    }
+}
+
+extension FCMSettings {
+    enum CodingKeys: String, CodingKey { case serviceAccountFile, serviceAccount, endpoint }
+    public init(from decoder: Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        serviceAccountFile = try c.decodeIfPresent(String.self, forKey: .serviceAccountFile)
+        serviceAccount = try c.decodeIfPresent(String.self, forKey: .serviceAccount)
+        endpoint = try c.decodeIfPresent(String.self, forKey: .endpoint) ?? "https://fcm.googleapis.com"
+    }
+}
+
+extension WebPushSettings {
+    enum CodingKeys: String, CodingKey { case subject, keyFile }
+    public init(from decoder: Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        subject = try c.decodeIfPresent(String.self, forKey: .subject) ?? ""
+        keyFile = try c.decodeIfPresent(String.self, forKey: .keyFile)
+    }
+}

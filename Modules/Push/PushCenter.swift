@@ -1,0 +1,326 @@
+import Auth
+import DispatchCore
+import Foundation
+import HubProtocol
+
+/// The dispatcher's path to the platforms' push services. It takes deliveries, makes each push
+/// service's request, and reads its answer: a delivery that was taken, or cannot be, is reported
+/// once; one that may go later (throttled, a server error, no answer) is sent again, after the
+/// service's Retry-After when it gave one and with a growing delay when not, until it expires.
+///
+/// It lives on one thread, the dispatcher's loop: answers come back through `post`, which runs
+/// them there. Deliveries stay in the dispatcher's store until they are reported, so a restart
+/// hands them in again and nothing is lost.
+public final class PushCenter: @unchecked Sendable {
+    /// A delivery reported done: delivered, its channel expired, or failed for good.
+    public var report: (PushMessage, PushResult) -> Void = { _, _ in }
+    /// Something worth a log line.
+    public var note: (String, [(String, String)]) -> Void = { _, _ in }
+
+    public private(set) var counters: [PushService: PushCounters] = [:]
+    private let client: PushHTTPClient
+    private let post: (@escaping @Sendable () -> Void) -> Void
+    private let dataDir: URL
+    private let configured: PushSettings
+    private var senders: [PushService: any PushSender] = [:]
+    private var sources: [PushService: String] = [:]
+    private var entries: [String: Entry] = [:]
+    private var retries = DueQueue()
+    private var waitingForToken: [PushService: [String]] = [:]
+    private var pausedUntil: [PushService: Date] = [:]
+    /// Set over the bus: replaces the configuration file's settings of the same service.
+    static let savedFile = "push-credentials.json"
+    static let vapidFile = "vapid-key.pem"
+
+    private struct Entry {
+        var message: PushMessage
+        var attempts = 0
+        var service: PushService
+    }
+
+    /// Loads every push service's credentials: the configuration's, then those set over the bus.
+    /// A service whose credentials do not load is refused here, with what to fix.
+    public init(settings: PushSettings, dataDir: String, post: @escaping (@escaping @Sendable () -> Void) -> Void) throws(PushConfigurationError) {
+        var clientSettings = PushHTTPClient.Settings()
+        clientSettings.maxConnectionsPerHost = settings.connectionsPerHost
+        clientSettings.maxInFlight = settings.maxInFlight
+        if let caFile = settings.caFile {
+            guard FileManager.default.isReadableFile(atPath: caFile) else {
+                throw PushConfigurationError("push.caFile '\(caFile)' cannot be read")
+            }
+            clientSettings.caFile = caFile
+        }
+        self.dataDir = URL(fileURLWithPath: dataDir)
+        self.configured = settings
+        self.post = post
+        client = PushHTTPClient(settings: clientSettings)
+        do {
+            try apply(configured: settings, saved: try Self.loadSaved(self.dataDir.appendingPathComponent(Self.savedFile)))
+        } catch {
+            client.stop()
+            throw error
+        }
+    }
+
+    public func stop() { client.stop() }
+
+    /// The platforms with a delivery path now.
+    public var platforms: Set<Platform> { Set(senders.keys.map(\.platform)) }
+
+    /// Deliveries taken and not yet reported.
+    public var pending: Int { entries.count }
+
+    public var inFlight: Int { client.inFlight }
+
+    // MARK: Credentials
+
+    private func apply(configured: PushSettings, saved: PushSettings) throws(PushConfigurationError) {
+        var senders: [PushService: any PushSender] = [:]
+        var sources: [PushService: String] = [:]
+        let read = Self.readFile
+        if let apple = saved.apple ?? configured.apple {
+            senders[.apple] = try AppleSender(apple, readFile: read)
+            sources[.apple] = saved.apple == nil ? "config" : "set"
+        }
+        if let fcm = saved.fcm ?? configured.fcm {
+            senders[.fcm] = try FCMSender(fcm, readFile: read)
+            sources[.fcm] = saved.fcm == nil ? "config" : "set"
+        }
+        if let browser = saved.browser ?? configured.browser {
+            senders[.browser] = try WebPushSender(browser, key: try vapidKey(browser))
+            sources[.browser] = saved.browser == nil ? "config" : "set"
+        }
+        self.senders = senders
+        self.sources = sources
+    }
+
+    /// The hub's VAPID key: the configured file, or one made once in the data folder and kept there.
+    private func vapidKey(_ settings: WebPushSettings) throws(PushConfigurationError) -> P256Key {
+        do {
+            let pem: Data
+            if let file = settings.keyFile {
+                pem = Data(try Self.readFile(file).utf8)
+            } else {
+                pem = try SecretFile.loadOrCreate(dataDir.appendingPathComponent(Self.vapidFile)) { Data(P256Key.generate().privateKeyPEM.utf8) }
+            }
+            return try P256Key(pem: String(decoding: pem, as: UTF8.self))
+        } catch let error as PushConfigurationError {
+            throw error
+        } catch {
+            throw PushConfigurationError("push.browser: the VAPID key \(settings.keyFile ?? Self.vapidFile) does not load: \(error)")
+        }
+    }
+
+    static func readFile(_ path: String) throws(PushConfigurationError) -> String {
+        guard let data = FileManager.default.contents(atPath: path) else {
+            throw PushConfigurationError("cannot read '\(path)': \(FileManager.default.fileExists(atPath: path) ? "check its mode and owner" : "no such file")")
+        }
+        return String(decoding: data, as: UTF8.self)
+    }
+
+    static func loadSaved(_ url: URL) throws(PushConfigurationError) -> PushSettings {
+        guard let data = FileManager.default.contents(atPath: url.path) else { return PushSettings() }
+        do {
+            return try JSONDecoder().decode(PushSettings.self, from: data)
+        } catch {
+            throw PushConfigurationError("\(url.path) is not valid push credentials: \(error); remove it and set them again")
+        }
+    }
+
+    /// Checks and applies credentials set over the bus, and keeps them (mode 0600) for the next start.
+    public func set(_ request: PushCredentialsSetRequest) throws(PushConfigurationError) -> [PushServiceInfo] {
+        let url = dataDir.appendingPathComponent(Self.savedFile)
+        var saved = try Self.loadSaved(url)
+        for name in request.remove ?? [] {
+            switch PushService(rawValue: name) {
+            case .apple: saved.apple = nil
+            case .fcm: saved.fcm = nil
+            case .browser: saved.browser = nil
+            case nil: throw PushConfigurationError("'\(name)' is not a push service; remove apple, fcm or browser")
+            }
+        }
+        if let apple = request.apple {
+            guard apple.key != nil else { throw PushConfigurationError("apple credentials set over the bus carry the .p8 key's text in 'key'") }
+            saved.apple = apple
+            saved.apple?.keyFile = nil
+        }
+        if let fcm = request.fcm {
+            guard fcm.serviceAccount != nil else {
+                throw PushConfigurationError("fcm credentials set over the bus carry the service account's JSON text in 'serviceAccount'")
+            }
+            saved.fcm = fcm
+            saved.fcm?.serviceAccountFile = nil
+        }
+        if let browser = request.browser { saved.browser = browser }
+        let previous = (senders, sources)
+        try apply(configured: configured, saved: saved)
+        do {
+            let data = try JSONEncoder().encode(saved)
+            let temporary = url.deletingLastPathComponent().appendingPathComponent(".\(Self.savedFile)-\(getpid())")
+            guard FileManager.default.createFile(atPath: temporary.path, contents: data, attributes: [.posixPermissions: 0o600]) else {
+                throw PushConfigurationError("cannot write \(temporary.path)")
+            }
+            guard rename(temporary.path, url.path) == 0 else {
+                throw PushConfigurationError("cannot write \(url.path): \(String(cString: strerror(errno)))")
+            }
+        } catch {
+            (senders, sources) = previous
+            throw error as? PushConfigurationError ?? PushConfigurationError("cannot keep the push credentials: \(error)")
+        }
+        return info()
+    }
+
+    /// Every configured service, without its secrets.
+    public func info() -> [PushServiceInfo] {
+        PushService.allCases.compactMap { service in senders[service]?.info(source: sources[service] ?? "config") }
+    }
+
+    // MARK: Deliveries
+
+    /// Takes a delivery; one already taken is not taken twice.
+    public func submit(_ message: PushMessage, now: Date = Date()) {
+        guard entries[message.deliveryId] == nil else { return }
+        guard let service = PushService(platform: message.platform) else {
+            report(message, .failed(outcome: "PnsUnavailable", reason: "the hub has no delivery path to \(message.platform.rawValue) installations"))
+            return
+        }
+        entries[message.deliveryId] = Entry(message: message, service: service)
+        attempt(message.deliveryId, now: now)
+    }
+
+    /// Sends again what is due.
+    public func tick(now: Date = Date()) {
+        for id in retries.popDue(now: now, limit: 10_000) { attempt(id, now: now) }
+    }
+
+    private func attempt(_ id: String, now: Date) {
+        guard let entry = entries[id] else { return }
+        // Past its time to live it is not sent; the store counts it as expired.
+        guard entry.message.expiresAt > now else {
+            entries[id] = nil
+            return
+        }
+        guard let sender = senders[entry.service] else {
+            finish(id, .failed(outcome: "PnsUnavailable", reason: "no credentials for \(entry.service.rawValue) are configured"))
+            return
+        }
+        if let paused = pausedUntil[entry.service], paused > now {
+            schedule(id, at: paused)
+            return
+        }
+        switch sender.authorization(now: now) {
+        case .ready:
+            send(id, entry, sender, now: now)
+        case .waiting:
+            waitingForToken[entry.service, default: []].append(id)
+        case .fetch(let request):
+            waitingForToken[entry.service, default: []].append(id)
+            counters[entry.service, default: PushCounters()].tokenRequests += 1
+            let service = entry.service
+            client.send(request) { response in self.post { self.tokenAnswered(service, response) } }
+        }
+    }
+
+    private func send(_ id: String, _ entry: Entry, _ sender: any PushSender, now: Date) {
+        let request: PushHTTPRequest
+        do {
+            request = try sender.request(for: entry.message, now: now)
+        } catch {
+            finish(id, .failed(outcome: error.outcome, reason: error.reason))
+            return
+        }
+        entries[id]?.attempts += 1
+        counters[entry.service, default: PushCounters()].sent += 1
+        let service = entry.service
+        client.send(request) { response in self.post { self.answered(id, service, response) } }
+    }
+
+    private func tokenAnswered(_ service: PushService, _ response: PushHTTPResponse) {
+        let now = Date()
+        let waiting = waitingForToken.removeValue(forKey: service) ?? []
+        guard let sender = senders[service] else {
+            for id in waiting { attempt(id, now: now) }
+            return
+        }
+        if let problem = sender.tokenAnswered(response, now: now) {
+            counters[service, default: PushCounters()].errors["token", default: 0] += 1
+            note("push service token refused; trying again", [("service", service.rawValue), ("problem", problem)])
+            // Held back, not failed: credentials can be fixed while deliveries wait.
+            let delay = response.retryAfter(now: now) ?? 5
+            for id in waiting { schedule(id, at: now.addingTimeInterval(delay)) }
+            return
+        }
+        for id in waiting { attempt(id, now: now) }
+    }
+
+    private func answered(_ id: String, _ service: PushService, _ response: PushHTTPResponse) {
+        guard let entry = entries[id] else { return }
+        let now = Date()
+        guard let sender = senders[service] else {
+            attempt(id, now: now)
+            return
+        }
+        let result = sender.classify(response, now: now)
+        switch result {
+        case .delivered, .channelExpired, .failed:
+            finish(id, result)
+        case .retry(let reason, let after):
+            counters[service, default: PushCounters()].retried += 1
+            counters[service, default: PushCounters()].errors[Self.code(reason), default: 0] += 1
+            if let after {
+                // The service asked everyone to wait: nothing more goes to it until then.
+                pausedUntil[service] = max(pausedUntil[service] ?? now, now.addingTimeInterval(after))
+                schedule(id, at: now.addingTimeInterval(after))
+            } else {
+                schedule(id, at: now.addingTimeInterval(Self.backoff(attempts: entry.attempts)))
+            }
+        case .renewCredentials(let reason):
+            counters[service, default: PushCounters()].errors[Self.code(reason), default: 0] += 1
+            sender.renew(now: now)
+            if entry.attempts < 3 {
+                attempt(id, now: now)
+            } else {
+                schedule(id, at: now.addingTimeInterval(Self.backoff(attempts: entry.attempts)))
+            }
+        }
+    }
+
+    private func finish(_ id: String, _ result: PushResult) {
+        guard let entry = entries.removeValue(forKey: id) else { return }
+        var counter = counters[entry.service, default: PushCounters()]
+        switch result {
+        case .delivered: counter.delivered += 1
+        case .channelExpired(let reason):
+            counter.expiredChannels += 1
+            counter.errors[Self.code(reason), default: 0] += 1
+        case .failed(_, let reason):
+            counter.failed += 1
+            counter.errors[Self.code(reason), default: 0] += 1
+        case .retry, .renewCredentials: break
+        }
+        counters[entry.service] = counter
+        report(entry.message, result)
+    }
+
+    private func schedule(_ id: String, at due: Date) {
+        guard let entry = entries[id] else { return }
+        // Never later than its expiry, when it is let go.
+        retries.push(due: min(due, entry.message.expiresAt), id: id)
+    }
+
+    /// Seconds before the next attempt: 1, 2, 4 … up to a minute, with a tenth either way so that
+    /// deliveries held back together do not all come back at once.
+    static func backoff(attempts: Int) -> TimeInterval {
+        let base = min(60, pow(2, Double(max(0, attempts - 1))))
+        return base * Double.random(in: 0.9...1.1)
+    }
+
+    /// The service's error code from a reason such as "HTTP 410 Unregistered": its last word.
+    static func code(_ reason: String) -> String {
+        if reason.hasPrefix("no answer") { return "NoAnswer" }
+        let words = reason.split(separator: " ")
+        if words.count >= 3, words[0] == "HTTP" { return String(words[2]) }
+        if words.count == 2, words[0] == "HTTP" { return String(words[1]) }
+        return reason
+    }
+}

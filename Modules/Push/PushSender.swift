@@ -1,0 +1,54 @@
+import Foundation
+import HubProtocol
+
+/// Whether a sender can make requests now.
+enum PushAuthorization {
+    case ready
+    /// A token is being fetched; requests wait for it.
+    case waiting
+    /// This request fetches the token; its answer goes to `tokenAnswered`.
+    case fetch(PushHTTPRequest)
+}
+
+/// One push service's protocol: how a delivery becomes a request, and what its answers mean.
+/// Used on one thread (the dispatcher's loop).
+protocol PushSender: AnyObject {
+    var service: PushService { get }
+    var endpoint: String { get }
+    func authorization(now: Date) -> PushAuthorization
+    /// The token endpoint's answer; nil when a token came, else what went wrong.
+    func tokenAnswered(_ response: PushHTTPResponse, now: Date) -> String?
+    /// Drops a token the service refused, so that the next request makes a new one.
+    func renew(now: Date)
+    func request(for message: PushMessage, now: Date) throws(PushRequestError) -> PushHTTPRequest
+    func classify(_ response: PushHTTPResponse, now: Date) -> PushResult
+    func info(source: String) -> PushServiceInfo
+}
+
+extension PushSender {
+    func authorization(now: Date) -> PushAuthorization { .ready }
+    func tokenAnswered(_ response: PushHTTPResponse, now: Date) -> String? { nil }
+
+    /// What every push service's throttles, server errors and silences mean.
+    func common(_ response: PushHTTPResponse, reason: String?, now: Date) -> PushResult? {
+        if response.status == 0 { return .retry(reason: response.describe(nil), after: nil) }
+        if response.status == 429 { return .retry(reason: response.describe(reason ?? "TooManyRequests"), after: response.retryAfter(now: now)) }
+        if response.status >= 500 { return .retry(reason: response.describe(reason), after: response.retryAfter(now: now)) }
+        if response.status == 413 { return .failed(outcome: "InvalidNotificationSize", reason: response.describe(reason ?? "PayloadTooLarge")) }
+        return nil
+    }
+}
+
+/// An https:// URL's text without a trailing slash, or a clear refusal.
+func httpsEndpoint(_ text: String, setting: String) throws(PushConfigurationError) -> String {
+    guard let url = URL(string: text), url.scheme?.lowercased() == "https", let host = url.host, !host.isEmpty else {
+        throw PushConfigurationError("\(setting) '\(text)' must be an https:// URL")
+    }
+    return text.hasSuffix("/") ? String(text.dropLast()) : text
+}
+
+/// Settings that cannot be used, with what to fix.
+public struct PushConfigurationError: Error, Equatable, CustomStringConvertible, Sendable {
+    public let description: String
+    public init(_ description: String) { self.description = description }
+}
