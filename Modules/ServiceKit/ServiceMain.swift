@@ -56,6 +56,11 @@ public enum ServiceMain {
             try setUp(context)
             logger.info("started", ("pid", getpid()), ("data", directory.path))
             try loop.run()
+        } catch let error as ConfigError {
+            // Settings found unusable only when the service reads them, such as a key file that does not load.
+            logger.error("config error", ("error", error.description))
+            context.shutdown()
+            exit(2)
         } catch {
             logger.error("stopped on error", ("error", "\(error)"))
             context.shutdown()

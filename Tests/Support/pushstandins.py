@@ -255,7 +255,7 @@ class Service:
         """(status, headers, body) for one request, which is checked and recorded."""
         record = {"method": request.method, "path": request.path, "headers": request.headers,
                   "body": request.body, "http": request.http, **dict.fromkeys(self.fields),
-                  "verified": False, "problem": None, "status": None}
+                  "verified": False, "problem": None, "status": None, "received_at": time.monotonic()}
         try:
             target = self.check(request, record)
             record["verified"] = True

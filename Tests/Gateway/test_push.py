@@ -1,0 +1,464 @@
+"""Delivery to phones and browsers through their push services: the dispatcher against stand-in
+APNs, FCM and Web Push services on loopback (Tests/Support/pushstandins.py), which check every
+token, signature and encryption and record what they got. The real executables, a real agent."""
+import json
+import os
+import stat
+import subprocess
+import time
+
+import pytest
+import requests
+
+from conftest import BIN, Hub, json_lines, wait_until
+from pushstandins import StandIns
+
+API = "api-version=2015-01"
+MESSAGE = 'Breaking: "quotes", a \\ backslash, <tags> & ünïcödé'
+
+
+def push_config(standins, **overrides):
+    """The hub's `push` settings for the stand-ins."""
+    config = standins.config()
+    push = {
+        "caFile": config["caFile"],
+        "apple": {key: config["apple"][key] for key in ["keyFile", "keyId", "teamId", "bundleId", "endpoint"]},
+        "fcm": {"serviceAccountFile": config["fcm"]["serviceAccountFile"], "endpoint": config["fcm"]["endpoint"]},
+        "browser": {"subject": "mailto:ops@example.com"},
+    }
+    push.update(overrides)
+    return push
+
+
+def write_config(hub, push, name="hub.json"):
+    path = os.path.join(hub.data, name)
+    with open(path, "w") as f:
+        json.dump({"push": push}, f)
+    return path
+
+
+@pytest.fixture(scope="module")
+def standins():
+    with StandIns() as s:
+        yield s
+
+
+@pytest.fixture(scope="module")
+def hub(standins):
+    hub = Hub(prefix="nh-push-")
+    hub.env["NH_CONFIG"] = write_config(hub, push_config(standins))
+    # The agent of this host, on the same tag as the phones and browsers.
+    agent_env = {"NH_AGENT_HOME": os.path.join(hub.data, "agent"), "NH_AGENT_INSTALLATION_ID": "push-linux"}
+    assert hub.start_services()
+    subprocess.run([os.path.join(BIN, "nh-agent"), "subscribe", "Everywhere"], env={**hub.env, **agent_env}, check=True, capture_output=True)
+    hub.agent_output = os.path.join(hub.data, "agent.jsonl")
+    hub.start("agent", "nh-agent", env=agent_env, stdout=open(hub.agent_output, "ab"))
+    assert wait_until(lambda: dispatcher(hub).get("agents") == "1", timeout=30)
+    yield hub
+    hub.stop_all()
+
+
+def headers(hub, **extra):
+    return {"Authorization": hub.token(), "Content-Type": "application/json", **extra}
+
+
+def dispatcher(hub):
+    """The dispatcher's health figures, through the gateway."""
+    try:
+        r = requests.get(f"{hub.base}/hub/health", headers={"Authorization": hub.token()}, timeout=5)
+        return next(s["details"] for s in r.json()["services"] if s["service"] == "nh-dispatch")
+    except (requests.RequestException, StopIteration, KeyError, ValueError):
+        return {}
+
+
+def register(hub, installation_id, platform, channel, template, tags):
+    if isinstance(channel, dict):
+        channel = {k: channel[k] for k in ["endpoint", "p256dh", "auth"]}
+    body = {"installationId": installation_id, "platform": platform, "pushChannel": channel, "tags": tags,
+            "templates": {"t": {"body": template}}}
+    r = requests.put(f"{hub.base}/hub/installations/{installation_id}?{API}", headers=headers(hub), json=body)
+    assert r.status_code == 200, r.text
+    # The dispatcher knows it once the registry's change stream has reached it.
+    assert wait_until(lambda: requests.get(f"{hub.base}/hub/installations/{installation_id}?{API}",
+                                           headers=headers(hub)).status_code == 200)
+    return body
+
+
+def wait_indexed(hub, count_before, added):
+    assert wait_until(lambda: int(dispatcher(hub).get("installations", 0)) >= count_before + added, timeout=15)
+
+
+def send(hub, tags, properties=None, native=None, fmt="template", query="", **extra):
+    body = json.dumps(properties) if native is None else native
+    r = requests.post(f"{hub.base}/hub/messages?{API}{query}",
+                      headers=headers(hub, **{"ServiceBusNotification-Format": fmt, "ServiceBusNotification-Tags": tags, **extra}),
+                      data=body.encode())
+    assert r.status_code == 201, r.text
+    return r
+
+
+def outcome(hub, response):
+    r = requests.get(response.headers["Location"], headers={"Authorization": hub.token(), "Accept": "application/json"})
+    return r.json() if r.status_code == 200 else {}
+
+
+def platform_counts(hub, response, platform):
+    return (outcome(hub, response).get("platforms") or {}).get(platform, {})
+
+
+def settled(hub, response, platform, name, count=1, timeout=20):
+    assert wait_until(lambda: platform_counts(hub, response, platform).get(name, 0) >= count, timeout=timeout), \
+        outcome(hub, response)
+
+
+def rendered(template, message):
+    """A JSON template with $(message) filled in, as the hub renders it: compact, keys in order."""
+    filled = json.loads(template.replace("$(message)", json.dumps(message, ensure_ascii=False)[1:-1]))
+    return json.dumps(filled, ensure_ascii=False, sort_keys=True, separators=(",", ":")).encode()
+
+
+def token(n):
+    return f"{n:064x}"
+
+
+APPLE_TEMPLATE = '{"aps":{"alert":"$(message)","sound":"default"}}'
+FCM_TEMPLATE = '{"message":{"notification":{"title":"News","body":"$(message)"}}}'
+BROWSER_TEMPLATE = '{"title":"News","body":"$(message)"}'
+
+
+def test_a_template_send_reaches_every_platform_in_its_own_payload(hub, standins):
+    before = int(dispatcher(hub).get("installations", 0))
+    subscription = standins.webpush.subscribe()
+    register(hub, "iphone-1", "apns", token(1), APPLE_TEMPLATE, ["Everywhere"])
+    register(hub, "android-1", "fcmv1", "fcm-registration-1", FCM_TEMPLATE, ["Everywhere"])
+    register(hub, "browser-1", "browser", subscription, BROWSER_TEMPLATE, ["Everywhere"])
+    wait_indexed(hub, before, 3)
+
+    response = send(hub, "Everywhere", {"messageParam": MESSAGE, "message": MESSAGE, "title": "News"},
+                    **{"ServiceBusNotification-TimeToLive": "600"})
+    apple = standins.apple.wait_for(lambda r: r["token"] == token(1), timeout=15)
+    fcm = standins.fcm.wait_for(lambda r: r["token"] == "fcm-registration-1" and r["kind"] == "send", timeout=15)
+    browser = standins.webpush.wait_for(lambda r: r["subscription"] == subscription["id"], timeout=15)
+    assert apple and fcm and browser, (apple, fcm, browser)
+
+    # APNs: the rendered template byte for byte, with the token the stand-in verified.
+    record = apple[0]
+    assert record["verified"], record["problem"]
+    assert record["body"] == rendered(APPLE_TEMPLATE, MESSAGE)
+    assert record["payload"]["aps"]["alert"] == MESSAGE
+    assert record["http"] == "HTTP/2"
+    assert record["apns"]["apns-topic"] == standins.apple.bundle_id
+    assert record["apns"]["apns-push-type"] == "alert" and record["apns"]["apns-priority"] == "10"
+    assert abs(int(record["apns"]["apns-expiration"]) - (time.time() + 600)) < 60
+    assert record["jwt_claims"]["iss"] == standins.apple.team_id
+
+    # FCM: the message with the device's registration token added, after a token exchange.
+    record = fcm[0]
+    assert record["verified"], record["problem"]
+    assert record["message"] == {"notification": {"title": "News", "body": MESSAGE}, "token": "fcm-registration-1"}
+    assert standins.fcm.token_requests >= 1
+
+    # Web Push: decrypted by the stand-in with the subscription's key, signed with the hub's VAPID key.
+    record = browser[0]
+    assert record["verified"], record["problem"]
+    assert record["plaintext"] == rendered(BROWSER_TEMPLATE, MESSAGE)
+    assert 540 <= int(record["ttl"]) <= 600
+    vapid = requests.get(f"{hub.base}/hub/pns/browser/key", headers={"Authorization": hub.token("DefaultListenSharedAccessSignature")})
+    assert vapid.status_code == 200 and vapid.json()["publicKey"] == record["vapid_key"]
+
+    # The Linux agent shows it too.
+    assert wait_until(lambda: any(l.get("payload", {}).get("message") == MESSAGE for l in json_lines(hub.agent_output)), timeout=15)
+
+    for platform in ["apns", "fcmv1", "browser", "linux"]:
+        settled(hub, response, platform, "Success")
+    details = outcome(hub, response)
+    assert details["platforms"]["apns"] == {"Targets": 1, "Success": 1}
+    assert details["platforms"]["linux"]["Success"] == 1
+    counts = {item["name"]: item["count"] for item in details["outcomeCounts"]}
+    assert counts["Success"] == 4 and counts["Failed"] == 0
+    figures = dispatcher(hub)
+    assert int(figures["pushApnsDeliveredTotal"]) >= 1 and int(figures["pushBrowserDeliveredTotal"]) >= 1
+
+
+def test_native_sends_carry_their_platform_headers(hub, standins):
+    before = int(dispatcher(hub).get("installations", 0))
+    register(hub, "iphone-native", "apns", token(2), APPLE_TEMPLATE, ["NativeApple"])
+    subscription = standins.webpush.subscribe()
+    register(hub, "browser-native", "browser", subscription, BROWSER_TEMPLATE, ["NativeBrowser"])
+    wait_indexed(hub, before, 2)
+    body = '{"aps":{"content-available":1},"score":"3-1"}'
+    send(hub, "NativeApple", native=body, fmt="apple",
+         **{"apns-collapse-id": "score", "apns-push-type": "background", "apns-priority": "5"})
+    record = standins.apple.wait_for(lambda r: r["token"] == token(2), timeout=15)[0]
+    assert record["verified"], record["problem"]
+    assert record["body"] == body.encode()
+    assert record["apns"]["apns-collapse-id"] == "score" and record["apns"]["apns-push-type"] == "background"
+    assert record["apns"]["apns-priority"] == "5"
+
+    send(hub, "NativeBrowser", native='{"title":"urgent"}', fmt="browser", Urgency="high", Topic="scores")
+    record = standins.webpush.wait_for(lambda r: r["subscription"] == subscription["id"], timeout=15)[0]
+    assert record["verified"], record["problem"]
+    assert record["plaintext"] == b'{"title":"urgent"}' and record["urgency"] == "high" and record["topic"] == "scores"
+
+
+@pytest.mark.parametrize("platform", ["apns", "fcmv1", "browser"])
+def test_an_expired_channel_removes_its_installation(hub, standins, platform):
+    before = int(dispatcher(hub).get("installations", 0))
+    installation = f"gone-{platform}"
+    if platform == "apns":
+        channel, template = token(3), APPLE_TEMPLATE
+        standins.apple.unregister(channel)
+    elif platform == "fcmv1":
+        channel, template = "fcm-registration-gone", FCM_TEMPLATE
+        standins.fcm.unregister(channel)
+    else:
+        subscription = standins.webpush.subscribe()
+        channel, template = subscription, BROWSER_TEMPLATE
+        standins.webpush.unregister(subscription["id"])
+    register(hub, installation, platform, channel, template, [f"Gone{platform}"])
+    wait_indexed(hub, before, 1)
+    response = send(hub, f"Gone{platform}", {"message": "to a device that left"})
+    settled(hub, response, platform, "ExpiredChannel")
+    assert wait_until(lambda: requests.get(f"{hub.base}/hub/installations/{installation}?{API}",
+                                           headers=headers(hub)).status_code == 404, timeout=15)
+    details = outcome(hub, response)
+    assert {item["name"]: item["count"] for item in details["outcomeCounts"]}["Failed"] == 1
+
+
+def test_an_expired_channel_does_not_remove_a_device_that_registered_again(hub, standins):
+    """The channel that expired is not the installation's any more: it stays."""
+    before = int(dispatcher(hub).get("installations", 0))
+    standins.apple.down(True)
+    try:
+        register(hub, "iphone-moved", "apns", token(4), APPLE_TEMPLATE, ["Moved"])
+        wait_indexed(hub, before, 1)
+        response = send(hub, "Moved", {"message": "held back"})
+        assert standins.apple.wait_for(lambda r: r["token"] == token(4), timeout=15)
+        standins.apple.unregister(token(4))
+        register(hub, "iphone-moved", "apns", token(5), APPLE_TEMPLATE, ["Moved"])
+        assert wait_until(lambda: requests.get(f"{hub.base}/hub/installations/iphone-moved?{API}",
+                                               headers=headers(hub)).json().get("pushChannel") == token(5))
+    finally:
+        standins.apple.down(False)
+    settled(hub, response, "apns", "ExpiredChannel")
+    time.sleep(1)
+    r = requests.get(f"{hub.base}/hub/installations/iphone-moved?{API}", headers=headers(hub))
+    assert r.status_code == 200 and r.json()["pushChannel"] == token(5)
+
+
+def test_a_throttled_delivery_is_sent_again_after_retry_after(hub, standins):
+    before = int(dispatcher(hub).get("installations", 0))
+    register(hub, "iphone-throttled", "apns", token(6), APPLE_TEMPLATE, ["Throttled"])
+    wait_indexed(hub, before, 1)
+    standins.apple.script(token(6), 429, {"reason": "TooManyRequests"}, headers={"Retry-After": "2"})
+    response = send(hub, "Throttled", {"message": "after a pause"})
+    records = standins.apple.wait_for(lambda r: r["token"] == token(6), count=2, timeout=20)
+    assert [r["status"] for r in records] == [429, 200]
+    # Not before the service said: the second attempt comes at least Retry-After later.
+    assert records[1]["received_at"] - records[0]["received_at"] >= 1.9
+    settled(hub, response, "apns", "Success")
+    assert int(dispatcher(hub)["pushApnsRetriedTotal"]) >= 1
+
+
+def test_a_push_service_that_is_down_costs_retries_never_a_loss(hub, standins):
+    before = int(dispatcher(hub).get("installations", 0))
+    subscription = standins.webpush.subscribe()
+    register(hub, "browser-patient", "browser", subscription, BROWSER_TEMPLATE, ["Patient"])
+    wait_indexed(hub, before, 1)
+    standins.webpush.down(True)
+    try:
+        response = send(hub, "Patient", {"message": "when you are back"})
+        refused = standins.webpush.wait_for(lambda r: r["subscription"] == subscription["id"], count=3, timeout=30)
+        assert len(refused) >= 3 and all(r["status"] == 503 for r in refused)
+        assert platform_counts(hub, response, "browser").get("Success", 0) == 0
+    finally:
+        standins.webpush.down(False)
+    settled(hub, response, "browser", "Success", timeout=40)
+    taken = [r for r in standins.webpush.records() if r["subscription"] == subscription["id"] and r["status"] == 201]
+    assert len(taken) == 1 and taken[0]["plaintext"] == rendered(BROWSER_TEMPLATE, "when you are back")
+
+
+def test_after_its_time_to_live_the_outcome_says_expired(hub, standins):
+    before = int(dispatcher(hub).get("installations", 0))
+    register(hub, "iphone-late", "apns", token(7), APPLE_TEMPLATE, ["Late"])
+    wait_indexed(hub, before, 1)
+    standins.apple.script(token(7), 503, {"reason": "ServiceUnavailable"}, times=100)
+    response = send(hub, "Late", {"message": "too late"}, **{"ServiceBusNotification-TimeToLive": "3"})
+    settled(hub, response, "apns", "Expired", timeout=30)
+    counts = {item["name"]: item["count"] for item in outcome(hub, response)["outcomeCounts"]}
+    assert counts["Expired"] == 1 and counts["Success"] == 0
+    assert all(r["status"] == 503 for r in standins.apple.records() if r["token"] == token(7))
+
+
+def test_a_dispatcher_restart_loses_nothing_held_for_a_push_service(hub, standins):
+    before = int(dispatcher(hub).get("installations", 0))
+    register(hub, "android-restart", "fcmv1", "fcm-registration-restart", FCM_TEMPLATE, ["Restart"])
+    wait_indexed(hub, before, 1)
+    standins.fcm.down(True)
+    try:
+        response = send(hub, "Restart", {"message": "across a restart"})
+        assert standins.fcm.wait_for(lambda r: r["token"] == "fcm-registration-restart", timeout=15)
+        time.sleep(0.3)  # the dispatcher's group of writes is committed every 50 ms
+        hub.kill("nh-dispatch")
+        hub.start("nh-dispatch")
+    finally:
+        standins.fcm.down(False)
+    settled(hub, response, "fcmv1", "Success", timeout=40)
+    taken = [r for r in standins.fcm.records() if r["token"] == "fcm-registration-restart" and r["status"] == 200]
+    assert len(taken) == 1
+    assert wait_until(lambda: dispatcher(hub).get("agents") == "1", timeout=30)
+
+
+def test_a_refused_access_token_is_renewed(hub, standins):
+    before = int(dispatcher(hub).get("installations", 0))
+    register(hub, "android-renew", "fcmv1", "fcm-registration-renew", FCM_TEMPLATE, ["Renew"])
+    wait_indexed(hub, before, 1)
+    exchanges = standins.fcm.token_requests
+    seen = len(standins.fcm.records())
+    standins.fcm.revoke_access_tokens()
+    response = send(hub, "Renew", {"message": "with a new token"})
+    settled(hub, response, "fcmv1", "Success")
+    assert standins.fcm.token_requests > exchanges
+    # Refused with the old token (the stand-in reads no further), then taken with a new one.
+    statuses = [(r["kind"], r["status"]) for r in standins.fcm.records()[seen:]]
+    assert statuses == [("send", 401), ("token", 200), ("send", 200)], statuses
+
+
+def test_a_test_send_reports_what_each_push_service_said(hub, standins):
+    before = int(dispatcher(hub).get("installations", 0))
+    register(hub, "iphone-test-ok", "apns", token(8), APPLE_TEMPLATE, ["TestSend"])
+    register(hub, "iphone-test-gone", "apns", token(9), APPLE_TEMPLATE, ["TestSend"])
+    standins.apple.unregister(token(9))
+    wait_indexed(hub, before, 2)
+    r = send(hub, "TestSend", {"message": "test"}, query="&test")
+    assert r.headers["Content-Type"].startswith("application/xml")
+    assert "<Success>1</Success>" in r.text and "<Failure>1</Failure>" in r.text, r.text
+    assert "The Notification was successfully sent to the Push Notification System" in r.text
+    assert "The Push Notification System handle for the registration is invalid" in r.text
+
+
+# MARK: Credentials
+
+
+def test_pns_show_names_each_service_and_never_a_secret(hub, standins):
+    r = requests.get(f"{hub.base}/hub/pns", headers={"Authorization": hub.token()})
+    assert r.status_code == 200
+    services = {s["service"]: s for s in r.json()["services"]}
+    assert set(services) == {"apple", "fcm", "browser"}
+    assert services["apple"]["settings"] == {"keyId": standins.apple.key_id, "teamId": standins.apple.team_id,
+                                             "bundleId": standins.apple.bundle_id}
+    assert services["fcm"]["settings"]["projectId"] == "nh-test" and services["apple"]["source"] == "config"
+    assert len(services["browser"]["publicKey"]) == 87
+    assert "PRIVATE" not in r.text
+    listen = requests.get(f"{hub.base}/hub/pns", headers={"Authorization": hub.token("DefaultListenSharedAccessSignature")})
+    assert listen.status_code == 401
+
+    out = subprocess.run([os.path.join(BIN, "nhctl"), "pns", "show"], env=hub.env, capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    assert "apple  apns" in out.stdout and f"keyId={standins.apple.key_id}" in out.stdout and "applicationServerKey=" in out.stdout
+    assert "PRIVATE" not in out.stdout
+    key_text = open(standins.config()["apple"]["keyFile"]).read().split("\n")[1]
+    assert key_text not in out.stdout and key_text not in r.text
+
+
+@pytest.mark.parametrize("body,words", [
+    ({"key": "-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n", "keyId": "ABC123DEFG", "teamId": "TEAM123456",
+      "bundleId": "com.example.app"}, ".p8"),
+    ({"key": "KEY", "keyId": "abc", "teamId": "TEAM123456", "bundleId": "com.example.app"}, "push.apple.keyId 'abc' must be the 10 characters"),
+    ({"key": "KEY", "keyId": "ABC123DEFG", "teamId": "TEAM123456", "bundleId": "com.example.app", "endpoint": "http://127.0.0.1:1"},
+     "must be an https:// URL"),
+    ({"keyId": "ABC123DEFG", "teamId": "TEAM123456", "bundleId": "com.example.app"}, "'key'"),
+    ({"key": "KEY", "keyId": "ABC123DEFG", "teamId": "TEAM123456", "bundleId": "com.example.app", "colour": "red"}, "colour"),
+])
+def test_bad_apple_credentials_are_refused_with_what_to_fix(hub, standins, body, words):
+    if body.get("key") == "KEY":
+        body = {**body, "key": open(standins.config()["apple"]["keyFile"]).read()}
+    r = requests.put(f"{hub.base}/hub/pns/apple", headers=headers(hub), json=body)
+    assert r.status_code == 400 and words in r.text, r.text
+    assert requests.get(f"{hub.base}/hub/pns", headers=headers(hub)).json()["services"][0]["source"] == "config"
+
+
+def test_credentials_set_over_rest_are_checked_kept_0600_and_used(hub, standins):
+    config = standins.config()
+    account = json.load(open(config["fcm"]["serviceAccountFile"]))
+    r = requests.put(f"{hub.base}/hub/pns/fcm", headers=headers(hub), json={"serviceAccount": account, "endpoint": config["fcm"]["endpoint"]})
+    assert r.status_code == 200, r.text
+    assert {s["service"]: s["source"] for s in r.json()["services"]}["fcm"] == "set"
+    saved = os.path.join(hub.data, "push-credentials.json")
+    assert stat.S_IMODE(os.stat(saved).st_mode) == 0o600
+    assert json.loads(json.load(open(saved))["fcm"]["serviceAccount"])["private_key"] == account["private_key"]
+
+    bad = requests.put(f"{hub.base}/hub/pns/fcm", headers=headers(hub), json={"serviceAccount": {**account, "private_key": "garbage"}})
+    assert bad.status_code == 400 and "does not load" in bad.text
+    assert requests.put(f"{hub.base}/hub/pns/nokia", headers=headers(hub), json={}).status_code == 404
+
+    before = int(dispatcher(hub).get("installations", 0))
+    register(hub, "android-set", "fcmv1", "fcm-registration-set", FCM_TEMPLATE, ["SetCredentials"])
+    wait_indexed(hub, before, 1)
+    response = send(hub, "SetCredentials", {"message": "with credentials set over REST"})
+    settled(hub, response, "fcmv1", "Success")
+
+    r = requests.delete(f"{hub.base}/hub/pns/fcm", headers=headers(hub))
+    assert r.status_code == 200 and {s["service"]: s["source"] for s in r.json()["services"]}["fcm"] == "config"
+
+
+def test_nhctl_pns_set_reads_the_key_file_and_refuses_a_bad_one(hub, standins, tmp_path):
+    config = standins.config()
+    apple = config["apple"]
+    ok = subprocess.run([os.path.join(BIN, "nhctl"), "pns", "set", "apple", "--key-file", apple["keyFile"], "--key-id", apple["keyId"],
+                         "--team-id", apple["teamId"], "--bundle-id", apple["bundleId"], "--endpoint", apple["endpoint"]],
+                        env=hub.env, capture_output=True, text=True, timeout=30)
+    assert ok.returncode == 0, ok.stderr
+    assert "(set)" in ok.stdout and "PRIVATE" not in ok.stdout
+    garbage = tmp_path / "AuthKey_BAD.p8"
+    garbage.write_text("not a key")
+    bad = subprocess.run([os.path.join(BIN, "nhctl"), "pns", "set", "apple", "--key-file", str(garbage), "--key-id", apple["keyId"],
+                          "--team-id", apple["teamId"], "--bundle-id", apple["bundleId"]], env=hub.env, capture_output=True, text=True, timeout=30)
+    assert bad.returncode == 1 and ".p8" in bad.stderr, bad.stderr
+    missing = subprocess.run([os.path.join(BIN, "nhctl"), "pns", "set", "apple", "--key-id", "X"], env=hub.env, capture_output=True, text=True, timeout=30)
+    assert missing.returncode == 2 and "--key-file" in missing.stderr
+    removed = subprocess.run([os.path.join(BIN, "nhctl"), "pns", "remove", "apple"], env=hub.env, capture_output=True, text=True, timeout=30)
+    assert removed.returncode == 0 and "(config)" in removed.stdout
+
+
+@pytest.mark.parametrize("change,words", [
+    (lambda push: push["apple"].update(keyFile="/nonexistent/AuthKey.p8"), "/nonexistent/AuthKey.p8"),
+    (lambda push: push["apple"].update(endpoint="http://127.0.0.1:1"), "push.apple.endpoint 'http://127.0.0.1:1' must be an https:// URL"),
+    (lambda push: push["apple"].update(keyId="lower"), "push.apple.keyId 'lower'"),
+    (lambda push: push["fcm"].update(endpoint="ftp://x"), "push.fcm.endpoint"),
+    (lambda push: push["browser"].update(subject="ops@example.com"), "push.browser.subject"),
+    (lambda push: push.update(caFile="/nonexistent/ca.pem"), "push.caFile"),
+    (lambda push: push["apple"].update(colour="red"), "unknown setting 'push.apple.colour'"),
+])
+def test_a_bad_push_configuration_stops_the_dispatcher_with_what_to_fix(standins, change, words):
+    hub = Hub(prefix="nh-push-config-")
+    try:
+        push = push_config(standins)
+        change(push)
+        path = write_config(hub, push)
+        result = subprocess.run([os.path.join(BIN, "nh-dispatch"), "--config", path], env=hub.env, capture_output=True, text=True, timeout=30)
+        assert result.returncode == 2, result.stderr
+        assert words in result.stderr, result.stderr
+    finally:
+        hub.stop_all()
+
+
+def test_a_malformed_key_file_stops_the_dispatcher(standins, tmp_path):
+    hub = Hub(prefix="nh-push-config-")
+    try:
+        garbage = tmp_path / "AuthKey_GARBAGE.p8"
+        garbage.write_text("-----BEGIN PRIVATE KEY-----\nbm90IGEga2V5\n-----END PRIVATE KEY-----\n")
+        push = push_config(standins)
+        push["apple"] = {**push["apple"], "keyFile": str(garbage)}
+        account = tmp_path / "service-account.json"
+        account.write_text('{"type": "service_account"}')
+        result = subprocess.run([os.path.join(BIN, "nh-dispatch"), "--config", write_config(hub, push)], env=hub.env,
+                                capture_output=True, text=True, timeout=30)
+        assert result.returncode == 2 and "AuthKey_GARBAGE.p8" in result.stderr and ".p8" in result.stderr, result.stderr
+        push = push_config(standins)
+        push["fcm"] = {"serviceAccountFile": str(account)}
+        result = subprocess.run([os.path.join(BIN, "nh-dispatch"), "--config", write_config(hub, push, "hub2.json")], env=hub.env,
+                                capture_output=True, text=True, timeout=30)
+        assert result.returncode == 2 and "has no 'project_id'" in result.stderr, result.stderr
+    finally:
+        hub.stop_all()
