@@ -90,6 +90,9 @@ INSTALLATION = struct(
 PATCH_OPERATION = struct({"op": "str", "path": "str"}, {"value": "json"})
 RICH_REFERENCE = struct({"richId": "str", "richType": "str", "message": "str", "contentType": "str", "size": "int"})
 VISUAL = struct({"title": "str", "body": "str"})
+APPLE_SETTINGS = struct(None, {"keyFile": "str", "key": "str", "keyId": "str", "teamId": "str", "bundleId": "str", "endpoint": "str"})
+FCM_SETTINGS = struct(None, {"serviceAccountFile": "str", "serviceAccount": "str", "endpoint": "str"})
+WEB_PUSH_SETTINGS = struct(None, {"subject": "str", "keyFile": "str"})
 
 PAYLOADS = {
     "health": struct(), "metrics": struct(),
@@ -108,6 +111,9 @@ PAYLOADS = {
     "notification.cancel": struct({"notificationId": "str"}),
     "notification.outcome": struct({"notificationId": "str"}),
     "notification.test.results": struct({"notificationId": "str"}),
+    "push.credentials": struct(),
+    "push.credentials.set": struct(
+        None, {"apple": APPLE_SETTINGS, "fcm": FCM_SETTINGS, "browser": WEB_PUSH_SETTINGS, "remove": ("list", "str")}),
     "notification.pending": struct({"after": "uint"}, {"limit": "int"}),
     "rich.send": struct(
         {"message": "str", "richType": "str", "contentType": "str", "payload": "data"},
@@ -138,6 +144,7 @@ REPLY_TYPES = {
     "notification.send": "notification.accepted", "notification.cancel": "ack",
     "notification.outcome": "notification.outcome.reply", "notification.pending": "notification.pending.reply",
     "notification.test.results": "notification.test.results.reply",
+    "push.credentials": "push.credentials.reply", "push.credentials.set": "push.credentials.reply",
     "rich.send": "rich.accepted", "rich.fetch": "rich.payload",
     "user.post": "user.notification", "user.changes": "user.changes.reply", "user.history": "user.history.reply",
     "user.state": "user.notification", "user.delete": "ack", "user.credential": "user.credential.reply",
@@ -153,7 +160,7 @@ SERVICE_TYPES = {
                                    "installation.list", "registry.snapshot"},
     "nh-sync": COMMON_TYPES | {"user.post", "user.changes", "user.history", "user.state", "user.delete", "user.credential",
                                "user.token"},
-    "nh-dispatch": COMMON_TYPES | {"notification.outcome", "notification.test.results"},
+    "nh-dispatch": COMMON_TYPES | {"notification.outcome", "notification.test.results", "push.credentials", "push.credentials.set"},
     "nh-publish": COMMON_TYPES | {"notification.send", "notification.cancel", "rich.send", "rich.fetch",
                                   "notification.pending", "notification.outcome", "user.post"},
     "nh-gateway": set(COMMON_TYPES),
@@ -169,7 +176,7 @@ SAS_RIGHTS = {
     "installation.delete": "listen", "installation.list": "manage", "registry.snapshot": "manage",
     "notification.send": "send", "notification.cancel": "send", "rich.send": "send", "rich.fetch": "listen",
     "notification.pending": "manage", "notification.outcome": "send", "notification.test.results": "send", "user.post": "send",
-    "user.credential": "manage",
+    "user.credential": "manage", "push.credentials": "manage", "push.credentials.set": "manage",
 }
 USER_TOKEN_TYPES = {"user.changes", "user.history", "user.state", "user.delete"}
 KEY_RIGHTS = {FULL_KEY: {"listen", "send", "manage"}, LISTEN_KEY: {"listen"}}
@@ -852,8 +859,10 @@ class Generator:
 
     def base_payload(self, kind):
         r = self.rng
-        if kind in ("health", "metrics", "registry.snapshot", "user.history"):
+        if kind in ("health", "metrics", "registry.snapshot", "user.history", "push.credentials"):
             return {}
+        if kind == "push.credentials.set":
+            return {"remove": r.sample(["apple", "fcm", "browser"], r.randint(0, 2))}
         if kind == "installation.upsert":
             installation = {"installationId": f"fz-{r.randrange(10)}", "platform": "gcm", "pushChannel": "fz-channel",
                             "tags": r.sample(["fz-a", "fz-b", "fz-c", "fz-d"], r.randint(0, 3))}
