@@ -284,3 +284,50 @@ struct DispatcherTests {
         #expect(dispatcher.sessionCount == 1)
     }
 }
+
+/// Deliveries to phones and browsers leave the core as `.push` actions, for the push services.
+@Suite("Dispatcher push platforms")
+struct DispatcherPushTests {
+    static func phone(_ id: String, platform: String, channel: String) -> Installation {
+        var installation = Installation(
+            installationId: id, pushChannel: channel, tags: ["World"],
+            templates: ["t": InstallationTemplate(body: #"{"aps":{"alert":"$(m)"}}"#, headers: ["APNS-Collapse-Id": "scores"])])
+        installation.platform = platform
+        return installation
+    }
+
+    static func pushes(_ actions: [DispatchAction]) -> [PlannedDelivery] {
+        actions.compactMap { if case .push(let plan, _) = $0 { return plan } else { return nil } }
+    }
+
+    @Test("a platform with a push service gets a push action with its channel and headers; one without fails as PnsUnavailable")
+    func pushOrUnavailable() {
+        let installations = [
+            Self.phone("iphone", platform: "apns", channel: "ab12"),
+            Self.phone("android", platform: "fcmv1", channel: "fcm-token"),
+            DispatcherTests.installation("desk", key: DispatcherTests.keyA),
+        ]
+        var settings = DispatcherSettings()
+        settings.platforms = ["linux", "apns"]
+        var dispatcher = DispatcherTests.dispatcher(installations, connected: [(DispatcherTests.routeA, "desk", DispatcherTests.keyA)], settings: settings)
+        let actions = dispatcher.on(.accepted([DispatcherTests.send(1)]), now: DispatcherTests.t0)
+        guard case .record(_, let plans) = actions.first else {
+            Issue.record("the first action records the notification")
+            return
+        }
+        #expect(plans.first { $0.installationId == "android" }?.unreachable == "PnsUnavailable")
+        #expect(plans.first { $0.installationId == "iphone" }?.unreachable == nil)
+        let pushed = Self.pushes(actions)
+        #expect(pushed.map(\.installationId) == ["iphone"])
+        #expect(pushed.first?.pushChannel == "ab12")
+        #expect(pushed.first?.payload == #"{"aps":{"alert":"hello 1"}}"#)
+        #expect(pushed.first?.headers == ["apns-collapse-id": "scores"])
+        #expect(DispatcherTests.sends(actions).map(\.1) == ["n1/desk/t"])
+
+        // When FCM's credentials are set, its installations are pushed to as well.
+        dispatcher.setPlatforms(["apns", "fcmv1"])
+        let next = dispatcher.on(.accepted([DispatcherTests.send(2)]), now: DispatcherTests.t0)
+        #expect(Set(Self.pushes(next).map(\.installationId)) == ["iphone", "android"])
+        #expect(DispatcherTests.sends(next).map(\.1) == ["n2/desk/t"], "Linux agents are always delivered to")
+    }
+}

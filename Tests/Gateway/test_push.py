@@ -176,8 +176,13 @@ def test_a_template_send_reaches_every_platform_in_its_own_payload(hub, standins
     assert details["platforms"]["linux"]["Success"] == 1
     counts = {item["name"]: item["count"] for item in details["outcomeCounts"]}
     assert counts["Success"] == 4 and counts["Failed"] == 0
+    xml = requests.get(response.headers["Location"], headers={"Authorization": hub.token()}).text
+    assert "<ApnsOutcomeCounts><Outcome><Name>Success</Name><Count>1</Count></Outcome>" in xml.replace("\n", "").replace(" ", ""), xml
     figures = dispatcher(hub)
     assert int(figures["pushApnsDeliveredTotal"]) >= 1 and int(figures["pushBrowserDeliveredTotal"]) >= 1
+    metrics = requests.get(f"{hub.base}/metrics").text
+    for platform in ["apns", "fcmv1", "browser"]:
+        assert f'nh_push_{platform}_delivered_total{{service="nh-dispatch"}}' in metrics, metrics
 
 
 def test_native_sends_carry_their_platform_headers(hub, standins):
