@@ -315,12 +315,13 @@ public final class PushCenter: @unchecked Sendable {
         return base * Double.random(in: 0.9...1.1)
     }
 
-    /// The service's error code from a reason such as "HTTP 410 Unregistered": its last word.
+    /// The service's error code from a reason such as "HTTP 410 Unregistered": the word after the
+    /// status when it is a name, else the status.
     static func code(_ reason: String) -> String {
         if reason.hasPrefix("no answer") { return "NoAnswer" }
         let words = reason.split(separator: " ")
-        if words.count >= 3, words[0] == "HTTP" { return String(words[2]) }
-        if words.count == 2, words[0] == "HTTP" { return String(words[1]) }
-        return reason
+        guard words.count >= 2, words[0] == "HTTP" else { return reason }
+        if words.count >= 3, words[2].allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "_") }) { return String(words[2]) }
+        return String(words[1])
     }
 }

@@ -73,7 +73,7 @@ final class WebPushSender: PushSender {
         let said = reason.isEmpty ? nil : reason
         if let common = common(response, reason: said, now: now) { return common }
         switch response.status {
-        case 404, 410: return .channelExpired(reason: response.describe(said ?? "subscription gone"))
+        case 404, 410: return .channelExpired(reason: response.describe(said))
         case 401, 403: return .failed(outcome: "InvalidCredentials", reason: response.describe(said))
         default: return .failed(outcome: "PnsInterfaceError", reason: response.describe(said))
         }

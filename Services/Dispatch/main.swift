@@ -247,6 +247,11 @@ ServiceMain.run(name: "nh-dispatch", summary: "the dispatcher: resolves targets 
             details[name + "ExpiredChannelsTotal"] = String(counters.expiredChannels)
             details[name + "FailedTotal"] = String(counters.failed)
             details[name + "TokenRequestsTotal"] = String(counters.tokenRequests)
+            // By the service's own error code, such as Unregistered or 503.
+            for (code, count) in counters.errors {
+                let word = code.filter { $0.isASCII && ($0.isLetter || $0.isNumber) }
+                if !word.isEmpty { details[name + "Error" + word.prefix(1).uppercased() + word.dropFirst().lowercased() + "Total"] = String(count) }
+            }
         }
         // The store's totals scan its tables: taken at most once a second, however often health is asked.
         if totalsAt.duration(to: .now) > .seconds(1) {

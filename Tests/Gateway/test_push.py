@@ -224,6 +224,9 @@ def test_an_expired_channel_removes_its_installation(hub, standins, platform):
     wait_indexed(hub, before, 1)
     response = send(hub, f"Gone{platform}", {"message": "to a device that left"})
     settled(hub, response, platform, "ExpiredChannel")
+    name = {"apns": "Apns", "fcmv1": "Fcmv1", "browser": "Browser"}[platform]
+    code = {"apns": "Unregistered", "fcmv1": "Unregistered", "browser": "410"}[platform]
+    assert int(dispatcher(hub).get(f"push{name}Error{code}Total", 0)) >= 1, dispatcher(hub)
     assert wait_until(lambda: requests.get(f"{hub.base}/hub/installations/{installation}?{API}",
                                            headers=headers(hub)).status_code == 404, timeout=15)
     details = outcome(hub, response)

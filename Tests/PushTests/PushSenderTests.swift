@@ -252,8 +252,8 @@ import Testing
             sender.classify(PushHTTPResponse(status: status, headers: headers), now: Self.now)
         }
         #expect(answer(201) == .delivered)
-        #expect(answer(410) == .channelExpired(reason: "HTTP 410 subscription gone"))
-        #expect(answer(404) == .channelExpired(reason: "HTTP 404 subscription gone"))
+        #expect(answer(410) == .channelExpired(reason: "HTTP 410"))
+        #expect(answer(404) == .channelExpired(reason: "HTTP 404"))
         #expect(answer(429, headers: ["retry-after": "Wed, 21 Oct 2015 07:28:00 GMT"]) == .retry(reason: "HTTP 429 TooManyRequests", after: 0))
         #expect(answer(403) == .failed(outcome: "InvalidCredentials", reason: "HTTP 403"))
     }
@@ -269,6 +269,7 @@ import Testing
     @Test func errorCodesAreTheServicesOwnWords() {
         #expect(PushCenter.code("HTTP 410 Unregistered") == "Unregistered")
         #expect(PushCenter.code("HTTP 503") == "503")
+        #expect(PushCenter.code(#"HTTP 410 {"code":410,"errno":103}"#) == "410")
         #expect(PushCenter.code("no answer: Couldn't connect to server") == "NoAnswer")
     }
 }
