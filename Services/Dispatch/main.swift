@@ -188,10 +188,19 @@ ServiceMain.run(name: "nh-dispatch", summary: "the dispatcher: resolves targets 
     }
     perform(core.on(.backlog(try store.backlog(now: Date())), now: Date()))
 
-    // What push services had not taken when the dispatcher last stopped goes to them again.
-    let unsent = try store.pendingPush(now: Date())
-    for message in unsent { push.submit(message) }
-    if !unsent.isEmpty { logger.info("push deliveries resumed", ("count", unsent.count)) }
+    // What push services had not taken when the dispatcher last stopped goes to them again, a
+    // page at a time: the next page once most of the last one is done (the push center takes
+    // each delivery once, however often it is handed in).
+    let resumePage = 100_000
+    var resuming = true
+    func resumePush() throws {
+        guard resuming, push.pending < resumePage / 2 else { return }
+        let unsent = try store.pendingPush(now: Date(), limit: resumePage)
+        for message in unsent { push.submit(message) }
+        resuming = unsent.count == resumePage
+        if !unsent.isEmpty { logger.info("push deliveries resumed", ("count", unsent.count)) }
+    }
+    try resumePush()
 
     // A push service's answers: recorded in the turn's writes. A channel the service says is gone
     // takes its installation with it, unless the device has registered a new channel since.
@@ -400,6 +409,7 @@ ServiceMain.run(name: "nh-dispatch", summary: "the dispatcher: resolves targets 
         commit()
     }
     context.loop.every(milliseconds: config.heartbeatMs) {
+        try resumePush()
         publish.expire()
         pull()
         let expired = try store.expire(now: Date())
