@@ -21,8 +21,7 @@ public struct Dispatcher {
     /// Installations whose unacknowledged deliveries are in the store and not in memory.
     private var backlog: Set<String> = []
     /// Sessions with deliveries waiting for room under `maxInFlight`, oldest first.
-    private var starved: [Route] = []
-    private var starvedHead = 0
+    private var starved = FIFO<Route>()
     private var isStarved: Set<Route> = []
     private var lastSilenceCheck = Date.distantPast
 
@@ -232,18 +231,9 @@ public struct Dispatcher {
 
     /// Gives room freed under `maxInFlight` to the sessions that waited for it, in turn.
     private mutating func feedStarved(now: Date, _ actions: inout [DispatchAction]) {
-        while inFlight.count < settings.maxInFlight, starvedHead < starved.count {
-            let route = starved[starvedHead]
-            starvedHead += 1
+        while inFlight.count < settings.maxInFlight, let route = starved.popFirst() {
             isStarved.remove(route)
             pump(route, now: now, &actions)
-        }
-        if starvedHead == starved.count {
-            starved.removeAll(keepingCapacity: true)
-            starvedHead = 0
-        } else if starvedHead > 4_096 && starvedHead * 2 > starved.count {
-            starved.removeFirst(starvedHead)
-            starvedHead = 0
         }
     }
 

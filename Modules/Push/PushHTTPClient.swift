@@ -1,4 +1,5 @@
 import CCurl
+import DispatchCore
 import Foundation
 import Synchronization
 
@@ -130,9 +131,8 @@ public final class PushHTTPClient: @unchecked Sendable {
     // MARK: The client's thread
 
     private func run() {
-        // Requests beyond maxInFlight wait here, oldest first from `head`.
-        var waiting: [Submission] = []
-        var head = 0
+        // Requests beyond maxInFlight wait here, oldest first.
+        var waiting = FIFO<Submission>()
         while true {
             let (taken, stopping) = pending.withLock { state in
                 let taken = state.queue
@@ -141,31 +141,20 @@ public final class PushHTTPClient: @unchecked Sendable {
             }
             if stopping { break }
             waiting.append(contentsOf: taken)
-            while transfers.count < settings.maxInFlight, head < waiting.count {
-                start(waiting[head])
-                head += 1
-            }
-            if head == waiting.count {
-                waiting.removeAll(keepingCapacity: true)
-                head = 0
-            } else if head > 4_096 && head * 2 > waiting.count {
-                waiting.removeFirst(head)
-                head = 0
-            }
+            while transfers.count < settings.maxInFlight, let next = waiting.popFirst() { start(next) }
             var running: Int32 = 0
             curl_multi_perform(multi, &running)
             collect()
-            if transfers.count < settings.maxInFlight, head < waiting.count { continue }
+            if transfers.count < settings.maxInFlight, !waiting.isEmpty { continue }
             var ready: Int32 = 0
             curl_multi_poll(multi, nil, 0, 1_000, &ready)
         }
-        waiting.removeFirst(head)
         for (easy, transfer) in transfers {
             curl_multi_remove_handle(multi, easy)
             finish(easy, transfer, PushHTTPResponse(status: 0, transportError: "the push client stopped"))
         }
         transfers.removeAll()
-        for submission in waiting { submission.completion(PushHTTPResponse(status: 0, transportError: "the push client stopped")) }
+        for submission in waiting.removeAll() { submission.completion(PushHTTPResponse(status: 0, transportError: "the push client stopped")) }
         let late = pending.withLock { state in
             defer { state.queue.removeAll() }
             return state.queue

@@ -331,3 +331,21 @@ struct DispatcherPushTests {
         #expect(DispatcherTests.sends(next).map(\.1) == ["n2/desk/t"], "Linux agents are always delivered to")
     }
 }
+
+@Suite("FIFO")
+struct FIFOTests {
+    @Test("takes in order across compactions, and gives back what is left")
+    func order() {
+        var queue = FIFO<Int>()
+        var taken: [Int] = []
+        for i in 0..<10_000 {
+            queue.append(i)
+            if i % 3 == 0, let first = queue.popFirst() { taken.append(first) }
+        }
+        #expect(queue.count == 10_000 - taken.count)
+        while queue.count > 100, let first = queue.popFirst() { taken.append(first) }
+        let rest = queue.removeAll()
+        #expect(taken + rest == Array(0..<10_000))
+        #expect(queue.isEmpty && queue.popFirst() == nil)
+    }
+}
