@@ -35,29 +35,13 @@ enum AgentFleet {
 
         // Registration, many requests in flight, as a fleet of real devices would register.
         let registry = try HubForwarder(connect: config.registry.requests, timeoutMs: 30_000) { credential.token(for: config.hubResource) }
-        var waiting = 0
-        var failures: [String] = []
-        var next = 0
-        while next < ids.count || waiting > 0 {
-            while next < ids.count && waiting < 256 {
-                let installation = Installation(
-                    installationId: ids[next], platform: "linux", pushChannel: pairs[next].publicKey, tags: [options.tag],
+        try BulkRegistration.upsert(
+            zip(ids, pairs).map { id, pair in
+                Installation(
+                    installationId: id, platform: "linux", pushChannel: pair.publicKey, tags: [options.tag],
                     templates: ["default": InstallationTemplate(body: #"{"m":"$(m)"}"#)])
-                waiting += 1
-                registry.forward(InstallationUpsert(installation: installation)) { result in
-                    waiting -= 1
-                    if case .failure(let error) = result { failures.append(error.description) }
-                }
-                next += 1
-            }
-            var poller = Poller()
-            poller.add(registry.socket)
-            _ = try poller.poll(timeout: 100)
-            try registry.receive()
-            registry.expire()
-        }
+            }, registry: registry)
         registry.close()
-        guard failures.isEmpty else { throw ConfigError("registration failed: \(failures.first ?? "") (\(failures.count) in all)") }
         emit(["event": "registered", "count": ids.count])
 
         // Wait for the word to connect, so that connecting can be timed on its own.

@@ -10,8 +10,10 @@ let usage = """
 
     Usage: nh-bench [--messages N] [--round-trips N] [--size BYTES] [--sends N] [--posts N] [--dismisses N]
                     [--fanout N,N...] [--broadcasts B] [--rate SENDS/S] [--latency-count C]
-                    [--no-mosquitto] [--no-services] [--no-fanout] [--json] [--output FILE]
+                    [--push N] [--standins PATH] [--no-mosquitto] [--no-services] [--no-fanout] [--no-push]
+                    [--json] [--output FILE]
            nh-bench http [--sends N]
+           nh-bench push [--push N] [--standins PATH] [--json] [--output FILE]
            nh-bench fanout [--fanout N,N...] [--broadcasts B] [--rate SENDS/S] [--latency-count C] [--json] [--output FILE]
            nh-bench fanout-mqtt [--fanout N,N...] [--broadcasts B] [--rate SENDS/S] [--latency-count C] [--json] [--output FILE]
 
@@ -22,6 +24,13 @@ let usage = """
     with all N connected; beside them, Mosquitto fans the same payload out to N subscribers at
     QoS 1 and QoS 0, and to one of N at the same rate. `fanout` runs only those; `fanout-mqtt`
     only Mosquitto's.
+
+    The push figures (`push`, and part of the whole run unless --no-push) start the stand-in push
+    services (python3 Tests/Support/pushstandins.py, found above nh-bench's folder, under
+    NH_REPO_DIR, or at --standins PATH), register N APNs devices and N Web Push subscriptions
+    (default 5,000 each) and time 3 template broadcasts to each until the dispatcher has counted
+    all N taken; beside them, the curl command sends the same N requests to the same stand-in over
+    one HTTP/2 connection. Without python3 or the stand-ins' packages they are skipped with a message.
 
     --output FILE also writes every figure to FILE as one JSON document: {"machine": {"cores",
     "date", "host", "os", "memoryBytes"}, "settings": {...}, "results": [{"name", "unit", "rate",
@@ -70,8 +79,11 @@ do {
     }
     let parsed = try Arguments(
         Array(CommandLine.arguments.dropFirst()),
-        valued: ["messages", "round-trips", "size", "posts", "dismisses", "sends", "fanout", "broadcasts", "rate", "latency-count", "output"],
-        flags: ["no-mosquitto", "no-services", "no-fanout", "json"])
+        valued: [
+            "messages", "round-trips", "size", "posts", "dismisses", "sends", "fanout", "broadcasts", "rate", "latency-count", "output", "push",
+            "standins",
+        ],
+        flags: ["no-mosquitto", "no-services", "no-fanout", "no-push", "json"])
     if parsed.has("help") {
         print(usage)
         exit(0)
@@ -90,6 +102,8 @@ do {
             throw Arguments.Error(description: "--fanout takes agent counts such as 1000,10000")
         }
     }
+    let pushDevices = parsed[option: "push"].flatMap(Int.init) ?? 5_000
+    guard pushDevices > 0 else { throw Arguments.Error(description: "--push takes a number of devices such as 5000") }
     let settings = BenchSettings(
         messages: parsed[option: "messages"].flatMap(Int.init) ?? 500_000,
         roundTrips: parsed[option: "round-trips"].flatMap(Int.init) ?? 20_000,
@@ -100,6 +114,11 @@ do {
     case "http":
         BenchReport.print(
             try HTTPSendBench.run(sends: 2 * (parsed[option: "sends"].flatMap(Int.init) ?? 1_000)), settings: settings, json: parsed.has("json"))
+        exit(0)
+    case "push":
+        try report(
+            try PushBench.run(devices: pushDevices, standIns: parsed[option: "standins"]),
+            settings: BenchSettings(messages: 0, roundTrips: 0, size: PushBench.appleBody.utf8.count), parsed)
         exit(0)
     case "fanout", "fanout-mqtt":
         let hub = parsed.positionals.first == "fanout"
@@ -127,6 +146,13 @@ do {
         results += try BreakingNewsBench.run(sends: parsed[option: "sends"].flatMap(Int.init) ?? 1_000)
         results += try UserSyncBench.run(
             posts: parsed[option: "posts"].flatMap(Int.init) ?? 1_000, dismisses: parsed[option: "dismisses"].flatMap(Int.init) ?? 1_000)
+        if !parsed.has("no-push") {
+            do {
+                results += try PushBench.run(devices: pushDevices, standIns: parsed[option: "standins"])
+            } catch let error as PushBench.Unavailable {
+                FileHandle.standardError.write(Data("nh-bench: push figures skipped: \(error)\n".utf8))
+            }
+        }
         if !parsed.has("no-fanout") {
             results += try fanout(parsed, sizes: fanoutSizes, hub: true, mosquitto: !parsed.has("no-mosquitto"))
         }

@@ -492,7 +492,8 @@ def test_runs_as_a_process(tmp_path):
         assert requests.post(answer.json()["endpoint"], verify=config["caFile"], timeout=TIMEOUT).status_code == 401
         stats = requests.get(config["webpush"]["origin"] + "/_standins/stats", verify=config["caFile"],
                              timeout=TIMEOUT)
-        assert stats.json() == {"requests": 1, "failed": 1}
+        # Each of the three requests above came on a connection of its own (no session).
+        assert stats.json() == {"requests": 1, "failed": 1, "connections": 3}
         process.send_signal(signal.SIGTERM)
         out, _ = process.communicate(timeout=10)
     finally:
@@ -500,4 +501,4 @@ def test_runs_as_a_process(tmp_path):
             process.kill()
             process.communicate()
     assert process.returncode == 0
-    assert "webpush: 1 requests, 1 failed" in out and "apple: 0 requests" in out
+    assert "webpush: 1 requests, 1 failed, 3 connections" in out and "apple: 0 requests" in out

@@ -17,8 +17,10 @@ and problem (which check failed, and why), and the fields its class lists in `fi
 scripted by target (device token, registration token, subscription id) with script(), unregister()
 and down().
 
-Besides the real services' paths, every stand-in answers `GET /_standins/stats` (its counts) and
-the Web Push one `POST /_standins/subscribe` (a new subscription), for a process outside.
+Besides the real services' paths, every stand-in answers `GET /_standins/stats` (its counts of
+requests, refused requests and TLS connections, so that a benchmark can tell how many connections
+a client opened) and the Web Push one `POST /_standins/subscribe` (a new subscription), for a
+process outside.
 
 Python 3.11 with h2, http_ece and cryptography."""
 import argparse
@@ -199,7 +201,7 @@ class Service:
     def __init__(self, record=True, log=None):
         self.keep, self.log = record, log
         self.origin = None
-        self.count = self.failed = 0
+        self.count = self.failed = self.connections = 0
         self._records = []
         self._changed = threading.Condition()
         self._scripts = {}
@@ -249,7 +251,12 @@ class Service:
                 self._changed.wait(left)
 
     def stats(self):
-        return {"requests": self.count, "failed": self.failed}
+        return {"requests": self.count, "failed": self.failed, "connections": self.connections}
+
+    def connected(self):
+        """Counts a client connection whose TLS handshake completed."""
+        with self._changed:
+            self.connections += 1
 
     def handle(self, request):
         """(status, headers, body) for one request, which is checked and recorded."""
@@ -772,6 +779,7 @@ class Server:
             sock.settimeout(10)
             sock.do_handshake()
             sock.settimeout(None)
+            self.service.connected()
             if sock.selected_alpn_protocol() == "h2" or self.service.alpn == ("h2",):
                 H2Connection(self, sock).run()
             else:

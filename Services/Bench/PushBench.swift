@@ -1,0 +1,501 @@
+import Auth
+import Foundation
+import HubProtocol
+import Push
+import ServiceKit
+import Synchronization
+
+/// Deliveries to phones and browsers through the real services and the stand-in push services
+/// (Tests/Support/pushstandins.py, run as a child process): a template broadcast to N APNs devices
+/// and one to N Web Push subscriptions, each timed from the send until the dispatcher counts all
+/// N delivered; beside each, the curl command (the same libcurl) sending the same N requests to the
+/// same stand-in over one multiplexed HTTP/2 connection. The stand-ins check every token and
+/// signature and decrypt every Web Push body, in Python: both sides wait on them alike.
+enum PushBench {
+    /// Broadcasts (and curl runs) per figure; the median one counts.
+    static let rounds = 3
+    /// Requests curl keeps in flight: libcurl's default stream limit per connection, so one connection carries them all.
+    static let curlStreams = 100
+    static let subject = "mailto:bench@example.com"
+    /// The template parameter every broadcast sends, and so every request's text.
+    static let message = "Breaking news from the push bench"
+    static let appleBody = #"{"aps":{"alert":"\#(message)"}}"#
+
+    /// The push figures cannot be measured here: no python3, no stand-in script, or its packages missing.
+    struct Unavailable: Error, CustomStringConvertible {
+        let description: String
+    }
+
+    static func run(devices: Int, standIns script: String? = nil) throws -> [BenchResult] {
+        let standIns = try StandInProcess.start(script: try locate(script))
+        defer { standIns.stop() }
+        let config = standIns.config
+        let control = StandInClient(caFile: config.caFile)
+        defer { control.stop() }
+        let subscriptions = try control.subscribe(devices, at: config.webpush.subscribe)
+
+        let cluster = try HubCluster()
+        defer { cluster.stopAll() }
+        let settings = PushSettings(
+            apple: AppleSettings(
+                keyFile: config.apple.keyFile, keyId: config.apple.keyId, teamId: config.apple.teamId, bundleId: config.apple.bundleId,
+                endpoint: config.apple.endpoint),
+            browser: WebPushSettings(subject: subject), caFile: config.caFile)
+        let configFile = cluster.dataDirectory.appendingPathComponent("push-bench.json")
+        try JSONEncoder().encode(["push": settings]).write(to: configFile)
+        cluster.environment["NH_CONFIG"] = configFile.path
+        try cluster.startServices()
+
+        let tokens = (0..<devices).map { Crypto.sha256(Data("push bench device \($0)".utf8)).hexString }
+        let credential = try cluster.credential()
+        let busToken = credential.token(for: "http://127.0.0.1:7780/hub")
+        let registry = try HubForwarder(connect: cluster.environment["NH_REGISTRY_REQUESTS"]!, timeoutMs: 30_000) { busToken }
+        defer { registry.close() }
+        try BulkRegistration.upsert(
+            tokens.enumerated().map { index, token in
+                Installation(
+                    installationId: "pushbench-\(index)", platform: "apns", pushChannel: token, tags: ["pushbench"],
+                    templates: ["alert": InstallationTemplate(body: #"{"aps":{"alert":"$(msg)"}}"#)])
+            }
+                + subscriptions.enumerated().map { index, subscription in
+                    Installation(
+                        installationId: "webbench-\(index)", platform: "browser", pushChannel: subscription.channel, tags: ["webbench"],
+                        templates: ["title": InstallationTemplate(body: #"{"title":"$(msg)"}"#)])
+                }, registry: registry)
+        let dispatcher = try cluster.client("NH_DISPATCH_REQUESTS")
+        let publish = try cluster.client("NH_PUBLISH_REQUESTS")
+        guard FanoutBench.waitFor(timeout: 120, { (try? dispatcher.call(HealthRequest()).details?["installations"]) == String(2 * devices) }) else {
+            throw BenchError("the dispatcher did not index the \(2 * devices) push installations within 120 s")
+        }
+
+        let folder = standIns.folder
+        let curl = executable(named: "curl")
+        let timeToLive = HubConfig().defaultTimeToLive
+        let n = devices.formatted()
+
+        // APNs: the provider token made once, as the hub makes it once for 50 minutes.
+        let appleKey = try P256Key(pem: try String(contentsOfFile: config.apple.keyFile, encoding: .utf8))
+        let jwt = try JWT.es256(
+            header: ["kid": config.apple.keyId],
+            claims: ["iss": .string(config.apple.teamId), "iat": .number(Double(Int(Date().timeIntervalSince1970)))], key: appleKey)
+        let expiration = String(Int(Date().timeIntervalSince1970) + timeToLive)
+        let appleConfig = folder.appendingPathComponent("apns.curl")
+        try CurlConfig.text(tokens.map { token in
+            CurlConfig.request(
+                url: "\(config.apple.endpoint)/3/device/\(token)",
+                headers: [
+                    ("authorization", "bearer \(jwt)"), ("apns-topic", config.apple.bundleId), ("apns-push-type", "alert"),
+                    ("apns-priority", "10"), ("apns-expiration", expiration), ("apns-id", UUID().uuidString),
+                    ("content-type", "application/json"),
+                ],
+                body: .raw(appleBody), caFile: config.caFile)
+        }).write(to: appleConfig, atomically: true, encoding: .utf8)
+        let apple = try compare(
+            stats: { try control.stats(config.apple.endpoint) }, dispatcher: dispatcher,
+            hub: { try broadcast(tag: "pushbench", counter: "pushApns", message: message, devices: devices, publish: publish, dispatcher: dispatcher) },
+            reference: curl.map { curl in { try runCurl(curl, config: appleConfig, requests: devices) } })
+
+        // Web Push: every body encrypted for its subscription beforehand, one VAPID header for the origin.
+        let encryptStart = ContinuousClock.now
+        let plaintext = Data(#"{"title":"\#(message)"}"#.utf8)
+        let encrypted = try subscriptions.map { try WebPushEncryption.encrypt(plaintext, p256dh: $0.p256dh, auth: $0.auth) }
+        let encryptSeconds = seconds(since: encryptStart)
+        let vapid = try VAPID.authorization(origin: config.webpush.origin, subject: subject, key: P256Key.generate())
+        let bodies = folder.appendingPathComponent("webpush-bodies")
+        try FileManager.default.createDirectory(at: bodies, withIntermediateDirectories: true)
+        let webConfig = folder.appendingPathComponent("webpush.curl")
+        try CurlConfig.text(zip(subscriptions, encrypted).enumerated().map { index, pair in
+            let body = bodies.appendingPathComponent("\(index)")
+            try pair.1.write(to: body)
+            return CurlConfig.request(
+                url: pair.0.endpoint,
+                headers: [
+                    ("authorization", vapid), ("content-encoding", "aes128gcm"), ("content-type", "application/octet-stream"),
+                    ("ttl", String(timeToLive)),
+                ],
+                body: .file(body.path), caFile: config.caFile)
+        }).write(to: webConfig, atomically: true, encoding: .utf8)
+        let web = try compare(
+            stats: { try control.stats(config.webpush.origin) }, dispatcher: dispatcher,
+            hub: { try broadcast(tag: "webbench", counter: "pushBrowser", message: message, devices: devices, publish: publish, dispatcher: dispatcher) },
+            reference: curl.map { curl in { try runCurl(curl, config: webConfig, requests: devices) } })
+
+        let appleReference = "APNs N=\(n): curl, 1 h2 connection"
+        let webReference = "Web Push N=\(n): curl, 1 h2 connection"
+        let noCurl = "no curl command on this machine"
+        return [
+            apple.hub.result(
+                name: "APNs N=\(n): hub broadcast delivered", devices: devices, baseline: appleReference,
+                note: "from the send until the dispatcher has counted all \(n) taken"),
+            apple.reference?.result(name: appleReference, devices: devices, note: "the same \(n) requests and headers, one JWT")
+                ?? BenchResult(name: appleReference, unit: "push/s", count: 0, seconds: 0, note: noCurl),
+            web.hub.result(
+                name: "Web Push N=\(n): hub broadcast delivered", devices: devices, baseline: webReference,
+                note: "includes planning and encrypting each of the \(n)"),
+            web.reference?.result(
+                name: webReference, devices: devices,
+                note: "bodies encrypted beforehand (\(String(format: "%.2f", encryptSeconds)) s, not counted)")
+                ?? BenchResult(name: webReference, unit: "push/s", count: 0, seconds: 0, note: noCurl),
+        ]
+    }
+
+    /// The stand-ins' script: `--standins PATH`, else under NH_REPO_DIR, else in the repository
+    /// that nh-bench was built in (a folder above its own).
+    static func locate(_ given: String?) throws -> String {
+        let relative = "Tests/Support/pushstandins.py"
+        if let given {
+            guard FileManager.default.fileExists(atPath: given) else { throw Unavailable(description: "--standins \(given): no such file") }
+            return given
+        }
+        if let repository = ProcessInfo.processInfo.environment["NH_REPO_DIR"] {
+            let path = URL(fileURLWithPath: repository).appendingPathComponent(relative).path
+            guard FileManager.default.fileExists(atPath: path) else { throw Unavailable(description: "NH_REPO_DIR=\(repository) has no \(relative)") }
+            return path
+        }
+        var folder = URL(fileURLWithPath: CommandLine.arguments[0]).resolvingSymlinksInPath().deletingLastPathComponent()
+        while folder.pathComponents.count > 1 {
+            let path = folder.appendingPathComponent(relative).path
+            if FileManager.default.fileExists(atPath: path) { return path }
+            folder.deleteLastPathComponent()
+        }
+        throw Unavailable(description: "cannot find \(relative) above nh-bench's folder; give --standins PATH or NH_REPO_DIR")
+    }
+
+    /// The first `name` on PATH that can be run.
+    static func executable(named name: String) -> String? {
+        let path = ProcessInfo.processInfo.environment["PATH"] ?? "/usr/local/bin:/usr/bin:/bin"
+        return path.split(separator: ":").map { "\($0)/\(name)" }.first { FileManager.default.isExecutableFile(atPath: $0) }
+    }
+
+    /// One round's time, or what went wrong.
+    typealias Round = Result<Double, BenchError>
+
+    /// `rounds` rounds of the hub's way and the reference's, alternately, so that neither runs on a
+    /// machine the other has just warmed or left busy; each once the dispatcher has nothing more in
+    /// flight. What the stand-in counted is kept for each way.
+    static func compare(
+        stats: () throws -> StandInStats, dispatcher: HubClient, hub: () throws -> Round, reference: (() throws -> (Round, CurlLines))?
+    ) throws -> (hub: Measured, reference: Measured?) {
+        var measured = Measured()
+        var referenceMeasured = reference.map { _ in Measured() }
+        for round in 1...rounds {
+            settle(dispatcher)
+            var before = try stats()
+            let result = try hub()
+            settle(dispatcher)
+            var after = try stats()
+            measured.add(result, round: round, standIn: after.minus(before))
+            guard let reference else { continue }
+            before = after
+            let (referenceResult, lines) = try reference()
+            after = try stats()
+            referenceMeasured?.add(referenceResult, round: round, standIn: after.minus(before), curl: lines)
+        }
+        return (measured, referenceMeasured)
+    }
+
+    /// Waits until the dispatcher has no push delivery pending or in flight, then a little more
+    /// for its store's writes (at most 30 s).
+    static func settle(_ dispatcher: HubClient) {
+        _ = FanoutBench.waitFor(timeout: 30) {
+            let details = (try? dispatcher.call(HealthRequest()).details) ?? [:]
+            return details["pushPending"] == "0" && details["pushInFlight"] == "0"
+        }
+        Thread.sleep(forTimeInterval: 0.3)
+    }
+
+    /// A template broadcast to `tag`, timed from the send until the dispatcher's
+    /// `<counter>DeliveredTotal` has grown by `devices` (health asked every 20 ms).
+    static func broadcast(tag: String, counter: String, message: String, devices: Int, publish: HubClient, dispatcher: HubClient) throws -> Round {
+        func total(_ details: [String: String], _ name: String) -> Int { Int(details[counter + name] ?? "") ?? 0 }
+        let before = try dispatcher.call(HealthRequest()).details ?? [:]
+        let start = ContinuousClock.now
+        _ = try publish.call(SendNotification(format: .template, properties: ["msg": message], tagExpression: tag))
+        let deadline = start + .seconds(60)
+        while ContinuousClock.now < deadline {
+            let details = try dispatcher.call(HealthRequest()).details ?? [:]
+            let delivered = total(details, "DeliveredTotal") - total(before, "DeliveredTotal")
+            let failed = ["FailedTotal", "ExpiredChannelsTotal"].reduce(0) { $0 + total(details, $1) - total(before, $1) }
+            if delivered >= devices { return .success(seconds(since: start)) }
+            if delivered + failed >= devices { return .failure(BenchError("\(failed) of \(devices) failed")) }
+            Thread.sleep(forTimeInterval: 0.02)
+        }
+        return .failure(BenchError("not all \(devices) delivered within 60 s"))
+    }
+
+    /// What curl's write-out lines said: connections opened, HTTP versions used.
+    struct CurlLines {
+        var connections = 0
+        var versions: Set<String> = []
+    }
+
+    /// One run of curl sending the requests of `config` over one connection (it waits to multiplex,
+    /// since --parallel-immediate is not given), timed from start to exit.
+    static func runCurl(_ curl: String, config: URL, requests: Int) throws -> (Round, CurlLines) {
+        let output = config.appendingPathExtension("out")
+        let errors = config.appendingPathExtension("err")
+        try Data().write(to: output)
+        try Data().write(to: errors)
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: curl)
+        process.arguments = ["--no-progress-meter", "--parallel", "--parallel-max", String(curlStreams), "--config", config.path]
+        process.standardOutput = try FileHandle(forWritingTo: output)
+        process.standardError = try FileHandle(forWritingTo: errors)
+        let start = ContinuousClock.now
+        try process.run()
+        process.waitUntilExit()
+        let elapsed = seconds(since: start)
+        // One line a request, from write-out: status, connections it opened, HTTP version.
+        let lines = try String(contentsOf: output, encoding: .utf8).split(separator: "\n").map { $0.split(separator: " ") }
+        let succeeded = lines.filter { $0.first.flatMap { Int($0) }.map { (200...299).contains($0) } ?? false }.count
+        let said = CurlLines(
+            connections: lines.reduce(0) { $0 + ($1.count > 1 ? Int($1[1]) ?? 0 : 0) },
+            versions: Set(lines.compactMap { $0.count > 2 ? String($0[2]) : nil }))
+        guard process.terminationStatus == 0 && succeeded == requests else {
+            let problem = (try? String(contentsOf: errors, encoding: .utf8))?.split(separator: "\n").first.map(String.init) ?? ""
+            return (.failure(BenchError("\(succeeded) of \(requests) succeeded, exit \(process.terminationStatus) \(problem)")), said)
+        }
+        return (.success(elapsed), said)
+    }
+
+    /// The rounds of one figure: their times, what went wrong, and what the stand-in counted.
+    struct Measured {
+        var seconds: [Double] = []
+        var problems: [String] = []
+        var standIn = StandInStats()
+        /// Connections curl said it opened (from write-out's num_connects); the hub's are the stand-in's count.
+        var connections = 0
+        var versions: Set<String> = []
+
+        var median: Double? { seconds.isEmpty ? nil : seconds.sorted()[seconds.count / 2] }
+
+        mutating func add(_ round: Round, round number: Int, standIn counted: StandInStats, curl: CurlLines? = nil) {
+            switch round {
+            case .success(let time): seconds.append(time)
+            case .failure(let error): problems.append("round \(number): \(error)")
+            }
+            standIn = standIn.plus(counted)
+            connections += curl?.connections ?? 0
+            versions.formUnion(curl?.versions ?? [])
+        }
+
+        func result(name: String, devices: Int, baseline: String? = nil, note: String) -> BenchResult {
+            guard problems.isEmpty, let median else {
+                return BenchResult(name: name, unit: "push/s", count: 0, seconds: 0, baseline: baseline, note: problems.joined(separator: "; "))
+            }
+            let times = seconds.map { String(format: "%.2f", $0) }.joined(separator: ", ")
+            var checks = "stand-in: \(standIn.requests.formatted()) requests, \(standIn.failed) refused, "
+                + "\(standIn.connections) TLS connection(s) in \(seconds.count) rounds"
+            if !versions.isEmpty { checks += "; curl: \(connections) connect(s), HTTP/\(versions.sorted().joined(separator: ","))" }
+            return BenchResult(
+                name: name, unit: "push/s", count: devices, seconds: median, baseline: baseline,
+                note: "median of \(seconds.count) (\(times) s); \(note); \(checks)")
+        }
+    }
+}
+
+/// What a stand-in counted, from its `GET /_standins/stats`.
+struct StandInStats: Decodable {
+    var requests = 0
+    var failed = 0
+    var connections = 0
+
+    func minus(_ earlier: StandInStats) -> StandInStats {
+        StandInStats(requests: requests - earlier.requests, failed: failed - earlier.failed, connections: connections - earlier.connections)
+    }
+
+    func plus(_ other: StandInStats) -> StandInStats {
+        StandInStats(requests: requests + other.requests, failed: failed + other.failed, connections: connections + other.connections)
+    }
+}
+
+/// The stand-in push services as a child process, in a temporary folder of their own.
+final class StandInProcess {
+    /// standins.json, the parts the benchmark uses.
+    struct Config: Decodable {
+        struct Apple: Decodable {
+            var endpoint, keyFile, keyId, teamId, bundleId: String
+        }
+        struct WebPush: Decodable {
+            var origin, subscribe: String
+        }
+        var caFile: String
+        var apple: Apple
+        var webpush: WebPush
+    }
+
+    let folder: URL
+    let config: Config
+    private let process: Process
+
+    private init(folder: URL, config: Config, process: Process) {
+        self.folder = folder
+        self.config = config
+        self.process = process
+    }
+
+    /// Starts `python3 script --dir TMP --quiet --no-record` and waits for its `ready` line.
+    static func start(script: String, timeout: TimeInterval = 30) throws -> StandInProcess {
+        guard let python = PushBench.executable(named: "python3") else {
+            throw PushBench.Unavailable(description: "no python3 on PATH to run the stand-in push services")
+        }
+        let folder = FileManager.default.temporaryDirectory.appendingPathComponent("nh-bench-standins-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: python)
+        process.arguments = [script, "--dir", folder.path, "--quiet", "--no-record"]
+        let output = Pipe()
+        let errors = Pipe()
+        process.standardOutput = output
+        process.standardError = errors
+        try process.run()
+        let ready = DispatchSemaphore(value: 0)
+        let said = Mutex("")
+        let reading = output.fileHandleForReading
+        Thread {
+            var text = ""
+            while true {
+                let chunk = reading.availableData
+                if chunk.isEmpty { break }
+                text += String(decoding: chunk, as: UTF8.self)
+                if text.split(separator: "\n").contains("ready") { break }
+            }
+            said.withLock { $0 = text }
+            ready.signal()
+        }.start()
+        let answered = ready.wait(timeout: .now() + timeout) == .success
+        if answered, said.withLock({ $0 }).split(separator: "\n").contains("ready"),
+            let data = FileManager.default.contents(atPath: folder.appendingPathComponent("standins.json").path)
+        {
+            // The rest of what it prints (its closing counts) goes nowhere.
+            Thread { while !reading.availableData.isEmpty {} }.start()
+            do {
+                return StandInProcess(folder: folder, config: try JSONDecoder().decode(Config.self, from: data), process: process)
+            } catch {
+                process.terminate()
+                process.waitUntilExit()
+                try? FileManager.default.removeItem(at: folder)
+                throw BenchError("\(folder.path)/standins.json: \(error)")
+            }
+        }
+        if process.isRunning { process.terminate() }
+        process.waitUntilExit()
+        let problem = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+            .split(separator: "\n").last.map(String.init) ?? "no ready line within \(Int(timeout)) s"
+        try? FileManager.default.removeItem(at: folder)
+        throw PushBench.Unavailable(description: "the stand-in push services did not start (\(problem)); make deps installs their Python packages")
+    }
+
+    func stop() {
+        if process.isRunning { process.terminate() }
+        process.waitUntilExit()
+        try? FileManager.default.removeItem(at: folder)
+    }
+}
+
+/// The benchmark's own requests to the stand-ins (subscriptions, counts), through the Push
+/// module's HTTP client with the stand-ins' CA.
+final class StandInClient {
+    /// A Web Push subscription the stand-in made, with its keys decoded.
+    struct Subscription {
+        var endpoint: String
+        var p256dh: Data
+        var auth: Data
+        /// As a browser installation's push channel: canonical JSON, sorted keys.
+        var channel: String
+    }
+
+    private let client: PushHTTPClient
+
+    init(caFile: String) {
+        var settings = PushHTTPClient.Settings()
+        settings.caFile = caFile
+        client = PushHTTPClient(settings: settings)
+    }
+
+    func stop() { client.stop() }
+
+    /// Sends `requests` at once and waits for every answer.
+    func send(_ requests: [PushHTTPRequest], timeout: TimeInterval = 120) throws -> [PushHTTPResponse] {
+        let answers = Mutex([PushHTTPResponse?](repeating: nil, count: requests.count))
+        let group = DispatchGroup()
+        for (index, request) in requests.enumerated() {
+            group.enter()
+            client.send(request) { response in
+                answers.withLock { $0[index] = response }
+                group.leave()
+            }
+        }
+        guard group.wait(timeout: .now() + timeout) == .success else {
+            throw BenchError("the stand-ins did not answer \(requests.count) requests within \(Int(timeout)) s")
+        }
+        return answers.withLock { $0.compactMap { $0 } }
+    }
+
+    func stats(_ origin: String) throws -> StandInStats {
+        let response = try send([PushHTTPRequest(url: "\(origin)/_standins/stats", method: "GET", headers: [], body: Data())])[0]
+        guard response.status == 200, let stats = try? JSONDecoder().decode(StandInStats.self, from: response.body) else {
+            throw BenchError("\(origin)/_standins/stats answered \(response.status) \(response.transportError ?? "")")
+        }
+        return stats
+    }
+
+    func subscribe(_ count: Int, at url: String) throws -> [Subscription] {
+        try send(Array(repeating: PushHTTPRequest(url: url, headers: [], body: Data()), count: count)).map { response in
+            guard response.status == 201, let object = try? JSONSerialization.jsonObject(with: response.body) as? [String: String],
+                let endpoint = object["endpoint"], let p256dhText = object["p256dh"], let authText = object["auth"],
+                let p256dh = Data(base64URL: p256dhText), let auth = Data(base64URL: authText)
+            else {
+                throw BenchError("\(url) answered \(response.status) \(response.transportError ?? ""), not a subscription")
+            }
+            let channel = ["endpoint": endpoint, "p256dh": p256dhText, "auth": authText]
+            let json = try JSONSerialization.data(withJSONObject: channel, options: [.sortedKeys, .withoutEscapingSlashes])
+            return Subscription(endpoint: endpoint, p256dh: p256dh, auth: auth, channel: String(decoding: json, as: UTF8.self))
+        }
+    }
+}
+
+/// A curl config file (`curl --config FILE`): a line per option, `name = "value"` with the value
+/// quoted as curl's parser reads it back (backslash, double quote, newline, carriage return and
+/// tab escaped), a bare `name` for a switch, and `next` between requests, so that each request's
+/// URL, headers, body and output are its own (curl resets them at `next`, keeping only global options).
+enum CurlConfig {
+    typealias Option = (name: String, value: String?)
+
+    enum Body {
+        /// Sent as it is (`data-raw`: no @file, no stripping of newlines).
+        case raw(String)
+        /// A file's bytes as they are (`data-binary = "@path"`).
+        case file(String)
+    }
+
+    /// The escapes curl's config parser reads in a quoted value.
+    static let escapes: [Unicode.Scalar: String] = ["\\": "\\\\", "\"": "\\\"", "\n": "\\n", "\r": "\\r", "\t": "\\t"]
+
+    static func quoted(_ value: String) -> String {
+        "\"" + value.unicodeScalars.map { escapes[$0] ?? String($0) }.joined() + "\""
+    }
+
+    static func line(_ option: Option) -> String {
+        option.value.map { "\(option.name) = \(quoted($0))" } ?? option.name
+    }
+
+    /// The requests in order, `next` between them.
+    static func text(_ requests: [[Option]]) -> String {
+        requests.map { $0.map(line).joined(separator: "\n") + "\n" }.joined(separator: "next\n")
+    }
+
+    /// One POST over HTTP/2 with these headers and body, trusting `caFile`, its answer's body
+    /// dropped and a line written instead: status, connections opened for it, HTTP version. No
+    /// User-Agent, as the hub sends none.
+    static func request(url: String, headers: [(String, String)], body: Body, caFile: String) -> [Option] {
+        var options: [Option] = [("url", url), ("cacert", caFile), ("http2", nil), ("output", "/dev/null"), ("user-agent", "")]
+        options.append(("write-out", "%{response_code} %{num_connects} %{http_version}\n"))
+        options += headers.map { ("header", "\($0.0): \($0.1)") }
+        switch body {
+        case .raw(let text): options.append(("data-raw", text))
+        case .file(let path): options.append(("data-binary", "@" + path))
+        }
+        return options
+    }
+}
