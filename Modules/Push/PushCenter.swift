@@ -260,6 +260,10 @@ public final class PushCenter: @unchecked Sendable {
             attempt(id, now: now)
             return
         }
+        if let error = response.requestError {
+            finish(id, .failed(outcome: error.outcome, reason: error.reason))
+            return
+        }
         let result = sender.classify(response, now: now)
         switch result {
         case .delivered, .channelExpired, .failed:

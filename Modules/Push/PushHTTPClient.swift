@@ -1,4 +1,5 @@
 import CCurl
+import Dispatch
 import DispatchCore
 import Foundation
 import Synchronization
@@ -10,6 +11,9 @@ public struct PushHTTPRequest: Sendable {
     /// Header names as the service documents them; values as they go out.
     public var headers: [(String, String)]
     public var body: Data
+    /// Makes the body, off the caller's thread, before the request goes out: for work such as
+    /// encryption that would hold up the caller. What it throws ends the request unsent.
+    public var makeBody: (@Sendable () throws(PushRequestError) -> Data)?
 
     public init(url: String, method: String = "POST", headers: [(String, String)], body: Data) {
         self.url = url
@@ -27,10 +31,16 @@ public struct PushHTTPResponse: Sendable {
     public var headers: [String: String]
     public var body: Data
     public var transportError: String?
+    /// The request could not be made (its `makeBody` failed): nothing was sent.
+    public var requestError: PushRequestError?
     /// The HTTP version the answer came over: 2 for HTTP/2.
     public var httpVersion: Int
 
-    public init(status: Int, headers: [String: String] = [:], body: Data = Data(), transportError: String? = nil, httpVersion: Int = 2) {
+    public init(
+        status: Int, headers: [String: String] = [:], body: Data = Data(), transportError: String? = nil,
+        requestError: PushRequestError? = nil, httpVersion: Int = 2
+    ) {
+        self.requestError = requestError
         self.status = status
         self.headers = headers
         self.body = body
@@ -94,8 +104,27 @@ public final class PushHTTPClient: @unchecked Sendable {
 
     private static let globalInit: Void = { curl_global_init(Int(CURL_GLOBAL_DEFAULT)) }()
 
-    /// Queues a request; `completion` runs on the client's thread when it ends, however it ends.
+    /// Bodies made off the caller's thread, on as many cores as there are.
+    private static let bodies = DispatchQueue(label: "push-bodies", qos: .utility, attributes: .concurrent)
+
+    /// Queues a request; `completion` runs on the client's thread when it ends, however it ends
+    /// (on another when its body could not be made).
     public func send(_ request: PushHTTPRequest, completion: @escaping @Sendable (PushHTTPResponse) -> Void) {
+        if let makeBody = request.makeBody {
+            Self.bodies.async {
+                var made = request
+                made.makeBody = nil
+                do {
+                    made.body = try makeBody()
+                } catch {
+                    completion(PushHTTPResponse(
+                        status: 0, requestError: error as? PushRequestError ?? PushRequestError(outcome: "PnsInterfaceError", reason: "\(error)")))
+                    return
+                }
+                self.send(made, completion: completion)
+            }
+            return
+        }
         let accepted = pending.withLock { state in
             guard !state.stopping else { return false }
             state.queue.append(Submission(request: request, completion: completion))

@@ -50,11 +50,16 @@ final class WebPushSender: PushSender {
                 outcome: "InvalidNotificationSize",
                 reason: "the payload is \(plaintext.count) bytes; Web Push carries at most \(WebPushEncryption.maxPlaintext) once encrypted")
         }
-        let body: Data
+        // The key is checked here; the encryption itself (ECDH, HKDF, AES-GCM) is done off the
+        // dispatcher's loop, just before the request goes out.
+        let subscriber: P256Key
         do {
-            body = try WebPushEncryption.encrypt(plaintext, p256dh: p256dh, auth: auth)
+            subscriber = try P256Key(publicPoint: p256dh)
         } catch {
-            throw PushRequestError(outcome: "BadChannel", reason: "cannot encrypt for the subscription: \(error.message)")
+            throw PushRequestError(outcome: "BadChannel", reason: "the subscription's p256dh: \(error.message)")
+        }
+        guard auth.count == 16 else {
+            throw PushRequestError(outcome: "BadChannel", reason: "the subscription's auth secret is \(auth.count) bytes, not 16")
         }
         var headers: [(String, String)] = [
             ("authorization", try authorization(origin: origin, now: now)),
@@ -64,7 +69,15 @@ final class WebPushSender: PushSender {
         ]
         if let urgency = message.headers["urgency"] { headers.append(("urgency", urgency)) }
         if let topic = message.headers["topic"] { headers.append(("topic", topic)) }
-        return PushHTTPRequest(url: url, headers: headers, body: body)
+        var request = PushHTTPRequest(url: url, headers: headers, body: Data())
+        request.makeBody = { () throws(PushRequestError) -> Data in
+            do {
+                return try WebPushEncryption.encrypt(plaintext, p256dh: subscriber.publicPoint, auth: auth)
+            } catch {
+                throw PushRequestError(outcome: "BadChannel", reason: "cannot encrypt for the subscription: \((error as? PushCryptoError)?.message ?? "\(error)")")
+            }
+        }
+        return request
     }
 
     func classify(_ response: PushHTTPResponse, now: Date) -> PushResult {
