@@ -4,7 +4,8 @@ import HubProtocol
 import ServiceKit
 
 ServiceMain.run(name: "nh-registry", summary: "the registration service: installations, tags and templates") { context in
-    let store = RegistryStore(database: try context.openStore("registry.db", migrations: RegistryStore.migrations))
+    let store: any InstallationStore = SQLiteInstallationStore(
+        database: try context.openStore("registry.db", migrations: SQLiteInstallationStore.migrations))
     let config = context.config
     context.prepareKeys()
     let events = try context.bindEvents(config.registry.events ?? "tcp://127.0.0.1:7702", startingAfter: try store.sequence())
@@ -14,8 +15,16 @@ ServiceMain.run(name: "nh-registry", summary: "the registration service: install
     }
     endpoints["requests"] = server.endpoint
 
-    func publish(_ change: InstallationChanged, sequence: UInt64) throws {
-        try events.publish(topic: "installation", sequence: sequence, body: HubCodec.encode(change, id: String(sequence)))
+    /// Publishes what the log holds beyond what was published, in order: this process's changes
+    /// and any other's that shares the store.
+    func publishChanges() throws {
+        while true {
+            let changes = try store.changes(after: events.sequence, limit: 1_000)
+            for change in changes {
+                try events.publish(topic: "installation", sequence: change.sequence, body: HubCodec.encode(change.message, id: String(change.sequence)))
+            }
+            if changes.count < 1_000 { return }
+        }
     }
 
     func found(_ id: String) throws -> Installation {
@@ -36,8 +45,8 @@ ServiceMain.run(name: "nh-registry", summary: "the registration service: install
         try InstallationRules.checkUser(installation, current: current, mayClaim: rights.contains(.manage)) { () throws(HubError) in
             try context.authorizeUser(userToken)
         }
-        let (stored, sequence) = try store.upsert(installation, now: now)
-        try publish(InstallationChanged(change: .upserted, installationId: stored.installationId, installation: stored), sequence: sequence)
+        let (stored, _) = try store.upsert(installation, now: now)
+        try publishChanges()
         context.logger.debug("installation saved", ("id", stored.installationId), ("tags", stored.tags.joined(separator: ",")))
         return InstallationReply(installation: stored)
     }
@@ -72,8 +81,8 @@ ServiceMain.run(name: "nh-registry", summary: "the registration service: install
         if let ifMatch = request.payload.ifMatch, let current = try store.get(id, now: Date()), !current.matches(ifMatch: ifMatch) {
             throw HubError(.preconditionFailed, "'\(id)' has changed: its ETag is \(current.etag), not \(ifMatch); read it again")
         }
-        guard let sequence = try store.delete(id) else { throw HubError(.notFound, "no installation '\(id)'") }
-        try publish(InstallationChanged(change: .deleted, installationId: id), sequence: sequence)
+        guard try store.delete(id) != nil else { throw HubError(.notFound, "no installation '\(id)'") }
+        try publishChanges()
         return Ack()
     }
     server.on(InstallationList.self) { request in
@@ -90,9 +99,9 @@ ServiceMain.run(name: "nh-registry", summary: "the registration service: install
 
     // Expired installations stop receiving at once (reads skip them) and are purged here.
     context.loop.every(milliseconds: 5_000) {
-        for (id, sequence) in try store.purgeExpired(now: Date()) {
-            try publish(InstallationChanged(change: .deleted, installationId: id), sequence: sequence)
-            context.logger.info("installation expired", ("id", id))
-        }
+        for (id, _) in try store.purgeExpired(now: Date()) { context.logger.info("installation expired", ("id", id)) }
+        try publishChanges()
+        // A reader further behind than this takes a snapshot, as after any gap.
+        try store.pruneChanges(keeping: 100_000)
     }
 }

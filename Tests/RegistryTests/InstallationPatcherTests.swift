@@ -113,8 +113,8 @@ struct InstallationPatcherTests {
     func duplicateTags() throws {
         let path = FileManager.default.temporaryDirectory.appendingPathComponent("nh-registry-\(UUID().uuidString).db").path
         let database = try SQLiteDatabase(path: path)
-        try database.migrate(RegistryStore.migrations)
-        let store = RegistryStore(database: database)
+        try database.migrate(SQLiteInstallationStore.migrations)
+        let store = SQLiteInstallationStore(database: database)
         let (stored, _) = try store.upsert(Installation(installationId: "d", pushChannel: "c", tags: ["b", "a", "b", "a"]), now: Date())
         #expect(stored.tags == ["b", "a"])
         #expect(try store.get("d", now: Date())?.tags == ["b", "a"])

@@ -2,9 +2,10 @@ import Foundation
 import HubProtocol
 import Storage
 
-/// The registry's SQLite store: installations, their tags, and the change-stream sequence.
-/// Every change bumps the sequence in the same transaction, so the stream's numbers are durable.
-final class RegistryStore {
+/// The registry's store on SQLite, the embedded default: installations, their tags, the
+/// change-stream sequence and the log of recent changes. Every change bumps the sequence and is
+/// logged in the same transaction, so the stream's numbers are durable.
+final class SQLiteInstallationStore: InstallationStore {
     static let migrations = [
         Migration(
             version: 1,
@@ -33,6 +34,13 @@ final class RegistryStore {
             ALTER TABLE installations ADD COLUMN push_channel TEXT;
             UPDATE installations SET push_channel = json_extract(CAST(document AS TEXT), '$.pushChannel');
             CREATE INDEX installations_by_channel ON installations(push_channel);
+            """),
+        // The change stream is published from this log, in sequence order, whichever process
+        // made the change.
+        Migration(
+            version: 3,
+            """
+            CREATE TABLE changes (sequence INTEGER PRIMARY KEY, installation_id TEXT NOT NULL, document BLOB);
             """),
     ]
 
@@ -89,6 +97,7 @@ final class RegistryStore {
             for tag in stored.tags {
                 try database.run("INSERT INTO installation_tags (installation_id, tag) VALUES (?, ?)", [stored.installationId, tag])
             }
+            try log(sequence, stored.installationId, stored)
             return (stored, sequence)
         }
     }
@@ -97,7 +106,9 @@ final class RegistryStore {
     func delete(_ id: String) throws -> UInt64? {
         try database.transaction {
             guard try database.run("DELETE FROM installations WHERE installation_id = ?", [id]) > 0 else { return nil }
-            return try nextSequence()
+            let sequence = try nextSequence()
+            try log(sequence, id, nil)
+            return sequence
         }
     }
 
@@ -111,7 +122,9 @@ final class RegistryStore {
             var purged: [(String, UInt64)] = []
             for id in ids {
                 try database.run("DELETE FROM installations WHERE installation_id = ?", [id])
-                purged.append((id, try nextSequence()))
+                let sequence = try nextSequence()
+                try log(sequence, id, nil)
+                purged.append((id, sequence))
             }
             return purged
         }
@@ -156,6 +169,27 @@ final class RegistryStore {
                 [now.timeIntervalSince1970])
             return RegistrySnapshot(sequence: try sequence(), installations: try rows.map { try decode($0[0]) })
         }
+    }
+
+    private func log(_ sequence: UInt64, _ id: String, _ installation: Installation?) throws {
+        try database.run(
+            "INSERT INTO changes (sequence, installation_id, document) VALUES (?, ?, ?)",
+            [Int64(sequence), id, try installation.map { try encoder.encode($0) }])
+    }
+
+    func changes(after sequence: UInt64, limit: Int) throws -> [InstallationChange] {
+        try database.query(
+            "SELECT sequence, installation_id, document FROM changes WHERE sequence > ? ORDER BY sequence LIMIT ?",
+            [Int64(sequence), limit]
+        ).map { row in
+            InstallationChange(
+                sequence: UInt64(row[0].int64 ?? 0), installationId: row[1].string ?? "",
+                installation: try row[2].data.map { try decoder.decode(Installation.self, from: $0) })
+        }
+    }
+
+    func pruneChanges(keeping count: Int) throws {
+        try database.run("DELETE FROM changes WHERE sequence <= (SELECT max(sequence) FROM changes) - ?", [count])
     }
 
     private func decode(_ value: SQLiteValue) throws -> Installation {

@@ -1,0 +1,41 @@
+import Foundation
+import HubProtocol
+
+/// The registry's store: installations, their tags, and the change stream's sequence and log.
+/// Two engines implement it: SQLite, embedded, the default; and PostgreSQL, which several
+/// registry processes can share. The contract tests (RegistryTests) hold both to the same behaviour.
+protocol InstallationStore: AnyObject {
+    /// The sequence of the last change.
+    func sequence() throws -> UInt64
+    /// A live installation, or nil when there is none or it has expired.
+    func get(_ id: String, now: Date) throws -> Installation?
+    /// Creates or replaces an installation, keeping its creation time. Returns it as stored (its
+    /// `version` is the change's sequence) and the change's sequence.
+    func upsert(_ installation: Installation, now: Date) throws -> (Installation, UInt64)
+    /// Deletes an installation. Returns the change's sequence, or nil when there was none.
+    func delete(_ id: String) throws -> UInt64?
+    /// Deletes installations whose expiration time has passed; returns each id with its change's sequence.
+    func purgeExpired(now: Date) throws -> [(String, UInt64)]
+    /// A page of live installations in id order, optionally only those with `tag` and/or `pushChannel`.
+    func list(tag: String?, pushChannel: String?, after: String?, limit: Int, now: Date) throws -> InstallationPage
+    func count(now: Date) throws -> Int
+    /// Every live installation and the sequence they stand at, read at one point in time.
+    func snapshot(now: Date) throws -> RegistrySnapshot
+    /// Logged changes after `sequence`, in order, at most `limit`. The stream is published from
+    /// here, so that every registry process sharing a store publishes every change, in order.
+    func changes(after sequence: UInt64, limit: Int) throws -> [InstallationChange]
+    /// Forgets logged changes but the latest `count`; a reader further behind takes a snapshot.
+    func pruneChanges(keeping count: Int) throws
+}
+
+/// One logged change: the installation as stored, or nil when it was deleted.
+struct InstallationChange: Equatable {
+    var sequence: UInt64
+    var installationId: String
+    var installation: Installation?
+
+    var message: InstallationChanged {
+        installation.map { InstallationChanged(change: .upserted, installationId: installationId, installation: $0) }
+            ?? InstallationChanged(change: .deleted, installationId: installationId)
+    }
+}
