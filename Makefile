@@ -3,7 +3,7 @@
 
 SWIFT        ?= swift
 DATA_DIR     ?= $(CURDIR)/data
-APT_PACKAGES := libzmq3-dev libsqlite3-dev libssl-dev libcurl4-openssl-dev libmicrohttpd-dev libmosquitto-dev pkg-config openssl curl mosquitto mosquitto-clients \
+APT_PACKAGES := libzmq3-dev libsqlite3-dev libssl-dev libcurl4-openssl-dev libmicrohttpd-dev libmosquitto-dev libpq-dev pkg-config openssl curl mosquitto mosquitto-clients postgresql \
                 chromium chromium-driver
 PY_PACKAGES  := pytest requests pyzmq selenium matplotlib h2 http-ece py-vapid cryptography
 SUDO         := $(shell [ "$$(id -u)" = 0 ] || echo sudo)

@@ -62,6 +62,9 @@ let package = Package(
         .systemLibrary(
             name: "CCurl", path: "Modules/CCurl", pkgConfig: "libcurl",
             providers: [.apt(["libcurl4-openssl-dev"])]),
+        .systemLibrary(
+            name: "CLibPQ", path: "Modules/CLibPQ", pkgConfig: "libpq",
+            providers: [.apt(["libpq-dev"])]),
         module("HTTPServer", dependencies: ["CMicroHTTPD"]),
         module("Bus", dependencies: ["CLibZMQ"]),
         module("Auth", dependencies: ["COpenSSL"]),
