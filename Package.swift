@@ -70,6 +70,7 @@ let package = Package(
         module("Auth", dependencies: ["COpenSSL"]),
         module("HubProtocol", exclude: ["README.md"]),
         module("Storage", dependencies: ["CSQLite"]),
+        module("Postgres", dependencies: ["CLibPQ", "Storage"]),
         module("Tags"),
         module("Templates"),
         module("DispatchCore", dependencies: ["HubProtocol", "Tags", "Templates"]),
