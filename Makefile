@@ -45,10 +45,11 @@ build: deps
 release: deps
 	$(SWIFT) build -c release
 
+# Each half runs beside a throwaway PostgreSQL server (Tests/Support/pgserver.py) named by NH_TEST_POSTGRES.
 test: deps
 	$(SWIFT) build --build-tests
-	$(SWIFT) test --skip-build
-	NH_BIN_DIR="$(DEBUG_BIN)" python3 -m pytest -q Tests/Gateway Tests/Hardening
+	python3 Tests/Support/pgserver.py run --require -- $(SWIFT) test --skip-build
+	NH_BIN_DIR="$(DEBUG_BIN)" python3 Tests/Support/pgserver.py run --require -- python3 -m pytest -q Tests/Gateway Tests/Hardening
 
 # Ten minutes of sends, posts and state changes while services and agents are killed with SIGKILL and
 # started again; fails when anything accepted was lost, shown twice or misdelivered, or devices disagree.
