@@ -86,6 +86,7 @@ let package = Package(
             tests("BusTests", dependencies: ["Bus"]),
             tests("HubProtocolTests", dependencies: ["HubProtocol"], exclude: ["Fixtures"]),
             tests("StorageTests", dependencies: ["Storage"]),
+            tests("PostgresTests", dependencies: ["Postgres", "Storage"]),
             tests("TagsTests", dependencies: ["Tags"]),
             tests("AuthTests", dependencies: ["Auth"]),
             tests("TemplatesTests", dependencies: ["Templates"]),
