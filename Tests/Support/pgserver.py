@@ -180,15 +180,19 @@ class PostgresServer:
 
 
 def run(command, require):
-    """Runs `command` beside a fresh server; returns its exit status."""
+    """Runs `command` beside a fresh server; returns its exit status. SIGTERM and SIGINT go on to
+    the command once it runs (the server stops when it has ended), and end the start before that."""
     env = dict(os.environ)
     env.pop("NH_TEST_POSTGRES", None)
     server = None
+    child = None
 
     def end(signum, frame):
-        raise SystemExit(128 + signum)
+        if child is None:
+            raise SystemExit(128 + signum)
+        child.send_signal(signum)
 
-    previous = signal.signal(signal.SIGTERM, end)
+    previous = {number: signal.signal(number, end) for number in (signal.SIGTERM, signal.SIGINT)}
     try:
         started = time.monotonic()
         try:
@@ -201,15 +205,16 @@ def run(command, require):
                 print(f"pgserver: PostgreSQL is required and unavailable: {error}", file=sys.stderr)
                 return 1
             print(f"pgserver: {error}; running without NH_TEST_POSTGRES (PostgreSQL tests skip)", file=sys.stderr)
-        status = subprocess.call(command, env=env)
+        try:
+            child = subprocess.Popen(command, env=env)
+        except OSError as error:
+            print(f"pgserver: cannot run {command[0]}: {error.strerror}", file=sys.stderr)
+            return 127
+        status = child.wait()
         return 128 - status if status < 0 else status
-    except FileNotFoundError:
-        print(f"pgserver: no such command: {command[0]}", file=sys.stderr)
-        return 127
-    except KeyboardInterrupt:
-        return 130
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for number, handler in previous.items():
+            signal.signal(number, handler)
         if server:
             server.stop()
 
