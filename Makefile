@@ -19,7 +19,7 @@ all: build
 help:
 	@echo "make deps     install missing Debian and Python packages"
 	@echo "make build    debug build of every module and service"
-	@echo "make test     deps, then the whole test suite (Swift with a short parser fuzz; then the REST tests, a one-minute soak and a short socket fuzz in Python)"
+	@echo "make test     deps, then the whole test suite beside a throwaway PostgreSQL server (Swift with a short parser fuzz; then the REST tests, a one-minute soak and a short socket fuzz in Python)"
 	@echo "make soak     deps, debug build, then ten minutes of mixed load while services and agents are killed"
 	@echo "make run      deps, release build, then every service on loopback (Ctrl-C stops them)"
 	@echo "make bench    deps, release build, then throughput against raw libzmq and Mosquitto; writes $(BENCH_DIR)/results.json"
