@@ -3,7 +3,7 @@
 
 SWIFT        ?= swift
 DATA_DIR     ?= $(CURDIR)/data
-APT_PACKAGES := libzmq3-dev libsqlite3-dev libssl-dev libcurl4-openssl-dev libmicrohttpd-dev libmosquitto-dev pkg-config openssl curl mosquitto mosquitto-clients \
+APT_PACKAGES := libzmq3-dev libsqlite3-dev libssl-dev libcurl4-openssl-dev libmicrohttpd-dev libmosquitto-dev libpq-dev pkg-config openssl curl mosquitto mosquitto-clients postgresql \
                 chromium chromium-driver
 PY_PACKAGES  := pytest requests pyzmq selenium matplotlib h2 http-ece py-vapid cryptography
 SUDO         := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
@@ -19,7 +19,7 @@ all: build
 help:
 	@echo "make deps     install missing Debian and Python packages"
 	@echo "make build    debug build of every module and service"
-	@echo "make test     deps, then the whole test suite (Swift with a short parser fuzz; then the REST tests, a one-minute soak and a short socket fuzz in Python)"
+	@echo "make test     deps, then the whole test suite beside a throwaway PostgreSQL server (Swift with a short parser fuzz; then the REST tests, a one-minute soak and a short socket fuzz in Python)"
 	@echo "make soak     deps, debug build, then ten minutes of mixed load while services and agents are killed"
 	@echo "make run      deps, release build, then every service on loopback (Ctrl-C stops them)"
 	@echo "make bench    deps, release build, then throughput against raw libzmq and Mosquitto; writes $(BENCH_DIR)/results.json"
@@ -45,10 +45,11 @@ build: deps
 release: deps
 	$(SWIFT) build -c release
 
+# Each half runs beside a throwaway PostgreSQL server (Tests/Support/pgserver.py) named by NH_TEST_POSTGRES.
 test: deps
 	$(SWIFT) build --build-tests
-	$(SWIFT) test --skip-build
-	NH_BIN_DIR="$(DEBUG_BIN)" python3 -m pytest -q Tests/Gateway Tests/Hardening
+	python3 Tests/Support/pgserver.py run --require -- $(SWIFT) test --skip-build
+	NH_BIN_DIR="$(DEBUG_BIN)" python3 Tests/Support/pgserver.py run --require -- python3 -m pytest -q Tests/Gateway Tests/Hardening
 
 # Ten minutes of sends, posts and state changes while services and agents are killed with SIGKILL and
 # started again; fails when anything accepted was lost, shown twice or misdelivered, or devices disagree.

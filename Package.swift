@@ -62,11 +62,15 @@ let package = Package(
         .systemLibrary(
             name: "CCurl", path: "Modules/CCurl", pkgConfig: "libcurl",
             providers: [.apt(["libcurl4-openssl-dev"])]),
+        .systemLibrary(
+            name: "CLibPQ", path: "Modules/CLibPQ", pkgConfig: "libpq",
+            providers: [.apt(["libpq-dev"])]),
         module("HTTPServer", dependencies: ["CMicroHTTPD"]),
         module("Bus", dependencies: ["CLibZMQ"]),
         module("Auth", dependencies: ["COpenSSL"]),
         module("HubProtocol", exclude: ["README.md"]),
         module("Storage", dependencies: ["CSQLite"]),
+        module("Postgres", dependencies: ["CLibPQ", "Storage"]),
         module("Tags"),
         module("Templates"),
         module("DispatchCore", dependencies: ["HubProtocol", "Tags", "Templates"]),
@@ -82,6 +86,7 @@ let package = Package(
             tests("BusTests", dependencies: ["Bus"]),
             tests("HubProtocolTests", dependencies: ["HubProtocol"], exclude: ["Fixtures"]),
             tests("StorageTests", dependencies: ["Storage"]),
+            tests("PostgresTests", dependencies: ["Postgres", "Storage"]),
             tests("TagsTests", dependencies: ["Tags"]),
             tests("AuthTests", dependencies: ["Auth"]),
             tests("TemplatesTests", dependencies: ["Templates"]),

@@ -8,7 +8,7 @@ public final class SQLiteDatabase {
     public let path: String
     private var handle: OpaquePointer?
     private var cache: [String: PreparedStatement] = [:]
-    private var transactionDepth = 0
+    private let nesting = TransactionNesting()
 
     public struct Options: Sendable {
         /// Milliseconds a statement waits for another connection's lock before failing.
@@ -97,7 +97,7 @@ public final class SQLiteDatabase {
     public func prepare(_ sql: String) throws(StorageError) -> PreparedStatement {
         // SQLite rolls a whole transaction back on some errors, such as a full disk; statements
         // after that would commit one by one, outside the transaction their caller believes in.
-        if transactionDepth > 0, let handle, sqlite3_get_autocommit(handle) != 0 {
+        if nesting.depth > 0, let handle, sqlite3_get_autocommit(handle) != 0 {
             throw StorageError(code: SQLITE_ABORT, message: "the transaction was rolled back by an earlier error", operation: sql)
         }
         if let statement = cache[sql] {
@@ -148,41 +148,17 @@ public final class SQLiteDatabase {
     /// Nested calls become savepoints. IMMEDIATE takes the write lock up front, so a writer waits
     /// for the busy timeout instead of failing halfway.
     public func transaction<T>(_ body: () throws -> T) throws -> T {
-        let savepoint = "sp\(transactionDepth)"
-        if transactionDepth == 0 {
-            try execute("BEGIN IMMEDIATE")
-        } else {
-            try execute("SAVEPOINT \(savepoint)")
-        }
-        transactionDepth += 1
-        let result: T
-        do {
-            result = try body()
-        } catch {
-            transactionDepth -= 1
-            rollBack(to: savepoint)
-            throw error
-        }
-        transactionDepth -= 1
-        do {
-            try execute(transactionDepth == 0 ? "COMMIT" : "RELEASE \(savepoint)")
-        } catch {
-            rollBack(to: savepoint)
-            throw error
-        }
-        return result
+        try nesting.run(
+            body,
+            begin: { try execute($0.map { "SAVEPOINT \($0)" } ?? "BEGIN IMMEDIATE") },
+            commit: { try execute($0.map { "RELEASE \($0)" } ?? "COMMIT") },
+            rollBack: { savepoint in
+                // SQLite may have rolled the transaction back already.
+                try? execute(savepoint.map { "ROLLBACK TO \($0); RELEASE \($0)" } ?? "ROLLBACK")
+            })
     }
 
-    /// Undoes the transaction (at depth 0) or the savepoint; SQLite may have rolled it back already.
-    private func rollBack(to savepoint: String) {
-        if transactionDepth == 0 {
-            try? execute("ROLLBACK")
-        } else {
-            try? execute("ROLLBACK TO \(savepoint); RELEASE \(savepoint)")
-        }
-    }
-
-    public var isInTransaction: Bool { transactionDepth > 0 }
+    public var isInTransaction: Bool { nesting.depth > 0 }
 
     private var groupOpen = false
 
@@ -192,9 +168,9 @@ public final class SQLiteDatabase {
     /// page it touched to the log once, however many writes changed it.
     public func beginGroup() throws(StorageError) {
         guard !groupOpen else { return }
-        precondition(transactionDepth == 0, "a group opens outside any transaction")
+        precondition(nesting.depth == 0, "a group opens outside any transaction")
         try execute("BEGIN IMMEDIATE")
-        transactionDepth = 1
+        nesting.depth = 1
         groupOpen = true
     }
 
@@ -202,7 +178,7 @@ public final class SQLiteDatabase {
     public func commitGroup() throws(StorageError) {
         guard groupOpen else { return }
         groupOpen = false
-        transactionDepth = 0
+        nesting.depth = 0
         do {
             try execute("COMMIT")
         } catch {

@@ -1,0 +1,34 @@
+import CLibPQ
+
+/// LISTEN/NOTIFY: listen on channels, wait for the socket to become readable, then collect.
+extension PostgresConnection {
+    /// Starts listening on `channel` (any text; it is quoted). Kept across a reconnect.
+    public func listen(_ channel: String) throws(PostgresError) {
+        try execute("LISTEN \(Self.quoteIdentifier(channel))")
+        channels.insert(channel)
+    }
+
+    public func unlisten(_ channel: String) throws(PostgresError) {
+        try execute("UNLISTEN \(Self.quoteIdentifier(channel))")
+        channels.remove(channel)
+    }
+
+    /// Sends `payload` to every session listening on `channel`, when the transaction commits.
+    public func notify(_ channel: String, payload: String = "") throws(PostgresError) {
+        try run("SELECT pg_notify($1, $2)", [channel, payload])
+    }
+
+    /// The notifications that have arrived, without waiting: reads what the socket holds, then
+    /// drains libpq's queue. Statements run on this connection queue notifications too, so call
+    /// this after them as well as when `socket` is readable.
+    public func notifications() throws(PostgresError) -> [(channel: String, payload: String)] {
+        let connection = try connection()
+        guard PQconsumeInput(connection) == 1 else { throw error(nil, "read notifications from \(target)") }
+        var received: [(channel: String, payload: String)] = []
+        while let notification = PQnotifies(connection) {
+            received.append((String(cString: notification.pointee.relname), String(cString: notification.pointee.extra)))
+            PQfreemem(notification)
+        }
+        return received
+    }
+}
