@@ -25,7 +25,7 @@ let serviceDependencies: [Target.Dependency] = ["Auth", "Bus", "HubProtocol", "S
 
 /// Extra modules per executable, beside the shared ones.
 let extraDependencies: [String: [Target.Dependency]] = [
-    "Gateway": ["HTTPServer"], "Dispatch": ["DispatchCore", "Push"], "Bench": ["CLibZMQ", "CMosquitto", "Push"],
+    "Gateway": ["HTTPServer"], "Registry": ["Postgres"], "Dispatch": ["DispatchCore", "Push"], "Bench": ["CLibZMQ", "CMosquitto", "Push"],
 ]
 
 let executables: [(product: String, directory: String)] = [
@@ -94,7 +94,7 @@ let package = Package(
             tests("PushTests", dependencies: ["Push", "Auth"]),
             tests("ServiceKitTests", dependencies: ["ServiceKit"]),
             tests("DispatchCoreTests", dependencies: ["DispatchCore", "HubProtocol"]),
-            tests("RegistryTests", dependencies: ["NHRegistry", "HubProtocol", "Storage"]),
+            tests("RegistryTests", dependencies: ["NHRegistry", "HubProtocol", "Storage", "Postgres"]),
             tests("AgentTests", dependencies: ["NHAgent", "HubProtocol"]),
             tests("CtlTests", dependencies: ["NHCtl"]),
             tests("BenchTests", dependencies: ["NHBench"]),

@@ -104,7 +104,7 @@ public enum ConfigLoader {
     static let integerKeys: Set<String> = [
         "maxMessageBytes", "requestTimeoutMs", "requestAttempts", "heartbeatMs", "agentHeartbeatMs", "defaultTimeToLive", "userTokenLifetime", "maxRichBytes",
     ]
-    static let stringKeys = ["dataDir", "logLevel", "namespace", "hub", "gatewayListen", "gatewayCertificate", "gatewayKey", "webRoot"]
+    static let stringKeys = ["dataDir", "store", "logLevel", "namespace", "hub", "gatewayListen", "gatewayCertificate", "gatewayKey", "webRoot"]
     static let sections = ["registry", "publish", "dispatch", "sync", "agent", "gateway"]
     static let sectionKeys = ["requests", "events", "agents"]
 
@@ -131,7 +131,7 @@ public enum ConfigLoader {
         (path == ["push", "caFile"])
             || (path.count == 3 && path[0] == "push" && pushSections[path[1]]?.contains(path[2]) == true)
             || (path.count == 2 && sections.contains(path[0]) && sectionKeys.contains(path[1]))
-            || (path.count == 1 && ["gatewayCertificate", "gatewayKey", "webRoot"].contains(path[0]))
+            || (path.count == 1 && ["store", "gatewayCertificate", "gatewayKey", "webRoot"].contains(path[0]))
     }
 
     static func knownSettings() -> String {
@@ -142,6 +142,9 @@ public enum ConfigLoader {
 
     public static func validate(_ config: HubConfig) throws(ConfigError) {
         guard !config.dataDir.isEmpty else { throw ConfigError("dataDir must not be empty") }
+        if let store = config.store, store != "sqlite", !config.storeIsPostgres {
+            throw ConfigError("store '\(store)' must be sqlite (the default) or a postgresql:// URL, such as postgresql://nh@db.example.org:5432/nh")
+        }
         guard Logger.Level(name: config.logLevel) != nil else {
             throw ConfigError(
                 "logLevel '\(config.logLevel)' is not one of \(Logger.Level.allCases.map(\.name).joined(separator: ", "))")

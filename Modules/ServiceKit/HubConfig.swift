@@ -5,6 +5,10 @@ import HubProtocol
 /// to the others' from here.
 public struct HubConfig: Codable, Sendable, Equatable {
     public var dataDir: String = "nh-data"
+    /// Where the services keep their state: absent (or `sqlite`) for SQLite files in `dataDir`, or
+    /// a PostgreSQL URL (`postgresql://user@host:5432/nh`) that several processes can share.
+    /// The registry's store is on it so far; the other services keep their SQLite files.
+    public var store: String? = nil
     /// trace, debug, info, notice, warning or error.
     public var logLevel: String = "info"
     /// The largest request a service accepts; larger ones get `payload_too_large`.
@@ -43,6 +47,12 @@ public struct HubConfig: Codable, Sendable, Equatable {
     /// The folder with the console and inbox pages the gateway serves. Absent: the pages installed
     /// beside `nh-gateway` (`NotificationHub_NHGateway.resources/Web`).
     public var webRoot: String? = nil
+
+    /// Whether `store` names a PostgreSQL server.
+    public var storeIsPostgres: Bool {
+        guard let store else { return false }
+        return store.hasPrefix("postgresql://") || store.hasPrefix("postgres://")
+    }
 
     /// The platforms' own push services the dispatcher delivers to (APNs, FCM, Web Push), with
     /// their credentials. None by default: only Linux agents are delivered to.

@@ -137,3 +137,46 @@ struct InstallationStoreContractTests {
         #expect(try store.changes(after: 0, limit: 100).map(\.sequence) == [4, 5])
     }
 }
+
+/// What only a store that several registry processes share must do.
+@Suite("Installation store on PostgreSQL, shared", .enabled(if: ProcessInfo.processInfo.environment["NH_TEST_POSTGRES"] != nil))
+struct SharedInstallationStoreTests {
+    @Test("two stores writing at once number their changes 1…N without a gap, and both read every change in order")
+    func sharedSequence() throws {
+        let url = try TestPostgres.freshDatabase()
+        // Each store is used by one thread only, as each registry process uses its own.
+        nonisolated(unsafe) let stores = [try PostgresInstallationStore(url: url), try PostgresInstallationStore(url: url)]
+        let perStore = 200
+        DispatchQueue.concurrentPerform(iterations: 2) { index in
+            for i in 0..<perStore {
+                let id = "s\(index)-\(i % 20)"
+                if i % 7 == 6 {
+                    _ = try? stores[index].delete(id)
+                } else {
+                    _ = try? stores[index].upsert(InstallationStoreContractTests.installation(id, tags: ["t\(i % 3)"]), now: Date())
+                }
+            }
+        }
+        let last = try stores[0].sequence()
+        #expect(try stores[1].sequence() == last)
+        for store in stores {
+            let changes = try store.changes(after: 0, limit: 10_000)
+            #expect(changes.map(\.sequence) == Array(1...last), "every change is logged once, in order, without a gap")
+        }
+        // What each store reads is what the log says happened last to each id.
+        var latest: [String: Bool] = [:]
+        for change in try stores[0].changes(after: 0, limit: 10_000) { latest[change.installationId] = change.installation != nil }
+        let live = Set(try stores[1].snapshot(now: Date()).installations.map(\.installationId))
+        #expect(live == Set(latest.filter(\.value).keys))
+    }
+
+    @Test("the schema is made once, whichever process comes first, and a second process reads what the first wrote")
+    func secondProcess() throws {
+        let url = try TestPostgres.freshDatabase()
+        let first = try PostgresInstallationStore(url: url)
+        _ = try first.upsert(InstallationStoreContractTests.installation("shared", tags: ["a"]), now: Date())
+        let second = try PostgresInstallationStore(url: url)
+        #expect(try second.get("shared", now: Date())?.tags == ["a"])
+        #expect(try second.sequence() == 1)
+    }
+}
