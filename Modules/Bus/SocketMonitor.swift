@@ -9,6 +9,8 @@ public final class SocketMonitor {
         public init(rawValue: Int32) { self.rawValue = rawValue }
         /// The security handshake (CURVE included) completed: the connection is usable.
         public static let handshakeSucceeded = Events(rawValue: 0x1000)
+        /// The connection closed, as when the peer's heartbeats stopped; libzmq connects again.
+        public static let disconnected = Events(rawValue: 0x0200)
     }
 
     public let socket: ZMQSocket

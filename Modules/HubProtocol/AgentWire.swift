@@ -17,6 +17,8 @@ public enum AgentFrame: Equatable, Sendable {
     case signal(AgentSignal)
     /// Dispatcher → agent: a message refused, with a stable code.
     case error(ErrorReply)
+    /// Dispatcher → agent: another dispatcher serves this installation.
+    case redirect(AgentRedirect)
 }
 
 /// Encodes and decodes `AgentFrame`s. Each message is one ZeroMQ frame: lines of text, the first
@@ -27,7 +29,7 @@ public enum AgentWire {
     public static let version = "1"
 
     public enum Verb: String, CaseIterable, Sendable {
-        case hello, ack, welcome, deliver, signal, error
+        case hello, ack, welcome, deliver, signal, error, redirect
     }
 
     public static func encode(_ frame: AgentFrame) -> Data {
@@ -45,6 +47,8 @@ public enum AgentWire {
             return lines(.signal, [signal.userId, String(signal.sequence)])
         case .error(let error):
             return lines(.error, [error.code.rawValue, error.message])
+        case .redirect(let redirect):
+            return lines(.redirect, [redirect.installationId, redirect.endpoint])
         }
     }
 
@@ -128,6 +132,12 @@ public enum AgentWire {
         case .error:
             let parts = try fields(2, "code, message")
             return .error(ErrorReply(code: ErrorCode(rawValue: parts[0]) ?? .internal, message: parts[1]))
+        case .redirect:
+            let parts = try fields(2, "installation id, endpoint")
+            guard parts[1].hasPrefix("tcp://") || parts[1].hasPrefix("ipc://"), !parts[1].contains("\n") else {
+                throw malformed("'redirect' needs a tcp:// or ipc:// endpoint on its third line")
+            }
+            return .redirect(AgentRedirect(installationId: parts[0], endpoint: parts[1]))
         }
     }
 

@@ -20,6 +20,19 @@ public struct AgentWelcome: HubMessage {
     }
 }
 
+/// Dispatcher → agent: another dispatcher serves this installation (its shard is that one's);
+/// the agent connects there and says hello again.
+public struct AgentRedirect: HubMessage {
+    public static let messageType: MessageType = "agent.redirect"
+    public var installationId: String
+    /// The agent endpoint of the dispatcher that serves it, such as tcp://10.0.0.12:7722.
+    public var endpoint: String
+    public init(installationId: String, endpoint: String) {
+        self.installationId = installationId
+        self.endpoint = endpoint
+    }
+}
+
 /// One notification for one installation, pushed by the dispatcher. Delivered at least once;
 /// the agent shows each `deliveryId` once and acknowledges it.
 public struct AgentDelivery: HubMessage {

@@ -16,6 +16,8 @@ struct AgentCore {
     enum Event: Equatable {
         /// The channel's handshake completed, on first connect or after a reconnect.
         case connected
+        /// The channel's connection closed (the dispatcher went, or its heartbeats stopped).
+        case disconnected
         /// A message from the dispatcher. `seen`: the delivery was shown before (only for deliveries).
         case received(AgentFrame, seen: Bool)
         case tick
@@ -31,6 +33,10 @@ struct AgentCore {
         /// The user's notifications changed past what this agent has.
         case syncUser(sequence: UInt64)
         case log(String, code: ErrorCode)
+        /// Another dispatcher serves this installation: connect there instead.
+        case moveTo(String)
+        /// The dispatcher has not answered for three heartbeats: try the next one configured.
+        case tryNextDispatcher
     }
 
     let settings: Settings
@@ -39,6 +45,9 @@ struct AgentCore {
     private(set) var refusals = 0
     var refused: Bool { refusals > 0 }
     private var lastHello: Date?
+    /// Since when the channel has had no connection; nil while it has one.
+    private var unconnectedSince: Date?
+    private var started = false
 
     init(settings: Settings = Settings()) {
         self.settings = settings
@@ -48,14 +57,33 @@ struct AgentCore {
         switch event {
         case .connected:
             welcomed = false
+            started = true
+            unconnectedSince = nil
             return hello(now)
+        case .disconnected:
+            welcomed = false
+            unconnectedSince = unconnectedSince ?? now
+            return []
         case .tick:
+            if !started {
+                started = true
+                unconnectedSince = now
+            }
+            // No connection for three heartbeats: that dispatcher is gone or cannot be reached,
+            // and another may serve this installation.
+            if let since = unconnectedSince, now.timeIntervalSince(since) > 3 * settings.heartbeat {
+                unconnectedSince = now
+                return [.tryNextDispatcher]
+            }
             let interval = welcomed ? settings.heartbeat
                 : min(settings.heartbeat, settings.helloRetry * pow(2, Double(refusals)))
             guard let last = lastHello, now.timeIntervalSince(last) < interval else { return hello(now) }
             return []
         case .received(let frame, let seen):
             switch frame {
+            case .redirect(let redirect):
+                welcomed = false
+                return [.moveTo(redirect.endpoint)]
             case .welcome:
                 welcomed = true
                 refusals = 0
@@ -76,7 +104,7 @@ struct AgentCore {
                 // after a wait that doubles up to a heartbeat: a registration on its way to the
                 // dispatcher is soon there, while an installation an operator deleted stays deleted
                 // until the agent starts again, since registering is for its start and its categories.
-                if error.code == .notFound || error.code == .forbidden || error.code == .unauthorized {
+                if error.code == .notFound || error.code == .forbidden || error.code == .unauthorized || error.code == .unavailable {
                     welcomed = false
                     refusals += 1
                 }

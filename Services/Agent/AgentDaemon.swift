@@ -19,6 +19,9 @@ final class AgentDaemon {
     private let registry: HubClient
     private let channel: ZMQSocket
     private let monitor: SocketMonitor
+    /// The dispatchers this agent may connect to, and the one it is connected to now.
+    private let dispatchers: [String]
+    private var connectedTo: String
     private var core: AgentCore
     private let keys: CurveKeyPair
     private(set) var registered = false
@@ -57,10 +60,10 @@ final class AgentDaemon {
         let heartbeatMs = context.config.agentHeartbeatMs
         core = AgentCore(settings: AgentCore.Settings(
             heartbeat: Double(heartbeatMs) / 1000, helloRetry: min(0.5, Double(heartbeatMs) / 1000)))
-        channel = try ZMQSocket.agentChannel(
-            connect: context.config.dispatch.agents ?? "tcp://127.0.0.1:7722",
-            keys: keys, serverKey: serverKey, heartbeatMs: heartbeatMs)
-        monitor = try SocketMonitor(watching: channel, events: .handshakeSucceeded)
+        dispatchers = Self.dispatcherEndpoints(context.config.dispatch.agents)
+        channel = try ZMQSocket.agentChannel(connect: dispatchers[0], keys: keys, serverKey: serverKey, heartbeatMs: heartbeatMs)
+        connectedTo = dispatchers[0]
+        monitor = try SocketMonitor(watching: channel, events: [.handshakeSucceeded, .disconnected])
         context.onShutdown { [channel, monitor] in
             monitor.close()
             channel.close()
@@ -93,7 +96,10 @@ final class AgentDaemon {
         register()
         context.loop.watch(channel) { [unowned self] in try self.receive() }
         context.loop.watch(monitor.socket) { [unowned self] in
-            if try self.monitor.drain().contains(.handshakeSucceeded) { try self.perform(self.core.on(.connected, now: Date())) }
+            for event in try self.monitor.drain() {
+                if event == .handshakeSucceeded { try self.perform(self.core.on(.connected, now: Date())) }
+                if event == .disconnected { try self.perform(self.core.on(.disconnected, now: Date())) }
+            }
         }
         context.loop.every(milliseconds: 100) { [unowned self] in try self.perform(self.core.on(.tick, now: Date())) }
         context.loop.every(milliseconds: context.config.heartbeatMs) { [unowned self] in
@@ -192,11 +198,34 @@ final class AgentDaemon {
                 }
             case .syncUser(let sequence):
                 if let userSync, sequence > (try userSync.cache.cursor) { userSync.syncNow() }
+            case .moveTo(let endpoint):
+                context.logger.info("another dispatcher serves this installation", ("endpoint", endpoint))
+                try move(to: endpoint)
+            case .tryNextDispatcher:
+                guard dispatchers.count > 1 || connectedTo != dispatchers[0] else { break }
+                let next = dispatchers[((dispatchers.firstIndex(of: connectedTo) ?? -1) + 1) % dispatchers.count]
+                context.logger.info("no word from the dispatcher; trying another", ("from", connectedTo), ("to", next))
+                try move(to: next)
             case .log(let message, let code):
                 if message != lastRefusal { context.logger.warning("dispatcher refused", ("code", code.rawValue), ("reason", message)) }
                 lastRefusal = message
             }
         }
+    }
+
+    /// Connects the channel to another dispatcher, leaving the one it was connected to.
+    private func move(to endpoint: String) throws {
+        guard endpoint != connectedTo else { return }
+        try? channel.disconnect(connectedTo)
+        try channel.connect(endpoint)
+        connectedTo = endpoint
+    }
+
+    /// The dispatchers an agent may connect to: `dispatch.agents`, one endpoint or several
+    /// separated by commas. Any of them serves or redirects.
+    static func dispatcherEndpoints(_ setting: String?) -> [String] {
+        let list = (setting ?? "tcp://127.0.0.1:7722").split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
+        return list.isEmpty ? ["tcp://127.0.0.1:7722"] : list
     }
 
     private func acknowledge(_ deliveryIds: [String], failures: [DeliveryFailure] = []) throws {

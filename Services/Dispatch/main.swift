@@ -361,7 +361,7 @@ ServiceMain.run(name: "nh-dispatch", summary: "the dispatcher: resolves targets 
                     perform(core.on(.hello(route: route, peerKey: peer, installationId: hello.installationId), now: Date()))
                 case .ack(let ack):
                     perform(core.on(.ack(route: route, ack), now: Date()))
-                case .welcome, .deliver, .signal, .error:
+                case .welcome, .deliver, .signal, .error, .redirect:
                     throw HubError(.unknownType, "agents send only 'hello' and 'ack' on this channel")
                 }
             } catch let error as HubError {

@@ -76,4 +76,36 @@ struct AgentCoreTests {
         #expect(AgentCore.richRetry(attempts: 8, maxAttempts: 8, expiresAt: later, now: Self.t0) == .giveUp)
         #expect(AgentCore.richRetry(attempts: 1, maxAttempts: 8, expiresAt: Self.t0, now: Self.t0) == .giveUp)
     }
+
+    @Test("a redirect moves the agent to the dispatcher that serves it; three heartbeats without a connection try the next one")
+    func redirectsAndFailover() {
+        var core = AgentCore(settings: AgentCore.Settings(heartbeat: 5, helloRetry: 0.5))
+        _ = core.on(.connected, now: Self.t0)
+        let moved = core.on(.received(.redirect(AgentRedirect(installationId: "me", endpoint: "tcp://10.0.0.2:7722")), seen: false), now: Self.t0)
+        #expect(moved == [.moveTo("tcp://10.0.0.2:7722")])
+        #expect(!core.welcomed)
+        // Connected and quiet (libzmq's heartbeats keep the connection): no move, only hellos.
+        _ = core.on(.connected, now: Self.t0.addingTimeInterval(1))
+        _ = core.on(.received(.welcome(AgentWelcome(installationId: "me", pending: 0)), seen: false), now: Self.t0.addingTimeInterval(1))
+        #expect(!core.on(.tick, now: Self.t0.addingTimeInterval(60)).contains(.tryNextDispatcher))
+        // The connection goes and does not come back for three heartbeats: the next dispatcher, then again three heartbeats later.
+        _ = core.on(.disconnected, now: Self.t0.addingTimeInterval(61))
+        #expect(!core.on(.tick, now: Self.t0.addingTimeInterval(75)).contains(.tryNextDispatcher))
+        #expect(core.on(.tick, now: Self.t0.addingTimeInterval(76.5)).contains(.tryNextDispatcher))
+        #expect(!core.on(.tick, now: Self.t0.addingTimeInterval(80)).contains(.tryNextDispatcher))
+        #expect(core.on(.tick, now: Self.t0.addingTimeInterval(92)).contains(.tryNextDispatcher))
+        // A connection made in time stops it.
+        _ = core.on(.connected, now: Self.t0.addingTimeInterval(93))
+        #expect(!core.on(.tick, now: Self.t0.addingTimeInterval(120)).contains(.tryNextDispatcher))
+        // A hello refused because no dispatcher holds the shard yet is tried again after a wait.
+        let refused = core.on(.received(.error(ErrorReply(code: .unavailable, message: "no dispatcher serves shard 3 yet")), seen: false),
+                              now: Self.t0.addingTimeInterval(121))
+        #expect(refused == [.log("no dispatcher serves shard 3 yet", code: .unavailable)] && core.refused)
+    }
+
+    @Test("the dispatchers an agent may use come from dispatch.agents, one or several")
+    func dispatcherList() {
+        #expect(AgentDaemon.dispatcherEndpoints(nil) == ["tcp://127.0.0.1:7722"])
+        #expect(AgentDaemon.dispatcherEndpoints("tcp://a:1, tcp://b:2,") == ["tcp://a:1", "tcp://b:2"])
+    }
 }

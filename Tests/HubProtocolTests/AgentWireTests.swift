@@ -26,6 +26,7 @@ struct AgentWireTests {
             richTicket: "nhu1.claims.sig"))),
         ("signal", .signal(AgentSignal(userId: "alice", sequence: 42))),
         ("error", .error(ErrorReply(code: .forbidden, message: "installation 'linux-1' is bound to another device key"))),
+        ("redirect", .redirect(AgentRedirect(installationId: "linux-1", endpoint: "tcp://10.0.0.12:7722"))),
     ]
 
     @Test("every message encodes exactly as its fixture and decodes back to itself", arguments: samples.indices)
@@ -59,6 +60,7 @@ struct AgentWireTests {
             ("deliver\na\nb", .malformedFrames, "has 2 of its 7 fields"),
             ("deliver\na\nb\nt\nsoon\n\n\n{}", .malformedFrames, "expiry (milliseconds since 1970) 'soon'"),
             ("ack\n!a no tab", .malformedFrames, "needs a tab"),
+            ("redirect\nlinux-1\nsomewhere", .malformedFrames, "tcp:// or ipc:// endpoint"),
         ]
         for (frame, code, text) in cases {
             #expect(throws: HubError.self) { try AgentWire.decode(Data(frame.utf8)) }
