@@ -193,8 +193,12 @@ public enum ConfigLoader {
             throw ConfigError("hub '\(config.hub)' must be a name without '/'")
         }
         for (service, endpoints) in config.serviceEndpoints {
-            for endpoint in [endpoints.requests, endpoints.events, endpoints.agents].compactMap({ $0 }) {
+            for endpoint in [endpoints.requests, endpoints.events].compactMap({ $0 }) {
                 try validateEndpoint(endpoint, of: service)
+            }
+            // Agents may be given several dispatchers, separated by commas.
+            for endpoint in (endpoints.agents ?? "").split(separator: ",", omittingEmptySubsequences: false).dropFirst(endpoints.agents == nil ? 1 : 0) {
+                try validateEndpoint(endpoint.trimmingCharacters(in: .whitespaces), of: service)
             }
         }
     }

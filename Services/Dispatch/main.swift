@@ -62,7 +62,11 @@ ServiceMain.run(name: "nh-dispatch", summary: "the dispatcher: resolves targets 
     // The hub's bus key serves this socket too; its ZAP domain lets any agent key through the
     // handshake, and a hello is then accepted only for an installation bound to that key.
     guard let security = BusSecurity.current, let busKeys = security.serverKeys else { throw ConfigError("the bus is not secured") }
-    let agents = try ZMQSocket.agentServer(bind: config.dispatch.agents ?? "tcp://127.0.0.1:7722", keys: busKeys, config: config)
+    let agentEndpoint = config.dispatch.agents ?? "tcp://127.0.0.1:7722"
+    guard !agentEndpoint.contains(",") else {
+        throw ConfigError("dispatch.agents '\(agentEndpoint)' lists several endpoints; a dispatcher binds one (agents may be given several)")
+    }
+    let agents = try ZMQSocket.agentServer(bind: agentEndpoint, keys: busKeys, config: config)
     context.onShutdown { agents.close() }
     logger.info("listening", ("role", "agents"), ("endpoint", agents.lastEndpoint))
 
