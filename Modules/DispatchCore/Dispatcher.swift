@@ -24,6 +24,8 @@ public struct Dispatcher {
     private var starved = FIFO<Route>()
     private var isStarved: Set<Route> = []
     private var lastSilenceCheck = Date.distantPast
+    /// The shards served here, where several dispatchers share the agents; nil: all of them.
+    public private(set) var shards: ShardMap?
 
     public init(settings: DispatcherSettings = DispatcherSettings()) {
         self.settings = settings
@@ -58,6 +60,14 @@ public struct Dispatcher {
                     actions.append(.reply(route, .signal(AgentSignal(userId: change.userId, sequence: change.sequence))))
                     counters.signals += 1
                 }
+            }
+        case .shards(let map):
+            shards = map
+            // Sessions of shards no longer held here go to the shard's new owner, or try again later.
+            for (route, session) in sessions.sorted(by: { $0.key.lexicographicallyPrecedes($1.key) })
+            where !map.owned.contains(Shards.of(session.installationId)) {
+                redirect(route, session.installationId, &actions)
+                drop(route, reason: .moved, &actions)
             }
         case .userStreamGap:
             // A signal carries no content, so a missed one is made up for by signalling every user agent.
@@ -96,6 +106,10 @@ public struct Dispatcher {
         }
         guard let installation = index.installation(installationId) else {
             refuse(route, .notFound, "installation '\(installationId)' is not registered; register it, then say hello again", &actions)
+            return
+        }
+        if let shards, !shards.owned.contains(Shards.of(installationId)) {
+            redirect(route, installationId, &actions)
             return
         }
         guard installation.pushChannel == peerKey else {
@@ -149,6 +163,18 @@ public struct Dispatcher {
         actions.append(.note(.dropped(session.installationId, reason)))
     }
 
+    /// Tells an agent which dispatcher serves its installation, or to say hello again later when
+    /// its shard has no owner yet.
+    private mutating func redirect(_ route: Route, _ installationId: String, _ actions: inout [DispatchAction]) {
+        let shard = Shards.of(installationId)
+        if let endpoint = shards?.owners[shard] {
+            counters.redirected += 1
+            actions.append(.reply(route, .redirect(AgentRedirect(installationId: installationId, endpoint: endpoint))))
+        } else {
+            refuse(route, .unavailable, "no dispatcher serves shard \(shard) of installation '\(installationId)' yet; say hello again", &actions)
+        }
+    }
+
     private mutating func refuse(_ route: Route, _ code: ErrorCode, _ message: String, _ actions: inout [DispatchAction]) {
         counters.refused += 1
         actions.append(.reply(route, .error(ErrorReply(code: code, message: message))))
@@ -160,7 +186,16 @@ public struct Dispatcher {
         var touched: [Route] = []
         var seen: Set<Route> = []
         for notification in notifications {
-            var plans = resolver.plan(notification, index: index, now: now)
+            var plans: [PlannedDelivery]
+            if let shards {
+                // Only this dispatcher's shards, and only those not planned for this notification yet.
+                plans = resolver.plan(notification, index: index, now: now) { shards.plans($0.installationId, sequence: notification.sequence) }
+                for shard in shards.owned where (shards.cursors[shard] ?? 0) < notification.sequence {
+                    self.shards?.cursors[shard] = notification.sequence
+                }
+            } else {
+                plans = resolver.plan(notification, index: index, now: now)
+            }
             // A platform the hub has no delivery path to: failed at once, with its reason, never sent.
             for i in plans.indices where !settings.platforms.contains(plans[i].platform) {
                 plans[i].unreachable = Platform(name: plans[i].platform) == nil ? "UnknownPlatform" : "PnsUnavailable"
@@ -354,6 +389,8 @@ public enum DispatchEvent: Sendable {
     case loaded(installationId: String, route: Route, [AgentDelivery], complete: Bool)
     /// A send found the connection gone.
     case unreachable(route: Route)
+    /// The shards this dispatcher now serves, as its leases were renewed, taken or lost.
+    case shards(ShardMap)
     case userChanged(UserNotificationsChanged)
     /// The sync store's stream skipped a sequence number.
     case userStreamGap
@@ -389,6 +426,8 @@ public enum DispatchNote: Equatable, Sendable {
         case unreachable
         /// The installation was deleted or bound to another key.
         case unbound
+        /// Its shard is served by another dispatcher now.
+        case moved
     }
 
     case connected(String)
@@ -407,6 +446,8 @@ public struct DispatcherCounters: Sendable, Equatable {
     public var connected = 0
     public var refused = 0
     public var signals = 0
+    /// Hellos answered with the dispatcher that serves the installation.
+    public var redirected = 0
     public var dropped: [DispatchNote.DropReason: Int] = [:]
 }
 

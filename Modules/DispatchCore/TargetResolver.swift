@@ -44,7 +44,11 @@ public struct TargetResolver {
 
     private var templateCache: [String: Template] = [:]
 
-    public mutating func plan(_ notification: AcceptedNotification, index: InstallationIndex, now: Date) -> [PlannedDelivery] {
+    /// `include` narrows the targets, as to the installations of a dispatcher's shards, before
+    /// anything is rendered for them.
+    public mutating func plan(
+        _ notification: AcceptedNotification, index: InstallationIndex, now: Date, include: ((Installation) -> Bool)? = nil
+    ) -> [PlannedDelivery] {
         let send = notification.send
         var expression: TagExpression?
         var candidates: [Installation]
@@ -63,7 +67,7 @@ public struct TargetResolver {
         } else {
             candidates = index.all
         }
-        candidates = candidates.filter { ($0.expirationTime ?? .distantFuture) > now }
+        candidates = candidates.filter { ($0.expirationTime ?? .distantFuture) > now && (include?($0) ?? true) }
 
         var plans: [PlannedDelivery] = []
         // Installations of one app share their templates: each distinct body is rendered once per notification.

@@ -349,3 +349,67 @@ struct FIFOTests {
         #expect(queue.isEmpty && queue.popFirst() == nil)
     }
 }
+
+/// Several dispatchers sharing the agents: each serves the installations of its shards.
+@Suite("Dispatcher shards")
+struct DispatcherShardTests {
+    /// Installation ids, one per shard asked for, found by trying names.
+    static func ids(inShards wanted: [Int]) -> [String] {
+        wanted.map { shard in (0...).lazy.map { "dev-\($0)" }.first { Shards.of($0) == shard }! }
+    }
+
+    @Test("the shard of an id is stable and spread; the fair share rounds up")
+    func shardFunction() {
+        #expect(Shards.of("linux-1") == Shards.of("linux-1"))
+        var counts = [Int](repeating: 0, count: Shards.count)
+        for i in 0..<6_400 { counts[Shards.of("installation-\(i)")] += 1 }
+        #expect(counts.allSatisfy { $0 > 50 && $0 < 150 }, "\(counts)")
+        #expect(Shards.fairShare(dispatchers: 1) == 64 && Shards.fairShare(dispatchers: 2) == 32 && Shards.fairShare(dispatchers: 3) == 22)
+    }
+
+    @Test("a hello for another dispatcher's shard is redirected to it, or refused as unavailable while it has no owner")
+    func helloRedirect() {
+        let ids = Self.ids(inShards: [1, 2, 3])
+        var dispatcher = DispatcherTests.dispatcher(ids.map { DispatcherTests.installation($0, key: DispatcherTests.keyA) })
+        _ = dispatcher.on(.shards(ShardMap(owned: [1], owners: [2: "tcp://10.0.0.2:7722"])), now: DispatcherTests.t0)
+        let mine = dispatcher.on(.hello(route: DispatcherTests.routeA, peerKey: DispatcherTests.keyA, installationId: ids[0]), now: DispatcherTests.t0)
+        #expect(mine.contains(.reply(DispatcherTests.routeA, .welcome(AgentWelcome(installationId: ids[0], pending: 0)))))
+        let other = dispatcher.on(.hello(route: DispatcherTests.routeB, peerKey: DispatcherTests.keyA, installationId: ids[1]), now: DispatcherTests.t0)
+        #expect(other == [.reply(DispatcherTests.routeB, .redirect(AgentRedirect(installationId: ids[1], endpoint: "tcp://10.0.0.2:7722")))])
+        let vacant = dispatcher.on(.hello(route: DispatcherTests.routeB, peerKey: DispatcherTests.keyA, installationId: ids[2]), now: DispatcherTests.t0)
+        #expect(DispatcherTests.errors(vacant) == [.unavailable])
+        #expect(dispatcher.sessionCount == 1 && dispatcher.counters.redirected == 1)
+    }
+
+    @Test("only the shards held here are planned, each once per notification, from its own cursor")
+    func planning() {
+        let ids = Self.ids(inShards: [4, 5, 6])
+        var dispatcher = DispatcherTests.dispatcher(ids.map { DispatcherTests.installation($0, key: DispatcherTests.keyA) })
+        // Shard 5 was planned up to notification 2 by its previous owner.
+        _ = dispatcher.on(.shards(ShardMap(owned: [4, 5], cursors: [4: 0, 5: 2])), now: DispatcherTests.t0)
+        func planned(_ sequence: UInt64) -> [String] {
+            let actions = dispatcher.on(.accepted([DispatcherTests.send(sequence)]), now: DispatcherTests.t0)
+            guard case .record(_, let plans)? = actions.first else { return [] }
+            return plans.map(\.installationId).sorted()
+        }
+        #expect(planned(1) == [ids[0]])
+        #expect(planned(2) == [ids[0]])
+        #expect(planned(3) == [ids[0], ids[1]].sorted())
+        // The same notification again (a pull repeated after a restart) plans nothing twice.
+        #expect(planned(3) == [])
+        #expect(dispatcher.shards?.cursors == [4: 3, 5: 3])
+    }
+
+    @Test("a shard lost moves its sessions to the new owner")
+    func shardLost() {
+        let ids = Self.ids(inShards: [7, 8])
+        var dispatcher = DispatcherTests.dispatcher(
+            ids.map { DispatcherTests.installation($0, key: DispatcherTests.keyA) },
+            connected: [(DispatcherTests.routeA, ids[0], DispatcherTests.keyA), (DispatcherTests.routeB, ids[1], DispatcherTests.keyA)])
+        #expect(dispatcher.sessionCount == 2)
+        let actions = dispatcher.on(.shards(ShardMap(owned: [8], owners: [7: "tcp://10.0.0.3:7722"])), now: DispatcherTests.t0)
+        #expect(actions.contains(.reply(DispatcherTests.routeA, .redirect(AgentRedirect(installationId: ids[0], endpoint: "tcp://10.0.0.3:7722")))))
+        #expect(actions.contains(.note(.dropped(ids[0], .moved))))
+        #expect(dispatcher.sessionCount == 1 && dispatcher.route(of: ids[1]) == DispatcherTests.routeB)
+    }
+}

@@ -1,0 +1,43 @@
+/// Installations fall into a fixed number of shards by a hash of their id. Where several
+/// dispatchers share the agents, each holds leases on some shards and serves only their
+/// installations. The count never changes: it would move installations between shards.
+public enum Shards {
+    public static let count = 64
+
+    /// The shard of an installation: FNV-1a (64-bit) of its id's UTF-8 bytes, modulo `count`.
+    public static func of(_ installationId: String) -> Int {
+        var hash: UInt64 = 0xcbf2_9ce4_8422_2325
+        for byte in installationId.utf8 {
+            hash ^= UInt64(byte)
+            hash = hash &* 0x100_0000_01b3
+        }
+        return Int(hash % UInt64(count))
+    }
+
+    /// How many shards each of `dispatchers` live dispatchers should hold: the fair share, rounded up.
+    public static func fairShare(dispatchers: Int) -> Int {
+        (count + max(1, dispatchers) - 1) / max(1, dispatchers)
+    }
+}
+
+/// What this dispatcher serves: the shards it holds leases on, how far each has been planned, and
+/// who serves the others (for redirects).
+public struct ShardMap: Equatable, Sendable {
+    public var owned: Set<Int>
+    /// For each owned shard, the sequence of the last notification planned for it.
+    public var cursors: [Int: UInt64]
+    /// The agent endpoint of each shard's current owner, where known.
+    public var owners: [Int: String]
+
+    public init(owned: Set<Int>, cursors: [Int: UInt64] = [:], owners: [Int: String] = [:]) {
+        self.owned = owned
+        self.cursors = cursors
+        self.owners = owners
+    }
+
+    /// Whether a notification with this sequence is still to be planned for this installation here.
+    public func plans(_ installationId: String, sequence: UInt64) -> Bool {
+        let shard = Shards.of(installationId)
+        return owned.contains(shard) && sequence > (cursors[shard] ?? 0)
+    }
+}
