@@ -1,3 +1,5 @@
+import Foundation
+
 /// Installations fall into a fixed number of shards by a hash of their id. Where several
 /// dispatchers share the agents, each holds leases on some shards and serves only their
 /// installations. The count never changes: it would move installations between shards.
@@ -39,5 +41,37 @@ public struct ShardMap: Equatable, Sendable {
     public func plans(_ installationId: String, sequence: UInt64) -> Bool {
         let shard = Shards.of(installationId)
         return owned.contains(shard) && sequence > (cursors[shard] ?? 0)
+    }
+}
+
+/// What a dispatcher does with its leases at each heartbeat: keep its fair share of the shards
+/// among the live dispatchers, claiming vacant ones when it has fewer and giving back its highest
+/// when it has more (as when another dispatcher joins), so that the shards end up spread evenly.
+public enum LeasePlan {
+    public struct Decision: Equatable, Sendable {
+        /// How many vacant shards to claim.
+        public var claim: Int
+        /// Shards to give back.
+        public var release: Set<Int>
+
+        public init(claim: Int, release: Set<Int>) {
+            self.claim = claim
+            self.release = release
+        }
+    }
+
+    public static func decide(owned: Set<Int>, liveDispatchers: Int) -> Decision {
+        let target = Shards.fairShare(dispatchers: liveDispatchers)
+        if owned.count > target {
+            return Decision(claim: 0, release: Set(owned.sorted().suffix(owned.count - target)))
+        }
+        return Decision(claim: target - owned.count, release: [])
+    }
+
+    /// Whether leases renewed at `renewedAt` may still be served at `now`: a lease lasts `period`,
+    /// and a dispatcher stops serving `margin` before it runs out, so that it has stopped before
+    /// another can claim the shard.
+    public static func holds(renewedAt: Date, now: Date, period: TimeInterval, margin: TimeInterval) -> Bool {
+        now.timeIntervalSince(renewedAt) < period - margin
     }
 }

@@ -413,3 +413,25 @@ struct DispatcherShardTests {
         #expect(dispatcher.sessionCount == 1 && dispatcher.route(of: ids[1]) == DispatcherTests.routeB)
     }
 }
+
+@Suite("Lease plan")
+struct LeasePlanTests {
+    @Test("a dispatcher claims up to its fair share and gives back its highest shards above it")
+    func fairShare() {
+        #expect(LeasePlan.decide(owned: [], liveDispatchers: 1) == .init(claim: 64, release: []))
+        #expect(LeasePlan.decide(owned: [], liveDispatchers: 2) == .init(claim: 32, release: []))
+        let all = Set(0..<64)
+        #expect(LeasePlan.decide(owned: all, liveDispatchers: 2) == .init(claim: 0, release: Set(32..<64)))
+        #expect(LeasePlan.decide(owned: Set(0..<32), liveDispatchers: 2) == .init(claim: 0, release: []))
+        // The other dispatcher died: the survivor claims the rest.
+        #expect(LeasePlan.decide(owned: Set(0..<32), liveDispatchers: 1) == .init(claim: 32, release: []))
+        #expect(LeasePlan.decide(owned: Set(0..<22), liveDispatchers: 3) == .init(claim: 0, release: []))
+    }
+
+    @Test("leases are served only until a margin before they run out")
+    func holding() {
+        let t0 = Date(timeIntervalSince1970: 1_800_000_000)
+        #expect(LeasePlan.holds(renewedAt: t0, now: t0.addingTimeInterval(3.9), period: 6, margin: 2))
+        #expect(!LeasePlan.holds(renewedAt: t0, now: t0.addingTimeInterval(4), period: 6, margin: 2))
+    }
+}
