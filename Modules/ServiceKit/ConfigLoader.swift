@@ -106,7 +106,7 @@ public enum ConfigLoader {
     ]
     static let stringKeys = ["dataDir", "store", "logLevel", "namespace", "hub", "gatewayListen", "gatewayCertificate", "gatewayKey", "webRoot"]
     static let sections = ["registry", "publish", "dispatch", "sync", "agent", "gateway"]
-    static let sectionKeys = ["requests", "events", "agents"]
+    static let sectionKeys = ["requests", "events", "agents", "advertise"]
 
     static let limitKeys = [
         "tagsPerInstallation", "expressionBytes", "requestsPerSecondPerKey", "agentMessagesPerSecond", "agents", "storeBytes",
@@ -195,6 +195,10 @@ public enum ConfigLoader {
         for (service, endpoints) in config.serviceEndpoints {
             for endpoint in [endpoints.requests, endpoints.events].compactMap({ $0 }) {
                 try validateEndpoint(endpoint, of: service)
+            }
+            if let advertise = endpoints.advertise {
+                guard service == "nh-dispatch" else { throw ConfigError("\(service): advertise is a dispatcher's setting (dispatch.advertise)") }
+                try validateEndpoint(advertise, of: service)
             }
             // Agents may be given several dispatchers, separated by commas.
             for endpoint in (endpoints.agents ?? "").split(separator: ",", omittingEmptySubsequences: false).dropFirst(endpoints.agents == nil ? 1 : 0) {

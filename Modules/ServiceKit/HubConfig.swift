@@ -95,11 +95,15 @@ public struct HubConfig: Codable, Sendable, Equatable {
         public var events: String?
         /// Where agents connect, for the dispatcher.
         public var agents: String?
+        /// For a dispatcher that shares the agents with others: the endpoint agents reach it at,
+        /// which the others redirect them to, and which names it among them. Absent: `agents`.
+        public var advertise: String?
 
-        public init(requests: String, events: String? = nil, agents: String? = nil) {
+        public init(requests: String, events: String? = nil, agents: String? = nil, advertise: String? = nil) {
             self.requests = requests
             self.events = events
             self.agents = agents
+            self.advertise = advertise
         }
     }
 
