@@ -7,11 +7,11 @@ import ServiceKit
 ServiceMain.run(name: "nh-publish", summary: "the publish service: accepts notifications from backends") { context in
     let config = context.config
     context.prepareKeys()
-    let store = PublishStore(database: try context.openStore("publish.db", migrations: PublishSchema.migrations))
+    let store = SQLitePublishStore(database: try context.openStore("publish.db", migrations: PublishSchema.migrations))
     // The stream tells dispatchers there is something to pull; the store is the truth.
     let events = try context.bindEvents(config.publish.events ?? "tcp://127.0.0.1:7712", startingAfter: try store.latestSequence())
     var endpoints: [String: String] = ["events": events.endpoints.first ?? ""]
-    let rich = try RichStore(database: store.database, directory: context.dataDirectory.appendingPathComponent("rich"))
+    let rich = try SQLiteRichStore(database: store.database, directory: context.dataDirectory.appendingPathComponent("rich"))
     // Sends waiting at once share one commit; hints go out, and replies back, only after it.
     let group = CommitGroup(database: store.database)
     // Rich payloads travel base64 in the envelope, so this socket takes a third more than the payload limit.
