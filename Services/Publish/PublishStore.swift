@@ -4,7 +4,9 @@ import HubProtocol
 /// The publish service's store: accepted notifications in acceptance order, keyed by id and by the
 /// sender's idempotency key, and scheduled sends until they fire. A send is accepted once its row
 /// is committed; the sequence is the dispatcher's cursor, so sequences only go up, and a reader
-/// never sees one before the one below it. SQLite, embedded, implements it.
+/// never sees one before the one below it. Two engines implement it: SQLite, embedded, the
+/// default; and PostgreSQL, which several publish processes can share. The contract tests
+/// (PublishTests) hold both to the same behaviour.
 protocol PublishStore: AnyObject {
     /// The sequence of the last accepted notification.
     func latestSequence() throws -> UInt64
