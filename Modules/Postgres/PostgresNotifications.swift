@@ -32,3 +32,16 @@ extension PostgresConnection {
         return received
     }
 }
+
+extension PostgresConnection {
+    /// For a poll loop on a listening connection: whether notifications came since the last call.
+    /// A connection that went is reset, and listens again; then this is true once it is back,
+    /// since what was sent meanwhile is lost, and false while the server does not answer.
+    public func pollNotifications() -> Bool {
+        do {
+            return try !notifications().isEmpty
+        } catch {
+            return reconnectIfNeeded()
+        }
+    }
+}

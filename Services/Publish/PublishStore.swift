@@ -1,137 +1,41 @@
 import Foundation
 import HubProtocol
-import Storage
 
-/// Accepted notifications. A send is accepted once its row is committed; the sequence is the
-/// row's, so the dispatcher can pull everything after its cursor.
-final class PublishStore {
-    let database: SQLiteDatabase
-    private let encoder = HubCodec.makeEncoder()
-    private let decoder = HubCodec.makeDecoder()
-
-    init(database: SQLiteDatabase) {
-        self.database = database
-    }
-
-    func latestSequence() throws -> UInt64 {
-        UInt64(try database.queryOne("SELECT coalesce(max(sequence), 0) FROM notifications")?[0].int64 ?? 0)
-    }
-
-    /// Persists a send. A repeated idempotency key returns the first send instead of a new one.
-    /// `id` is given when a scheduled send fires, so it keeps the id its sender was told.
-    func accept(_ send: SendNotification, timeToLive: Int, now: Date, id given: String? = nil) throws
-        -> (AcceptedNotification, isNew: Bool)
-    {
-        try database.transaction {
-            if let key = send.idempotencyKey,
-                let row = try database.queryOne(
-                    "SELECT sequence, notification_id, send, enqueued_at, expires_at FROM notifications WHERE idempotency_key = ?",
-                    [key])
-            {
-                return (try accepted(row), false)
-            }
-            let id = given ?? UUID().uuidString.lowercased()
-            let expiresAt = now.addingTimeInterval(TimeInterval(timeToLive))
-            try database.run(
-                """
-                INSERT INTO notifications (notification_id, idempotency_key, send, state, enqueued_at, expires_at)
-                VALUES (?, ?, ?, ?, ?, ?)
-                """,
-                [id, send.idempotencyKey, try encoder.encode(send), NotificationState.enqueued.rawValue,
-                 now.timeIntervalSince1970, expiresAt.timeIntervalSince1970])
-            let sequence = UInt64(database.lastInsertRowID)
-            return (
-                AcceptedNotification(sequence: sequence, notificationId: id, send: send, enqueuedAt: now, expiresAt: expiresAt),
-                true
-            )
-        }
-    }
-
-    // MARK: Scheduled sends
-
+/// The publish service's store: accepted notifications in acceptance order, keyed by id and by the
+/// sender's idempotency key, and scheduled sends until they fire. A send is accepted once its row
+/// is committed; the sequence is the dispatcher's cursor, so sequences only go up, and a reader
+/// never sees one before the one below it. Two engines implement it: SQLite, embedded, the
+/// default; and PostgreSQL, which several publish processes can share. The contract tests
+/// (PublishTests) hold both to the same behaviour.
+protocol PublishStore: AnyObject {
+    /// The sequence of the last accepted notification.
+    func latestSequence() throws -> UInt64
+    /// Persists a send, committed when this returns (on SQLite, with the commit group it runs in).
+    /// A repeated idempotency key returns the first send instead of a new one.
+    func accept(_ send: SendNotification, timeToLive: Int, now: Date) throws -> (AcceptedNotification, isNew: Bool)
     /// Keeps a send until its time. A repeated idempotency key returns the first one's id.
-    func schedule(_ send: SendNotification, fireAt: Date, now: Date) throws -> String {
-        try database.transaction {
-            if let key = send.idempotencyKey,
-                let row = try database.queryOne("SELECT notification_id FROM scheduled WHERE idempotency_key = ?", [key])
-            {
-                return row[0].string ?? ""
-            }
-            let id = UUID().uuidString.lowercased()
-            try database.run(
-                "INSERT INTO scheduled (notification_id, idempotency_key, send, fire_at, state, enqueued_at) VALUES (?, ?, ?, ?, ?, ?)",
-                [id, send.idempotencyKey, try encoder.encode(send), fireAt.timeIntervalSince1970,
-                 NotificationState.scheduled.rawValue, now.timeIntervalSince1970])
-            return id
-        }
-    }
-
-    /// Moves scheduled sends whose time has come into the accepted ones, each in one transaction,
-    /// so a send fires once whatever restarts happen around it.
-    func fireDue(now: Date, timeToLive: (SendNotification) -> Int) throws -> [AcceptedNotification] {
-        let due = try database.query(
-            "SELECT notification_id, send FROM scheduled WHERE state = ? AND fire_at <= ? ORDER BY fire_at LIMIT 500",
-            [NotificationState.scheduled.rawValue, now.timeIntervalSince1970])
-        var fired: [AcceptedNotification] = []
-        for row in due {
-            let id = row[0].string ?? ""
-            var send = try decoder.decode(SendNotification.self, from: row[1].data ?? Data())
-            send.scheduledAt = nil
-            send.idempotencyKey = nil
-            let accepted = try database.transaction {
-                try database.run("UPDATE scheduled SET state = 'Fired' WHERE notification_id = ?", [id])
-                return try accept(send, timeToLive: timeToLive(send), now: now, id: id).0
-            }
-            fired.append(accepted)
-        }
-        return fired
-    }
-
-    /// Cancels a scheduled send that has not fired.
-    func cancel(_ id: String) throws {
-        guard let row = try database.queryOne("SELECT state FROM scheduled WHERE notification_id = ?", [id]) else {
-            throw HubError(.notFound, "no scheduled notification '\(id)'")
-        }
-        guard row[0].string == NotificationState.scheduled.rawValue else {
-            throw HubError(.conflict, "scheduled notification '\(id)' is \(row[0].string == "Fired" ? "already sent" : "already canceled")")
-        }
-        try database.run("UPDATE scheduled SET state = ? WHERE notification_id = ?", [NotificationState.canceled.rawValue, id])
-    }
-
+    func schedule(_ send: SendNotification, fireAt: Date, now: Date) throws -> String
+    /// Moves scheduled sends whose time has come into the accepted ones, each in one transaction, so
+    /// that a send fires once whatever restarts happen around it and however many processes fire.
+    /// A fired send keeps the id its sender was told.
+    func fireDue(now: Date, timeToLive: (SendNotification) -> Int) throws -> [AcceptedNotification]
+    /// Cancels a scheduled send that has not fired: `notFound` when there is none, `conflict` when
+    /// it has fired or was canceled.
+    func cancel(_ id: String) throws
     /// A scheduled send's state and enqueue time, while it has not fired.
-    func scheduledState(_ id: String) throws -> (NotificationState, Date)? {
-        guard let row = try database.queryOne(
-            "SELECT state, enqueued_at FROM scheduled WHERE notification_id = ? AND state != 'Fired'", [id]),
-            let state = NotificationState(rawValue: row[0].string ?? "")
-        else { return nil }
-        return (state, Date(timeIntervalSince1970: row[1].double ?? 0))
-    }
+    func scheduledState(_ id: String) throws -> (NotificationState, Date)?
+    /// Accepted notifications after `after`, in sequence order, at most `limit`.
+    func pending(after: UInt64, limit: Int) throws -> [AcceptedNotification]
+    func find(_ id: String) throws -> AcceptedNotification?
+    /// Forgets notifications that expired before `before`; returns how many.
+    func purge(before: Date) throws -> Int
+}
 
-    func pending(after: UInt64, limit: Int) throws -> [AcceptedNotification] {
-        try database.query(
-            """
-            SELECT sequence, notification_id, send, enqueued_at, expires_at FROM notifications
-            WHERE sequence > ? ORDER BY sequence LIMIT ?
-            """, [after, limit]
-        ).map(accepted)
-    }
-
-    func find(_ id: String) throws -> AcceptedNotification? {
-        try database.queryOne(
-            "SELECT sequence, notification_id, send, enqueued_at, expires_at FROM notifications WHERE notification_id = ?", [id]
-        ).map(accepted)
-    }
-
-    /// Forgets notifications that expired more than a day ago; the dispatcher has long pulled them.
-    func purge(before: Date) throws -> Int {
-        try database.run("DELETE FROM notifications WHERE expires_at < ?", [before.timeIntervalSince1970])
-    }
-
-    private func accepted(_ row: Row) throws -> AcceptedNotification {
-        AcceptedNotification(
-            sequence: UInt64(row[0].int64 ?? 0), notificationId: row[1].string ?? "",
-            send: try decoder.decode(SendNotification.self, from: row[2].data ?? Data()),
-            enqueuedAt: Date(timeIntervalSince1970: row[3].double ?? 0),
-            expiresAt: Date(timeIntervalSince1970: row[4].double ?? 0))
+extension HubError {
+    /// Why the scheduled send `id` cannot be canceled, given its state: there is none (nil), or it
+    /// has fired or was canceled.
+    static func cannotCancel(_ id: String, state: String?) -> HubError {
+        guard let state else { return HubError(.notFound, "no scheduled notification '\(id)'") }
+        return HubError(.conflict, "scheduled notification '\(id)' is \(state == "Fired" ? "already sent" : "already canceled")")
     }
 }

@@ -2,18 +2,37 @@ import Auth
 import Bus
 import Foundation
 import HubProtocol
+import Postgres
 import ServiceKit
 
 ServiceMain.run(name: "nh-publish", summary: "the publish service: accepts notifications from backends") { context in
     let config = context.config
     context.prepareKeys()
-    let store = PublishStore(database: try context.openStore("publish.db", migrations: PublishSchema.migrations))
+    let store: any PublishStore
+    let rich: any RichStore
+    // SQLite: sends waiting at once share one commit; hints go out, and replies back, only after
+    // it. PostgreSQL: each send commits itself before its handler returns, and so before its reply.
+    var group: CommitGroup?
+    if config.storeIsPostgres, let url = config.store {
+        let postgres: PostgresPublishStore
+        do {
+            postgres = try PostgresPublishStore(url: url)
+        } catch {
+            throw ConfigError("store: cannot use the PostgreSQL store: \(error)")
+        }
+        context.onShutdown { postgres.connection.close() }
+        store = postgres
+        rich = PostgresRichStore(connection: postgres.connection)
+        context.logger.info("store open", ("engine", "postgresql"), ("schema", PostgresPublishStore.schema))
+    } else {
+        let sqlite = SQLitePublishStore(database: try context.openStore("publish.db", migrations: PublishSchema.migrations))
+        store = sqlite
+        rich = try SQLiteRichStore(database: sqlite.database, directory: context.dataDirectory.appendingPathComponent("rich"))
+        group = CommitGroup(database: sqlite.database)
+    }
     // The stream tells dispatchers there is something to pull; the store is the truth.
     let events = try context.bindEvents(config.publish.events ?? "tcp://127.0.0.1:7712", startingAfter: try store.latestSequence())
     var endpoints: [String: String] = ["events": events.endpoints.first ?? ""]
-    let rich = try RichStore(database: store.database, directory: context.dataDirectory.appendingPathComponent("rich"))
-    // Sends waiting at once share one commit; hints go out, and replies back, only after it.
-    let group = CommitGroup(database: store.database)
     // Rich payloads travel base64 in the envelope, so this socket takes a third more than the payload limit.
     let server = try context.bindRequests(
         config.publish.requests, group: group, maxMessageBytes: max(config.maxMessageBytes, config.maxRichBytes / 3 * 4 + 65_536),
@@ -24,11 +43,32 @@ ServiceMain.run(name: "nh-publish", summary: "the publish service: accepts notif
     endpoints["requests"] = server.endpoint
     server.sizeHint = "a rich payload may be at most \(config.maxRichBytes) bytes (maxRichBytes), which travel base64-encoded"
 
+    func announce(_ accepted: AcceptedNotification) throws {
+        try events.publish(topic: "notification", sequence: accepted.sequence, body: Data(accepted.notificationId.utf8))
+    }
+
+    /// Announces, in order, what the store accepted beyond what the stream has announced: this
+    /// process's sends and, on PostgreSQL, those of every other process sharing the store.
+    func announceAccepted() throws {
+        while true {
+            let batch = try store.pending(after: events.sequence, limit: 100)
+            for accepted in batch { try announce(accepted) }
+            if batch.count < 100 { return }
+        }
+    }
+
     func accept(_ send: SendNotification, timeToLive: Int) throws -> AcceptedNotification {
         let (accepted, isNew) = try store.accept(send, timeToLive: timeToLive, now: Date())
         if isNew {
-            try group.afterCommit {
-                try events.publish(topic: "notification", sequence: accepted.sequence, body: Data(accepted.notificationId.utf8))
+            if let group {
+                try group.afterCommit { try announce(accepted) }
+            } else {
+                // Committed already: the send stands even when the hint has to wait for the next heartbeat.
+                do {
+                    try announceAccepted()
+                } catch {
+                    context.logger.warning("cannot announce accepted notifications yet", ("error", "\(error)"))
+                }
             }
             context.logger.debug("accepted", ("id", accepted.notificationId), ("sequence", accepted.sequence))
         }
@@ -56,9 +96,25 @@ ServiceMain.run(name: "nh-publish", summary: "the publish service: accepts notif
         let fired = try store.fireDue(now: Date()) {
             (try? SendRules.validate($0, defaultTimeToLive: config.defaultTimeToLive)) ?? config.defaultTimeToLive
         }
-        for accepted in fired {
-            try events.publish(topic: "notification", sequence: accepted.sequence, body: Data(accepted.notificationId.utf8))
-            context.logger.info("scheduled send fired", ("id", accepted.notificationId))
+        for accepted in fired { context.logger.info("scheduled send fired", ("id", accepted.notificationId)) }
+        if !fired.isEmpty { try announceAccepted() }
+    }
+
+    // Other publish processes sharing the store: PostgreSQL tells of their accepts (LISTEN/NOTIFY),
+    // read here without waiting every 50 ms, and they are announced on this stream too, so that a
+    // dispatcher following any one process learns of every send. Every heartbeat announces
+    // whatever the store holds beyond the stream, in case a notice was missed.
+    if let postgres = store as? PostgresPublishStore, let url = config.store {
+        let listener = try PostgresConnection(url: url)
+        try listener.listen(PostgresPublishStore.notifyChannel)
+        context.onShutdown { listener.close() }
+        context.loop.every(milliseconds: 50) {
+            if listener.pollNotifications() { try announceAccepted() }
+        }
+        context.loop.every(milliseconds: config.heartbeatMs) {
+            // The store's connection too comes back after the server went away.
+            guard postgres.connection.reconnectIfNeeded() else { return }
+            try announceAccepted()
         }
     }
 

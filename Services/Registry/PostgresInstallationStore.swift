@@ -51,12 +51,12 @@ final class PostgresInstallationStore: InstallationStore {
     }
 
     func sequence() throws -> UInt64 {
-        UInt64(try connection.queryOne("SELECT sequence FROM registry.stream WHERE id = 1")?[0].int64 ?? 0)
+        try connection.sequence(in: "registry.stream")
     }
 
     /// Takes the next sequence: the row stays locked until the change commits.
     private func nextSequence() throws -> UInt64 {
-        UInt64(try connection.queryOne("UPDATE registry.stream SET sequence = sequence + 1 WHERE id = 1 RETURNING sequence")?[0].int64 ?? 0)
+        try connection.nextSequence(in: "registry.stream")
     }
 
     func get(_ id: String, now: Date) throws -> Installation? {

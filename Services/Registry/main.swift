@@ -115,12 +115,7 @@ ServiceMain.run(name: "nh-registry", summary: "the registration service: install
         try listener.listen(PostgresInstallationStore.notifyChannel)
         context.onShutdown { listener.close() }
         context.loop.every(milliseconds: 50) {
-            do {
-                if try !listener.notifications().isEmpty { try publishChanges() }
-            } catch {
-                // The connection went: back to listening once the server answers again.
-                if listener.reconnectIfNeeded() { try? listener.listen(PostgresInstallationStore.notifyChannel) }
-            }
+            if listener.pollNotifications() { try publishChanges() }
         }
         context.loop.every(milliseconds: config.heartbeatMs) { try publishChanges() }
     }

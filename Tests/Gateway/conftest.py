@@ -6,7 +6,11 @@ import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "Support"))
 
-from hubharness import BIN, ROOT, Hub, answers, free_port, json_lines, sas_token, wait_until  # noqa: E402,F401
+from hubharness import (  # noqa: E402,F401
+    BIN, POSTGRES, ROOT, Hub, answers, free_port, json_lines, postgres_database, sas_token, wait_until)
+
+# For the tests of the PostgreSQL store: they run on the server NH_TEST_POSTGRES names.
+needs_postgres = pytest.mark.skipif(not POSTGRES, reason="NH_TEST_POSTGRES is not set: run under Tests/Support/pgserver.py run -- …")
 
 
 def running_hub(prefix="nh-gateway-"):
@@ -23,3 +27,15 @@ def running_hub(prefix="nh-gateway-"):
 @pytest.fixture(scope="module")
 def hub():
     yield from running_hub()
+
+
+def postgres_hub(service):
+    """A hub on a new PostgreSQL database, every service started, and a second process of `service`
+    ("registry", "publish") on the same store with endpoints of its own, whose settings are in
+    `hub.second`; for module fixtures, which stop it."""
+    hub = Hub(prefix=f"nh-pg-{service}-", settings={"NH_STORE": postgres_database(f"nh_{service}")})
+    section = service.upper()
+    hub.second = {f"NH_{section}_REQUESTS": f"tcp://127.0.0.1:{free_port()}", f"NH_{section}_EVENTS": f"tcp://127.0.0.1:{free_port()}"}
+    assert hub.start_services()
+    hub.start(f"nh-{service}-2", f"nh-{service}", env=hub.second)
+    return hub

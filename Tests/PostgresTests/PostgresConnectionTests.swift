@@ -326,6 +326,59 @@ struct PostgresConnectionTests {
         }
     }
 
+    @Test("a sequence row counts up by one, gives a number back when its transaction rolls back, and makes a second writer wait")
+    func sequenceRow() throws {
+        try TestServer.withScratch { db, schema in
+            let table = "\(schema).stream"
+            try db.execute("CREATE TABLE \(table) (id INTEGER PRIMARY KEY CHECK (id = 1), sequence BIGINT NOT NULL); INSERT INTO \(table) VALUES (1, 0)")
+            #expect(try db.sequence(in: table) == 0)
+            #expect(try db.nextSequence(in: table) == 1)
+            #expect(throws: PostgresError.self) {
+                try db.transaction {
+                    #expect(try db.nextSequence(in: table) == 2)
+                    throw PostgresError(message: "roll back", operation: "test")
+                }
+            }
+            #expect(try db.sequence(in: table) == 1)
+            let other = try TestServer.connect(schema: schema)
+            defer { other.close() }
+            try other.execute("SET lock_timeout = '100ms'")
+            try db.transaction { () throws -> Void in
+                #expect(try db.nextSequence(in: table) == 2)
+                let waited = #expect(throws: PostgresError.self) { try other.nextSequence(in: table) }
+                #expect(waited?.sqlState == "55P03")
+            }
+            #expect(try other.nextSequence(in: table) == 3)
+        }
+    }
+
+    @Test("pollNotifications says when notices came, and when a listener whose server ended it is back")
+    func pollNotifications() throws {
+        try TestServer.withScratch { listener, schema in
+            let channel = "poll \(schema)"
+            try listener.listen(channel)
+            #expect(!listener.pollNotifications())
+            let other = try TestServer.connect(schema: schema)
+            defer { other.close() }
+            func told() -> Bool {
+                let deadline = Date().addingTimeInterval(5)
+                while Date() < deadline {
+                    if listener.pollNotifications() { return true }
+                    Thread.sleep(forTimeInterval: 0.02)
+                }
+                return false
+            }
+            try other.notify(channel, payload: "one")
+            #expect(told())
+            #expect(!listener.pollNotifications())
+            let pid = try #require(try listener.queryOne("SELECT pg_backend_pid()")?[0].int)
+            #expect(try other.queryOne("SELECT pg_terminate_backend($1)", [pid])?[0].bool == true)
+            #expect(told(), "back after the server ended the session")
+            try other.notify(channel, payload: "two")
+            #expect(told(), "listening again")
+        }
+    }
+
     @Test("a closed connection refuses every call and does not reconnect")
     func closedConnection() throws {
         let closed = try TestServer.connect(schema: "public")

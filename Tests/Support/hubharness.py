@@ -164,6 +164,17 @@ class Hub:
         return f"Endpoint={self.base}/;SharedAccessKeyName={name};SharedAccessKey={self.keys()[name]}"
 
 
+POSTGRES = os.environ.get("NH_TEST_POSTGRES")
+
+
+def postgres_database(prefix):
+    """A new database on the server NH_TEST_POSTGRES names (`make test` starts a throwaway one); its URL."""
+    name = f"{prefix}_{os.getpid()}_{int(time.time() * 1000) % 10**9}"
+    subprocess.run(["psql", POSTGRES, "-qc", f"CREATE DATABASE {name}"], check=True, capture_output=True)
+    parts = urllib.parse.urlsplit(POSTGRES)
+    return f"{parts.scheme}://{parts.netloc}/{name}" + (f"?{parts.query}" if parts.query else "")
+
+
 def json_lines(path):
     """The objects of a file of JSON lines, such as an agent's output."""
     try:

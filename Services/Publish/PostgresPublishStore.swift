@@ -1,0 +1,198 @@
+import Foundation
+import HubProtocol
+import Postgres
+import Storage
+
+/// The publish service's store on PostgreSQL, which several publish processes can share. Its
+/// tables live in the schema `publish`, named in full in every statement, so that a reconnected
+/// session needs no settings. Each statement or transaction commits itself: what a method returns
+/// is durable.
+///
+/// The sequence is a row that each acceptance updates first, so the row's lock orders the writers
+/// of every process: sequences commit in order, without gaps, and a reader pulling after a cursor
+/// never misses one that commits later with a lower number. The same lock makes a second send with
+/// an idempotency key wait for the first to commit, and then find it.
+final class PostgresPublishStore: PublishStore {
+    static let schema = "publish"
+    /// Told, with the sequence, when a notification is accepted; delivered at commit.
+    static let notifyChannel = "nh_publish_accepted"
+
+    static let migrations = [
+        Migration(
+            version: 1,
+            """
+            CREATE SCHEMA IF NOT EXISTS publish;
+            CREATE TABLE publish.stream (id INTEGER PRIMARY KEY CHECK (id = 1), sequence BIGINT NOT NULL);
+            INSERT INTO publish.stream (id, sequence) VALUES (1, 0);
+            CREATE TABLE publish.notifications (
+                sequence BIGINT PRIMARY KEY,
+                notification_id TEXT NOT NULL UNIQUE,
+                idempotency_key TEXT UNIQUE,
+                send BYTEA NOT NULL,
+                state TEXT NOT NULL,
+                enqueued_at DOUBLE PRECISION NOT NULL,
+                expires_at DOUBLE PRECISION NOT NULL
+            );
+            CREATE INDEX notifications_by_expiry ON publish.notifications(expires_at);
+            CREATE TABLE publish.scheduled (
+                notification_id TEXT PRIMARY KEY,
+                idempotency_key TEXT UNIQUE,
+                send BYTEA NOT NULL,
+                fire_at DOUBLE PRECISION NOT NULL,
+                state TEXT NOT NULL,
+                enqueued_at DOUBLE PRECISION NOT NULL
+            );
+            CREATE INDEX scheduled_due ON publish.scheduled(fire_at) WHERE state = 'Scheduled';
+            CREATE TABLE publish.rich_blobs (
+                sha256 TEXT PRIMARY KEY,
+                content_type TEXT NOT NULL,
+                size BIGINT NOT NULL,
+                expires_at DOUBLE PRECISION NOT NULL,
+                data BYTEA NOT NULL
+            );
+            CREATE INDEX rich_blobs_by_expiry ON publish.rich_blobs(expires_at);
+            """),
+    ]
+
+    let connection: PostgresConnection
+    private let encoder = HubCodec.makeEncoder()
+    private let decoder = HubCodec.makeDecoder()
+
+    /// Connects, makes the schema when it is missing, and brings it to the code's version.
+    init(url: String) throws {
+        connection = try PostgresConnection(url: url)
+        try connection.migrate(Self.migrations, name: Self.schema)
+    }
+
+    func latestSequence() throws -> UInt64 {
+        try connection.sequence(in: "publish.stream")
+    }
+
+    private static let columns = "sequence, notification_id, send, enqueued_at, expires_at"
+
+    func accept(_ send: SendNotification, timeToLive: Int, now: Date) throws -> (AcceptedNotification, isNew: Bool) {
+        do {
+            return (try connection.transaction { try insert(send, timeToLive: timeToLive, now: now, id: nil) }, true)
+        } catch let repeated as Repeated {
+            return (repeated.first, false)
+        }
+    }
+
+    /// A send whose idempotency key was accepted before: the transaction rolls back, and with it
+    /// the sequence it took.
+    private struct Repeated: Error {
+        let first: AcceptedNotification
+    }
+
+    /// Inserts a send in the open transaction, taking the sequence first. `id` is given when a
+    /// scheduled send fires, so it keeps the id its sender was told.
+    private func insert(_ send: SendNotification, timeToLive: Int, now: Date, id given: String?) throws -> AcceptedNotification {
+        let sequence = try connection.nextSequence(in: "publish.stream")
+        if let key = send.idempotencyKey,
+            let row = try connection.queryOne("SELECT \(Self.columns) FROM publish.notifications WHERE idempotency_key = $1", [key])
+        {
+            throw Repeated(first: try accepted(row))
+        }
+        let id = given ?? UUID().uuidString.lowercased()
+        let expiresAt = now.addingTimeInterval(TimeInterval(timeToLive))
+        try connection.run(
+            """
+            INSERT INTO publish.notifications (sequence, notification_id, idempotency_key, send, state, enqueued_at, expires_at)
+            VALUES ($1, $2, $3, $4, $5, $6, $7)
+            """,
+            [Int64(sequence), id, send.idempotencyKey, try encoder.encode(send), NotificationState.enqueued.rawValue,
+             now.timeIntervalSince1970, expiresAt.timeIntervalSince1970])
+        // Delivered to the other publish processes when the transaction commits.
+        try connection.notify(Self.notifyChannel, payload: String(sequence))
+        return AcceptedNotification(sequence: sequence, notificationId: id, send: send, enqueuedAt: now, expiresAt: expiresAt)
+    }
+
+    // MARK: Scheduled sends
+
+    func schedule(_ send: SendNotification, fireAt: Date, now: Date) throws -> String {
+        func existing() throws -> String? {
+            guard let key = send.idempotencyKey else { return nil }
+            return try connection.queryOne("SELECT notification_id FROM publish.scheduled WHERE idempotency_key = $1", [key])?[0].string
+        }
+        if let id = try existing() { return id }
+        let id = UUID().uuidString.lowercased()
+        // A process that scheduled the same key meanwhile wins; its row is read once it has committed.
+        let inserted = try connection.run(
+            """
+            INSERT INTO publish.scheduled (notification_id, idempotency_key, send, fire_at, state, enqueued_at)
+            VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (idempotency_key) DO NOTHING
+            """,
+            [id, send.idempotencyKey, try encoder.encode(send), fireAt.timeIntervalSince1970,
+             NotificationState.scheduled.rawValue, now.timeIntervalSince1970])
+        return inserted == 1 ? id : try existing() ?? id
+    }
+
+    /// Each due send is claimed in its own transaction with FOR UPDATE SKIP LOCKED, so that another
+    /// process firing at the same time takes the next one, or none; a claimed send is marked fired
+    /// in the same transaction that accepts it. The claim comes before the sequence; no writer
+    /// takes the two locks the other way round.
+    func fireDue(now: Date, timeToLive: (SendNotification) -> Int) throws -> [AcceptedNotification] {
+        var fired: [AcceptedNotification] = []
+        while fired.count < 500 {
+            let next = try connection.transaction { () -> AcceptedNotification? in
+                guard let row = try connection.queryOne(
+                    """
+                    SELECT notification_id, send FROM publish.scheduled WHERE state = $1 AND fire_at <= $2
+                    ORDER BY fire_at LIMIT 1 FOR UPDATE SKIP LOCKED
+                    """, [NotificationState.scheduled.rawValue, now.timeIntervalSince1970])
+                else { return nil }
+                let id = row[0].string ?? ""
+                var send = try decoder.decode(SendNotification.self, from: row[1].data ?? Data())
+                send.scheduledAt = nil
+                send.idempotencyKey = nil
+                try connection.run("UPDATE publish.scheduled SET state = 'Fired' WHERE notification_id = $1", [id])
+                return try insert(send, timeToLive: timeToLive(send), now: now, id: id)
+            }
+            guard let next else { break }
+            fired.append(next)
+        }
+        return fired
+    }
+
+    /// One statement: a send being fired holds its row, so this waits for the fire to commit and
+    /// then finds the send fired.
+    func cancel(_ id: String) throws {
+        let canceled = try connection.run(
+            "UPDATE publish.scheduled SET state = $1 WHERE notification_id = $2 AND state = $3",
+            [NotificationState.canceled.rawValue, id, NotificationState.scheduled.rawValue])
+        guard canceled == 0 else { return }
+        let state = try connection.queryOne("SELECT state FROM publish.scheduled WHERE notification_id = $1", [id])?[0].string
+        throw HubError.cannotCancel(id, state: state)
+    }
+
+    func scheduledState(_ id: String) throws -> (NotificationState, Date)? {
+        guard let row = try connection.queryOne(
+            "SELECT state, enqueued_at FROM publish.scheduled WHERE notification_id = $1 AND state != 'Fired'", [id]),
+            let state = NotificationState(rawValue: row[0].string ?? "")
+        else { return nil }
+        return (state, Date(timeIntervalSince1970: row[1].double ?? 0))
+    }
+
+    func pending(after: UInt64, limit: Int) throws -> [AcceptedNotification] {
+        try connection.query(
+            "SELECT \(Self.columns) FROM publish.notifications WHERE sequence > $1 ORDER BY sequence LIMIT $2",
+            [Int64(after), limit]
+        ).map(accepted)
+    }
+
+    func find(_ id: String) throws -> AcceptedNotification? {
+        try connection.queryOne("SELECT \(Self.columns) FROM publish.notifications WHERE notification_id = $1", [id]).map(accepted)
+    }
+
+    func purge(before: Date) throws -> Int {
+        try connection.run("DELETE FROM publish.notifications WHERE expires_at < $1", [before.timeIntervalSince1970])
+    }
+
+    private func accepted(_ row: PostgresRow) throws -> AcceptedNotification {
+        AcceptedNotification(
+            sequence: UInt64(row[0].int64 ?? 0), notificationId: row[1].string ?? "",
+            send: try decoder.decode(SendNotification.self, from: row[2].data ?? Data()),
+            enqueuedAt: Date(timeIntervalSince1970: row[3].double ?? 0),
+            expiresAt: Date(timeIntervalSince1970: row[4].double ?? 0))
+    }
+}

@@ -1,0 +1,132 @@
+import Foundation
+import HubProtocol
+import Storage
+
+/// The publish service's store on SQLite, the embedded default (`publish.db`; the schema is
+/// `PublishSchema`). The sequence is the row's: SQLite has one writer at a time, so rows commit in
+/// sequence order. Its statements join the commit group the request runs in.
+final class SQLitePublishStore: PublishStore {
+    let database: SQLiteDatabase
+    private let encoder = HubCodec.makeEncoder()
+    private let decoder = HubCodec.makeDecoder()
+
+    init(database: SQLiteDatabase) {
+        self.database = database
+    }
+
+    func latestSequence() throws -> UInt64 {
+        UInt64(try database.queryOne("SELECT coalesce(max(sequence), 0) FROM notifications")?[0].int64 ?? 0)
+    }
+
+    func accept(_ send: SendNotification, timeToLive: Int, now: Date) throws -> (AcceptedNotification, isNew: Bool) {
+        try accept(send, timeToLive: timeToLive, now: now, id: nil)
+    }
+
+    /// `id` is given when a scheduled send fires, so it keeps the id its sender was told.
+    private func accept(_ send: SendNotification, timeToLive: Int, now: Date, id given: String?) throws
+        -> (AcceptedNotification, isNew: Bool)
+    {
+        try database.transaction {
+            if let key = send.idempotencyKey,
+                let row = try database.queryOne(
+                    "SELECT sequence, notification_id, send, enqueued_at, expires_at FROM notifications WHERE idempotency_key = ?",
+                    [key])
+            {
+                return (try accepted(row), false)
+            }
+            let id = given ?? UUID().uuidString.lowercased()
+            let expiresAt = now.addingTimeInterval(TimeInterval(timeToLive))
+            try database.run(
+                """
+                INSERT INTO notifications (notification_id, idempotency_key, send, state, enqueued_at, expires_at)
+                VALUES (?, ?, ?, ?, ?, ?)
+                """,
+                [id, send.idempotencyKey, try encoder.encode(send), NotificationState.enqueued.rawValue,
+                 now.timeIntervalSince1970, expiresAt.timeIntervalSince1970])
+            let sequence = UInt64(database.lastInsertRowID)
+            return (
+                AcceptedNotification(sequence: sequence, notificationId: id, send: send, enqueuedAt: now, expiresAt: expiresAt),
+                true
+            )
+        }
+    }
+
+    // MARK: Scheduled sends
+
+    func schedule(_ send: SendNotification, fireAt: Date, now: Date) throws -> String {
+        try database.transaction {
+            if let key = send.idempotencyKey,
+                let row = try database.queryOne("SELECT notification_id FROM scheduled WHERE idempotency_key = ?", [key])
+            {
+                return row[0].string ?? ""
+            }
+            let id = UUID().uuidString.lowercased()
+            try database.run(
+                "INSERT INTO scheduled (notification_id, idempotency_key, send, fire_at, state, enqueued_at) VALUES (?, ?, ?, ?, ?, ?)",
+                [id, send.idempotencyKey, try encoder.encode(send), fireAt.timeIntervalSince1970,
+                 NotificationState.scheduled.rawValue, now.timeIntervalSince1970])
+            return id
+        }
+    }
+
+    func fireDue(now: Date, timeToLive: (SendNotification) -> Int) throws -> [AcceptedNotification] {
+        let due = try database.query(
+            "SELECT notification_id, send FROM scheduled WHERE state = ? AND fire_at <= ? ORDER BY fire_at LIMIT 500",
+            [NotificationState.scheduled.rawValue, now.timeIntervalSince1970])
+        var fired: [AcceptedNotification] = []
+        for row in due {
+            let id = row[0].string ?? ""
+            var send = try decoder.decode(SendNotification.self, from: row[1].data ?? Data())
+            send.scheduledAt = nil
+            send.idempotencyKey = nil
+            let accepted = try database.transaction {
+                try database.run("UPDATE scheduled SET state = 'Fired' WHERE notification_id = ?", [id])
+                return try accept(send, timeToLive: timeToLive(send), now: now, id: id).0
+            }
+            fired.append(accepted)
+        }
+        return fired
+    }
+
+    func cancel(_ id: String) throws {
+        let state = try database.queryOne("SELECT state FROM scheduled WHERE notification_id = ?", [id])?[0].string
+        guard state == NotificationState.scheduled.rawValue else { throw HubError.cannotCancel(id, state: state) }
+        try database.run("UPDATE scheduled SET state = ? WHERE notification_id = ?", [NotificationState.canceled.rawValue, id])
+    }
+
+    func scheduledState(_ id: String) throws -> (NotificationState, Date)? {
+        guard let row = try database.queryOne(
+            "SELECT state, enqueued_at FROM scheduled WHERE notification_id = ? AND state != 'Fired'", [id]),
+            let state = NotificationState(rawValue: row[0].string ?? "")
+        else { return nil }
+        return (state, Date(timeIntervalSince1970: row[1].double ?? 0))
+    }
+
+    func pending(after: UInt64, limit: Int) throws -> [AcceptedNotification] {
+        try database.query(
+            """
+            SELECT sequence, notification_id, send, enqueued_at, expires_at FROM notifications
+            WHERE sequence > ? ORDER BY sequence LIMIT ?
+            """, [after, limit]
+        ).map(accepted)
+    }
+
+    func find(_ id: String) throws -> AcceptedNotification? {
+        try database.queryOne(
+            "SELECT sequence, notification_id, send, enqueued_at, expires_at FROM notifications WHERE notification_id = ?", [id]
+        ).map(accepted)
+    }
+
+    /// Forgets notifications that expired more than a day ago; the dispatcher has long pulled them.
+    func purge(before: Date) throws -> Int {
+        try database.run("DELETE FROM notifications WHERE expires_at < ?", [before.timeIntervalSince1970])
+    }
+
+    private func accepted(_ row: Row) throws -> AcceptedNotification {
+        AcceptedNotification(
+            sequence: UInt64(row[0].int64 ?? 0), notificationId: row[1].string ?? "",
+            send: try decoder.decode(SendNotification.self, from: row[2].data ?? Data()),
+            enqueuedAt: Date(timeIntervalSince1970: row[3].double ?? 0),
+            expiresAt: Date(timeIntervalSince1970: row[4].double ?? 0))
+    }
+}
