@@ -66,7 +66,12 @@ class PostgresServer:
     `listen` is listen_addresses: '' for the Unix socket alone, '127.0.0.1' to take TCP as well,
     on `tcp_port` (a free port by default; the socket's name carries the same number)."""
 
-    def __init__(self, folder=None, tcp_port=None, listen=""):
+    def __init__(self, folder=None, tcp_port=None, listen="", wrap=None, trust=None):
+        """`wrap` runs the server under a command prefix, such as ["ip", "netns", "exec", NS] to
+        start it in a network namespace; `trust` is a network (such as 10.77.3.0/24) whose
+        clients may connect over TCP without a password, as local ones may."""
+        self.wrap = wrap
+        self.trust = trust
         self.bin = find_bin_dir()
         self.given_folder = folder
         self.folder = None
@@ -120,8 +125,16 @@ class PostgresServer:
             with open(os.path.join(self.data, "postgresql.conf"), "a") as conf:
                 for key, value in settings.items():
                     conf.write(f"{key} = '{value}'\n")
-            done = self._server_side(
-                [self._tool("pg_ctl"), "-D", self.data, "-l", self.log, "-w", "-t", "60", "start"], timeout=90)
+            if self.trust:
+                with open(os.path.join(self.data, "pg_hba.conf"), "a") as hba:
+                    hba.write(f"host all all {self.trust} trust\n")
+            start = [self._tool("pg_ctl"), "-D", self.data, "-l", self.log, "-w", "-t", "60", "start"]
+            if self.wrap:
+                # Root runs the prefix (entering a namespace needs it), then drops to the server's user.
+                switch = ["runuser", "-u", SERVER_USER, "--"] if self.as_user else []
+                done = subprocess.run(self.wrap + switch + start, cwd=self.folder, capture_output=True, text=True, timeout=90)
+            else:
+                done = self._server_side(start, timeout=90)
             if done.returncode != 0:
                 raise PostgresUnavailable(f"the server did not start: {self._log_tail() or done.stdout.strip()}")
             self.running = True
@@ -142,9 +155,9 @@ class PostgresServer:
         host = urllib.parse.quote(self.folder, safe="/")
         return f"postgresql:///{urllib.parse.quote(database)}?host={host}&port={self.port}&user=nh"
 
-    def tcp_url(self, database="nh"):
+    def tcp_url(self, database="nh", host="127.0.0.1"):
         """The URL over TCP, for a server started with listen set."""
-        return f"postgresql://nh@127.0.0.1:{self.port}/{urllib.parse.quote(database)}"
+        return f"postgresql://nh@{host}:{self.port}/{urllib.parse.quote(database)}"
 
     def create_database(self, name):
         done = subprocess.run(
