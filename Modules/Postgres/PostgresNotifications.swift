@@ -32,3 +32,31 @@ extension PostgresConnection {
         return received
     }
 }
+
+/// A connection of its own that listens on one channel, for a service whose database other
+/// processes write to as well: poll it often, without waiting, and read what they wrote when it
+/// says so.
+public final class PostgresListener {
+    public let connection: PostgresConnection
+    public let channel: String
+
+    public init(url: String, channel: String) throws(PostgresError) {
+        connection = try PostgresConnection(url: url)
+        self.channel = channel
+        try connection.listen(channel)
+    }
+
+    /// Whether a notice arrived since the last poll. A lost connection is reopened (and listened
+    /// on again) when the server answers; notices sent meanwhile are lost, so a caller also reads
+    /// what changed now and then without one.
+    public func poll() -> Bool {
+        do {
+            return try !connection.notifications().isEmpty
+        } catch {
+            _ = connection.reconnectIfNeeded()
+            return false
+        }
+    }
+
+    public func close() { connection.close() }
+}

@@ -4,36 +4,19 @@ the server NH_TEST_POSTGRES names (`make test` starts a throwaway one); skipped 
 import json
 import os
 import subprocess
-import time
-import urllib.parse
 
 import pytest
 import requests
 
-from conftest import BIN, Hub, free_port, json_lines, wait_until
+from conftest import BIN, free_port, json_lines, needs_postgres, shared_store_hub, wait_until
 
 API = "api-version=2015-01"
-ADMIN = os.environ.get("NH_TEST_POSTGRES")
-pytestmark = pytest.mark.skipif(not ADMIN, reason="NH_TEST_POSTGRES is not set: run under Tests/Support/pgserver.py run -- …")
-
-
-def fresh_database():
-    """A new database on the test server; its URL."""
-    name = f"nh_registry_{os.getpid()}_{int(time.time() * 1000) % 10**9}"
-    subprocess.run(["psql", ADMIN, "-qc", f"CREATE DATABASE {name}"], check=True, capture_output=True)
-    parts = urllib.parse.urlsplit(ADMIN)
-    return f"{parts.scheme}://{parts.netloc}/{name}" + (f"?{parts.query}" if parts.query else "")
+pytestmark = needs_postgres
 
 
 @pytest.fixture(scope="module")
 def hub():
-    hub = Hub(prefix="nh-pg-registry-", settings={"NH_STORE": fresh_database()})
-    # A second registry process on the same store, with endpoints of its own.
-    hub.second = {"NH_REGISTRY_REQUESTS": f"tcp://127.0.0.1:{free_port()}", "NH_REGISTRY_EVENTS": f"tcp://127.0.0.1:{free_port()}"}
-    assert hub.start_services()
-    hub.start("nh-registry-2", "nh-registry", env=hub.second)
-    yield hub
-    hub.stop_all()
+    yield from shared_store_hub("nh-registry", "REGISTRY")
 
 
 def headers(hub, **extra):

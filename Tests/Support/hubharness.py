@@ -182,6 +182,14 @@ def wait_until(condition, timeout=20.0, interval=0.05):
     return condition()
 
 
+def fresh_database(admin, prefix):
+    """A new database on the PostgreSQL server whose URL is `admin`; the new database's URL."""
+    name = f"{prefix}_{os.getpid()}_{int(time.time() * 1000) % 10**9}"
+    subprocess.run(["psql", admin, "-qc", f"CREATE DATABASE {name}"], check=True, capture_output=True)
+    parts = urllib.parse.urlsplit(admin)
+    return f"{parts.scheme}://{parts.netloc}/{name}" + (f"?{parts.query}" if parts.query else "")
+
+
 def answers(hub):
     """The gateway answers a request that needs no other service."""
     try:
