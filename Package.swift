@@ -25,7 +25,8 @@ let serviceDependencies: [Target.Dependency] = ["Auth", "Bus", "HubProtocol", "S
 
 /// Extra modules per executable, beside the shared ones.
 let extraDependencies: [String: [Target.Dependency]] = [
-    "Gateway": ["HTTPServer"], "Registry": ["Postgres"], "Dispatch": ["DispatchCore", "Push"], "Bench": ["CLibZMQ", "CMosquitto", "Push"],
+    "Gateway": ["HTTPServer"], "Registry": ["Postgres"], "SyncStore": ["Postgres"], "Dispatch": ["DispatchCore", "Push"],
+    "Bench": ["CLibZMQ", "CMosquitto", "Push"],
 ]
 
 let executables: [(product: String, directory: String)] = [
@@ -95,6 +96,7 @@ let package = Package(
             tests("ServiceKitTests", dependencies: ["ServiceKit"]),
             tests("DispatchCoreTests", dependencies: ["DispatchCore", "HubProtocol"]),
             tests("RegistryTests", dependencies: ["NHRegistry", "HubProtocol", "Storage", "Postgres"]),
+            tests("SyncStoreTests", dependencies: ["NHSyncStore", "HubProtocol", "Storage", "Postgres", "ServiceKit"]),
             tests("AgentTests", dependencies: ["NHAgent", "HubProtocol"]),
             tests("CtlTests", dependencies: ["NHCtl"]),
             tests("BenchTests", dependencies: ["NHBench"]),
