@@ -25,7 +25,7 @@ let serviceDependencies: [Target.Dependency] = ["Auth", "Bus", "HubProtocol", "S
 
 /// Extra modules per executable, beside the shared ones.
 let extraDependencies: [String: [Target.Dependency]] = [
-    "Gateway": ["HTTPServer"], "Registry": ["Postgres"], "Publish": ["Postgres"], "Dispatch": ["DispatchCore", "Push"],
+    "Gateway": ["HTTPServer"], "Registry": ["Postgres"], "Publish": ["Postgres"], "SyncStore": ["Postgres"], "Dispatch": ["DispatchCore", "Push"],
     "Bench": ["CLibZMQ", "CMosquitto", "Push"],
 ]
 
@@ -97,6 +97,7 @@ let package = Package(
             tests("DispatchCoreTests", dependencies: ["DispatchCore", "HubProtocol"]),
             tests("RegistryTests", dependencies: ["NHRegistry", "HubProtocol", "Storage", "Postgres"]),
             tests("PublishTests", dependencies: ["NHPublish", "HubProtocol", "Storage", "Postgres"]),
+            tests("SyncStoreTests", dependencies: ["NHSyncStore", "HubProtocol", "Storage", "Postgres", "ServiceKit"]),
             tests("AgentTests", dependencies: ["NHAgent", "HubProtocol"]),
             tests("CtlTests", dependencies: ["NHCtl"]),
             tests("BenchTests", dependencies: ["NHBench"]),

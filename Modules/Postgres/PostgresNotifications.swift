@@ -45,3 +45,24 @@ extension PostgresConnection {
         }
     }
 }
+
+/// A connection of its own that listens on one channel, for a service whose database other
+/// processes write to as well: poll it often, without waiting, and read what they wrote when it
+/// says so.
+public final class PostgresListener {
+    public let connection: PostgresConnection
+    public let channel: String
+
+    public init(url: String, channel: String) throws(PostgresError) {
+        connection = try PostgresConnection(url: url)
+        self.channel = channel
+        try connection.listen(channel)
+    }
+
+    /// Whether a notice arrived since the last poll, or the connection was just reopened (notices
+    /// sent while it was lost are gone, so the caller reads what changed); callers also read now
+    /// and then without one.
+    public func poll() -> Bool { connection.pollNotifications() }
+
+    public func close() { connection.close() }
+}

@@ -1,4 +1,5 @@
 import Foundation
+import Storage
 
 /// How a parameter travels to the server: as text, which the server parses as the type the
 /// statement expects, or as the raw bytes of a bytea.
@@ -125,3 +126,6 @@ public struct PostgresRow: Sendable, Equatable {
         columns.firstIndex(of: column).map { self[$0] } ?? PostgresCell(.null)
     }
 }
+
+extension PostgresCell: StoredValue {}
+extension PostgresRow: StoredRow {}

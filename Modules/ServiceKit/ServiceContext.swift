@@ -48,6 +48,20 @@ public final class ServiceContext {
         return database
     }
 
+    /// This service's store on the engine `store` names: `postgres` with the URL when it names a
+    /// PostgreSQL server (a failure there is a config error), else `sqlite`.
+    public func chooseStore<Store>(schema: String, postgres: (String) throws -> Store, sqlite: () throws -> Store) throws -> Store {
+        guard config.storeIsPostgres, let url = config.store else { return try sqlite() }
+        let store: Store
+        do {
+            store = try postgres(url)
+        } catch {
+            throw ConfigError("store: cannot use the PostgreSQL store: \(error)")
+        }
+        logger.info("store open", ("engine", "postgresql"), ("schema", schema))
+        return store
+    }
+
     /// Binds a request socket that answers health, and serves it from the loop.
     /// With `group`, the requests waiting at once share one commit (see `CommitGroup`).
     public func bindRequests(

@@ -6,17 +6,9 @@ import ServiceKit
 
 ServiceMain.run(name: "nh-registry", summary: "the registration service: installations, tags and templates") { context in
     let config = context.config
-    let store: any InstallationStore
-    if config.storeIsPostgres, let url = config.store {
-        do {
-            store = try PostgresInstallationStore(url: url)
-        } catch {
-            throw ConfigError("store: cannot use the PostgreSQL store: \(error)")
-        }
-        context.logger.info("store open", ("engine", "postgresql"), ("schema", PostgresInstallationStore.schema))
-    } else {
-        store = SQLiteInstallationStore(database: try context.openStore("registry.db", migrations: SQLiteInstallationStore.migrations))
-    }
+    let store: any InstallationStore = try context.chooseStore(
+        schema: PostgresInstallationStore.schema, postgres: { try PostgresInstallationStore(url: $0) },
+        sqlite: { SQLiteInstallationStore(database: try context.openStore("registry.db", migrations: SQLiteInstallationStore.migrations)) })
     context.prepareKeys()
     let events = try context.bindEvents(config.registry.events ?? "tcp://127.0.0.1:7702", startingAfter: try store.sequence())
     var endpoints: [String: String] = ["events": events.endpoints.first ?? ""]
@@ -111,12 +103,9 @@ ServiceMain.run(name: "nh-registry", summary: "the registration service: install
     // NOTIFY), read here without waiting every 50 ms, and they are published in order. Every
     // heartbeat publishes whatever the log holds beyond the stream, in case a notice was missed.
     if store is PostgresInstallationStore, let url = config.store {
-        let listener = try PostgresConnection(url: url)
-        try listener.listen(PostgresInstallationStore.notifyChannel)
+        let listener = try PostgresListener(url: url, channel: PostgresInstallationStore.notifyChannel)
         context.onShutdown { listener.close() }
-        context.loop.every(milliseconds: 50) {
-            if listener.pollNotifications() { try publishChanges() }
-        }
+        context.loop.every(milliseconds: 50) { if listener.poll() { try publishChanges() } }
         context.loop.every(milliseconds: config.heartbeatMs) { try publishChanges() }
     }
 

@@ -1,6 +1,7 @@
 import Auth
 import Foundation
 import HubProtocol
+import Postgres
 import ServiceKit
 import Storage
 
@@ -8,31 +9,42 @@ ServiceMain.run(name: "nh-sync", summary: "the sync store: per-user notification
     let config = context.config
     context.prepareKeys()
     _ = context.userTokens
-    let store = SyncStore(database: try context.openStore("sync.db", migrations: SyncSchema.migrations))
-    let group = CommitGroup(database: store.database)
+    let store: any UserNotificationStore = try context.chooseStore(
+        schema: PostgresUserNotificationStore.schema, postgres: { try PostgresUserNotificationStore(url: $0) },
+        sqlite: { SQLiteUserNotificationStore(database: try context.openStore("sync.db", migrations: SQLiteUserNotificationStore.migrations)) })
     let events = try context.bindEvents(config.sync.events ?? "tcp://127.0.0.1:7732", startingAfter: try store.streamSequence())
     var endpoints: [String: String] = ["events": events.endpoints.first ?? ""]
-    let server = try context.bindRequests(config.sync.requests, group: group, endpoints: { endpoints }) {
+    let server = try context.bindRequests(config.sync.requests, group: store.commitGroup, endpoints: { endpoints }) {
         ["notifications": String((try? store.liveCount()) ?? 0), "sequence": String(events.sequence)]
     }
     endpoints["requests"] = server.endpoint
 
+    /// Publishes what the log holds beyond what was published, in order: this process's changes
+    /// and those of any other that shares the store.
+    func publishChanges() throws {
+        while true {
+            let changes = try store.streamChanges(after: events.sequence, limit: 1_000)
+            for change in changes {
+                try events.publish(
+                    topic: "user", sequence: change.streamSequence,
+                    body: HubCodec.encode(change.message, id: String(change.streamSequence)))
+            }
+            if changes.count < 1_000 { return }
+        }
+    }
+
     /// Tells the dispatcher, and through it the user's other devices, that something changed —
     /// once the change is committed, so that a device that fetches at once finds it.
-    func announce(_ change: SyncStore.Change, origin: String? = nil) throws {
-        let event = UserNotificationsChanged(userId: change.userId, sequence: change.sequence, origin: origin)
-        try group.afterCommit {
-            try events.publish(
-                topic: "user", sequence: change.streamSequence, body: HubCodec.encode(event, id: String(change.streamSequence)))
-        }
+    func announce() throws {
+        try store.afterCommit(publishChanges)
     }
 
     server.on(PostUserNotification.self) { request in
         try context.authorize(request.auth, needs: .send)
         let now = Date()
         let expiresAt = try UserNotificationRules.validate(request.payload, defaultLifetime: config.defaultTimeToLive, now: now)
-        let (notification, change) = try store.post(request.payload, expiresAt: expiresAt, now: now)
-        try announce(change)
+        let (notification, _) = try store.post(request.payload, expiresAt: expiresAt, now: now)
+        try announce()
         return UserNotificationReply(notification: notification)
     }
     server.on(UserChangesRequest.self) { request in
@@ -51,13 +63,14 @@ ServiceMain.run(name: "nh-sync", summary: "the sync store: per-user notification
             throw HubError(.invalidArgument, "give readState, userActionState or both")
         }
         let (notification, change) = try store.update(
-            payload.id, user: user, read: payload.readState, action: payload.userActionState, now: Date())
-        if let change { try announce(change, origin: payload.device) }
+            payload.id, user: user, read: payload.readState, action: payload.userActionState, origin: payload.device, now: Date())
+        if change != nil { try announce() }
         return UserNotificationReply(notification: notification)
     }
     server.on(DeleteUserNotification.self) { request in
         let user = try context.authorizeUser(request.auth)
-        try announce(try store.delete(request.payload.id, user: user, now: Date()), origin: request.payload.device)
+        _ = try store.delete(request.payload.id, user: user, origin: request.payload.device, now: Date())
+        try announce()
         return Ack()
     }
     server.on(IssueUserCredential.self) { request in
@@ -81,9 +94,19 @@ ServiceMain.run(name: "nh-sync", summary: "the sync store: per-user notification
         return UserToken(userId: claims.user, token: token, expiresAt: expiresAt)
     }
 
-    context.loop.every(milliseconds: 1_000) {
-        for change in try store.expire(now: Date()) {
-            try announce(change)
-        }
+    // Other sync processes sharing the store: PostgreSQL announces their changes (LISTEN/NOTIFY),
+    // read here without waiting every 50 ms, and they are published in order. Every heartbeat
+    // publishes whatever the log holds beyond the stream, in case a notice was missed.
+    if store is PostgresUserNotificationStore, let url = config.store {
+        let listener = try PostgresListener(url: url, channel: PostgresUserNotificationStore.notifyChannel)
+        context.onShutdown { listener.close() }
+        context.loop.every(milliseconds: 50) { if listener.poll() { try publishChanges() } }
+        context.loop.every(milliseconds: config.heartbeatMs) { try publishChanges() }
     }
+
+    context.loop.every(milliseconds: 1_000) {
+        if try !store.expire(now: Date()).isEmpty { try announce() }
+    }
+    // A reader further behind than this sees a gap, and signals every user's devices to fetch.
+    context.loop.every(milliseconds: 60_000) { try store.pruneStream(keeping: 100_000) }
 }

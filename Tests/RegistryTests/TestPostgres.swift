@@ -8,15 +8,10 @@ import Postgres
 enum TestPostgres {
     /// A new, empty database; returns its URL.
     static func freshDatabase() throws -> String {
-        guard let admin = ProcessInfo.processInfo.environment["NH_TEST_POSTGRES"], var url = URLComponents(string: admin) else {
+        guard let admin = ProcessInfo.processInfo.environment["NH_TEST_POSTGRES"] else {
             throw TestPostgresError("NH_TEST_POSTGRES is not set: run the tests under Tests/Support/pgserver.py run -- …")
         }
-        let name = "nh_test_" + UUID().uuidString.replacingOccurrences(of: "-", with: "").lowercased()
-        let connection = try PostgresConnection(url: admin)
-        defer { connection.close() }
-        try connection.execute("CREATE DATABASE \(name)")
-        url.path = "/" + name
-        return url.string ?? admin
+        return try PostgresConnection.createDatabase(on: admin, prefix: "nh_test_")
     }
 
     static func installationStore() throws -> any InstallationStore {

@@ -1,27 +1,54 @@
 import Foundation
 import HubProtocol
+import ServiceKit
 import Storage
 
-/// Per-user notifications. Each row holds a notification's latest state and the per-user sequence
-/// of its last change, so "changes since cursor C" is one indexed range read. Deleted and expired
-/// notifications become tombstones (no document) until every device has had time to see them.
-final class SyncStore {
+/// The sync store on SQLite, the embedded default. Its writes join the service's commit group:
+/// the requests waiting at once share one transaction and one sync to disk, and the stream is
+/// published from the log once the group has committed.
+final class SQLiteUserNotificationStore: UserNotificationStore {
+    static let migrations = [
+        Migration(
+            version: 1,
+            """
+            CREATE TABLE user_notifications (
+                id TEXT PRIMARY KEY,
+                user_id TEXT NOT NULL,
+                app_notification_id TEXT NOT NULL,
+                document BLOB,
+                sequence INTEGER NOT NULL,
+                created_sequence INTEGER NOT NULL,
+                expires_at REAL NOT NULL,
+                deleted_at REAL,
+                UNIQUE (user_id, app_notification_id)
+            );
+            CREATE INDEX user_notifications_by_sequence ON user_notifications(user_id, sequence);
+            CREATE INDEX user_notifications_live_by_expiry ON user_notifications(expires_at) WHERE deleted_at IS NULL;
+            CREATE INDEX user_notifications_tombstones ON user_notifications(deleted_at) WHERE deleted_at IS NOT NULL;
+            CREATE TABLE users (
+                user_id TEXT PRIMARY KEY,
+                sequence INTEGER NOT NULL,
+                floor INTEGER NOT NULL DEFAULT 0
+            );
+            CREATE TABLE stream (id INTEGER PRIMARY KEY CHECK (id = 1), sequence INTEGER NOT NULL);
+            INSERT INTO stream (id, sequence) VALUES (1, 0);
+            """),
+        // The change stream is published from this log, in sequence order, once a change has committed.
+        Migration(
+            version: 2,
+            """
+            CREATE TABLE changes (sequence INTEGER PRIMARY KEY, user_id TEXT NOT NULL, user_sequence INTEGER NOT NULL, origin TEXT);
+            """),
+    ]
+
     let database: SQLiteDatabase
+    let commitGroup: CommitGroup?
     private let encoder = HubCodec.makeEncoder()
     private let decoder = HubCodec.makeDecoder()
-    /// How long a tombstone is kept: longer than any notification can live.
-    static let tombstoneRetention: TimeInterval = 31 * 86_400
-
-    /// A committed change: the user's new sequence, and the change stream's sequence for its event,
-    /// taken in the same transaction so that one commit covers both.
-    struct Change {
-        let userId: String
-        let sequence: UInt64
-        let streamSequence: UInt64
-    }
 
     init(database: SQLiteDatabase) {
         self.database = database
+        commitGroup = CommitGroup(database: database)
     }
 
     func streamSequence() throws -> UInt64 {
@@ -45,23 +72,24 @@ final class SyncStore {
         return try userSequence(user).sequence
     }
 
-    private func change(_ user: String, _ sequence: UInt64) throws -> Change {
-        Change(userId: user, sequence: sequence, streamSequence: try nextStreamSequence())
+    /// Numbers the change in the stream and logs it, in the caller's transaction.
+    private func change(_ user: String, _ sequence: UInt64, origin: String?) throws -> SyncChange {
+        let change = SyncChange(streamSequence: try nextStreamSequence(), userId: user, sequence: sequence, origin: origin)
+        try database.run(
+            "INSERT INTO changes (sequence, user_id, user_sequence, origin) VALUES (?, ?, ?, ?)",
+            [Int64(change.streamSequence), user, Int64(sequence), origin])
+        return change
     }
 
-    /// Stores a post; the same appNotificationId again replaces the notification in place.
-    func post(_ post: PostUserNotification, expiresAt: Date, now: Date) throws -> (UserNotification, Change) {
+    func post(_ post: PostUserNotification, expiresAt: Date, now: Date) throws -> (UserNotification, SyncChange) {
         try database.transaction {
             let existing = try database.queryOne(
                 "SELECT id, document FROM user_notifications WHERE user_id = ? AND app_notification_id = ?",
                 [post.userId, post.appNotificationId])
             let sequence = try nextUserSequence(post.userId)
-            let id = existing?[0].string ?? UUID().uuidString.lowercased()
-            let previous = try existing?[1].data.map { try decoder.decode(UserNotification.self, from: $0) }
-            let notification = UserNotification(
-                id: id, appNotificationId: post.appNotificationId, userId: post.userId, visual: post.visual, raw: post.raw,
-                priority: post.priority ?? "normal", group: post.group, expiresAt: expiresAt,
-                createdAt: previous?.createdAt ?? now, modifiedAt: now)
+            let notification = try UserNotificationRecords.posted(
+                post, existing: existing, expiresAt: expiresAt, now: now, decoder: decoder)
+            let id = notification.id
             let document = try encoder.encode(notification)
             if existing == nil {
                 try database.run(
@@ -80,11 +108,10 @@ final class SyncStore {
                     """,
                     [document, sequence, expiresAt.timeIntervalSince1970, sequence, id])
             }
-            return (notification, try change(post.userId, sequence))
+            return (notification, try change(post.userId, sequence, origin: nil))
         }
     }
 
-    /// A live notification of `user`, or nil (also when it belongs to someone else).
     func live(_ id: String, user: String) throws -> UserNotification? {
         guard let row = try database.queryOne(
             "SELECT document FROM user_notifications WHERE id = ? AND user_id = ? AND deleted_at IS NULL", [id, user]),
@@ -93,53 +120,47 @@ final class SyncStore {
         return try decoder.decode(UserNotification.self, from: data)
     }
 
-    /// Changes a notification's states. Returns nil for the change when nothing changed.
-    func update(_ id: String, user: String, read: ReadState?, action: UserActionState?, now: Date) throws
-        -> (UserNotification, Change?)
+    func update(_ id: String, user: String, read: ReadState?, action: UserActionState?, origin: String?, now: Date) throws
+        -> (UserNotification, SyncChange?)
     {
         try database.transaction {
-            guard var notification = try live(id, user: user) else {
-                throw HubError(.notFound, "no notification '\(id)' for this user")
+            guard let current = try live(id, user: user) else { throw UserNotificationRecords.notFound(id) }
+            guard let notification = UserNotificationRecords.updated(current, read: read, action: action, now: now) else {
+                return (current, nil)
             }
-            let before = notification
-            if let read { notification.readState = read }
-            if let action { notification.userActionState = action }
-            guard notification != before else { return (notification, nil) }
-            notification.modifiedAt = now
             let sequence = try nextUserSequence(user)
             try database.run(
                 "UPDATE user_notifications SET document = ?, sequence = ? WHERE id = ?",
                 [try encoder.encode(notification), sequence, id])
-            return (notification, try change(user, sequence))
+            return (notification, try change(user, sequence, origin: origin))
         }
     }
 
-    func delete(_ id: String, user: String, now: Date) throws -> Change {
+    func delete(_ id: String, user: String, origin: String?, now: Date) throws -> SyncChange {
         try database.transaction {
-            guard try live(id, user: user) != nil else { throw HubError(.notFound, "no notification '\(id)' for this user") }
-            return try tombstone(id, user: user, now: now)
+            guard try live(id, user: user) != nil else { throw UserNotificationRecords.notFound(id) }
+            return try tombstone(id, user: user, origin: origin, now: now)
         }
     }
 
-    private func tombstone(_ id: String, user: String, now: Date) throws -> Change {
+    private func tombstone(_ id: String, user: String, origin: String?, now: Date) throws -> SyncChange {
         let sequence = try nextUserSequence(user)
         try database.run(
             "UPDATE user_notifications SET document = NULL, sequence = ?, deleted_at = ? WHERE id = ?",
             [sequence, now.timeIntervalSince1970, id])
-        return try change(user, sequence)
+        return try change(user, sequence, origin: origin)
     }
 
-    /// Turns expired notifications into tombstones, and drops tombstones every device has had time to see.
-    func expire(now: Date) throws -> [Change] {
+    func expire(now: Date) throws -> [SyncChange] {
         try database.transaction {
             let rows = try database.query(
                 "SELECT id, user_id FROM user_notifications WHERE deleted_at IS NULL AND expires_at <= ? ORDER BY user_id",
                 [now.timeIntervalSince1970])
-            var changes: [Change] = []
+            var changes: [SyncChange] = []
             for row in rows {
-                changes.append(try tombstone(row[0].string ?? "", user: row[1].string ?? "", now: now))
+                changes.append(try tombstone(row[0].string ?? "", user: row[1].string ?? "", origin: nil, now: now))
             }
-            let cutoff = now.timeIntervalSince1970 - Self.tombstoneRetention
+            let cutoff = now.timeIntervalSince1970 - UserNotificationRecords.tombstoneRetention
             try database.run(
                 """
                 UPDATE users SET floor = max(floor, (SELECT max(sequence) FROM user_notifications t
@@ -151,35 +172,15 @@ final class SyncStore {
         }
     }
 
-    /// Changes after `cursor`, at most `limit`, oldest first. Each notification appears once, in its
-    /// latest state: created when the device cannot have seen it, updated, or deleted.
     func changes(user: String, after cursor: UInt64, limit: Int) throws -> UserChanges {
         let (latest, floor) = try userSequence(user)
-        guard cursor <= latest else {
-            throw HubError(.invalidArgument, "cursor \(cursor) is ahead of this user's latest change (\(latest)); start again from your last cursor or 0")
-        }
-        if cursor > 0 && cursor < floor {
-            throw HubError(.expired, "cursor \(cursor) is older than the oldest change kept (\(floor)); drop the local copy and start again from 0")
-        }
+        try UserNotificationRecords.checkCursor(cursor, latest: latest, floor: floor)
         let rows = try database.query(
             """
             SELECT id, sequence, created_sequence, document FROM user_notifications
             WHERE user_id = ? AND sequence > ? ORDER BY sequence LIMIT ?
             """, [user, cursor, limit + 1])
-        var changes: [UserNotificationChange] = []
-        for row in rows.prefix(limit) {
-            let id = row[0].string ?? ""
-            let sequence = UInt64(row[1].int64 ?? 0)
-            if let data = row[3].data {
-                let notification = try decoder.decode(UserNotification.self, from: data)
-                let created = UInt64(row[2].int64 ?? 0) > cursor
-                changes.append(UserNotificationChange(
-                    kind: created ? .created : .updated, sequence: sequence, id: id, notification: notification))
-            } else {
-                changes.append(UserNotificationChange(kind: .deleted, sequence: sequence, id: id))
-            }
-        }
-        return UserChanges(changes: changes, cursor: changes.last?.sequence ?? cursor, hasMore: rows.count > limit)
+        return try UserNotificationRecords.changes(rows, after: cursor, limit: limit, decoder: decoder)
     }
 
     func history(user: String, now: Date) throws -> UserHistory {
@@ -189,13 +190,22 @@ final class SyncStore {
                 SELECT document FROM user_notifications WHERE user_id = ? AND deleted_at IS NULL AND expires_at > ?
                 ORDER BY sequence
                 """, [user, now.timeIntervalSince1970])
-            return UserHistory(
-                notifications: try rows.compactMap { try $0[0].data.map { try decoder.decode(UserNotification.self, from: $0) } },
-                cursor: try userSequence(user).sequence)
+            return try UserNotificationRecords.history(rows, cursor: try userSequence(user).sequence, decoder: decoder)
         }
     }
 
     func liveCount() throws -> Int {
         try database.queryOne("SELECT count(*) FROM user_notifications WHERE deleted_at IS NULL")?[0].int ?? 0
+    }
+
+    func streamChanges(after sequence: UInt64, limit: Int) throws -> [SyncChange] {
+        try database.query(
+            "SELECT sequence, user_id, user_sequence, origin FROM changes WHERE sequence > ? ORDER BY sequence LIMIT ?",
+            [Int64(sequence), limit]
+        ).map(UserNotificationRecords.loggedChange)
+    }
+
+    func pruneStream(keeping count: Int) throws {
+        try database.run("DELETE FROM changes WHERE sequence <= (SELECT max(sequence) FROM changes) - ?", [count])
     }
 }

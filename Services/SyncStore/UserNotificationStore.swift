@@ -1,0 +1,140 @@
+import Foundation
+import HubProtocol
+import ServiceKit
+import Storage
+
+/// The sync store: per-user notifications, each row holding a notification's latest state and the
+/// per-user sequence of its last change, so that "changes since cursor C" is one indexed range
+/// read. Deleted and expired notifications become tombstones (no document) until every device has
+/// had time to see them. Every change also takes the next number of the change stream and is
+/// logged under it, in the same transaction; the stream is published from that log.
+///
+/// Two engines implement it: SQLite, embedded, the default, whose writes commit together in the
+/// service's commit group; and PostgreSQL, which several sync processes can share, whose writes
+/// commit in each call. The contract tests (SyncStoreTests) hold both to the same behaviour.
+protocol UserNotificationStore: AnyObject {
+    /// The change stream's sequence: that of the last change.
+    func streamSequence() throws -> UInt64
+    /// A user's sequence (of the last change) and floor (cursors below it are too old); 0 and 0
+    /// for a user with no change yet.
+    func userSequence(_ user: String) throws -> (sequence: UInt64, floor: UInt64)
+    /// Stores a post; the same appNotificationId again replaces the notification in place, and
+    /// brings a tombstone back to life as a new notification.
+    func post(_ post: PostUserNotification, expiresAt: Date, now: Date) throws -> (UserNotification, SyncChange)
+    /// A live notification of `user`, or nil (also when it belongs to someone else).
+    func live(_ id: String, user: String) throws -> UserNotification?
+    /// Changes a notification's states. Returns nil for the change when nothing changed; throws
+    /// `not_found` when the user has no such live notification.
+    func update(_ id: String, user: String, read: ReadState?, action: UserActionState?, origin: String?, now: Date) throws
+        -> (UserNotification, SyncChange?)
+    /// Turns a live notification into a tombstone; throws `not_found` when there is none.
+    func delete(_ id: String, user: String, origin: String?, now: Date) throws -> SyncChange
+    /// Turns expired notifications into tombstones, and drops tombstones every device has had
+    /// time to see, raising their users' floors.
+    func expire(now: Date) throws -> [SyncChange]
+    /// Changes after `cursor`, at most `limit`, oldest first. Each notification appears once, in
+    /// its latest state: created when the device cannot have seen it, updated, or deleted.
+    func changes(user: String, after cursor: UInt64, limit: Int) throws -> UserChanges
+    /// The user's live, unexpired notifications and the sequence they stand at, read at one point in time.
+    func history(user: String, now: Date) throws -> UserHistory
+    func liveCount() throws -> Int
+    /// Logged changes after `sequence`, in order, at most `limit`. The stream is published from
+    /// here, so that every sync process sharing a store publishes every change, in order.
+    func streamChanges(after sequence: UInt64, limit: Int) throws -> [SyncChange]
+    /// Forgets logged changes but the latest `count`; a reader further behind sees a gap, and
+    /// signals every user's devices to fetch.
+    func pruneStream(keeping count: Int) throws
+    /// The group the service serves its requests in when the engine's writes commit together
+    /// (SQLite); nil when each write commits in its call (PostgreSQL).
+    var commitGroup: CommitGroup? { get }
+}
+
+extension UserNotificationStore {
+    /// Runs `effect` once what was written so far is committed: after the commit group on SQLite
+    /// (dropped with it if it fails), at once on PostgreSQL, whose calls have committed already.
+    func afterCommit(_ effect: @escaping () throws -> Void) throws {
+        if let commitGroup {
+            try commitGroup.afterCommit(effect)
+        } else {
+            try effect()
+        }
+    }
+}
+
+/// One change as the stream carries it: the user's new sequence, under the stream's sequence
+/// taken in the same transaction, and the device that made it, if one did.
+struct SyncChange: Equatable {
+    var streamSequence: UInt64
+    var userId: String
+    var sequence: UInt64
+    var origin: String?
+
+    var message: UserNotificationsChanged { UserNotificationsChanged(userId: userId, sequence: sequence, origin: origin) }
+}
+
+/// What both engines do alike with what they read and write: engine-free, no SQL.
+enum UserNotificationRecords {
+    /// How long a tombstone is kept: longer than any notification can live.
+    static let tombstoneRetention: TimeInterval = 31 * 86_400
+
+    static func notFound(_ id: String) -> HubError { HubError(.notFound, "no notification '\(id)' for this user") }
+
+    /// The notification a post makes: under the id of the row of id and document that holds its
+    /// appNotificationId (`existing`), keeping the creation time of a live one, or under a new id.
+    static func posted(
+        _ post: PostUserNotification, existing: (some StoredRow)?, expiresAt: Date, now: Date, decoder: JSONDecoder
+    ) throws -> UserNotification {
+        let previous = try existing?[1].data.map { try decoder.decode(UserNotification.self, from: $0) }
+        return UserNotification(
+            id: existing?[0].string ?? UUID().uuidString.lowercased(), appNotificationId: post.appNotificationId,
+            userId: post.userId, visual: post.visual, raw: post.raw, priority: post.priority ?? "normal", group: post.group,
+            expiresAt: expiresAt, createdAt: previous?.createdAt ?? now, modifiedAt: now)
+    }
+
+    /// `notification` with the states given, or nil when that changes nothing.
+    static func updated(_ notification: UserNotification, read: ReadState?, action: UserActionState?, now: Date) -> UserNotification? {
+        var changed = notification
+        if let read { changed.readState = read }
+        if let action { changed.userActionState = action }
+        guard changed != notification else { return nil }
+        changed.modifiedAt = now
+        return changed
+    }
+
+    /// Refuses a cursor ahead of the user's latest change, or below the floor.
+    static func checkCursor(_ cursor: UInt64, latest: UInt64, floor: UInt64) throws(HubError) {
+        guard cursor <= latest else {
+            throw HubError(.invalidArgument, "cursor \(cursor) is ahead of this user's latest change (\(latest)); start again from your last cursor or 0")
+        }
+        if cursor > 0 && cursor < floor {
+            throw HubError(.expired, "cursor \(cursor) is older than the oldest change kept (\(floor)); drop the local copy and start again from 0")
+        }
+    }
+
+    /// The reply to a changes read: at most `limit + 1` rows of id, sequence, created sequence and
+    /// document (NULL for a tombstone), in sequence order.
+    static func changes(_ rows: [some StoredRow], after cursor: UInt64, limit: Int, decoder: JSONDecoder) throws -> UserChanges {
+        var changes: [UserNotificationChange] = []
+        for row in rows.prefix(limit) {
+            let id = row[0].string ?? ""
+            if let data = row[3].data {
+                let notification = try decoder.decode(UserNotification.self, from: data)
+                changes.append(UserNotificationChange(
+                    kind: row[2].sequence > cursor ? .created : .updated, sequence: row[1].sequence, id: id, notification: notification))
+            } else {
+                changes.append(UserNotificationChange(kind: .deleted, sequence: row[1].sequence, id: id))
+            }
+        }
+        return UserChanges(changes: changes, cursor: changes.last?.sequence ?? cursor, hasMore: rows.count > limit)
+    }
+
+    /// A history of rows whose first column is a document, standing at `cursor`.
+    static func history(_ rows: [some StoredRow], cursor: UInt64, decoder: JSONDecoder) throws -> UserHistory {
+        UserHistory(notifications: try rows.compactMap { try $0[0].data.map { try decoder.decode(UserNotification.self, from: $0) } }, cursor: cursor)
+    }
+
+    /// A logged change from its row: stream sequence, user, user's sequence, origin.
+    static func loggedChange(_ row: some StoredRow) -> SyncChange {
+        SyncChange(streamSequence: row[0].sequence, userId: row[1].string ?? "", sequence: row[2].sequence, origin: row[3].string)
+    }
+}
