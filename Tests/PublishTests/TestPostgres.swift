@@ -10,14 +10,9 @@ enum TestPostgres {
 
     /// A new, empty database; returns its URL.
     static func freshDatabase() throws -> String {
-        guard let admin = ProcessInfo.processInfo.environment["NH_TEST_POSTGRES"], var url = URLComponents(string: admin) else {
+        guard let admin = ProcessInfo.processInfo.environment["NH_TEST_POSTGRES"] else {
             throw PostgresError(message: "NH_TEST_POSTGRES is not set: run the tests under Tests/Support/pgserver.py run -- …", operation: "test")
         }
-        let name = "nh_publish_" + UUID().uuidString.replacingOccurrences(of: "-", with: "").lowercased()
-        let connection = try PostgresConnection(url: admin)
-        defer { connection.close() }
-        try connection.execute("CREATE DATABASE \(name)")
-        url.path = "/" + name
-        return url.string ?? admin
+        return try PostgresConnection.createDatabase(on: admin, prefix: "nh_publish_")
     }
 }
