@@ -39,6 +39,41 @@ public enum ConfigLoader {
         return config
     }
 
+    /// Every setting with its value, as JSON with sorted keys: the defaults, or `config` as loaded.
+    /// Settings without a default are shown as null, so that every key is named.
+    public static func describe(_ config: HubConfig) throws(ConfigError) -> String {
+        var tree: [String: Any]
+        do {
+            tree = try JSONSerialization.jsonObject(with: JSONEncoder().encode(config)) as? [String: Any] ?? [:]
+        } catch {
+            throw ConfigError("cannot encode the config: \(error)")
+        }
+        func put(_ path: [String], in node: inout [String: Any]) {
+            if path.count == 1 {
+                if node[path[0]] == nil { node[path[0]] = NSNull() }
+                return
+            }
+            var child = node[path[0]] as? [String: Any] ?? [:]
+            put(Array(path.dropFirst()), in: &child)
+            node[path[0]] = child
+        }
+        // Each section's endpoints as its service uses them; each push service as null when not set
+        // (deploy/README.md lists their settings).
+        let sectionKeys: [String: [String]] = [
+            "registry": ["requests", "events"], "publish": ["requests", "events"], "sync": ["requests", "events"],
+            "dispatch": ["requests", "agents", "advertise"], "agent": ["requests"], "gateway": ["requests"],
+        ]
+        for (section, keys) in sectionKeys {
+            for key in keys { put([section, key], in: &tree) }
+        }
+        for path in leafPaths() where !(path.count == 2 && sectionKeys[path[0]] != nil) { put(path, in: &tree) }
+        for path in [["push", "caFile"]] + pushSections.keys.map({ ["push", $0] }) { put(path, in: &tree) }
+        guard let data = try? JSONSerialization.data(withJSONObject: tree, options: [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]) else {
+            throw ConfigError("cannot write the config as JSON")
+        }
+        return String(decoding: data, as: UTF8.self)
+    }
+
     /// The environment variable for a field path, such as ["registry", "requests"] → NH_REGISTRY_REQUESTS.
     public static func variableName(_ path: [String]) -> String {
         "NH_" + path.map { component in
@@ -128,7 +163,7 @@ public enum ConfigLoader {
 
     static func isOptionalSection(_ path: [String]) -> Bool { path.count == 2 && path[0] == "push" && pushSections[path[1]] != nil }
     static func isOptionalLeaf(_ path: [String]) -> Bool {
-        (path == ["push", "caFile"])
+        (path == ["push", "caFile"]) || (path.count == 2 && path[0] == "push" && pushSections[path[1]] != nil)
             || (path.count == 3 && path[0] == "push" && pushSections[path[1]]?.contains(path[2]) == true)
             || (path.count == 2 && sections.contains(path[0]) && sectionKeys.contains(path[1]))
             || (path.count == 1 && ["store", "gatewayCertificate", "gatewayKey", "webRoot"].contains(path[0]))

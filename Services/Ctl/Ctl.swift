@@ -35,6 +35,7 @@ enum Ctl {
                                       post a notification to every device of USER
           user list USER              USER's notifications in the store, with their states
           keys                        the hub's connection strings
+          config [--defaults]         every setting with its value as this host loads it (or the defaults), as JSON
           pns show                    the push services the dispatcher delivers to (never their secrets)
           pns set apple --key-file F.p8 --key-id K --team-id T --bundle-id B [--endpoint production|sandbox|URL]
           pns set fcm --service-account F.json [--endpoint URL]
@@ -60,7 +61,7 @@ enum Ctl {
         "bundle-id", "endpoint", "service-account", "subject",
     ]
     /// The options that take none; each is named in `usage`, as is --help.
-    static let flagOptions: Set<String> = ["json", "agent", "test"]
+    static let flagOptions: Set<String> = ["json", "agent", "test", "defaults"]
 
     static func main(_ arguments: [String], environment: [String: String]) -> Int32 {
         let parsed: Arguments
@@ -80,6 +81,14 @@ enum Ctl {
             return fail("config error: \(error)")
         }
         let timeout = parsed[option: "timeout"].flatMap(Int.init) ?? 1_000
+        if parsed.positionals[0] == "config" {
+            do {
+                print(try ConfigLoader.describe(parsed.has("defaults") ? HubConfig() : config))
+                return 0
+            } catch {
+                return fail("config error: \(error)")
+            }
+        }
         if parsed.positionals[0] != "keys" {
             // Every bus socket is CURVE: nhctl connects with the keys of the credential it holds.
             do {

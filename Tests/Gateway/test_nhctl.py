@@ -183,3 +183,17 @@ def test_platform_sends_test_sends_and_channels_through_nhctl(hub, agent):
     assert nhctl(hub, "send", "--platform", "ios", "--native", "{}").returncode == 2
     assert nhctl(hub, "send", "--platform", "apns", "m=x").returncode == 2
     assert nhctl(hub, "send", "--native", "{}", "--headers", "novalue").returncode == 2
+
+
+def test_the_documented_defaults_are_the_defaults():
+    """deploy/hub.defaults.json names every setting with its default: it is what nhctl config
+    --defaults prints, and it loads as a config."""
+    import subprocess
+    from conftest import BIN, ROOT
+    printed = subprocess.run([os.path.join(BIN, "nhctl"), "config", "--defaults"], capture_output=True, text=True, timeout=30)
+    assert printed.returncode == 0, printed.stderr
+    path = os.path.join(ROOT, "deploy", "hub.defaults.json")
+    assert json.loads(printed.stdout) == json.load(open(path)), "deploy/hub.defaults.json differs from nhctl config --defaults"
+    checked = subprocess.run([os.path.join(BIN, "nh-registry"), "--check-config", "--config", path], capture_output=True, text=True, timeout=30)
+    assert checked.returncode == 0, checked.stderr
+    assert "tcp://127.0.0.1:7722" in printed.stdout and '"store" : null' in printed.stdout
