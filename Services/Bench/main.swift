@@ -108,12 +108,13 @@ do {
         messages: parsed[option: "messages"].flatMap(Int.init) ?? 500_000,
         roundTrips: parsed[option: "round-trips"].flatMap(Int.init) ?? 20_000,
         size: parsed[option: "size"].flatMap(Int.init) ?? 200)
+    let sends = parsed[option: "sends"].flatMap(Int.init) ?? 1_000
     switch parsed.positionals.first {
     case nil:
         break
     case "http":
         BenchReport.print(
-            try HTTPSendBench.run(sends: 2 * (parsed[option: "sends"].flatMap(Int.init) ?? 1_000)), settings: settings, json: parsed.has("json"))
+            try HTTPSendBench.run(sends: 2 * sends), settings: settings, json: parsed.has("json"))
         exit(0)
     case "push":
         try report(
@@ -142,14 +143,14 @@ do {
         results.append(MosquittoBench.publishSubscribe(settings))
     }
     if !parsed.has("no-services") {
-        results += try HTTPSendBench.run(sends: 2 * (parsed[option: "sends"].flatMap(Int.init) ?? 1_000))
-        results += try BreakingNewsBench.run(sends: parsed[option: "sends"].flatMap(Int.init) ?? 1_000)
+        results += try HTTPSendBench.run(sends: 2 * sends)
+        results += try BreakingNewsBench.run(sends: sends)
         results += try UserSyncBench.run(
             posts: parsed[option: "posts"].flatMap(Int.init) ?? 1_000, dismisses: parsed[option: "dismisses"].flatMap(Int.init) ?? 1_000)
         if !parsed.has("no-push") {
             do {
                 results += try PushBench.run(devices: pushDevices, standIns: parsed[option: "standins"])
-            } catch let error as PushBench.Unavailable {
+            } catch let error as BenchUnavailable {
                 FileHandle.standardError.write(Data("nh-bench: push figures skipped: \(error)\n".utf8))
             }
         }
