@@ -151,3 +151,37 @@ func seconds(since start: ContinuousClock.Instant) -> Double {
     let elapsed = start.duration(to: .now)
     return Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
 }
+
+extension Array where Element == Double {
+    /// The middle value once sorted, the mean of the two middle ones for an even count; nil when empty.
+    var median: Double? {
+        guard !isEmpty else { return nil }
+        let sorted = sorted()
+        let middle = sorted.count / 2
+        return sorted.count % 2 == 1 ? sorted[middle] : (sorted[middle - 1] + sorted[middle]) / 2
+    }
+}
+
+/// One figure measured in rounds: each round's seconds, or what went wrong in it.
+struct Rounds {
+    var seconds: [Double] = []
+    var problems: [String] = []
+
+    mutating func add<Failure: Error>(_ round: Result<Double, Failure>, round number: Int) {
+        switch round {
+        case .success(let time): seconds.append(time)
+        case .failure(let error): problems.append("round \(number): \(error)")
+        }
+    }
+
+    /// The figure at the median round's time, every round's time in its note; when any round
+    /// failed, no rate and what went wrong instead.
+    func result(name: String, unit: String, count: Int, baseline: String? = nil, note: String) -> BenchResult {
+        guard problems.isEmpty, let median = seconds.median else {
+            return BenchResult(name: name, unit: unit, count: 0, seconds: 0, baseline: baseline, note: problems.joined(separator: "; "))
+        }
+        let times = seconds.map { String(format: "%.2f", $0) }.joined(separator: ", ")
+        return BenchResult(
+            name: name, unit: unit, count: count, seconds: median, baseline: baseline, note: "median of \(seconds.count) (\(times) s); \(note)")
+    }
+}

@@ -6,6 +6,11 @@ import Synchronization
 /// Template sends to a tag through the real services: durable acceptance, then rendering and
 /// delivery to three subscribed agents until each has shown every one.
 enum BreakingNewsBench {
+    /// The `index`th send: a template send to the tag World.
+    static func send(_ index: Int) -> SendNotification {
+        SendNotification(format: .template, properties: ["messageParam": "Breaking World News \(index)"], tagExpression: "World")
+    }
+
     static func run(sends: Int) throws -> [BenchResult] {
         let cluster = try HubCluster()
         defer { cluster.stopAll() }
@@ -46,10 +51,8 @@ enum BreakingNewsBench {
             Thread {
                 defer { group.leave() }
                 guard let client = try? HubCluster.client(publish, credential: full) else { return }
-                for index in stride(from: thread, to: sends, by: 4) {
-                    let send = SendNotification(
-                        format: .template, properties: ["messageParam": "Breaking World News \(index)"], tagExpression: "World")
-                    if (try? client.call(send)) != nil { accepted.withLock { $0 += 1 } }
+                for index in stride(from: thread, to: sends, by: 4) where (try? client.call(send(index))) != nil {
+                    accepted.withLock { $0 += 1 }
                 }
             }.start()
         }

@@ -21,13 +21,8 @@ enum PushBench {
     static let message = "Breaking news from the push bench"
     static let appleBody = #"{"aps":{"alert":"\#(message)"}}"#
 
-    /// The push figures cannot be measured here: no python3, no stand-in script, or its packages missing.
-    struct Unavailable: Error, CustomStringConvertible {
-        let description: String
-    }
-
     static func run(devices: Int, standIns script: String? = nil) throws -> [BenchResult] {
-        let standIns = try StandInProcess.start(script: try locate(script))
+        let standIns = try StandInProcess.start(script: try RepositoryFile.locate("Tests/Support/pushstandins.py", given: script, option: "--standins"))
         defer { standIns.stop() }
         let config = standIns.config
         let control = StandInClient(caFile: config.caFile)
@@ -69,7 +64,7 @@ enum PushBench {
         }
 
         let folder = standIns.folder
-        let curl = executable(named: "curl")
+        let curl = RepositoryFile.executable(named: "curl")
         let timeToLive = HubConfig().defaultTimeToLive
         let n = devices.formatted()
 
@@ -137,34 +132,6 @@ enum PushBench {
                 note: "bodies encrypted beforehand (\(String(format: "%.2f", encryptSeconds)) s, not counted)")
                 ?? BenchResult(name: webReference, unit: "push/s", count: 0, seconds: 0, note: noCurl),
         ]
-    }
-
-    /// The stand-ins' script: `--standins PATH`, else under NH_REPO_DIR, else in the repository
-    /// that nh-bench was built in (a folder above its own).
-    static func locate(_ given: String?) throws -> String {
-        let relative = "Tests/Support/pushstandins.py"
-        if let given {
-            guard FileManager.default.fileExists(atPath: given) else { throw Unavailable(description: "--standins \(given): no such file") }
-            return given
-        }
-        if let repository = ProcessInfo.processInfo.environment["NH_REPO_DIR"] {
-            let path = URL(fileURLWithPath: repository).appendingPathComponent(relative).path
-            guard FileManager.default.fileExists(atPath: path) else { throw Unavailable(description: "NH_REPO_DIR=\(repository) has no \(relative)") }
-            return path
-        }
-        var folder = URL(fileURLWithPath: CommandLine.arguments[0]).resolvingSymlinksInPath().deletingLastPathComponent()
-        while folder.pathComponents.count > 1 {
-            let path = folder.appendingPathComponent(relative).path
-            if FileManager.default.fileExists(atPath: path) { return path }
-            folder.deleteLastPathComponent()
-        }
-        throw Unavailable(description: "cannot find \(relative) above nh-bench's folder; give --standins PATH or NH_REPO_DIR")
-    }
-
-    /// The first `name` on PATH that can be run.
-    static func executable(named name: String) -> String? {
-        let path = ProcessInfo.processInfo.environment["PATH"] ?? "/usr/local/bin:/usr/bin:/bin"
-        return path.split(separator: ":").map { "\($0)/\(name)" }.first { FileManager.default.isExecutableFile(atPath: $0) }
     }
 
     /// One round's time, or what went wrong.
@@ -260,36 +227,24 @@ enum PushBench {
 
     /// The rounds of one figure: their times, what went wrong, and what the stand-in counted.
     struct Measured {
-        var seconds: [Double] = []
-        var problems: [String] = []
+        var rounds = Rounds()
         var standIn = StandInStats()
         /// Connections curl said it opened (from write-out's num_connects); the hub's are the stand-in's count.
         var connections = 0
         var versions: Set<String> = []
 
-        var median: Double? { seconds.isEmpty ? nil : seconds.sorted()[seconds.count / 2] }
-
         mutating func add(_ round: Round, round number: Int, standIn counted: StandInStats, curl: CurlLines? = nil) {
-            switch round {
-            case .success(let time): seconds.append(time)
-            case .failure(let error): problems.append("round \(number): \(error)")
-            }
+            rounds.add(round, round: number)
             standIn = standIn.plus(counted)
             connections += curl?.connections ?? 0
             versions.formUnion(curl?.versions ?? [])
         }
 
         func result(name: String, devices: Int, baseline: String? = nil, note: String) -> BenchResult {
-            guard problems.isEmpty, let median else {
-                return BenchResult(name: name, unit: "push/s", count: 0, seconds: 0, baseline: baseline, note: problems.joined(separator: "; "))
-            }
-            let times = seconds.map { String(format: "%.2f", $0) }.joined(separator: ", ")
             var checks = "stand-in: \(standIn.requests.formatted()) requests, \(standIn.failed) refused, "
-                + "\(standIn.connections) TLS connection(s) in \(seconds.count) rounds"
+                + "\(standIn.connections) TLS connection(s) in \(rounds.seconds.count) rounds"
             if !versions.isEmpty { checks += "; curl: \(connections) connect(s), HTTP/\(versions.sorted().joined(separator: ","))" }
-            return BenchResult(
-                name: name, unit: "push/s", count: devices, seconds: median, baseline: baseline,
-                note: "median of \(seconds.count) (\(times) s); \(note); \(checks)")
+            return rounds.result(name: name, unit: "push/s", count: devices, baseline: baseline, note: "\(note); \(checks)")
         }
     }
 }
@@ -326,69 +281,41 @@ final class StandInProcess {
 
     let folder: URL
     let config: Config
-    private let process: Process
+    private let child: ChildScript
 
-    private init(folder: URL, config: Config, process: Process) {
+    private init(folder: URL, config: Config, child: ChildScript) {
         self.folder = folder
         self.config = config
-        self.process = process
+        self.child = child
     }
 
     /// Starts `python3 script --dir TMP --quiet --no-record` and waits for its `ready` line.
     static func start(script: String, timeout: TimeInterval = 30) throws -> StandInProcess {
-        guard let python = PushBench.executable(named: "python3") else {
-            throw PushBench.Unavailable(description: "no python3 on PATH to run the stand-in push services")
-        }
         let folder = FileManager.default.temporaryDirectory.appendingPathComponent("nh-bench-standins-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: python)
-        process.arguments = [script, "--dir", folder.path, "--quiet", "--no-record"]
-        let output = Pipe()
-        let errors = Pipe()
-        process.standardOutput = output
-        process.standardError = errors
-        try process.run()
-        let ready = DispatchSemaphore(value: 0)
-        let said = Mutex("")
-        let reading = output.fileHandleForReading
-        Thread {
-            var text = ""
-            while true {
-                let chunk = reading.availableData
-                if chunk.isEmpty { break }
-                text += String(decoding: chunk, as: UTF8.self)
-                if text.split(separator: "\n").contains("ready") { break }
-            }
-            said.withLock { $0 = text }
-            ready.signal()
-        }.start()
-        let answered = ready.wait(timeout: .now() + timeout) == .success
-        if answered, said.withLock({ $0 }).split(separator: "\n").contains("ready"),
-            let data = FileManager.default.contents(atPath: folder.appendingPathComponent("standins.json").path)
-        {
-            // The rest of what it prints (its closing counts) goes nowhere.
-            Thread { while !reading.availableData.isEmpty {} }.start()
-            do {
-                return StandInProcess(folder: folder, config: try JSONDecoder().decode(Config.self, from: data), process: process)
-            } catch {
-                process.terminate()
-                process.waitUntilExit()
-                try? FileManager.default.removeItem(at: folder)
-                throw BenchError("\(folder.path)/standins.json: \(error)")
-            }
+        let child: ChildScript
+        do {
+            child = try ChildScript.start(
+                [script, "--dir", folder.path, "--quiet", "--no-record"], what: "the stand-in push services",
+                hint: "; make deps installs their Python packages", timeout: timeout) { $0 == "ready" }
+        } catch {
+            try? FileManager.default.removeItem(at: folder)
+            throw error
         }
-        if process.isRunning { process.terminate() }
-        process.waitUntilExit()
-        let problem = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-            .split(separator: "\n").last.map(String.init) ?? "no ready line within \(Int(timeout)) s"
-        try? FileManager.default.removeItem(at: folder)
-        throw PushBench.Unavailable(description: "the stand-in push services did not start (\(problem)); make deps installs their Python packages")
+        do {
+            guard let data = FileManager.default.contents(atPath: folder.appendingPathComponent("standins.json").path) else {
+                throw BenchUnavailable("the stand-in push services said ready but wrote no \(folder.path)/standins.json")
+            }
+            return StandInProcess(folder: folder, config: try JSONDecoder().decode(Config.self, from: data), child: child)
+        } catch {
+            child.stop()
+            try? FileManager.default.removeItem(at: folder)
+            throw error as? BenchUnavailable ?? BenchError("\(folder.path)/standins.json: \(error)")
+        }
     }
 
     func stop() {
-        if process.isRunning { process.terminate() }
-        process.waitUntilExit()
+        child.stop()
         try? FileManager.default.removeItem(at: folder)
     }
 }

@@ -11,8 +11,9 @@ let usage = """
     Usage: nh-bench [--messages N] [--round-trips N] [--size BYTES] [--sends N] [--posts N] [--dismisses N]
                     [--fanout N,N...] [--broadcasts B] [--rate SENDS/S] [--latency-count C]
                     [--push N] [--standins PATH] [--no-mosquitto] [--no-services] [--no-fanout] [--no-push]
-                    [--json] [--output FILE]
+                    [--no-postgres] [--json] [--output FILE]
            nh-bench http [--sends N]
+           nh-bench postgres [--sends N] [--json] [--output FILE]
            nh-bench push [--push N] [--standins PATH] [--json] [--output FILE]
            nh-bench fanout [--fanout N,N...] [--broadcasts B] [--rate SENDS/S] [--latency-count C] [--json] [--output FILE]
            nh-bench fanout-mqtt [--fanout N,N...] [--broadcasts B] [--rate SENDS/S] [--latency-count C] [--json] [--output FILE]
@@ -31,6 +32,13 @@ let usage = """
     (default 5,000 each) and time 3 template broadcasts to each until the dispatcher has counted
     all N taken; beside them, the curl command sends the same N requests to the same stand-in over
     one HTTP/2 connection. Without python3 or the stand-ins' packages they are skipped with a message.
+
+    The PostgreSQL figures (`postgres`, and part of the whole run unless --no-postgres) start a
+    throwaway server (python3 Tests/Support/pgserver.py serve, found as the stand-ins are) and time,
+    in 3 alternating rounds, N template sends (--sends, default 1,000) from 4 backends accepted
+    durably by fresh services on SQLite and on PostgreSQL; beside them, N rows shaped like the
+    accepted notifications inserted into the same server from 4 connections, one per commit and 100
+    per commit. Without python3 or PostgreSQL they are skipped with a message.
 
     --output FILE also writes every figure to FILE as one JSON document: {"machine": {"cores",
     "date", "host", "os", "memoryBytes"}, "settings": {...}, "results": [{"name", "unit", "rate",
@@ -83,7 +91,7 @@ do {
             "messages", "round-trips", "size", "posts", "dismisses", "sends", "fanout", "broadcasts", "rate", "latency-count", "output", "push",
             "standins",
         ],
-        flags: ["no-mosquitto", "no-services", "no-fanout", "no-push", "json"])
+        flags: ["no-mosquitto", "no-services", "no-fanout", "no-push", "no-postgres", "json"])
     if parsed.has("help") {
         print(usage)
         exit(0)
@@ -108,12 +116,18 @@ do {
         messages: parsed[option: "messages"].flatMap(Int.init) ?? 500_000,
         roundTrips: parsed[option: "round-trips"].flatMap(Int.init) ?? 20_000,
         size: parsed[option: "size"].flatMap(Int.init) ?? 200)
+    let sends = parsed[option: "sends"].flatMap(Int.init) ?? 1_000
     switch parsed.positionals.first {
     case nil:
         break
     case "http":
         BenchReport.print(
-            try HTTPSendBench.run(sends: 2 * (parsed[option: "sends"].flatMap(Int.init) ?? 1_000)), settings: settings, json: parsed.has("json"))
+            try HTTPSendBench.run(sends: 2 * sends), settings: settings, json: parsed.has("json"))
+        exit(0)
+    case "postgres":
+        try report(
+            try PostgresBench.run(sends: sends),
+            settings: BenchSettings(messages: 0, roundTrips: 0, size: PostgresBench.bodySize), parsed)
         exit(0)
     case "push":
         try report(
@@ -142,14 +156,21 @@ do {
         results.append(MosquittoBench.publishSubscribe(settings))
     }
     if !parsed.has("no-services") {
-        results += try HTTPSendBench.run(sends: 2 * (parsed[option: "sends"].flatMap(Int.init) ?? 1_000))
-        results += try BreakingNewsBench.run(sends: parsed[option: "sends"].flatMap(Int.init) ?? 1_000)
+        results += try HTTPSendBench.run(sends: 2 * sends)
+        results += try BreakingNewsBench.run(sends: sends)
         results += try UserSyncBench.run(
             posts: parsed[option: "posts"].flatMap(Int.init) ?? 1_000, dismisses: parsed[option: "dismisses"].flatMap(Int.init) ?? 1_000)
+        if !parsed.has("no-postgres") {
+            do {
+                results += try PostgresBench.run(sends: sends)
+            } catch let error as BenchUnavailable {
+                FileHandle.standardError.write(Data("nh-bench: PostgreSQL figures skipped: \(error)\n".utf8))
+            }
+        }
         if !parsed.has("no-push") {
             do {
                 results += try PushBench.run(devices: pushDevices, standIns: parsed[option: "standins"])
-            } catch let error as PushBench.Unavailable {
+            } catch let error as BenchUnavailable {
                 FileHandle.standardError.write(Data("nh-bench: push figures skipped: \(error)\n".utf8))
             }
         }

@@ -39,7 +39,7 @@ struct CurlConfigTests {
 
     @Test(
         "curl reads the file back: each request's own output, at a path with quotes, a backslash, a tab and a newline",
-        .enabled(if: PushBench.executable(named: "curl") != nil, "needs the curl command"))
+        .enabled(if: RepositoryFile.executable(named: "curl") != nil, "needs the curl command"))
     func roundTrip() throws {
         let folder = FileManager.default.temporaryDirectory.appendingPathComponent("curl-config-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
@@ -51,7 +51,7 @@ struct CurlConfigTests {
         try CurlConfig.text(names.map { [("url", source.absoluteString), ("output", folder.appendingPathComponent($0).path)] })
             .write(to: config, atomically: true, encoding: .utf8)
         let process = Process()
-        process.executableURL = URL(fileURLWithPath: try #require(PushBench.executable(named: "curl")))
+        process.executableURL = URL(fileURLWithPath: try #require(RepositoryFile.executable(named: "curl")))
         process.arguments = ["--silent", "--show-error", "--config", config.path]
         try process.run()
         process.waitUntilExit()

@@ -1,6 +1,8 @@
 """The throwaway PostgreSQL server (Tests/Support/pgserver.py): it starts, serves psql, stops and
-leaves nothing behind; `run --` passes the variable and the exit status through."""
+leaves nothing behind; `run --` passes the variable and the exit status through; `serve` prints
+its URL and stops at SIGTERM or at the end of its input."""
 import os
+import signal
 import subprocess
 import sys
 
@@ -89,3 +91,35 @@ def test_run_without_postgres_runs_the_command_without_the_variable():
         capture_output=True, text=True, timeout=60, env=env)
     assert required.returncode != 0
     assert "required" in required.stderr
+
+
+def serve():
+    """`serve` as a child with a pipe for its input; returns the process and the URL it printed."""
+    child = subprocess.Popen(
+        [sys.executable, SCRIPT, "serve"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    url = child.stdout.readline().strip()
+    assert url.startswith("postgresql:///nh?host="), child.stderr.read()
+    return child, url
+
+
+@needs_postgres
+@pytest.mark.parametrize("stop", ["SIGTERM", "end of input"])
+def test_serve_prints_its_url_and_stops_when_told(stop):
+    child, url = serve()
+    assert psql(url, "SELECT current_database()") == "nh"
+    if stop == "SIGTERM":
+        child.send_signal(signal.SIGTERM)
+    else:
+        child.stdin.close()
+    assert child.wait(timeout=60) == 0
+    folder = url.split("host=")[1].split("&")[0]
+    assert not os.path.exists(folder)
+
+
+def test_serve_without_postgres_says_why_and_exits_3():
+    done = subprocess.run(
+        [sys.executable, SCRIPT, "serve"], stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60,
+        env=dict(os.environ, NH_POSTGRES_BIN="/nonexistent"))
+    assert done.returncode == 3
+    assert done.stdout == ""
+    assert "/nonexistent" in done.stderr

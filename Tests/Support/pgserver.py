@@ -12,6 +12,12 @@ stops the server and exits with COMMAND's status. Where PostgreSQL cannot be fou
 says why and runs COMMAND without the variable (its PostgreSQL tests then skip), unless --require
 is given. NH_POSTGRES_BIN names the folder of initdb and pg_ctl when they are elsewhere.
 
+    python3 Tests/Support/pgserver.py serve
+
+`serve` starts a server, creates the database nh, prints its URL on a line of its own, and stops the
+server when told to (SIGTERM or SIGINT) or when its standard input closes, as it does when the
+process that started it ends. Where PostgreSQL cannot be found or started it says why and exits 3.
+
 PostgreSQL refuses to run as root: as root, initdb and the server run as the user postgres, which
 owns the folder; root still reaches the socket in it.
 """
@@ -232,13 +238,45 @@ def run(command, require):
             server.stop()
 
 
+SERVE_UNAVAILABLE = 3
+
+
+def serve():
+    """Starts a server, prints its URL, and runs until SIGTERM, SIGINT or the end of standard input;
+    returns the exit status (SERVE_UNAVAILABLE when there is no server to serve)."""
+    def end(signum, frame):
+        raise SystemExit(0)
+
+    previous = {number: signal.signal(number, end) for number in (signal.SIGTERM, signal.SIGINT)}
+    server = None
+    try:
+        try:
+            server = PostgresServer().start()
+        except PostgresUnavailable as error:
+            print(f"pgserver: {error}", file=sys.stderr)
+            return SERVE_UNAVAILABLE
+        print(server.url(), flush=True)
+        # Returns at end of input; a signal ends it through SystemExit.
+        while sys.stdin.buffer.read(4096):
+            pass
+        return 0
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+        if server:
+            server.stop()
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="action", required=True)
     runner = commands.add_parser("run", help="run COMMAND beside a server, with NH_TEST_POSTGRES set")
     runner.add_argument("--require", action="store_true", help="fail when PostgreSQL cannot be found or started")
     runner.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND ARGS...")
+    commands.add_parser("serve", help="print a new server's URL, and stop it at SIGTERM or the end of standard input")
     args = parser.parse_args(argv)
+    if args.action == "serve":
+        return serve()
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         parser.error("run needs a command after --")
