@@ -25,7 +25,8 @@ let serviceDependencies: [Target.Dependency] = ["Auth", "Bus", "HubProtocol", "S
 
 /// Extra modules per executable, beside the shared ones.
 let extraDependencies: [String: [Target.Dependency]] = [
-    "Gateway": ["HTTPServer"], "Registry": ["Postgres"], "Publish": ["Postgres"], "SyncStore": ["Postgres"], "Dispatch": ["DispatchCore", "Push"],
+    "Gateway": ["HTTPServer"], "Registry": ["Postgres"], "Publish": ["Postgres"], "SyncStore": ["Postgres"],
+    "Dispatch": ["DispatchCore", "Push", "Postgres"],
     "Bench": ["CLibZMQ", "CMosquitto", "Postgres", "Push"],
 ]
 
@@ -98,6 +99,7 @@ let package = Package(
             tests("RegistryTests", dependencies: ["NHRegistry", "HubProtocol", "Storage", "Postgres"]),
             tests("PublishTests", dependencies: ["NHPublish", "HubProtocol", "Storage", "Postgres"]),
             tests("SyncStoreTests", dependencies: ["NHSyncStore", "HubProtocol", "Storage", "Postgres", "ServiceKit"]),
+            tests("DispatchTests", dependencies: ["NHDispatch", "DispatchCore", "HubProtocol", "Push", "Storage", "Postgres"]),
             tests("AgentTests", dependencies: ["NHAgent", "HubProtocol"]),
             tests("CtlTests", dependencies: ["NHCtl"]),
             tests("BenchTests", dependencies: ["NHBench"]),

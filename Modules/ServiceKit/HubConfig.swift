@@ -7,7 +7,7 @@ public struct HubConfig: Codable, Sendable, Equatable {
     public var dataDir: String = "nh-data"
     /// Where the services keep their state: absent (or `sqlite`) for SQLite files in `dataDir`, or
     /// a PostgreSQL URL (`postgresql://user@host:5432/nh`) that several processes can share.
-    /// The registry's, the publish service's and the sync store's stores are on it so far; the dispatcher keeps its SQLite file.
+    /// The registry's, the publish service's, the sync store's and the dispatcher's stores are on it.
     public var store: String? = nil
     /// trace, debug, info, notice, warning or error.
     public var logLevel: String = "info"

@@ -4,6 +4,7 @@ import Foundation
 /// can decode its rows in one place.
 public protocol StoredValue {
     var int64: Int64? { get }
+    var double: Double? { get }
     var string: String? { get }
     var data: Data? { get }
 }
@@ -17,6 +18,8 @@ public protocol StoredRow {
 extension StoredValue {
     /// A sequence number: a non-negative integer, 0 for NULL.
     public var sequence: UInt64 { UInt64(int64 ?? 0) }
+
+    public var int: Int? { int64.map { Int($0) } }
 }
 
 extension SQLiteValue: StoredValue {}

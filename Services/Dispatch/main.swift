@@ -21,14 +21,14 @@ ServiceMain.run(name: "nh-dispatch", summary: "the dispatcher: resolves targets 
     // The dispatcher's store can lose its last commits to a power cut without losing anything: the
     // cursor then points back into the publish service's durable log, the notifications are planned
     // again, lost acknowledgements make their deliveries go out again, and agents show each once.
-    let store = DispatchStore(
-        database: try context.openStore("dispatch.db", migrations: DispatchSchema.migrations, synchronous: "NORMAL"))
-    // Deliveries come and go within seconds: a larger page cache keeps their tables in memory, and
-    // the log is copied into the file by a thread of its own, since a checkpoint inside a commit
-    // would stall the loop.
-    try store.database.execute("PRAGMA cache_size=-65536")
-    let checkpointer = try BackgroundCheckpointer(for: store.database, interval: 5)
-    context.onShutdown { checkpointer.stop() }
+    let store: any DeliveryStore = try context.chooseStore(
+        schema: PostgresDeliveryStore.schema, postgres: { try PostgresDeliveryStore(url: $0) },
+        sqlite: {
+            try SQLiteDeliveryStore(
+                database: try context.openStore("dispatch.db", migrations: SQLiteDeliveryStore.migrations, synchronous: "NORMAL"),
+                checkpointEvery: 5)
+        })
+    context.onShutdown { store.close() }
     var settings = DispatcherSettings()
     // A live connection loses nothing (a closed one ends its session, and the next one loads what
     // is pending), so a resend is only for a delivery dropped at a full queue or an acknowledgement
@@ -126,18 +126,18 @@ ServiceMain.run(name: "nh-dispatch", summary: "the dispatcher: resolves targets 
         return false
     }
 
-    /// Writes what this turn decided: records, sends, acknowledgements and failures, in the open
-    /// group of writes, which is committed every 50 ms rather than every turn. A turn's writes stand
-    /// or fall together (a savepoint), and losing the last 50 ms to a crash loses nothing: the
-    /// cursor then points back into the publish service's durable log, the notifications are
+    /// Writes what this turn decided: records, sends, acknowledgements and failures, in one
+    /// transaction: on SQLite a savepoint of the open group of writes, which is committed every 50 ms
+    /// rather than every turn; on PostgreSQL a commit that does not wait for the server's disk. A
+    /// turn's writes stand or fall together, and losing the last of them to a crash loses nothing:
+    /// the cursor then points back into the publish service's durable log, the notifications are
     /// planned again, lost acknowledgements make their deliveries go out again, and agents show
     /// each once.
     func commit() {
         guard !turn.isEmpty else { return }
         let now = Date()
         do {
-            try store.database.beginGroup()
-            try store.database.transaction {
+            try store.writeTurn {
                 // Deliveries planned and sent in this turn are recorded as sent in the same write.
                 let sentIds = Set(turn.sent.map(\.deliveryId))
                 var recorded = Set<String>()
@@ -165,9 +165,8 @@ ServiceMain.run(name: "nh-dispatch", summary: "the dispatcher: resolves targets 
     var committedAt = ContinuousClock.now
     func commitGroup() throws {
         committedAt = .now
-        try store.database.commitGroup()
+        try store.flush()
     }
-    context.onShutdown { try? commitGroup() }
     context.loop.every(milliseconds: 50) {
         do { try commitGroup() } catch { logger.error("dispatch commit failed", ("error", "\(error)")) }
     }

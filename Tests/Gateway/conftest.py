@@ -39,3 +39,11 @@ def postgres_hub(service):
     assert hub.start_services()
     hub.start(f"nh-{service}-2", f"nh-{service}", env=hub.second)
     return hub
+
+
+@pytest.fixture(scope="module")
+def standins():
+    """Stand-in APNs, FCM and Web Push services on loopback (Tests/Support/pushstandins.py)."""
+    from pushstandins import StandIns
+    with StandIns() as running:
+        yield running

@@ -11,7 +11,6 @@ import pytest
 import requests
 
 from conftest import BIN, Hub, json_lines, wait_until
-from pushstandins import StandIns
 
 API = "api-version=2015-01"
 MESSAGE = 'Breaking: "quotes", a \\ backslash, <tags> & ünïcödé'
@@ -35,12 +34,6 @@ def write_config(hub, push, name="hub.json"):
     with open(path, "w") as f:
         json.dump({"push": push}, f)
     return path
-
-
-@pytest.fixture(scope="module")
-def standins():
-    with StandIns() as s:
-        yield s
 
 
 @pytest.fixture(scope="module")

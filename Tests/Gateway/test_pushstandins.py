@@ -36,12 +36,6 @@ TIMEOUT = 5
 
 
 @pytest.fixture(scope="module")
-def standins():
-    with StandIns() as running:
-        yield running
-
-
-@pytest.fixture(scope="module")
 def config(standins):
     """standins.json, read as the hub reads it."""
     with open(os.path.join(standins.folder, "standins.json")) as f:

@@ -1,0 +1,629 @@
+import DispatchCore
+import Foundation
+import HubProtocol
+import Postgres
+import Push
+import Storage
+
+/// The dispatcher's store: how far it has pulled, each notification's outcome, and every delivery
+/// until its agent acknowledges it, a push service takes it, or it expires. Two engines implement
+/// it: SQLite, embedded, the default; and PostgreSQL, which several dispatchers can share, each
+/// serving the installations of the shards it holds leases on. The contract tests (DispatchTests)
+/// hold both to the same behaviour.
+///
+/// As a `LeaseStore` it keeps the dispatchers that share the agents: each one's heartbeat (seen
+/// within a period, it is alive), and a lease per shard, which a claim takes only where it is
+/// vacant or has run out, never one that another claimer takes at the same time; renewed by its
+/// owner, given back by a release, and read as the agent endpoint of each shard's live owner.
+/// `shardCursors` says how far each shard was planned: never behind `cursor()`, since one
+/// dispatcher plans every shard.
+protocol DeliveryStore: LeaseStore {
+    /// Runs one turn's writes in one transaction (a savepoint of the open group on SQLite): they
+    /// stand or fall together.
+    func writeTurn(_ body: () throws -> Void) throws
+    /// Commits what the turns wrote since the last call, on an engine that groups them (SQLite);
+    /// where each turn commits on its own (PostgreSQL) there is nothing to do.
+    func flush() throws
+    /// Commits what is open and lets go of the database.
+    func close()
+
+    /// The sequence of the last notification planned, with one dispatcher.
+    func cursor() throws -> UInt64
+    /// Records a pulled notification's deliveries and outcome, and moves the cursor past it, in one
+    /// transaction: with `shards` nil the one dispatcher's cursor, else the cursor of each of those
+    /// shards (the dispatcher's own), whose targets and counts add to what other dispatchers wrote
+    /// for their shards. Deliveries in `sent` went out in the same turn: they are recorded as
+    /// delivered at once. Each distinct payload is stored once, however many installations it went to.
+    func record(_ notification: AcceptedNotification, plans: [PlannedDelivery], sent: Set<String>, shards: Set<Int>?, now: Date) throws
+    /// Notes that deliveries went out; the first send of each counts as delivered.
+    func markSent(_ deliveries: [AgentDelivery], now: Date) throws
+    /// Records acknowledgements from `installationId`; each delivery counts once, and only for the
+    /// installation it was meant for. An acknowledged delivery is done: its row goes, and the
+    /// outcome keeps the count. Returns how many were new.
+    @discardableResult
+    func acknowledge(_ deliveryIds: [String], installationId: String, now: Date) throws -> Int
+    /// Records deliveries the agent gave up on; each counts once as failed, never as acknowledged.
+    func fail(_ failures: [DeliveryFailure], installationId: String, now: Date) throws
+    /// Records what push services answered. A delivery a service took counts as delivered and
+    /// acknowledged (Success); one it refused counts as failed, under the outcome name it maps to
+    /// (ExpiredChannel, WrongToken and the like), with the service's words kept as the reason.
+    func pushed(_ results: [(PushMessage, PushResult)], now: Date) throws
+    /// Removes unacknowledged deliveries past their expiry, counting them as expired; returns how many.
+    func expire(now: Date) throws -> Int
+    /// Drops failed deliveries after a day, outcomes after a week, payloads once none of their
+    /// deliveries is left, and dispatchers not seen for a day. It reads every delivery, so it runs rarely.
+    func purge(now: Date) throws
+
+    /// Installations of `shards` (nil: every shard) with deliveries to agents neither acknowledged
+    /// nor expired: at start, whose agents must load from the store when they connect.
+    func backlog(now: Date, shards: Set<Int>?) throws -> Set<String>
+    /// Deliveries for an installation that are neither acknowledged nor expired, oldest first.
+    func pending(for installationId: String, now: Date, limit: Int) throws -> [AgentDelivery]
+    /// Deliveries to phones and browsers of `shards` (nil: every shard) that no push service has
+    /// taken yet, oldest first: at start, to hand to the push services again.
+    func pendingPush(now: Date, limit: Int, shards: Set<Int>?) throws -> [PushMessage]
+    /// Totals for metrics: deliveries waiting for an acknowledgement, and outcome counters.
+    func totals() throws -> [String: String]
+    func outcome(_ notificationId: String) throws -> NotificationOutcome?
+    /// What became of each of a test send's first targets; nil when it is not a test send the store has.
+    func testResults(_ notificationId: String) throws -> TestResults?
+}
+
+extension DeliveryStore {
+    /// Records with one dispatcher, which plans every shard.
+    func record(_ notification: AcceptedNotification, plans: [PlannedDelivery], sent: Set<String>, now: Date) throws {
+        try record(notification, plans: plans, sent: sent, shards: nil, now: now)
+    }
+
+    func backlog(now: Date) throws -> Set<String> { try backlog(now: now, shards: nil) }
+
+    func pending(for installationId: String, now: Date) throws -> [AgentDelivery] {
+        try pending(for: installationId, now: now, limit: 500)
+    }
+
+    func pendingPush(now: Date, limit: Int = 100_000) throws -> [PushMessage] {
+        try pendingPush(now: now, limit: limit, shards: nil)
+    }
+}
+
+// MARK: - What the engines share
+
+/// The SQL of each statement the store makes, in one engine's dialect. Parameters are numbered
+/// (?1 on SQLite, $1 on PostgreSQL), in the order each field's comment gives; → names what a
+/// statement returns. Everything else the store does is shared (`DeliveryEngine`), so the two
+/// engines differ in their SQL alone.
+struct DeliverySQL: Sendable {
+    /// () → after: the one dispatcher's cursor.
+    var cursor: String
+    /// () → (shard, after): each shard's cursor, never below the one dispatcher's.
+    var shardCursors: String
+    /// (sequence): moves the one dispatcher's cursor forward.
+    var advanceCursor: String
+    /// (sequence, shards): moves those shards' cursors forward.
+    var advanceShardCursors: String
+    /// (notification_id, body) → id.
+    var insertPayload: String
+    /// (delivery_id, notification_id, installation_id, shard, template, payload_id, expires_at, rich,
+    /// delivered_at, acked_at, failed_reason, platform, push_channel, headers): unless there.
+    var insertDelivery: String
+    /// (delivery_id, notification_id, installation_id, platform, push_channel, outcome): unless there.
+    var insertTestResult: String
+    /// (now, delivery_id): the first send time, where there is none.
+    var markDelivered: String
+    /// (delivery_id, installation_id) → notification_id: deletes a delivery still open.
+    var removeDelivery: String
+    /// (now, reason, delivery_id, installation_id) → notification_id: closes a delivery still open as failed.
+    var closeDelivery: String
+    /// (now) → (delivery_id, notification_id, platform): deletes open deliveries past their expiry, in one statement.
+    var removeExpired: String
+    /// (outcome, success, delivery_id): a test result not yet known.
+    var setTestOutcome: String
+    /// (notification_id, state, enqueued_at, at, targets, expired): an outcome row written once…
+    var openOutcome: String
+    /// …or added to what other dispatchers wrote for their shards, the state saying what any found.
+    var openOutcomeAdding: String
+    /// (delivered, acknowledged, expired, failed, notification_id).
+    var addToOutcome: String
+    /// (notification_id, platform, outcome, count): a platform count written once…
+    var platformCount: String
+    /// …or added to.
+    var platformCountAdding: String
+    /// () → notification_id: the test sends with results kept.
+    var testNotifications: String
+    /// (notification_id) → (installation_id, platform, push_channel, outcome, success), by delivery id.
+    var testResults: String
+    /// (now) → installation_id: agents' installations with open deliveries…
+    var backlog: String
+    /// …(now, shards), of those shards.
+    var backlogOfShards: String
+    /// (installation_id, now, limit) → (delivery_id, notification_id, template, body, expires_at, rich), oldest first.
+    var pending: String
+    /// (now, limit) → (delivery_id, notification_id, installation_id, platform, push_channel, body, headers,
+    /// expires_at): open push deliveries, oldest first…
+    var pendingPush: String
+    /// …(now, limit, shards), of those shards.
+    var pendingPushOfShards: String
+    /// (notification_id) → (state, enqueued_at, started_at, ended_at, targets, delivered, acknowledged, expired, failed).
+    var outcome: String
+    /// (notification_id) → (platform, outcome, count).
+    var platformOutcomes: String
+    /// () → count of deliveries waiting for an acknowledgement.
+    var openDeliveries: String
+    /// () → (count, targets, delivered, acknowledged, expired, failed) over the outcomes.
+    var outcomeTotals: String
+    /// Purging, in order: each statement with (cutoff) when it has an age (rows older go), else ().
+    var purge: [(sql: String, age: TimeInterval?)]
+    /// (id, endpoint, now).
+    var heartbeat: String
+    /// (since) → how many dispatchers were seen since.
+    var liveDispatchers: String
+    /// (until, owner) → shard.
+    var renewLeases: String
+    /// (owner, endpoint, until, now, count) → shard: never one another claimer takes at once.
+    var claimLeases: String
+    /// (owner, shards).
+    var releaseLeases: String
+    /// (now) → (shard, endpoint).
+    var leaseOwners: String
+    /// Shards as the engine's list parameter.
+    var shards: @Sendable (Set<Int>) -> String
+}
+
+/// A value both engines bind.
+typealias StoreValue = SQLiteBindable & PostgresBindable
+
+/// How a notification's outcome row opens, when `record` writes it.
+struct OutcomeOpening {
+    var state: NotificationState
+    var enqueuedAt: Date
+    var at: Date
+    var targets: Int
+    var expired: Int
+    /// Whether the row adds to what other dispatchers wrote for their shards, rather than being
+    /// written once.
+    var adds: Bool
+}
+
+/// Counts to add to one outcome.
+struct OutcomeCounts: Equatable {
+    var delivered = 0
+    var acknowledged = 0
+    var expired = 0
+    var failed = 0
+
+    var isZero: Bool { self == OutcomeCounts() }
+}
+
+/// One count of the outcomes per platform: a notification's platform and outcome name.
+struct PlatformCountKey: Hashable, Comparable {
+    var notificationId: String
+    var platform: String
+    var outcome: String
+
+    static func < (a: Self, b: Self) -> Bool {
+        (a.notificationId, a.platform, a.outcome) < (b.notificationId, b.platform, b.outcome)
+    }
+}
+
+/// The outcome counts a write changes, gathered while it runs and written at its end, each
+/// notification's once and in the order of their ids: dispatchers sharing a database then take
+/// the locks of the outcome rows they share in the same order, and never wait on each other in a cycle.
+struct OutcomeTally {
+    var openings: [String: OutcomeOpening] = [:]
+    var counts: [String: OutcomeCounts] = [:]
+    /// Platform counts `record` opens (once, or added to what other dispatchers wrote), and those
+    /// later answers add.
+    var platformOpenings: [PlatformCountKey: (count: Int, adds: Bool)] = [:]
+    var platformAdds: [PlatformCountKey: Int] = [:]
+
+    mutating func open(_ notificationId: String, _ opening: OutcomeOpening) {
+        guard var known = openings[notificationId] else {
+            openings[notificationId] = opening
+            return
+        }
+        guard opening.adds else { return }
+        known.targets += opening.targets
+        openings[notificationId] = known
+    }
+
+    mutating func add(_ notificationId: String, _ change: (inout OutcomeCounts) -> Void) {
+        change(&counts[notificationId, default: OutcomeCounts()])
+    }
+
+    mutating func openPlatform(_ key: PlatformCountKey, count: Int, adds: Bool) {
+        let known = platformOpenings[key]?.count ?? 0
+        platformOpenings[key] = (adds || known == 0 ? known + count : known, adds)
+    }
+
+    mutating func countPlatform(_ notificationId: String, _ platform: String, _ outcome: String) {
+        platformAdds[PlatformCountKey(notificationId: notificationId, platform: platform, outcome: outcome), default: 0] += 1
+    }
+}
+
+/// What an engine's store keeps in memory for the bookkeeping `DeliveryEngine` shares.
+final class DeliveryLedger {
+    /// Test sends whose targets' results are still kept; every other notification's acks skip them.
+    var testNotifications: Set<String> = []
+    var tally = OutcomeTally()
+    /// How deep the writes under way nest; the outermost writes the tally.
+    var depth = 0
+    let encoder = HubCodec.makeEncoder()
+    let decoder = HubCodec.makeDecoder()
+}
+
+/// One engine: its SQL, its connection, and its way of committing (`writeTurn`, `flush`). The
+/// store's behaviour over them lives in this protocol's extension, alike for both engines.
+protocol DeliveryEngine: DeliveryStore {
+    associatedtype Row: StoredRow
+    static var sql: DeliverySQL { get }
+    var ledger: DeliveryLedger { get }
+    /// Runs `body` in a transaction; nested, in a savepoint.
+    func transaction<T>(_ body: () throws -> T) throws -> T
+    /// Runs a statement; returns its rows.
+    func query(_ sql: String, _ values: [(any StoreValue)?]) throws -> [Row]
+    /// Runs a statement; returns how many rows it inserted, changed or deleted.
+    @discardableResult
+    func run(_ sql: String, _ values: [(any StoreValue)?]) throws -> Int
+}
+
+extension DeliveryEngine {
+    static var successText: String { "The Notification was successfully sent to the Push Notification System" }
+    static var testResultsKept: Int { 10 }
+
+    private var sql: DeliverySQL { Self.sql }
+
+    private func one(_ sql: String, _ values: [(any StoreValue)?] = []) throws -> Row? { try query(sql, values).first }
+
+    /// Rows of (key, value), each read with its function, as a dictionary.
+    private func dictionary<Key: Hashable, Item>(
+        _ sql: String, _ values: [(any StoreValue)?], _ key: (Row.Value) -> Key, _ value: (Row.Value) -> Item
+    ) throws -> [Key: Item] {
+        Dictionary(try query(sql, values).map { (key($0[0]), value($0[1])) }, uniquingKeysWith: { $1 })
+    }
+
+    /// Runs `body` in a transaction (a savepoint when nested); the outermost writes the outcome
+    /// counts gathered meanwhile before it commits. Counts gathered inside a part that fails go with it.
+    func write<T>(_ body: () throws -> T) throws -> T {
+        let saved = ledger.tally
+        ledger.depth += 1
+        defer { ledger.depth -= 1 }
+        do {
+            return try transaction {
+                let result = try body()
+                if ledger.depth == 1 { try writeTally() }
+                return result
+            }
+        } catch {
+            ledger.tally = saved
+            throw error
+        }
+    }
+
+    private func writeTally() throws {
+        let tally = ledger.tally
+        ledger.tally = OutcomeTally()
+        for id in Set(tally.openings.keys).union(tally.counts.keys).sorted() {
+            if let opening = tally.openings[id] {
+                try run(
+                    opening.adds ? sql.openOutcomeAdding : sql.openOutcome,
+                    [id, opening.state.rawValue, opening.enqueuedAt.timeIntervalSince1970, opening.at.timeIntervalSince1970, opening.targets,
+                     opening.expired])
+            }
+            if let counts = tally.counts[id], !counts.isZero {
+                try run(sql.addToOutcome, [counts.delivered, counts.acknowledged, counts.expired, counts.failed, id])
+            }
+        }
+        for key in Set(tally.platformOpenings.keys).union(tally.platformAdds.keys).sorted() {
+            let values: [(any StoreValue)?] = [key.notificationId, key.platform, key.outcome]
+            if let opening = tally.platformOpenings[key] {
+                try run(opening.adds ? sql.platformCountAdding : sql.platformCount, values + [opening.count])
+            }
+            if let count = tally.platformAdds[key] { try run(sql.platformCountAdding, values + [count]) }
+        }
+    }
+
+    // MARK: Cursors
+
+    func cursor() throws -> UInt64 {
+        UInt64(try one(sql.cursor)?[0].int64 ?? 0)
+    }
+
+    func shardCursors() throws -> [Int: UInt64] {
+        try dictionary(sql.shardCursors, [], { $0.int ?? 0 }, { UInt64($0.int64 ?? 0) })
+    }
+
+    // MARK: Writes
+
+    func record(_ notification: AcceptedNotification, plans: [PlannedDelivery], sent: Set<String>, shards: Set<Int>?, now: Date) throws {
+        try write {
+            let id = notification.notificationId
+            let expired = notification.expiresAt <= now
+            let state: NotificationState = expired ? .abandoned : plans.isEmpty ? .noTargetFound : .completed
+            let adds = shards != nil
+            ledger.tally.open(id, OutcomeOpening(
+                state: state, enqueuedAt: notification.enqueuedAt, at: now, targets: expired ? 0 : plans.count, expired: expired ? 1 : 0,
+                adds: adds))
+            if !expired { try recordDeliveries(notification, plans: plans, sent: sent, now: now, adds: adds) }
+            let sequence = Int64(notification.sequence)
+            if let shards {
+                try run(sql.advanceShardCursors, [sequence, sql.shards(shards)])
+            } else {
+                try run(sql.advanceCursor, [sequence])
+            }
+        }
+    }
+
+    private func recordDeliveries(_ notification: AcceptedNotification, plans: [PlannedDelivery], sent: Set<String>, now: Date, adds: Bool) throws {
+        let id = notification.notificationId
+        var payloadIds: [String: Int64] = [:]
+        var platformCounts: [PlatformCountKey: Int] = [:]
+        if notification.send.test == true {
+            ledger.testNotifications.insert(id)
+            for plan in plans.prefix(Self.testResultsKept) {
+                let outcome = plan.unreachable.map { Self.noPath($0, plan.platform) }
+                try run(sql.insertTestResult, [plan.deliveryId, id, plan.installationId, plan.platform, plan.pushChannel, outcome])
+            }
+        }
+        for plan in plans {
+            platformCounts[PlatformCountKey(notificationId: id, platform: plan.platform, outcome: "Targets"), default: 0] += 1
+            // The columns after payload_id: expires_at, rich, delivered_at, acked_at, failed_reason, platform, push_channel, headers.
+            let delivery: [(any StoreValue)?] = [plan.deliveryId, id, plan.installationId, Shards.of(plan.installationId), plan.template]
+            if let outcome = plan.unreachable {
+                // Over as soon as it is recorded; recorded again (a pull repeated after a restart), it is not counted again.
+                let inserted = try run(
+                    sql.insertDelivery,
+                    delivery + [nil, plan.expiresAt.timeIntervalSince1970, nil, nil, now.timeIntervalSince1970, Self.noPath(outcome, plan.platform),
+                                nil, nil, nil])
+                if inserted > 0 {
+                    platformCounts[PlatformCountKey(notificationId: id, platform: plan.platform, outcome: outcome), default: 0] += 1
+                    ledger.tally.add(id) { $0.failed += 1 }
+                }
+                continue
+            }
+            let payloadId: Int64
+            if let known = payloadIds[plan.payload] {
+                payloadId = known
+            } else {
+                payloadId = try one(sql.insertPayload, [id, plan.payload])?[0].int64 ?? 0
+                payloadIds[plan.payload] = payloadId
+            }
+            let wentOut = sent.contains(plan.deliveryId)
+            let rich = try plan.rich.map { try ledger.encoder.encode($0) }
+            // A phone's or browser's delivery keeps what its push service needs; a Linux agent's leaves it empty.
+            var push: [(any StoreValue)?] = [nil, nil, nil]
+            if plan.platform != Platform.linux.rawValue {
+                push = [plan.platform, plan.pushChannel, try plan.headers.map { String(decoding: try ledger.encoder.encode($0), as: UTF8.self) }]
+            }
+            let inserted = try run(
+                sql.insertDelivery,
+                delivery + [payloadId, plan.expiresAt.timeIntervalSince1970, rich, wentOut ? now.timeIntervalSince1970 : nil, nil, nil] + push)
+            if inserted > 0 && wentOut { ledger.tally.add(id) { $0.delivered += 1 } }
+        }
+        for (key, count) in platformCounts { ledger.tally.openPlatform(key, count: count, adds: adds) }
+    }
+
+    private static func noPath(_ outcome: String, _ platform: String) -> String {
+        "\(outcome): the hub has no delivery path to \(platform) installations"
+    }
+
+    /// Records what became of one of a test send's deliveries, if it is one of those kept.
+    private func testOutcome(_ notificationId: String, deliveryId: String, _ outcome: String, success: Bool) throws {
+        guard ledger.testNotifications.contains(notificationId) else { return }
+        try run(sql.setTestOutcome, [outcome, success, deliveryId])
+    }
+
+    private func removeDelivery(_ deliveryId: String, installationId: String) throws -> String? {
+        try one(sql.removeDelivery, [deliveryId, installationId])?[0].string
+    }
+
+    private func closeDelivery(_ deliveryId: String, installationId: String, reason: String, now: Date) throws -> String? {
+        try one(sql.closeDelivery, [now.timeIntervalSince1970, reason, deliveryId, installationId])?[0].string
+    }
+
+    func markSent(_ deliveries: [AgentDelivery], now: Date) throws {
+        guard !deliveries.isEmpty else { return }
+        try write {
+            for delivery in deliveries {
+                guard try run(sql.markDelivered, [now.timeIntervalSince1970, delivery.deliveryId]) > 0 else { continue }
+                ledger.tally.add(delivery.notificationId) { $0.delivered += 1 }
+            }
+        }
+    }
+
+    @discardableResult
+    func acknowledge(_ deliveryIds: [String], installationId: String, now: Date) throws -> Int {
+        try write {
+            var fresh = 0
+            for id in deliveryIds {
+                guard let notification = try removeDelivery(id, installationId: installationId) else { continue }
+                fresh += 1
+                ledger.tally.add(notification) { $0.acknowledged += 1 }
+                try testOutcome(notification, deliveryId: id, Self.successText, success: true)
+            }
+            return fresh
+        }
+    }
+
+    func fail(_ failures: [DeliveryFailure], installationId: String, now: Date) throws {
+        try write {
+            for failure in failures {
+                guard let notification = try closeDelivery(failure.deliveryId, installationId: installationId, reason: failure.reason, now: now)
+                else { continue }
+                ledger.tally.add(notification) { $0.failed += 1 }
+                try testOutcome(notification, deliveryId: failure.deliveryId, failure.reason, success: false)
+            }
+        }
+    }
+
+    func pushed(_ results: [(PushMessage, PushResult)], now: Date) throws {
+        guard !results.isEmpty else { return }
+        try write {
+            for (message, result) in results {
+                let outcome: String
+                switch result {
+                case .delivered:
+                    guard let notification = try removeDelivery(message.deliveryId, installationId: message.installationId) else { continue }
+                    ledger.tally.add(notification) {
+                        $0.delivered += 1
+                        $0.acknowledged += 1
+                    }
+                    try testOutcome(notification, deliveryId: message.deliveryId, Self.successText, success: true)
+                    outcome = "Success"
+                case .channelExpired(let reason), .failed(_, let reason):
+                    outcome = if case .failed(let name, _) = result { name } else { "ExpiredChannel" }
+                    let text = "\(outcome): \(reason)"
+                    guard try closeDelivery(message.deliveryId, installationId: message.installationId, reason: text, now: now) != nil
+                    else { continue }
+                    ledger.tally.add(message.notificationId) { $0.failed += 1 }
+                    try testOutcome(
+                        message.notificationId, deliveryId: message.deliveryId,
+                        outcome == "ExpiredChannel" ? "The Push Notification System handle for the registration is invalid (\(reason))" : text,
+                        success: false)
+                case .retry, .renewCredentials:
+                    continue
+                }
+                ledger.tally.countPlatform(message.notificationId, message.platform.rawValue, outcome)
+            }
+        }
+    }
+
+    func expire(now: Date) throws -> Int {
+        try write {
+            let removed = try query(sql.removeExpired, [now.timeIntervalSince1970])
+            for row in removed {
+                let (deliveryId, notificationId) = (row[0].string ?? "", row[1].string ?? "")
+                ledger.tally.add(notificationId) { $0.expired += 1 }
+                if let platform = row[2].string { ledger.tally.countPlatform(notificationId, platform, "Expired") }
+                try testOutcome(notificationId, deliveryId: deliveryId, "Expired before the device acknowledged it", success: false)
+            }
+            return removed.count
+        }
+    }
+
+    func purge(now: Date) throws {
+        try transaction {
+            for (statement, age) in sql.purge {
+                try run(statement, age.map { [now.timeIntervalSince1970 - $0] } ?? [])
+            }
+            ledger.testNotifications = try testNotificationIds()
+        }
+    }
+
+    // MARK: Reads
+
+    func testNotificationIds() throws -> Set<String> {
+        Set(try query(sql.testNotifications, []).compactMap { $0[0].string })
+    }
+
+    func testResults(_ notificationId: String) throws -> TestResults? {
+        let results = try query(sql.testResults, [notificationId]).map {
+            TestResult(installationId: $0[0].string ?? "", platform: $0[1].string ?? "", pushChannel: $0[2].string ?? "",
+                       outcome: $0[3].string, success: ($0[4].int ?? 0) != 0)
+        }
+        guard !results.isEmpty || ledger.testNotifications.contains(notificationId) else { return nil }
+        return TestResults(results: results)
+    }
+
+    func backlog(now: Date, shards: Set<Int>?) throws -> Set<String> {
+        let rows = if let shards {
+            try query(sql.backlogOfShards, [now.timeIntervalSince1970, sql.shards(shards)])
+        } else {
+            try query(sql.backlog, [now.timeIntervalSince1970])
+        }
+        return Set(rows.compactMap { $0[0].string })
+    }
+
+    func pending(for installationId: String, now: Date, limit: Int) throws -> [AgentDelivery] {
+        try query(sql.pending, [installationId, now.timeIntervalSince1970, limit]).map { row in
+            AgentDelivery(
+                deliveryId: row[0].string ?? "", notificationId: row[1].string ?? "", installationId: installationId,
+                template: row[2].string, payload: row[3].string ?? "", expiresAt: Date(timeIntervalSince1970: row[4].double ?? 0),
+                rich: try row[5].data.map { try ledger.decoder.decode(RichReference.self, from: $0) })
+        }
+    }
+
+    func pendingPush(now: Date, limit: Int, shards: Set<Int>?) throws -> [PushMessage] {
+        let rows = if let shards {
+            try query(sql.pendingPushOfShards, [now.timeIntervalSince1970, limit, sql.shards(shards)])
+        } else {
+            try query(sql.pendingPush, [now.timeIntervalSince1970, limit])
+        }
+        // A platform this build does not know is left out.
+        return try rows.compactMap { row in
+            guard let platform = Platform(name: row[3].string ?? "") else { return nil }
+            return PushMessage(
+                deliveryId: row[0].string ?? "", notificationId: row[1].string ?? "", installationId: row[2].string ?? "",
+                platform: platform, pushChannel: row[4].string ?? "", payload: row[5].string ?? "",
+                headers: try row[6].string.map { try ledger.decoder.decode([String: String].self, from: Data($0.utf8)) } ?? [:],
+                expiresAt: Date(timeIntervalSince1970: row[7].double ?? 0))
+        }
+    }
+
+    func totals() throws -> [String: String] {
+        let row = try one(sql.outcomeTotals)
+        let names = ["notifications", "targets", "delivered", "acknowledged", "expired", "failed"]
+        var totals = ["pendingDeliveries": String(try one(sql.openDeliveries)?[0].int ?? 0)]
+        for (index, name) in names.enumerated() { totals[name + "Total"] = String(row?[index].int ?? 0) }
+        return totals
+    }
+
+    func outcome(_ notificationId: String) throws -> NotificationOutcome? {
+        guard let row = try one(sql.outcome, [notificationId]) else { return nil }
+        func date(_ index: Int) -> Date? { row[index].double.map { Date(timeIntervalSince1970: $0) } }
+        var outcome = NotificationOutcome(
+            notificationId: notificationId, state: NotificationState(rawValue: row[0].string ?? "") ?? .completed,
+            enqueuedAt: date(1) ?? Date(), startedAt: date(2), endedAt: date(3), targets: row[4].int ?? 0,
+            delivered: row[5].int ?? 0, acknowledged: row[6].int ?? 0, expired: row[7].int ?? 0, failed: row[8].int ?? 0)
+        var platforms: [String: [String: Int]] = [:]
+        for row in try query(sql.platformOutcomes, [notificationId]) {
+            platforms[row[0].string ?? "", default: [:]][row[1].string ?? ""] = row[2].int ?? 0
+        }
+        // The other platforms' counts are kept as their push services answer; what the aggregate
+        // counts say beyond them is the Linux agents'.
+        if let linux = platforms[Platform.linux.rawValue] {
+            let elsewhere = platforms.filter { $0.key != Platform.linux.rawValue }.values
+            func sum(_ include: (String) -> Bool) -> Int { elsewhere.reduce(0) { $0 + $1.filter { include($0.key) }.values.reduce(0, +) } }
+            let success = sum { $0 == "Success" }
+            let expired = sum { $0 == "Expired" }
+            let failed = sum { !["Targets", "Success", "Expired"].contains($0) }
+            platforms[Platform.linux.rawValue] = [
+                "Targets": linux["Targets"] ?? 0, "Delivered": max(outcome.delivered - success, 0), "Success": max(outcome.acknowledged - success, 0),
+                "Expired": max(outcome.expired - expired, 0), "Failed": max(outcome.failed - failed, 0),
+            ]
+        }
+        outcome.platforms = platforms.isEmpty ? nil : platforms
+        return outcome
+    }
+
+    // MARK: Leases
+
+    func heartbeat(id: String, endpoint: String, now: Date) throws {
+        try run(sql.heartbeat, [id, endpoint, now.timeIntervalSince1970])
+    }
+
+    func liveDispatchers(now: Date, within: TimeInterval) throws -> Int {
+        try one(sql.liveDispatchers, [now.timeIntervalSince1970 - within])?[0].int ?? 0
+    }
+
+    func renewLeases(owner: String, until: Date) throws -> Set<Int> {
+        Set(try query(sql.renewLeases, [until.timeIntervalSince1970, owner]).compactMap { $0[0].int })
+    }
+
+    func claimLeases(owner: String, endpoint: String, count: Int, now: Date, until: Date) throws -> Set<Int> {
+        guard count > 0 else { return [] }
+        let claimed = Set(try query(
+            sql.claimLeases, [owner, endpoint, until.timeIntervalSince1970, now.timeIntervalSince1970, count]
+        ).compactMap { $0[0].int })
+        // Test sends the shards' last owner recorded: their results are kept here from now on.
+        if !claimed.isEmpty { ledger.testNotifications = try testNotificationIds() }
+        return claimed
+    }
+
+    func releaseLeases(owner: String, shards: Set<Int>) throws {
+        try run(sql.releaseLeases, [owner, sql.shards(shards)])
+    }
+
+    func leaseOwners(now: Date) throws -> [Int: String] {
+        try dictionary(sql.leaseOwners, [now.timeIntervalSince1970], { $0.int ?? 0 }, { $0.string ?? "" })
+    }
+}

@@ -1,0 +1,281 @@
+import DispatchCore
+import Foundation
+import HubProtocol
+import Postgres
+import Push
+import Storage
+
+/// The dispatcher's store on PostgreSQL, which several dispatchers can share, each serving the
+/// shards it holds leases on. Its tables live in the schema `dispatch`, named in full in every
+/// statement. Each turn commits on its own, without waiting for the server's disk
+/// (synchronous_commit off, set in the connection's options so that a reconnected session has it
+/// too): like the SQLite store, it may lose its last commits, which the publish service's log rebuilds.
+final class PostgresDeliveryStore: DeliveryEngine {
+    static let schema = "dispatch"
+
+    static let migrations = [
+        Migration(
+            version: 1,
+            """
+            CREATE SCHEMA IF NOT EXISTS dispatch;
+            CREATE TABLE dispatch.cursor (id INTEGER PRIMARY KEY CHECK (id = 1), after BIGINT NOT NULL);
+            INSERT INTO dispatch.cursor (id, after) VALUES (1, 0);
+            CREATE TABLE dispatch.shard_cursors (shard INTEGER PRIMARY KEY, after BIGINT NOT NULL);
+            INSERT INTO dispatch.shard_cursors (shard, after) SELECT shard, 0 FROM generate_series(0, \(Shards.count - 1)) AS shard;
+            CREATE TABLE dispatch.outcomes (
+                notification_id TEXT PRIMARY KEY,
+                state TEXT NOT NULL,
+                enqueued_at DOUBLE PRECISION NOT NULL,
+                started_at DOUBLE PRECISION,
+                ended_at DOUBLE PRECISION,
+                targets BIGINT NOT NULL DEFAULT 0,
+                delivered BIGINT NOT NULL DEFAULT 0,
+                acknowledged BIGINT NOT NULL DEFAULT 0,
+                expired BIGINT NOT NULL DEFAULT 0,
+                failed BIGINT NOT NULL DEFAULT 0
+            );
+            CREATE TABLE dispatch.payloads (
+                id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+                notification_id TEXT NOT NULL,
+                body TEXT NOT NULL
+            );
+            CREATE TABLE dispatch.deliveries (
+                seq BIGINT GENERATED ALWAYS AS IDENTITY,
+                delivery_id TEXT PRIMARY KEY,
+                notification_id TEXT NOT NULL,
+                installation_id TEXT NOT NULL,
+                shard INTEGER NOT NULL,
+                template TEXT,
+                payload_id BIGINT,
+                rich BYTEA,
+                expires_at DOUBLE PRECISION NOT NULL,
+                delivered_at DOUBLE PRECISION,
+                acked_at DOUBLE PRECISION,
+                failed_reason TEXT,
+                platform TEXT,
+                push_channel TEXT,
+                headers TEXT
+            );
+            CREATE INDEX deliveries_pending ON dispatch.deliveries(installation_id, seq) WHERE acked_at IS NULL;
+            CREATE INDEX deliveries_by_expiry ON dispatch.deliveries(expires_at) WHERE acked_at IS NULL;
+            CREATE INDEX deliveries_by_shard ON dispatch.deliveries(shard, seq) WHERE acked_at IS NULL;
+            CREATE INDEX deliveries_push ON dispatch.deliveries(seq) WHERE platform IS NOT NULL AND acked_at IS NULL;
+            CREATE TABLE dispatch.platform_outcomes (
+                notification_id TEXT NOT NULL,
+                platform TEXT NOT NULL,
+                outcome TEXT NOT NULL,
+                count BIGINT NOT NULL,
+                PRIMARY KEY (notification_id, platform, outcome)
+            );
+            CREATE TABLE dispatch.test_results (
+                delivery_id TEXT PRIMARY KEY,
+                notification_id TEXT NOT NULL,
+                installation_id TEXT NOT NULL,
+                platform TEXT NOT NULL,
+                push_channel TEXT NOT NULL,
+                outcome TEXT,
+                success BOOLEAN NOT NULL DEFAULT false
+            );
+            CREATE INDEX test_results_by_notification ON dispatch.test_results(notification_id);
+            CREATE TABLE dispatch.leases (
+                shard INTEGER PRIMARY KEY,
+                owner TEXT,
+                endpoint TEXT,
+                expires_at DOUBLE PRECISION NOT NULL DEFAULT 0
+            );
+            INSERT INTO dispatch.leases (shard) SELECT shard FROM dispatch.shard_cursors;
+            CREATE TABLE dispatch.dispatchers (id TEXT PRIMARY KEY, endpoint TEXT NOT NULL, seen_at DOUBLE PRECISION NOT NULL);
+            """),
+    ]
+
+    /// Lists of shards are int[] literals. Each read of a few shards is a statement of its own, so
+    /// that its plan uses deliveries_by_shard.
+    static let sql = DeliverySQL(
+        cursor: "SELECT after FROM dispatch.cursor WHERE id = 1",
+        shardCursors: "SELECT s.shard, greatest(s.after, c.after) FROM dispatch.shard_cursors s, dispatch.cursor c WHERE c.id = 1",
+        advanceCursor: "UPDATE dispatch.cursor SET after = $1 WHERE id = 1 AND after < $1",
+        advanceShardCursors: "UPDATE dispatch.shard_cursors SET after = $1 WHERE shard = ANY($2::int[]) AND after < $1",
+        insertPayload: "INSERT INTO dispatch.payloads (notification_id, body) VALUES ($1, $2) RETURNING id",
+        insertDelivery: """
+            INSERT INTO dispatch.deliveries
+              (delivery_id, notification_id, installation_id, shard, template, payload_id, expires_at, rich, delivered_at,
+               acked_at, failed_reason, platform, push_channel, headers)
+            VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
+            ON CONFLICT (delivery_id) DO NOTHING
+            """,
+        insertTestResult: """
+            INSERT INTO dispatch.test_results (delivery_id, notification_id, installation_id, platform, push_channel, outcome)
+            VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (delivery_id) DO NOTHING
+            """,
+        markDelivered: "UPDATE dispatch.deliveries SET delivered_at = $1 WHERE delivery_id = $2 AND delivered_at IS NULL",
+        removeDelivery: """
+            DELETE FROM dispatch.deliveries WHERE delivery_id = $1 AND installation_id = $2 AND acked_at IS NULL
+            RETURNING notification_id
+            """,
+        closeDelivery: """
+            UPDATE dispatch.deliveries SET acked_at = $1, failed_reason = $2
+            WHERE delivery_id = $3 AND installation_id = $4 AND acked_at IS NULL
+            RETURNING notification_id
+            """,
+        // One statement: a delivery another dispatcher removes meanwhile is not counted twice.
+        removeExpired: """
+            DELETE FROM dispatch.deliveries WHERE acked_at IS NULL AND expires_at <= $1
+            RETURNING delivery_id, notification_id, platform
+            """,
+        setTestOutcome: "UPDATE dispatch.test_results SET outcome = $1, success = $2 WHERE delivery_id = $3 AND outcome IS NULL",
+        openOutcome: """
+            INSERT INTO dispatch.outcomes (notification_id, state, enqueued_at, started_at, ended_at, targets, expired)
+            VALUES ($1, $2, $3, $4, $4, $5, $6) ON CONFLICT (notification_id) DO NOTHING
+            """,
+        openOutcomeAdding: """
+            INSERT INTO dispatch.outcomes AS o (notification_id, state, enqueued_at, started_at, ended_at, targets, expired)
+            VALUES ($1, $2, $3, $4, $4, $5, $6)
+            ON CONFLICT (notification_id) DO UPDATE SET
+              targets = o.targets + excluded.targets,
+              expired = CASE WHEN o.state = 'Abandoned' AND excluded.state = 'Abandoned' THEN o.expired ELSE o.expired + excluded.expired END,
+              state = CASE WHEN 'Completed' IN (o.state, excluded.state) THEN 'Completed'
+                           WHEN 'Abandoned' IN (o.state, excluded.state) THEN 'Abandoned' ELSE excluded.state END,
+              started_at = least(o.started_at, excluded.started_at), ended_at = greatest(o.ended_at, excluded.ended_at)
+            """,
+        addToOutcome: """
+            UPDATE dispatch.outcomes SET delivered = delivered + $1, acknowledged = acknowledged + $2, expired = expired + $3,
+              failed = failed + $4
+            WHERE notification_id = $5
+            """,
+        platformCount: """
+            INSERT INTO dispatch.platform_outcomes (notification_id, platform, outcome, count) VALUES ($1, $2, $3, $4)
+            ON CONFLICT (notification_id, platform, outcome) DO NOTHING
+            """,
+        platformCountAdding: """
+            INSERT INTO dispatch.platform_outcomes AS p (notification_id, platform, outcome, count) VALUES ($1, $2, $3, $4)
+            ON CONFLICT (notification_id, platform, outcome) DO UPDATE SET count = p.count + excluded.count
+            """,
+        testNotifications: "SELECT DISTINCT notification_id FROM dispatch.test_results",
+        // Ids compare byte by byte, as SQLite compares them, whatever the database's collation.
+        testResults: """
+            SELECT installation_id, platform, push_channel, outcome, success FROM dispatch.test_results
+            WHERE notification_id = $1 ORDER BY delivery_id COLLATE "C"
+            """,
+        backlog: "SELECT DISTINCT installation_id FROM dispatch.deliveries WHERE acked_at IS NULL AND expires_at > $1 AND platform IS NULL",
+        backlogOfShards: """
+            SELECT DISTINCT installation_id FROM dispatch.deliveries
+            WHERE acked_at IS NULL AND expires_at > $1 AND platform IS NULL AND shard = ANY($2::int[])
+            """,
+        pending: """
+            SELECT d.delivery_id, d.notification_id, d.template, coalesce(p.body, ''), d.expires_at, d.rich
+            FROM dispatch.deliveries d LEFT JOIN dispatch.payloads p ON p.id = d.payload_id
+            WHERE d.installation_id = $1 AND d.acked_at IS NULL AND d.expires_at > $2
+            ORDER BY d.seq LIMIT $3
+            """,
+        pendingPush: """
+            SELECT d.delivery_id, d.notification_id, d.installation_id, d.platform, d.push_channel, coalesce(p.body, ''), d.headers, d.expires_at
+            FROM dispatch.deliveries d LEFT JOIN dispatch.payloads p ON p.id = d.payload_id
+            WHERE d.platform IS NOT NULL AND d.acked_at IS NULL AND d.expires_at > $1
+            ORDER BY d.seq LIMIT $2
+            """,
+        pendingPushOfShards: """
+            SELECT d.delivery_id, d.notification_id, d.installation_id, d.platform, d.push_channel, coalesce(p.body, ''), d.headers, d.expires_at
+            FROM dispatch.deliveries d LEFT JOIN dispatch.payloads p ON p.id = d.payload_id
+            WHERE d.platform IS NOT NULL AND d.acked_at IS NULL AND d.expires_at > $1 AND d.shard = ANY($3::int[])
+            ORDER BY d.seq LIMIT $2
+            """,
+        outcome: """
+            SELECT state, enqueued_at, started_at, ended_at, targets, delivered, acknowledged, expired, failed
+            FROM dispatch.outcomes WHERE notification_id = $1
+            """,
+        platformOutcomes: "SELECT platform, outcome, count FROM dispatch.platform_outcomes WHERE notification_id = $1",
+        openDeliveries: "SELECT count(*) FROM dispatch.deliveries WHERE acked_at IS NULL",
+        outcomeTotals: """
+            SELECT count(*), coalesce(sum(targets),0), coalesce(sum(delivered),0), coalesce(sum(acknowledged),0),
+                   coalesce(sum(expired),0), coalesce(sum(failed),0)
+            FROM dispatch.outcomes
+            """,
+        purge: [
+            ("DELETE FROM dispatch.deliveries WHERE acked_at IS NOT NULL AND acked_at < $1", 86_400),
+            ("""
+             DELETE FROM dispatch.outcomes o WHERE ended_at < $1
+               AND NOT EXISTS (SELECT 1 FROM dispatch.deliveries d WHERE d.notification_id = o.notification_id)
+             """, 7 * 86_400),
+            ("""
+             DELETE FROM dispatch.payloads p
+             WHERE NOT EXISTS (SELECT 1 FROM dispatch.deliveries d WHERE d.notification_id = p.notification_id)
+             """, nil),
+            ("""
+             DELETE FROM dispatch.platform_outcomes t
+             WHERE NOT EXISTS (SELECT 1 FROM dispatch.outcomes o WHERE o.notification_id = t.notification_id)
+             """, nil),
+            ("""
+             DELETE FROM dispatch.test_results t
+             WHERE NOT EXISTS (SELECT 1 FROM dispatch.outcomes o WHERE o.notification_id = t.notification_id)
+             """, nil),
+            ("DELETE FROM dispatch.dispatchers WHERE seen_at < $1", 86_400),
+        ],
+        heartbeat: """
+            INSERT INTO dispatch.dispatchers (id, endpoint, seen_at) VALUES ($1, $2, $3)
+            ON CONFLICT (id) DO UPDATE SET endpoint = excluded.endpoint, seen_at = excluded.seen_at
+            """,
+        liveDispatchers: "SELECT count(*) FROM dispatch.dispatchers WHERE seen_at > $1",
+        renewLeases: "UPDATE dispatch.leases SET expires_at = $1 WHERE owner = $2 RETURNING shard",
+        // Rows another claimer has locked are skipped, not waited for; one it has just taken no
+        // longer matches once its claim commits.
+        claimLeases: """
+            UPDATE dispatch.leases SET owner = $1, endpoint = $2, expires_at = $3
+            WHERE shard IN (
+                SELECT shard FROM dispatch.leases WHERE owner IS NULL OR expires_at <= $4
+                ORDER BY shard LIMIT $5 FOR UPDATE SKIP LOCKED)
+            RETURNING shard
+            """,
+        releaseLeases: "UPDATE dispatch.leases SET owner = NULL, endpoint = NULL, expires_at = 0 WHERE owner = $1 AND shard = ANY($2::int[])",
+        leaseOwners: "SELECT shard, endpoint FROM dispatch.leases WHERE owner IS NOT NULL AND expires_at > $1",
+        shards: { "{" + $0.sorted().map(String.init).joined(separator: ",") + "}" })
+
+    let url: String
+    let connection: PostgresConnection
+    let ledger = DeliveryLedger()
+
+    /// Connects, makes the schema when it is missing, and brings it to the code's version.
+    init(url: String) throws {
+        self.url = url
+        connection = try PostgresConnection(url: Self.withSettings(url))
+        try connection.migrate(Self.migrations, name: Self.schema)
+        ledger.testNotifications = try testNotificationIds()
+    }
+
+    /// `url` with the session's settings added to its options (which a reconnect sends again).
+    static func withSettings(_ url: String) -> String {
+        let setting = "-c%20synchronous_commit%3Doff"
+        guard var parts = URLComponents(string: url) else { return url }
+        var items = parts.percentEncodedQueryItems ?? []
+        if let index = items.firstIndex(where: { $0.name == "options" }) {
+            items[index].value = (items[index].value ?? "") + "%20" + setting
+        } else {
+            items.append(URLQueryItem(name: "options", value: setting))
+        }
+        parts.percentEncodedQueryItems = items
+        return parts.string ?? url
+    }
+
+    /// The connection, reset first when it was found broken and no transaction is under way on it.
+    private var db: PostgresConnection {
+        if !connection.isInTransaction { _ = connection.reconnectIfNeeded() }
+        return connection
+    }
+
+    func writeTurn(_ body: () throws -> Void) throws { try write(body) }
+
+    /// Each turn has committed already.
+    func flush() throws {}
+
+    func close() { connection.close() }
+
+    func transaction<T>(_ body: () throws -> T) throws -> T { try db.transaction(body) }
+
+    func query(_ sql: String, _ values: [(any StoreValue)?]) throws -> [PostgresRow] {
+        try db.query(sql, values.map { $0 })
+    }
+
+    @discardableResult
+    func run(_ sql: String, _ values: [(any StoreValue)?]) throws -> Int {
+        try db.run(sql, values.map { $0 })
+    }
+}

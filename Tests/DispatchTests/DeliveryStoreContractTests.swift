@@ -1,0 +1,381 @@
+import DispatchCore
+import Foundation
+import HubProtocol
+import Push
+import Storage
+import Testing
+
+@testable import NHDispatch
+
+/// What every engine of the dispatcher's store must do alike.
+@Suite("Delivery store contract")
+struct DeliveryStoreContractTests {
+    let now = Fixture.now
+
+    @Test("a record stores its deliveries, each payload once, opens the outcome and moves the cursor; recorded again it counts nothing twice",
+          arguments: StoreEngine.available)
+    func record(engine: StoreEngine) throws {
+        let store = try engine.makeStore()
+        let plans = [
+            Fixture.plan("n1", "a", payload: "A"), Fixture.plan("n1", "b", payload: "A"), Fixture.plan("n1", "c", payload: "A"),
+            Fixture.plan("n1", "d", payload: "B"),
+        ]
+        try store.record(Fixture.notification("n1", sequence: 7), plans: plans, sent: [plans[0].deliveryId], now: now)
+        #expect(try store.cursor() == 7)
+        #expect(try Fixture.rows("payloads", in: store) == 2)
+        #expect(try store.pending(for: "c", now: now).map(\.payload) == ["A"])
+        #expect(try store.pending(for: "d", now: now).map(\.payload) == ["B"])
+        var outcome = try #require(try store.outcome("n1"))
+        #expect(outcome.state == .completed && outcome.targets == 4 && outcome.delivered == 1)
+        #expect(outcome.startedAt == now && outcome.endedAt == now && outcome.enqueuedAt == now.addingTimeInterval(-1))
+
+        // A pull repeated after a restart: nothing counts again, and the cursor never goes back.
+        try store.record(Fixture.notification("n1", sequence: 7), plans: plans, sent: [plans[0].deliveryId], now: now)
+        try store.record(Fixture.notification("n0", sequence: 5), plans: [], sent: [], now: now)
+        outcome = try #require(try store.outcome("n1"))
+        #expect(outcome.targets == 4 && outcome.delivered == 1)
+        #expect(try store.cursor() == 7)
+        #expect(try store.outcome("n0")?.state == .noTargetFound)
+        #expect(try store.outcome("missing") == nil)
+    }
+
+    @Test("a notification past its expiry is abandoned: counted expired once, with no deliveries", arguments: StoreEngine.available)
+    func abandoned(engine: StoreEngine) throws {
+        let store = try engine.makeStore()
+        try store.record(Fixture.notification("old", sequence: 1, expiresIn: -1), plans: [Fixture.plan("old", "a")], sent: [], now: now)
+        let outcome = try #require(try store.outcome("old"))
+        #expect(outcome.state == .abandoned && outcome.expired == 1 && outcome.targets == 0)
+        #expect(try store.pending(for: "a", now: now).isEmpty)
+        #expect(try store.cursor() == 1)
+    }
+
+    @Test("a delivery counts as delivered at its first send only", arguments: StoreEngine.available)
+    func sentOnce(engine: StoreEngine) throws {
+        let store = try engine.makeStore()
+        let plans = [Fixture.plan("n", "a"), Fixture.plan("n", "b")]
+        try store.record(Fixture.notification("n", sequence: 1), plans: plans, sent: [], now: now)
+        #expect(try store.outcome("n")?.delivered == 0)
+        let deliveries = plans.map { Fixture.delivery($0, of: "n") }
+        try store.markSent([deliveries[0], deliveries[0], deliveries[1]], now: now)
+        try store.markSent(deliveries, now: now)
+        #expect(try store.outcome("n")?.delivered == 2)
+    }
+
+    @Test("acknowledgements count once, only from the installation a delivery was meant for", arguments: StoreEngine.available)
+    func acknowledgements(engine: StoreEngine) throws {
+        let store = try engine.makeStore()
+        let plans = [Fixture.plan("n", "a"), Fixture.plan("n", "b")]
+        try store.record(Fixture.notification("n", sequence: 1), plans: plans, sent: Set(plans.map(\.deliveryId)), now: now)
+        #expect(try store.acknowledge([plans[0].deliveryId], installationId: "b", now: now) == 0)
+        #expect(try store.acknowledge([plans[0].deliveryId, "unknown"], installationId: "a", now: now) == 1)
+        #expect(try store.acknowledge([plans[0].deliveryId], installationId: "a", now: now) == 0)
+        #expect(try store.pending(for: "a", now: now).isEmpty)
+        #expect(try store.pending(for: "b", now: now).map(\.deliveryId) == [plans[1].deliveryId])
+        let outcome = try #require(try store.outcome("n"))
+        #expect(outcome.acknowledged == 1 && outcome.delivered == 2)
+    }
+
+    @Test("a failure counts once, never as acknowledged, and only from its installation", arguments: StoreEngine.available)
+    func failures(engine: StoreEngine) throws {
+        let store = try engine.makeStore()
+        let plan = Fixture.plan("n", "a")
+        try store.record(Fixture.notification("n", sequence: 1), plans: [plan], sent: [], now: now)
+        let failure = DeliveryFailure(deliveryId: plan.deliveryId, reason: "rich payload unavailable")
+        try store.fail([failure], installationId: "b", now: now)
+        #expect(try store.outcome("n")?.failed == 0)
+        try store.fail([failure, failure], installationId: "a", now: now)
+        try store.fail([failure], installationId: "a", now: now)
+        #expect(try store.acknowledge([plan.deliveryId], installationId: "a", now: now) == 0)
+        let outcome = try #require(try store.outcome("n"))
+        #expect(outcome.failed == 1 && outcome.acknowledged == 0)
+        #expect(try store.pending(for: "a", now: now).isEmpty)
+        #expect(try store.backlog(now: now).isEmpty)
+    }
+
+    @Test("a delivery the hub has no path for fails at once, under its outcome name", arguments: StoreEngine.available)
+    func unreachable(engine: StoreEngine) throws {
+        let store = try engine.makeStore()
+        let plans = [Fixture.plan("n", "a", platform: .wns, unreachable: "PnsUnavailable"), Fixture.plan("n", "b")]
+        try store.record(Fixture.notification("n", sequence: 1), plans: plans, sent: [], now: now)
+        try store.record(Fixture.notification("n", sequence: 1), plans: plans, sent: [], now: now)
+        let outcome = try #require(try store.outcome("n"))
+        #expect(outcome.targets == 2 && outcome.failed == 1)
+        #expect(outcome.platforms?["wns"] == ["Targets": 1, "PnsUnavailable": 1])
+        #expect(try store.pending(for: "a", now: now).isEmpty)
+        #expect(try store.pendingPush(now: now).isEmpty)
+    }
+
+    @Test("expiry removes open deliveries, counting each once, per platform too", arguments: StoreEngine.available)
+    func expiry(engine: StoreEngine) throws {
+        let store = try engine.makeStore()
+        let plans = [
+            Fixture.plan("n", "a", expiresIn: 10), Fixture.plan("n", "b", expiresIn: 10), Fixture.plan("n", "p", platform: .apns, expiresIn: 10),
+            Fixture.plan("n", "late", expiresIn: 100),
+        ]
+        try store.record(Fixture.notification("n", sequence: 1), plans: plans, sent: [plans[0].deliveryId], now: now)
+        #expect(try store.acknowledge([plans[1].deliveryId], installationId: "b", now: now) == 1)
+        #expect(try store.expire(now: now.addingTimeInterval(9)) == 0)
+        #expect(try store.expire(now: now.addingTimeInterval(10)) == 2)
+        #expect(try store.expire(now: now.addingTimeInterval(11)) == 0)
+        let outcome = try #require(try store.outcome("n"))
+        #expect(outcome.expired == 2 && outcome.acknowledged == 1)
+        #expect(outcome.platforms?["apns"]?["Expired"] == 1)
+        #expect(outcome.platforms?["linux"]?["Expired"] == 1)
+        #expect(try store.pending(for: "late", now: now.addingTimeInterval(11)).count == 1)
+    }
+
+    @Test("pending deliveries come oldest first, up to a limit; the backlog names agents with open deliveries",
+          arguments: StoreEngine.available)
+    func pendingAndBacklog(engine: StoreEngine) throws {
+        let store = try engine.makeStore()
+        for (index, id) in ["n3", "n1", "n2"].enumerated() {
+            try store.record(
+                Fixture.notification(id, sequence: UInt64(index + 1)),
+                plans: [Fixture.plan(id, "a", payload: id), Fixture.plan(id, "b", expiresIn: 5), Fixture.plan(id, "p", platform: .fcmv1)],
+                sent: [], now: now)
+        }
+        #expect(try store.pending(for: "a", now: now).map(\.notificationId) == ["n3", "n1", "n2"])
+        #expect(try store.pending(for: "a", now: now, limit: 2).map(\.payload) == ["n3", "n1"])
+        let first = try #require(try store.pending(for: "a", now: now).first)
+        #expect(first.installationId == "a" && first.expiresAt == now.addingTimeInterval(3_600) && first.template == nil)
+        #expect(try store.backlog(now: now) == ["a", "b"])
+        #expect(try store.backlog(now: now.addingTimeInterval(6)) == ["a"])
+        _ = try store.acknowledge(["n3/a/native", "n1/a/native", "n2/a/native"], installationId: "a", now: now)
+        #expect(try store.backlog(now: now.addingTimeInterval(6)).isEmpty)
+    }
+
+    @Test("a rich delivery keeps its reference", arguments: StoreEngine.available)
+    func rich(engine: StoreEngine) throws {
+        let store = try engine.makeStore()
+        var plan = Fixture.plan("n", "a")
+        plan.rich = RichReference(richId: "abc", richType: "image", message: "look", contentType: "image/png", size: 3)
+        plan.template = "t"
+        try store.record(Fixture.notification("n", sequence: 1), plans: [plan], sent: [], now: now)
+        let delivery = try #require(try store.pending(for: "a", now: now).first)
+        #expect(delivery.rich == plan.rich && delivery.template == "t")
+    }
+
+    @Test("push deliveries wait until a push service answers; each answer counts under its outcome", arguments: StoreEngine.available)
+    func push(engine: StoreEngine) throws {
+        let store = try engine.makeStore()
+        let platforms: [Platform] = [.apns, .fcmv1, .browser, .apns]
+        let plans = platforms.enumerated().map { Fixture.plan("n", "p\($0.offset)", payload: "{\"n\":\($0.offset)}", platform: $0.element) }
+            + [Fixture.plan("n", "agent")]
+        try store.record(Fixture.notification("n", sequence: 1), plans: plans, sent: [], now: now)
+        let pending = try store.pendingPush(now: now)
+        #expect(pending.map(\.installationId) == ["p0", "p1", "p2", "p3"])
+        #expect(pending[0].platform == .apns && pending[0].pushChannel == "channel-p0" && pending[0].payload == "{\"n\":0}")
+        #expect(pending[0].headers == ["apns-priority": "10"] && pending[0].notificationId == "n")
+        #expect(try store.pendingPush(now: now, limit: 2).count == 2)
+        #expect(try store.backlog(now: now) == ["agent"])
+
+        try store.pushed([
+            (pending[0], .delivered), (pending[0], .delivered), (pending[1], .channelExpired(reason: "Unregistered")),
+            (pending[2], .failed(outcome: "WrongToken", reason: "bad key")), (pending[3], .retry(reason: "503", after: nil)),
+        ], now: now)
+        #expect(try store.pendingPush(now: now).map(\.installationId) == ["p3"])
+        let outcome = try #require(try store.outcome("n"))
+        #expect(outcome.delivered == 1 && outcome.acknowledged == 1 && outcome.failed == 2 && outcome.targets == 5)
+        #expect(outcome.platforms?["apns"] == ["Targets": 2, "Success": 1])
+        #expect(outcome.platforms?["fcmv1"] == ["Targets": 1, "ExpiredChannel": 1])
+        #expect(outcome.platforms?["browser"] == ["Targets": 1, "WrongToken": 1])
+        // What the aggregate counts say beyond the push services' is the Linux agent's.
+        #expect(outcome.platforms?["linux"] == ["Targets": 1, "Delivered": 0, "Success": 0, "Expired": 0, "Failed": 0])
+    }
+
+    @Test("outcomes per platform: the Linux agents' counts are what the totals say beyond the push services'",
+          arguments: StoreEngine.available)
+    func linuxDerivation(engine: StoreEngine) throws {
+        let store = try engine.makeStore()
+        let plans = [
+            Fixture.plan("n", "a"), Fixture.plan("n", "b"), Fixture.plan("n", "c", expiresIn: 5), Fixture.plan("n", "d"),
+            Fixture.plan("n", "p", platform: .apns, expiresIn: 5), Fixture.plan("n", "q", platform: .apns),
+        ]
+        try store.record(Fixture.notification("n", sequence: 1), plans: plans, sent: Set(plans.prefix(4).map(\.deliveryId)), now: now)
+        _ = try store.acknowledge([plans[0].deliveryId], installationId: "a", now: now)
+        try store.fail([DeliveryFailure(deliveryId: plans[1].deliveryId, reason: "gave up")], installationId: "b", now: now)
+        let push = try store.pendingPush(now: now)
+        try store.pushed([(try #require(push.first { $0.installationId == "q" }), .delivered)], now: now)
+        #expect(try store.expire(now: now.addingTimeInterval(5)) == 2)
+        let outcome = try #require(try store.outcome("n"))
+        #expect(outcome.platforms?["apns"] == ["Targets": 2, "Success": 1, "Expired": 1])
+        #expect(outcome.platforms?["linux"] == ["Targets": 4, "Delivered": 4, "Success": 1, "Expired": 1, "Failed": 1])
+        #expect(try store.outcome("none")?.platforms == nil)
+    }
+
+    @Test("a test send keeps what became of its first ten targets", arguments: StoreEngine.available)
+    func testResults(engine: StoreEngine) throws {
+        let store = try engine.makeStore()
+        var plans = (0..<12).map { Fixture.plan("t", String(format: "d%02d", $0)) }
+        plans[3] = Fixture.plan("t", "d03", platform: .apns)
+        plans[4] = Fixture.plan("t", "d04", platform: .wns, unreachable: "PnsUnavailable")
+        plans[5] = Fixture.plan("t", "d05", expiresIn: 5)
+        try store.record(Fixture.notification("t", sequence: 1, test: true), plans: plans, sent: [], now: now)
+        try store.record(Fixture.notification("plain", sequence: 2), plans: [Fixture.plan("plain", "d00")], sent: [], now: now)
+        #expect(try store.testResults("plain") == nil)
+        #expect(try store.testResults("none") == nil)
+
+        _ = try store.acknowledge([plans[0].deliveryId, "plain/d00/native"], installationId: "d00", now: now)
+        try store.fail([DeliveryFailure(deliveryId: plans[1].deliveryId, reason: "gave up")], installationId: "d01", now: now)
+        let push = try #require(try store.pendingPush(now: now).first)
+        try store.pushed([(push, .channelExpired(reason: "Unregistered"))], now: now)
+        _ = try store.expire(now: now.addingTimeInterval(5))
+        _ = try store.acknowledge([plans[11].deliveryId], installationId: "d11", now: now)
+
+        let results = try #require(try store.testResults("t")).results
+        #expect(results.map(\.installationId) == (0..<10).map { String(format: "d%02d", $0) })
+        #expect(results[0].success && results[0].outcome == "The Notification was successfully sent to the Push Notification System")
+        #expect(!results[1].success && results[1].outcome == "gave up")
+        #expect(results[3].outcome == "The Push Notification System handle for the registration is invalid (Unregistered)")
+        #expect(results[3].platform == "apns")
+        #expect(results[4].outcome == "PnsUnavailable: the hub has no delivery path to wns installations")
+        #expect(results[5].outcome == "Expired before the device acknowledged it")
+        #expect(results[2].outcome == nil && !results[2].success && results[2].pushChannel == "channel-d02")
+    }
+
+    @Test("purge drops closed deliveries after a day, outcomes after a week, and what hangs on them", arguments: StoreEngine.available)
+    func purge(engine: StoreEngine) throws {
+        let store = try engine.makeStore()
+        let day: TimeInterval = 86_400
+        let old = [Fixture.plan("old", "a", expiresIn: 30 * day), Fixture.plan("old", "b")]
+        try store.record(Fixture.notification("old", sequence: 1, test: true), plans: old, sent: [], now: now)
+        try store.fail([DeliveryFailure(deliveryId: old[0].deliveryId, reason: "gave up")], installationId: "a", now: now)
+        _ = try store.acknowledge([old[1].deliveryId], installationId: "b", now: now)
+        let kept = Fixture.plan("kept", "a", expiresIn: 30 * day)
+        try store.record(Fixture.notification("kept", sequence: 2), plans: [kept], sent: [], now: now)
+        try store.heartbeat(id: "gone", endpoint: "tcp://gone", now: now)
+
+        try store.purge(now: now.addingTimeInterval(2 * day))
+        #expect(try store.outcome("old") != nil)
+        #expect(try Fixture.rows("deliveries", in: store) == 1)
+        #expect(try Fixture.rows("payloads", in: store) == 1)
+        #expect(try store.liveDispatchers(now: now.addingTimeInterval(2 * day), within: 3 * day) == 0)
+
+        try store.purge(now: now.addingTimeInterval(8 * day))
+        #expect(try store.outcome("old") == nil)
+        #expect(try store.testResults("old") == nil)
+        #expect(try Fixture.rows("platform_outcomes", in: store) == 1)
+        #expect(try store.outcome("kept") != nil)
+        #expect(try store.pending(for: "a", now: now).map(\.deliveryId) == [kept.deliveryId])
+    }
+
+    @Test("totals count open deliveries and sum the outcomes", arguments: StoreEngine.available)
+    func totals(engine: StoreEngine) throws {
+        let store = try engine.makeStore()
+        #expect(try store.totals()["notificationsTotal"] == "0")
+        let plans = [Fixture.plan("n", "a"), Fixture.plan("n", "b"), Fixture.plan("n", "c")]
+        try store.record(Fixture.notification("n", sequence: 1), plans: plans, sent: [plans[0].deliveryId], now: now)
+        try store.record(Fixture.notification("m", sequence: 2), plans: [], sent: [], now: now)
+        _ = try store.acknowledge([plans[0].deliveryId], installationId: "a", now: now)
+        let totals = try store.totals()
+        #expect(totals["pendingDeliveries"] == "2" && totals["notificationsTotal"] == "2" && totals["targetsTotal"] == "3")
+        #expect(totals["deliveredTotal"] == "1" && totals["acknowledgedTotal"] == "1" && totals["failedTotal"] == "0")
+    }
+
+    @Test("a turn's writes stand or fall together, and what was flushed is there after a reopen", arguments: StoreEngine.available)
+    func turns(engine: StoreEngine) throws {
+        let store = try engine.makeStore()
+        struct Refused: Error {}
+        #expect(throws: Refused.self) {
+            try store.writeTurn {
+                try store.record(Fixture.notification("lost", sequence: 1), plans: [Fixture.plan("lost", "a")], sent: [], now: now)
+                throw Refused()
+            }
+        }
+        #expect(try store.outcome("lost") == nil && store.cursor() == 0 && store.pending(for: "a", now: now).isEmpty)
+        let plan = Fixture.plan("kept", "a")
+        try store.writeTurn {
+            try store.record(Fixture.notification("kept", sequence: 2), plans: [plan], sent: [plan.deliveryId], now: now)
+            try store.markSent([Fixture.delivery(plan, of: "kept")], now: now)
+        }
+        try store.writeTurn { _ = try store.acknowledge([plan.deliveryId], installationId: "a", now: now) }
+        try store.flush()
+        let reopened = try reopen(store)
+        #expect(try reopened.cursor() == 2)
+        let outcome = try #require(try reopened.outcome("kept"))
+        #expect(outcome.delivered == 1 && outcome.acknowledged == 1)
+        store.close()
+    }
+
+    /// A second store on the same database.
+    private func reopen(_ store: any DeliveryStore) throws -> any DeliveryStore {
+        if let store = store as? SQLiteDeliveryStore {
+            return try SQLiteDeliveryStore(database: try SQLiteDatabase(path: store.database.path))
+        }
+        let store = try #require(store as? PostgresDeliveryStore)
+        return try PostgresDeliveryStore(url: store.url)
+    }
+
+    // MARK: Shards
+
+    @Test("each owned shard's cursor moves to what was recorded for it, never back; the one cursor stays",
+          arguments: StoreEngine.available)
+    func shardCursors(engine: StoreEngine) throws {
+        let store = try engine.makeStore()
+        #expect(try store.shardCursors() == Dictionary(uniqueKeysWithValues: (0..<Shards.count).map { ($0, UInt64(0)) }))
+        try store.record(Fixture.notification("n5", sequence: 5), plans: [], sent: [], shards: [1, 2], now: now)
+        try store.record(Fixture.notification("n3", sequence: 3), plans: [], sent: [], shards: [2, 3], now: now)
+        var cursors = try store.shardCursors()
+        #expect(cursors[1] == 5 && cursors[2] == 5 && cursors[3] == 3 && cursors[0] == 0)
+        #expect(try store.cursor() == 0)
+        // What one dispatcher planned counts for every shard.
+        try store.record(Fixture.notification("n4", sequence: 4), plans: [], sent: [], now: now)
+        cursors = try store.shardCursors()
+        #expect(cursors[1] == 5 && cursors[3] == 4 && cursors[63] == 4)
+    }
+
+    @Test("backlog and push reads keep to the shards asked for", arguments: StoreEngine.available)
+    func shardReads(engine: StoreEngine) throws {
+        let store = try engine.makeStore()
+        let (a, b) = (Fixture.installation(inShard: 4), Fixture.installation(inShard: 9))
+        let (pa, pb) = (Fixture.installation(inShard: 4, "p"), Fixture.installation(inShard: 9, "p"))
+        let plans = [Fixture.plan("n", a), Fixture.plan("n", b), Fixture.plan("n", pa, platform: .apns), Fixture.plan("n", pb, platform: .apns)]
+        try store.record(Fixture.notification("n", sequence: 1), plans: plans, sent: [], shards: [4, 9], now: now)
+        #expect(try store.backlog(now: now, shards: [4]) == [a])
+        #expect(try store.backlog(now: now, shards: [9, 10]) == [b])
+        #expect(try store.backlog(now: now, shards: []).isEmpty)
+        #expect(try store.backlog(now: now, shards: nil) == [a, b])
+        #expect(try store.pendingPush(now: now, limit: 10, shards: [9]).map(\.installationId) == [pb])
+        #expect(try store.pendingPush(now: now, limit: 10, shards: nil).count == 2)
+    }
+
+    @Test("leases: claimed only where vacant or expired, renewed, released, and their owners' endpoints known",
+          arguments: StoreEngine.available)
+    func leases(engine: StoreEngine) throws {
+        let store = try engine.makeStore()
+        let until = now.addingTimeInterval(10)
+        let first = try store.claimLeases(owner: "d1", endpoint: "tcp://d1", count: 40, now: now, until: until)
+        #expect(first == Set(0..<40))
+        let second = try store.claimLeases(owner: "d2", endpoint: "tcp://d2", count: 40, now: now, until: until)
+        #expect(second == Set(40..<64))
+        #expect(try store.claimLeases(owner: "d3", endpoint: "tcp://d3", count: 1, now: now, until: until).isEmpty)
+        #expect(try store.claimLeases(owner: "d3", endpoint: "tcp://d3", count: 0, now: now.addingTimeInterval(60), until: until).isEmpty)
+        var owners = try store.leaseOwners(now: now)
+        #expect(owners.count == 64 && owners[0] == "tcp://d1" && owners[63] == "tcp://d2")
+
+        // d1 renews; d2's leases expire, and another takes them.
+        #expect(try store.renewLeases(owner: "d1", until: now.addingTimeInterval(30)) == first)
+        let later = now.addingTimeInterval(10)
+        #expect(try store.leaseOwners(now: later).count == 40)
+        #expect(try store.claimLeases(owner: "d3", endpoint: "tcp://d3", count: 64, now: later, until: later.addingTimeInterval(10)) == second)
+        #expect(try store.renewLeases(owner: "d2", until: later.addingTimeInterval(10)).isEmpty)
+
+        // Released, a shard is free at once.
+        try store.releaseLeases(owner: "d2", shards: [0])
+        try store.releaseLeases(owner: "d1", shards: [0, 1])
+        owners = try store.leaseOwners(now: later)
+        #expect(owners[0] == nil && owners[1] == nil && owners[2] == "tcp://d1" && owners[40] == "tcp://d3")
+        #expect(try store.claimLeases(owner: "d3", endpoint: "tcp://d3", count: 5, now: later, until: later.addingTimeInterval(10)) == [0, 1])
+        #expect(try store.renewLeases(owner: "d1", until: later.addingTimeInterval(10)) == Set(2..<40))
+    }
+
+    @Test("heartbeats tell how many dispatchers are alive", arguments: StoreEngine.available)
+    func heartbeats(engine: StoreEngine) throws {
+        let store = try engine.makeStore()
+        try store.heartbeat(id: "d1", endpoint: "tcp://old", now: now)
+        try store.heartbeat(id: "d1", endpoint: "tcp://d1", now: now.addingTimeInterval(5))
+        try store.heartbeat(id: "d2", endpoint: "tcp://d2", now: now)
+        #expect(try store.liveDispatchers(now: now.addingTimeInterval(6), within: 10) == 2)
+        #expect(try store.liveDispatchers(now: now.addingTimeInterval(12), within: 10) == 1)
+    }
+}

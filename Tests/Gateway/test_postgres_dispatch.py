@@ -1,0 +1,104 @@
+"""The dispatcher's store on PostgreSQL (beside the registry's): breaking news reaches an agent and a
+phone, the outcome is Completed, and a dispatcher killed and started again loses nothing: what it
+had sent is not sent again, what came while it was down goes out, an agent that was away gets its
+backlog, and a push the service had not taken goes to it. Runs on the server NH_TEST_POSTGRES names
+(`make test` starts a throwaway one); skipped without it."""
+import json
+import os
+import subprocess
+
+import pytest
+import requests
+
+from conftest import BIN, Hub, json_lines, needs_postgres, postgres_database, wait_until
+from test_push import APPLE_TEMPLATE, dispatcher, push_config, register, settled, token, write_config
+
+API = "api-version=2015-01"
+pytestmark = needs_postgres
+
+
+@pytest.fixture(scope="module")
+def hub(standins):
+    hub = Hub(prefix="nh-pg-dispatch-", settings={"NH_STORE": postgres_database("nh_dispatch")})
+    hub.env["NH_CONFIG"] = write_config(hub, push_config(standins))
+    hub.agent_env = {"NH_AGENT_HOME": os.path.join(hub.data, "agent"), "NH_AGENT_INSTALLATION_ID": "pg-agent"}
+    hub.agent_output = os.path.join(hub.data, "agent.jsonl")
+    assert hub.start_services()
+    subprocess.run([os.path.join(BIN, "nh-agent"), "subscribe", "Breaking"], env={**hub.env, **hub.agent_env}, check=True, capture_output=True)
+    start_agent(hub)
+    yield hub
+    hub.stop_all()
+
+
+def start_agent(hub):
+    hub.start("agent", "nh-agent", env=hub.agent_env, stdout=open(hub.agent_output, "ab"))
+    assert wait_until(lambda: dispatcher(hub).get("agents") == "1", timeout=30)
+
+
+def send(hub, message):
+    r = requests.post(f"{hub.base}/hub/messages?{API}", data=json.dumps({"messageParam": message, "message": message}),
+                      headers={"Authorization": hub.token(), "Content-Type": "application/json",
+                               "ServiceBusNotification-Format": "template", "ServiceBusNotification-Tags": "Breaking"})
+    assert r.status_code == 201, r.text
+    return r
+
+
+def shown(hub, message):
+    """How many times the agent showed `message`."""
+    return sum(1 for line in json_lines(hub.agent_output) if line.get("payload", {}).get("message") == message)
+
+
+def query(hub, sql):
+    return subprocess.run(["psql", hub.env["NH_STORE"], "-tAc", sql], check=True, capture_output=True, text=True).stdout.strip()
+
+
+def test_breaking_news_reaches_an_agent_and_a_phone_from_the_shared_store(hub, standins):
+    register(hub, "pg-phone", "apns", token(7), APPLE_TEMPLATE, ["Breaking"])
+    assert wait_until(lambda: int(dispatcher(hub).get("installations", 0)) >= 2, timeout=15)
+    response = send(hub, "Breaking: stored in PostgreSQL")
+    assert wait_until(lambda: shown(hub, "Breaking: stored in PostgreSQL") == 1)
+    assert standins.apple.wait_for(lambda r: r["token"] == token(7) and r["status"] == 200, timeout=15)
+    settled(hub, response, "linux", "Success")
+    settled(hub, response, "apns", "Success")
+    r = requests.get(response.headers["Location"], headers={"Authorization": hub.token(), "Accept": "application/json"})
+    assert r.json()["state"] == "Completed"
+    assert r.json()["platforms"]["apns"] == {"Targets": 1, "Success": 1}
+    # The dispatcher keeps nothing of its own: its state is in the schema dispatch.
+    assert not os.path.exists(os.path.join(hub.data, "dispatch.db"))
+    assert int(query(hub, "SELECT count(*) FROM dispatch.outcomes")) >= 1
+    assert int(query(hub, "SELECT after FROM dispatch.cursor")) == int(dispatcher(hub)["cursor"]) >= 1
+
+
+def test_a_dispatcher_killed_and_started_again_loses_nothing(hub, standins):
+    before = send(hub, "Before the restart")
+    assert wait_until(lambda: shown(hub, "Before the restart") == 1)
+    settled(hub, before, "linux", "Success")
+    settled(hub, before, "apns", "Success")
+    cursor = int(dispatcher(hub)["cursor"])
+
+    # The phone's push service is down: the push stays in the store, unanswered.
+    standins.apple.down()
+    stuck = send(hub, "Pushed after the restart")
+    assert standins.apple.wait_for(lambda r: r["token"] == token(7) and r["status"] == 503, timeout=15)
+    assert wait_until(lambda: shown(hub, "Pushed after the restart") == 1)
+    hub.stop("agent")
+    hub.kill("nh-dispatch")
+
+    # While the dispatcher and the agent are away.
+    missed = [send(hub, f"While away {i}") for i in range(3)]
+    standins.apple.down(False)
+    hub.start("nh-dispatch")
+    start_agent(hub)
+
+    for i in range(3):
+        assert wait_until(lambda: shown(hub, f"While away {i}") == 1, timeout=30), f"While away {i}"
+    settled(hub, stuck, "apns", "Success", timeout=30)
+    for response in missed:
+        settled(hub, response, "linux", "Success", timeout=30)
+        settled(hub, response, "apns", "Success", timeout=30)
+    assert int(dispatcher(hub)["cursor"]) == cursor + 4
+    # What went out before the kill does not go out again.
+    assert shown(hub, "Before the restart") == 1 and shown(hub, "Pushed after the restart") == 1
+    assert len(standins.apple.wait_for(lambda r: r["token"] == token(7) and r["status"] == 200, count=99, timeout=1)) == 6
+    details = requests.get(stuck.headers["Location"], headers={"Authorization": hub.token(), "Accept": "application/json"}).json()
+    assert details["state"] == "Completed" and details["platforms"]["apns"] == {"Targets": 1, "Success": 1}
