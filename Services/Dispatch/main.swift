@@ -142,7 +142,7 @@ ServiceMain.run(name: "nh-dispatch", summary: "the dispatcher: resolves targets 
                 let sentIds = Set(turn.sent.map(\.deliveryId))
                 var recorded = Set<String>()
                 for (notification, plans) in turn.records {
-                    try store.record(notification, plans: plans, sent: sentIds, now: now)
+                    try store.record(notification, plans: plans, sent: sentIds, shards: core.shards?.owned, now: now)
                     if !sentIds.isEmpty { recorded.formUnion(plans.map(\.deliveryId)) }
                 }
                 try store.markSent(recorded.isEmpty ? turn.sent : turn.sent.filter { !recorded.contains($0.deliveryId) }, now: now)
@@ -189,7 +189,16 @@ ServiceMain.run(name: "nh-dispatch", summary: "the dispatcher: resolves targets 
         try replica.pump()
         commit()
     }
-    perform(core.on(.backlog(try store.backlog(now: Date())), now: Date()))
+    // On a shared store, several dispatchers split the agents by shard (ShardLeaseKeeper); on
+    // SQLite one dispatcher serves them all.
+    let shared = config.storeIsPostgres
+    let advertise = config.dispatch.advertise ?? agents.lastEndpoint
+    if shared, advertise.contains("0.0.0.0") || advertise.contains("*") {
+        throw ConfigError("dispatch.advertise must be an address agents can reach, not '\(advertise)'; set it to this host's address and port")
+    }
+    let leasePeriod = max(3.0, 3 * Double(config.heartbeatMs) / 1000)
+    let leases = ShardLeaseKeeper(store: store, id: advertise, period: leasePeriod)
+    if !shared { perform(core.on(.backlog(try store.backlog(now: Date())), now: Date())) }
 
     // What push services had not taken when the dispatcher last stopped goes to them again, a
     // page at a time: the next page once most of the last one is done (the push center takes
@@ -198,12 +207,12 @@ ServiceMain.run(name: "nh-dispatch", summary: "the dispatcher: resolves targets 
     var resuming = true
     func resumePush() throws {
         guard resuming, push.pending < resumePage / 2 else { return }
-        let unsent = try store.pendingPush(now: Date(), limit: resumePage)
+        let unsent = try store.pendingPush(now: Date(), limit: resumePage, shards: core.shards?.owned)
         for message in unsent { push.submit(message) }
         resuming = unsent.count == resumePage
         if !unsent.isEmpty { logger.info("push deliveries resumed", ("count", unsent.count)) }
     }
-    try resumePush()
+    if !shared { try resumePush() }
 
     // A push service's answers: recorded in the turn's writes. A channel the service says is gone
     // takes its installation with it, unless the device has registered a new channel since.
@@ -232,7 +241,11 @@ ServiceMain.run(name: "nh-dispatch", summary: "the dispatcher: resolves targets 
         var details: [String: String] = [:]
         details["installations"] = String(core.index.count)
         details["registrySequence"] = replica.tracker.position.map(String.init) ?? "none"
-        details["cursor"] = String((try? store.cursor()) ?? 0)
+        details["cursor"] = String(pullCursor() ?? 0)
+        if let shards = core.shards {
+            details["shards"] = String(shards.owned.count)
+            details["redirectedTotal"] = String(core.counters.redirected)
+        }
         details["agents"] = String(core.sessionCount)
         details["inFlight"] = String(core.inFlightCount)
         details["backlogInstallations"] = String(core.backlogCount)
@@ -281,8 +294,14 @@ ServiceMain.run(name: "nh-dispatch", summary: "the dispatcher: resolves targets 
     context.onShutdown { publish.close() }
     var pulling = false
     var pullLimit = 100
+    /// Where the next pull starts: the stored cursor, or with shards the least of the owned shards'
+    /// cursors (each shard then plans only what is past its own). Nil while no shard is held.
+    func pullCursor() -> UInt64? {
+        guard let shards = core.shards else { return try? store.cursor() }
+        return shards.owned.map { shards.cursors[$0] ?? 0 }.min()
+    }
     func pull() {
-        guard !pulling, replica.tracker.position != nil, let after = try? store.cursor() else { return }
+        guard !pulling, replica.tracker.position != nil, let after = pullCursor() else { return }
         pulling = true
         publish.forward(PendingNotificationsRequest(after: after, limit: pullLimit)) { result in
             pulling = false
@@ -317,7 +336,7 @@ ServiceMain.run(name: "nh-dispatch", summary: "the dispatcher: resolves targets 
         while let frames = try hints.receive(wait: false) {
             if let message = try? SequencedMessage(frames: frames) { latest = max(latest, message.sequence) }
         }
-        if latest > (try store.cursor()) { pull() }
+        if let cursor = pullCursor(), latest > cursor { pull() }
     }
 
     // The sync store's stream: a user's notifications changed, so signal that user's other devices.
@@ -411,7 +430,28 @@ ServiceMain.run(name: "nh-dispatch", summary: "the dispatcher: resolves targets 
         perform(core.on(.tick, now: Date()))
         commit()
     }
+    // The leases, each heartbeat: shards taken bring their waiting deliveries (agents' from the
+    // store when they say hello, push services' at once); shards lost move their agents.
+    func keepLeases() throws {
+        guard shared, let change = leases.beat(now: Date()) else { return }
+        var map = change.map
+        // What this dispatcher planned is ahead of, or equal to, what the store says.
+        for (shard, cursor) in core.shards?.cursors ?? [:] where map.owned.contains(shard) {
+            map.cursors[shard] = max(map.cursors[shard] ?? 0, cursor)
+        }
+        perform(core.on(.shards(map), now: Date()))
+        logger.info("shards", ("held", map.owned.count), ("gained", change.gained.count))
+        if !change.gained.isEmpty {
+            perform(core.on(.backlog(try store.backlog(now: Date(), shards: change.gained)), now: Date()))
+            for message in try store.pendingPush(now: Date(), limit: resumePage, shards: change.gained) { push.submit(message) }
+            pull()
+        }
+        commit()
+    }
+    if shared { try keepLeases() }
+
     context.loop.every(milliseconds: config.heartbeatMs) {
+        try keepLeases()
         try resumePush()
         publish.expire()
         pull()
