@@ -129,6 +129,8 @@ enum Ctl {
         var pid: Int32?
         var uptimeSeconds: Double?
         var error: String?
+        /// The service's own figures (with --json), such as a dispatcher's agents and shards.
+        var details: [String: String]?
     }
 
     /// The status of the local agent's line when no agent runs on this host, or none ever ran.
@@ -163,6 +165,7 @@ enum Ctl {
                 line.status = reply.service == service ? reply.status : "wrong service: \(reply.service)"
                 line.pid = reply.pid
                 line.uptimeSeconds = reply.uptimeSeconds
+                line.details = json ? reply.details : nil
             } catch let error as HubError where service == "nh-agent" && [.unavailable, .timeout].contains(error.code) {
                 line.status = absentAgent
                 line.error = error.code == .unavailable

@@ -720,7 +720,7 @@ def request_verdict(service, frames, credentials, semantic=None, unique_keys=Fal
 # ---------------------------------------------------------------------------------------------
 # The oracle for the agent channel.
 
-AGENT_VERBS = {"hello", "ack", "welcome", "deliver", "signal", "error"}
+AGENT_VERBS = {"hello", "ack", "welcome", "deliver", "signal", "error", "redirect"}
 
 
 def agent_verdict(frames):
@@ -778,6 +778,11 @@ def agent_verdict(frames):
         return "frame", {"unknown_type"}
     if name == "error":
         return "frame", ({"unknown_type"} if fields(2) is not None else malformed)
+    if name == "redirect":
+        parts = fields(2)
+        if parts is None or not parts[1].startswith(("tcp://", "ipc://")) or "\n" in parts[1]:
+            return "frame", malformed
+        return "frame", {"unknown_type"}
     parts = fields(7)
     if parts is None or not whole(parts[3], *int64) or parts[0] == "":
         return "frame", malformed
