@@ -5,14 +5,20 @@ import Storage
 /// commit, and one sync to disk, then covers many requests, and nothing is announced or
 /// acknowledged before it is durable.
 public final class CommitGroup {
-    public let database: SQLiteDatabase
+    /// Runs its argument in one transaction of the service's store: SQLite's or PostgreSQL's.
+    private let transaction: (() -> Void) throws -> Void
     private var effects: [() throws -> Void] = []
     private var open = false
     /// Why the last group failed, as the message every request of that group gets.
     public private(set) var failureMessage = ""
 
-    public init(database: SQLiteDatabase) {
-        self.database = database
+    public convenience init(database: SQLiteDatabase) {
+        self.init { body in try database.transaction { body() } }
+    }
+
+    /// A group over any store that runs a body in one transaction, such as a PostgreSQL connection.
+    public init(transaction: @escaping (() -> Void) throws -> Void) {
+        self.transaction = transaction
     }
 
     /// Runs `effect` once the current group has committed, or now when no group is open.
@@ -33,7 +39,7 @@ public final class CommitGroup {
             effects.removeAll()
         }
         do {
-            try database.transaction { body() }
+            try transaction(body)
         } catch {
             failureMessage = CommitGroup.describe(error)
             return false

@@ -10,9 +10,10 @@ ServiceMain.run(name: "nh-publish", summary: "the publish service: accepts notif
     context.prepareKeys()
     let store: any PublishStore
     let rich: any RichStore
-    // SQLite: sends waiting at once share one commit; hints go out, and replies back, only after
-    // it. PostgreSQL: each send commits itself before its handler returns, and so before its reply.
-    var group: CommitGroup?
+    // Sends waiting at once share one commit, on either engine; hints go out, and replies back,
+    // only after it. (On PostgreSQL the sequence row stays locked until the group commits, so
+    // another publish process's sends wait for it, and numbers still commit in order.)
+    let group: CommitGroup
     if config.storeIsPostgres, let url = config.store {
         let postgres: PostgresPublishStore
         do {
@@ -21,6 +22,7 @@ ServiceMain.run(name: "nh-publish", summary: "the publish service: accepts notif
             throw ConfigError("store: cannot use the PostgreSQL store: \(error)")
         }
         context.onShutdown { postgres.connection.close() }
+        group = CommitGroup { body in try postgres.connection.transaction { body() } }
         store = postgres
         rich = PostgresRichStore(connection: postgres.connection)
         context.logger.info("store open", ("engine", "postgresql"), ("schema", PostgresPublishStore.schema))
@@ -60,10 +62,10 @@ ServiceMain.run(name: "nh-publish", summary: "the publish service: accepts notif
     func accept(_ send: SendNotification, timeToLive: Int) throws -> AcceptedNotification {
         let (accepted, isNew) = try store.accept(send, timeToLive: timeToLive, now: Date())
         if isNew {
-            if let group {
-                try group.afterCommit { try announce(accepted) }
-            } else {
-                // Committed already: the send stands even when the hint has to wait for the next heartbeat.
+            // Committed by then: the send stands even when the hint has to wait for the next heartbeat.
+            try group.afterCommit {
+                // One announcement covers every send of the group: the later ones find theirs made.
+                guard events.sequence < accepted.sequence else { return }
                 do {
                     try announceAccepted()
                 } catch {
