@@ -27,7 +27,7 @@ let serviceDependencies: [Target.Dependency] = ["Auth", "Bus", "HubProtocol", "S
 let extraDependencies: [String: [Target.Dependency]] = [
     "Gateway": ["HTTPServer"], "Registry": ["Postgres"], "Publish": ["Postgres"], "SyncStore": ["Postgres"],
     "Dispatch": ["DispatchCore", "Push", "Postgres"],
-    "Bench": ["CLibZMQ", "CMosquitto", "Postgres", "Push"],
+    "Bench": ["CLibZMQ", "CMosquitto", "DispatchCore", "Postgres", "Push"],
 ]
 
 let executables: [(product: String, directory: String)] = [

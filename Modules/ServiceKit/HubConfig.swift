@@ -112,6 +112,13 @@ public struct HubConfig: Codable, Sendable, Equatable {
         (namespace.hasSuffix("/") ? namespace : namespace + "/") + hub
     }
 
+    /// The dispatchers an agent may connect to: `dispatch.agents`, one endpoint or several
+    /// separated by commas. Any of them serves or redirects.
+    public static func dispatcherEndpoints(_ setting: String?) -> [String] {
+        let list = (setting ?? "tcp://127.0.0.1:7722").split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
+        return list.isEmpty ? ["tcp://127.0.0.1:7722"] : list
+    }
+
     /// The request endpoint of each service, by executable name, in start order.
     public var serviceEndpoints: [(service: String, endpoints: Endpoints)] {
         [

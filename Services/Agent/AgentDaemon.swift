@@ -60,7 +60,7 @@ final class AgentDaemon {
         let heartbeatMs = context.config.agentHeartbeatMs
         core = AgentCore(settings: AgentCore.Settings(
             heartbeat: Double(heartbeatMs) / 1000, helloRetry: min(0.5, Double(heartbeatMs) / 1000)))
-        dispatchers = Self.dispatcherEndpoints(context.config.dispatch.agents)
+        dispatchers = HubConfig.dispatcherEndpoints(context.config.dispatch.agents)
         channel = try ZMQSocket.agentChannel(connect: dispatchers[0], keys: keys, serverKey: serverKey, heartbeatMs: heartbeatMs)
         connectedTo = dispatchers[0]
         monitor = try SocketMonitor(watching: channel, events: [.handshakeSucceeded, .disconnected])
@@ -219,13 +219,6 @@ final class AgentDaemon {
         try? channel.disconnect(connectedTo)
         try channel.connect(endpoint)
         connectedTo = endpoint
-    }
-
-    /// The dispatchers an agent may connect to: `dispatch.agents`, one endpoint or several
-    /// separated by commas. Any of them serves or redirects.
-    static func dispatcherEndpoints(_ setting: String?) -> [String] {
-        let list = (setting ?? "tcp://127.0.0.1:7722").split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
-        return list.isEmpty ? ["tcp://127.0.0.1:7722"] : list
     }
 
     private func acknowledge(_ deliveryIds: [String], failures: [DeliveryFailure] = []) throws {

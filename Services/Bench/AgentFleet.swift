@@ -9,7 +9,9 @@ import CMosquitto
 /// Many simulated agents in one process (`nh-bench fleet`), for fan-out figures and tests at scale.
 /// Each is a real installation registered through the registry with the listen key, and a real
 /// CURVE DEALER with a key pair of its own that says hello, acknowledges every delivery and counts
-/// what it saw twice. It reports on standard output, one JSON line per event:
+/// what it saw twice. Given several dispatchers (`dispatch.agents`, separated by commas), each agent
+/// connects to the first and follows a redirect to its shard's owner, as the agent does. It reports
+/// on standard output, one JSON line per event:
 /// `registered`, then (after a `connect` line on standard input) `welcomed`, then `stats` whenever
 /// its counts change, and `latencies` (milliseconds, for agent 0) when standard input closes.
 enum AgentFleet {
@@ -48,7 +50,8 @@ enum AgentFleet {
         guard let line = readLine(), line == "connect" else { return }
         let context = ZMQContext(ioThreads: 1, maxSockets: options.count + 64)
         var sockets: [ZMQSocket] = []
-        let endpoint = config.dispatch.agents ?? "tcp://127.0.0.1:7722"
+        let endpoint = HubConfig.dispatcherEndpoints(config.dispatch.agents)[0]
+        var connectedTo = [String](repeating: endpoint, count: pairs.count)
         for pair in pairs {
             let socket = try context.socket(.dealer)
             try socket.setLinger(0)
@@ -68,10 +71,10 @@ enum AgentFleet {
         let started = ContinuousClock.now
         var welcomed = Set<Int>()
         var seen: [Set<String>] = Array(repeating: [], count: sockets.count)
-        var received = 0, duplicates = 0, acked = 0, errors = 0
+        var received = 0, duplicates = 0, acked = 0, errors = 0, redirected = 0
         var latencies: [Double] = []
         var lastHello = [ContinuousClock.Instant](repeating: .now - .seconds(3600), count: sockets.count)
-        var reported = (0, 0, 0, 0)
+        var reported = (0, 0, 0, 0, 0)
         var lastReport = ContinuousClock.now
         var welcomedReported = false
         // Every socket's ZMQ_FD in one epoll set: a turn costs the sockets that have something,
@@ -101,6 +104,15 @@ enum AgentFleet {
                     ackIds.append(delivery.deliveryId)
                 case .welcome:
                     welcomed.insert(index)
+                case .redirect(let redirect):
+                    // Another dispatcher serves this installation: leave this one, hello there at the next pass.
+                    redirected += 1
+                    if redirect.endpoint != connectedTo[index] {
+                        try? socket.disconnect(connectedTo[index])
+                        try socket.connect(redirect.endpoint)
+                        connectedTo[index] = redirect.endpoint
+                    }
+                    lastHello[index] = .now - .seconds(3600)
                 case .error(let error):
                     errors += 1
                     if errors <= 3 { FileHandle.standardError.write(Data("fleet: \(ids[index]): \(error.code.rawValue): \(error.message)\n".utf8)) }
@@ -113,6 +125,12 @@ enum AgentFleet {
                 acked += ackIds.count
             }
             } while try socket.hasIncoming
+        }
+        func emitStats() {
+            emit([
+                "event": "stats", "received": received, "duplicates": duplicates, "acked": acked, "errors": errors, "redirected": redirected,
+                "welcomed": welcomed.count,
+            ])
         }
         var lastHelloPass = ContinuousClock.now - .seconds(1)
         while !closed.load(ordering: .acquiring) {
@@ -136,14 +154,14 @@ enum AgentFleet {
                 welcomedReported = true
                 emit(["event": "welcomed", "count": welcomed.count, "seconds": seconds(since: started)])
             }
-            let counts = (received, duplicates, acked, errors)
+            let counts = (received, duplicates, acked, errors, redirected)
             if counts != reported && ContinuousClock.now - lastReport > .milliseconds(100) {
                 reported = counts
                 lastReport = .now
-                emit(["event": "stats", "received": received, "duplicates": duplicates, "acked": acked, "errors": errors, "welcomed": welcomed.count])
+                emitStats()
             }
         }
-        emit(["event": "stats", "received": received, "duplicates": duplicates, "acked": acked, "errors": errors, "welcomed": welcomed.count])
+        emitStats()
         emit(["event": "latencies", "ms": latencies])
         for socket in sockets { socket.close() }
     }

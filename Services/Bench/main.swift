@@ -17,6 +17,7 @@ let usage = """
            nh-bench push [--push N] [--standins PATH] [--json] [--output FILE]
            nh-bench fanout [--fanout N,N...] [--broadcasts B] [--rate SENDS/S] [--latency-count C] [--json] [--output FILE]
            nh-bench fanout-mqtt [--fanout N,N...] [--broadcasts B] [--rate SENDS/S] [--latency-count C] [--json] [--output FILE]
+           nh-bench fanout-shards [--fanout N] [--broadcasts B] [--json] [--output FILE]
 
     The service figures start the real executables from nh-bench's own folder on free loopback ports.
     The fan-out figures (at N = 1,000 and 10,000 unless --fanout says otherwise) broadcast B times
@@ -25,6 +26,14 @@ let usage = """
     with all N connected; beside them, Mosquitto fans the same payload out to N subscribers at
     QoS 1 and QoS 0, and to one of N at the same rate. `fanout` runs only those; `fanout-mqtt`
     only Mosquitto's.
+
+    The sharded fan-out figures (`fanout-shards`, and part of the whole run unless --no-fanout or
+    --no-postgres) put the stores on a throwaway PostgreSQL server (as the PostgreSQL figures do),
+    a fresh database each round, and broadcast B times (default 10) to N agents (default 10,000),
+    first served by one dispatcher, then by two that split the 64 shards (each with its own
+    endpoints; the agents are given both and follow the redirect to their shard's owner). Beside
+    each rate, the dispatchers' CPU seconds (user+system, from /proc) over the broadcasts per 1,000
+    acknowledged deliveries, summed over both dispatchers: the goal is at most 1.1× one's.
 
     The push figures (`push`, and part of the whole run unless --no-push) start the stand-in push
     services (python3 Tests/Support/pushstandins.py, found above nh-bench's folder, under
@@ -68,6 +77,15 @@ func fanout(_ parsed: Arguments, sizes: [Int], hub: Bool, mosquitto: Bool) throw
         }
     }
     return results
+}
+
+/// `fanout-shards`' N: --fanout's one agent count, else the default.
+func shardedFanoutAgents(_ parsed: Arguments) throws -> Int {
+    guard let text = parsed[option: "fanout"] else { return FanoutShardsBench.defaultAgents }
+    guard let agents = Int(text.trimmingCharacters(in: .whitespaces)), agents > 0 else {
+        throw Arguments.Error(description: "fanout-shards takes one agent count, such as --fanout 10000")
+    }
+    return agents
 }
 
 if CommandLine.arguments.count > 1 && CommandLine.arguments[1] == "mqtt-subscribers" {
@@ -134,6 +152,12 @@ do {
             try PushBench.run(devices: pushDevices, standIns: parsed[option: "standins"]),
             settings: BenchSettings(messages: 0, roundTrips: 0, size: PushBench.appleBody.utf8.count), parsed)
         exit(0)
+    case "fanout-shards":
+        let agents = try shardedFanoutAgents(parsed)
+        try report(
+            try FanoutShardsBench.run(agents: agents, broadcasts: parsed[option: "broadcasts"].flatMap(Int.init) ?? 10),
+            settings: BenchSettings(messages: 0, roundTrips: 0, size: FanoutPayload.size), parsed)
+        exit(0)
     case "fanout", "fanout-mqtt":
         let hub = parsed.positionals.first == "fanout"
         let results = (hub ? [try RawZMQBench.pushPull(settings)] : [])
@@ -176,6 +200,14 @@ do {
         }
         if !parsed.has("no-fanout") {
             results += try fanout(parsed, sizes: fanoutSizes, hub: true, mosquitto: !parsed.has("no-mosquitto"))
+            if !parsed.has("no-postgres") {
+                do {
+                    results += try FanoutShardsBench.run(
+                        agents: FanoutShardsBench.defaultAgents, broadcasts: parsed[option: "broadcasts"].flatMap(Int.init) ?? 10)
+                } catch let error as BenchUnavailable {
+                    FileHandle.standardError.write(Data("nh-bench: sharded fan-out figures skipped: \(error)\n".utf8))
+                }
+            }
         }
     }
     try report(results, settings: settings, parsed)

@@ -102,10 +102,4 @@ struct AgentCoreTests {
                               now: Self.t0.addingTimeInterval(121))
         #expect(refused == [.log("no dispatcher serves shard 3 yet", code: .unavailable)] && core.refused)
     }
-
-    @Test("the dispatchers an agent may use come from dispatch.agents, one or several")
-    func dispatcherList() {
-        #expect(AgentDaemon.dispatcherEndpoints(nil) == ["tcp://127.0.0.1:7722"])
-        #expect(AgentDaemon.dispatcherEndpoints("tcp://a:1, tcp://b:2,") == ["tcp://a:1", "tcp://b:2"])
-    }
 }

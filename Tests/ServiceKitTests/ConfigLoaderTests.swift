@@ -64,4 +64,10 @@ struct ConfigLoaderTests {
     func missingFile() {
         #expect(throws: ConfigError.self) { try ConfigLoader.load(file: "/nonexistent/nh.json", environment: [:]) }
     }
+
+    @Test("the dispatchers an agent may use come from dispatch.agents, one or several")
+    func dispatcherList() {
+        #expect(HubConfig.dispatcherEndpoints(nil) == ["tcp://127.0.0.1:7722"])
+        #expect(HubConfig.dispatcherEndpoints("tcp://a:1, tcp://b:2,") == ["tcp://a:1", "tcp://b:2"])
+    }
 }

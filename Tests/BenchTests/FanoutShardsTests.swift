@@ -1,0 +1,81 @@
+import Foundation
+import Testing
+
+@testable import NHBench
+
+/// The pieces of the sharded fan-out figures that need no services: CPU time from /proc/PID/stat,
+/// the cost per 1,000 deliveries, and the figures made from two rounds.
+@Suite("Sharded fan-out")
+struct FanoutShardsTests {
+    /// A /proc/PID/stat line as Linux writes it, with utime 1234 and stime 567.
+    static func stat(comm: String) -> String {
+        "4242 (\(comm)) S 1 4242 4242 0 -1 4194560 2890 0 0 0 1234 567 0 0 20 0 5 0 123456 812345344 5123 18446744073709551615 1 1 0 0 0 0 0 4096 17 1 0 0 0 0 0\n"
+    }
+
+    @Test("utime and stime are fields 14 and 15, counted after the command name", arguments: [
+        "nh-dispatch", "a b c", "x) S 9 9 (y", "(", ")",
+    ])
+    func ticks(comm: String) throws {
+        let ticks = try #require(ProcessCPU.ticks(stat: Self.stat(comm: comm)))
+        #expect(ticks.user == 1234)
+        #expect(ticks.system == 567)
+    }
+
+    @Test("a line cut short, or without its command name, gives no time")
+    func malformed() {
+        #expect(ProcessCPU.ticks(stat: "4242 nh-dispatch S 1 2 3") == nil)
+        #expect(ProcessCPU.ticks(stat: "4242 (nh-dispatch) S 1 4242 4242 0 -1 4194560 2890 0 0 0 1234") == nil)
+        #expect(ProcessCPU.ticks(stat: "4242 (nh-dispatch) S 1 4242 4242 0 -1 4194560 2890 0 0 0 x 567 0") == nil)
+    }
+
+    @Test("this process's own time can be read and does not go back")
+    func ownProcess() throws {
+        let first = try #require(ProcessCPU.seconds(getpid()))
+        var spin = 0
+        for index in 0..<2_000_000 { spin &+= index }
+        #expect(spin != 0)
+        let second = try #require(ProcessCPU.seconds(getpid()))
+        #expect(first >= 0 && second >= first)
+        #expect(ProcessCPU.seconds(-1) == nil)
+    }
+
+    @Test("CPU seconds per 1,000: the seconds over the count in thousands; nothing counted, no figure")
+    func perThousand() {
+        #expect(ProcessCPU.perThousand(cpuSeconds: 3, count: 100_000) == 0.03)
+        #expect(ProcessCPU.perThousand(cpuSeconds: 1.5, count: 500) == 3)
+        #expect(ProcessCPU.perThousand(cpuSeconds: 1, count: 0) == nil)
+    }
+
+    static func round(_ dispatchers: Int, cpu: [Double], acked: [Int], shards: [Int], seconds: Double = 2) -> FanoutShardsBench.Round {
+        FanoutShardsBench.Round(dispatchers: dispatchers, expected: 100_000, seconds: seconds, cpuSeconds: cpu, acked: acked, shards: shards)
+    }
+
+    @Test("two rounds make four figures: each rate, then each CPU cost summed over the dispatchers, two beside one")
+    func figures() throws {
+        let one = Self.round(1, cpu: [4], acked: [100_000], shards: [64], seconds: 4)
+        let two = Self.round(2, cpu: [2.5, 2], acked: [49_000, 51_000], shards: [32, 32])
+        let results = FanoutShardsBench.results(n: 10_000, broadcasts: 10, one: .success(one), two: .success(two))
+        #expect(results.map(\.name) == [
+            "fan-out 10,000 on PostgreSQL, 1 dispatcher", "fan-out 10,000 on PostgreSQL, 2 dispatchers",
+            "CPU s per 1,000 acked, 1 dispatcher", "CPU s per 1,000 acked, 2 dispatchers, summed",
+        ])
+        #expect(results[0].rate == 25_000 && results[0].baseline == nil)
+        #expect(results[1].rate == 50_000 && results[1].baseline == results[0].name)
+        #expect(results[2].value == 0.04 && results[2].baseline == nil)
+        #expect(results[3].value == 0.045 && results[3].baseline == results[2].name)
+        let ratio = try #require(BenchReport.ratio(results[3], rates: BenchReport.rates(results)))
+        #expect(abs(ratio - 1.125) < 1e-9)
+        let note = try #require(results[3].note)
+        #expect(note.contains("≤ 1.1×"))
+        #expect(note.contains("#1 32 shards, 49.0% of acks, 2.50 CPU s; #2 32 shards, 51.0% of acks, 2.00 CPU s"))
+    }
+
+    @Test("a round that failed gives no rate and no CPU figure, and says why")
+    func failedRound() {
+        let one = Self.round(1, cpu: [4], acked: [100_000], shards: [64])
+        let results = FanoutShardsBench.results(
+            n: 2_000, broadcasts: 10, one: .success(one), two: .failure(BenchError("not all 2000 agents connected")))
+        #expect(results[1].rate == 0 && results[1].note == "not all 2000 agents connected")
+        #expect(results[3].value == nil && results[3].rate == 0 && results[3].note == "not measured")
+    }
+}
