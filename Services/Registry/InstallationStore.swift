@@ -39,3 +39,12 @@ struct InstallationChange: Equatable {
             ?? InstallationChanged(change: .deleted, installationId: installationId)
     }
 }
+
+extension InstallationPage {
+    /// A page from `limit + 1` rows fetched in id order: the extra one, when there, says there is a
+    /// next page, which starts after the last one kept.
+    init(fetched: [Installation], limit: Int) {
+        let kept = Array(fetched.prefix(limit))
+        self.init(installations: kept, next: fetched.count > limit ? kept.last?.installationId : nil)
+    }
+}

@@ -150,13 +150,7 @@ final class PostgresInstallationStore: InstallationStore {
         values.append(limit + 1)
         // Ids compare byte by byte, as SQLite compares them, whatever the database's collation.
         sql += " ORDER BY i.installation_id COLLATE \"C\" LIMIT $\(values.count)"
-        var installations = try connection.query(sql, values).map { try decode($0[0]) }
-        var next: String?
-        if installations.count > limit {
-            installations.removeLast()
-            next = installations.last?.installationId
-        }
-        return InstallationPage(installations: installations, next: next)
+        return InstallationPage(fetched: try connection.query(sql, values).map { try decode($0[0]) }, limit: limit)
     }
 
     func count(now: Date) throws -> Int {

@@ -146,13 +146,7 @@ final class SQLiteInstallationStore: InstallationStore {
         }
         sql += " ORDER BY i.installation_id LIMIT ?"
         values.append(limit + 1)
-        var installations = try database.query(sql, values).map { try decode($0[0]) }
-        var next: String?
-        if installations.count > limit {
-            installations.removeLast()
-            next = installations.last?.installationId
-        }
-        return InstallationPage(installations: installations, next: next)
+        return InstallationPage(fetched: try database.query(sql, values).map { try decode($0[0]) }, limit: limit)
     }
 
     func count(now: Date) throws -> Int {
