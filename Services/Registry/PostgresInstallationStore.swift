@@ -182,11 +182,7 @@ final class PostgresInstallationStore: InstallationStore {
         try connection.query(
             "SELECT sequence, installation_id, document FROM registry.changes WHERE sequence > $1 ORDER BY sequence LIMIT $2",
             [Int64(sequence), limit]
-        ).map { row in
-            InstallationChange(
-                sequence: UInt64(row[0].int64 ?? 0), installationId: row[1].string ?? "",
-                installation: try row[2].data.map { try decoder.decode(Installation.self, from: $0) })
-        }
+        ).map { row in try InstallationChange(sequence: row[0].int64, installationId: row[1].string, document: row[2].data, decoder: decoder) }
     }
 
     func pruneChanges(keeping count: Int) throws {

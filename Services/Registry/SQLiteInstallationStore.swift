@@ -175,11 +175,7 @@ final class SQLiteInstallationStore: InstallationStore {
         try database.query(
             "SELECT sequence, installation_id, document FROM changes WHERE sequence > ? ORDER BY sequence LIMIT ?",
             [Int64(sequence), limit]
-        ).map { row in
-            InstallationChange(
-                sequence: UInt64(row[0].int64 ?? 0), installationId: row[1].string ?? "",
-                installation: try row[2].data.map { try decoder.decode(Installation.self, from: $0) })
-        }
+        ).map { row in try InstallationChange(sequence: row[0].int64, installationId: row[1].string, document: row[2].data, decoder: decoder) }
     }
 
     func pruneChanges(keeping count: Int) throws {
