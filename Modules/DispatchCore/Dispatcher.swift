@@ -48,8 +48,8 @@ public struct Dispatcher {
             hello(route: route, peerKey: peerKey, installationId: installationId, now: now, &actions)
         case .ack(let route, let ack):
             acknowledge(route: route, ack, now: now, &actions)
-        case .accepted(let notifications):
-            plan(notifications, now: now, &actions)
+        case .accepted(let notifications, let after):
+            plan(notifications, after: after, now: now, &actions)
         case .loaded(let installationId, let route, let deliveries, let complete):
             loaded(installationId, route: route, deliveries, complete: complete, now: now, &actions)
         case .unreachable(let route):
@@ -182,17 +182,25 @@ public struct Dispatcher {
 
     // MARK: Planning and delivery
 
-    private mutating func plan(_ notifications: [AcceptedNotification], now: Date, _ actions: inout [DispatchAction]) {
+    private mutating func plan(_ notifications: [AcceptedNotification], after: UInt64?, now: Date, _ actions: inout [DispatchAction]) {
         var touched: [Route] = []
         var seen: Set<Route> = []
+        // A batch pulled after `after` holds every notification past it, so it can plan only the
+        // shards planned that far already: a shard behind it (one just taken over, while the pull
+        // was under way) would skip what lies between, and waits for a pull from its own cursor.
+        let eligible = shards.map { map in map.owned.filter { shard in (map.cursors[shard] ?? 0) >= (after ?? 0) } }
         for notification in notifications {
             var plans: [PlannedDelivery]
-            if let shards {
+            var planning: Set<Int>? = nil
+            if let shards, let eligible {
                 // Only this dispatcher's shards, and only those not planned for this notification yet.
-                plans = resolver.plan(notification, index: index, now: now) { shards.plans($0.installationId, sequence: notification.sequence) }
-                for shard in shards.owned where (shards.cursors[shard] ?? 0) < notification.sequence {
-                    self.shards?.cursors[shard] = notification.sequence
+                let sequence = notification.sequence
+                plans = resolver.plan(notification, index: index, now: now) {
+                    let shard = Shards.of($0.installationId)
+                    return eligible.contains(shard) && sequence > (shards.cursors[shard] ?? 0)
                 }
+                planning = eligible.filter { (shards.cursors[$0] ?? 0) < sequence }
+                for shard in planning ?? [] { self.shards?.cursors[shard] = sequence }
             } else {
                 plans = resolver.plan(notification, index: index, now: now)
             }
@@ -201,7 +209,7 @@ public struct Dispatcher {
                 plans[i].unreachable = Platform(name: plans[i].platform) == nil ? "UnknownPlatform" : "PnsUnavailable"
                 counters.failed += 1
             }
-            actions.append(.record(notification, plans))
+            actions.append(.record(notification, plans, shards: planning))
             counters.planned += plans.count
             guard notification.expiresAt > now else { continue }
             for plan in plans where plan.unreachable == nil {
@@ -382,8 +390,9 @@ public enum DispatchEvent: Sendable {
     /// An agent's hello on a connection; `peerKey` is the connection's CURVE key, nil when it has none.
     case hello(route: Route, peerKey: String?, installationId: String)
     case ack(route: Route, AgentAck)
-    /// Notifications pulled from the publish service, oldest first.
-    case accepted([AcceptedNotification])
+    /// Notifications pulled from the publish service, oldest first: every one after `after` up to
+    /// the last (nil: after wherever each shard is).
+    case accepted([AcceptedNotification], after: UInt64? = nil)
     /// The answer to a `.load`: the installation's unacknowledged deliveries, oldest first;
     /// `complete` when there were no more than the limit.
     case loaded(installationId: String, route: Route, [AgentDelivery], complete: Bool)
@@ -398,8 +407,9 @@ public enum DispatchEvent: Sendable {
 }
 
 public enum DispatchAction: Equatable, Sendable {
-    /// Store: the notification's deliveries and outcome, and the cursor past it.
-    case record(AcceptedNotification, [PlannedDelivery])
+    /// Store: the notification's deliveries and outcome, and the cursor past it: the one cursor
+    /// (`shards` nil), or the cursors of the shards it was planned for here.
+    case record(AcceptedNotification, [PlannedDelivery], shards: Set<Int>? = nil)
     /// Socket: a delivery to the agent on the route.
     case send(Route, AgentDelivery)
     /// A delivery to a phone or a browser, through its platform's push service.

@@ -36,12 +36,6 @@ public struct ShardMap: Equatable, Sendable {
         self.cursors = cursors
         self.owners = owners
     }
-
-    /// Whether a notification with this sequence is still to be planned for this installation here.
-    public func plans(_ installationId: String, sequence: UInt64) -> Bool {
-        let shard = Shards.of(installationId)
-        return owned.contains(shard) && sequence > (cursors[shard] ?? 0)
-    }
 }
 
 /// What a dispatcher does with its leases at each heartbeat: keep its fair share of the shards

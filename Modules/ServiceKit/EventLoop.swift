@@ -10,6 +10,7 @@ public final class EventLoop {
     private let signals: SignalWatcher
     private let signalIndex: Int
     private var stopping = false
+    private var stall: (after: Duration, handler: (Duration) throws -> Void)?
     public let logger: Logger
 
     private struct Timer {
@@ -51,14 +52,31 @@ public final class EventLoop {
         timers.append(Timer(interval: interval, due: .now + interval, task: task))
     }
 
+    /// Calls `handler`, before any socket's or timer's, whenever the loop wakes more than `after`
+    /// since it last woke: the process was stopped, or a handler ran that long. With timers every
+    /// few milliseconds, an idle loop never waits that long.
+    public func onStall(after: Duration, _ handler: @escaping (Duration) throws -> Void) {
+        stall = (after, handler)
+    }
+
     /// Ends `run` after the current handler returns.
     public func stop() { signals.trigger() }
 
     /// Runs until a signal or `stop()`. A handler that throws is logged and the loop goes on,
     /// except for a terminated context, which ends it.
     public func run() throws {
+        var woke = ContinuousClock.now
         while !stopping {
             let ready = try poller.poll(timeout: nextTimeout())
+            let now = ContinuousClock.now
+            if let stall, woke.duration(to: now) > stall.after {
+                do {
+                    try stall.handler(woke.duration(to: now))
+                } catch {
+                    logger.error("stall handler failed", ("error", "\(error)"))
+                }
+            }
+            woke = now
             if ready.contains(signalIndex) {
                 let number = signals.drain() ?? 0
                 logger.info("shutting down", ("signal", number))

@@ -18,6 +18,11 @@ import Storage
 /// `shardCursors` says how far each shard was planned: never behind `cursor()`, since one
 /// dispatcher plans every shard.
 protocol DeliveryStore: LeaseStore {
+    /// The leases this store's writes are fenced by, where dispatchers share it: every write
+    /// transaction checks, before it commits, that the owner still holds each shard it wrote for
+    /// at the epoch given here, and is rolled back whole with `LeaseLost` when not. Nil: unfenced,
+    /// as with one dispatcher.
+    var fence: LeaseFence? { get set }
     /// Runs one turn's writes in one transaction (a savepoint of the open group on SQLite): they
     /// stand or fall together.
     func writeTurn(_ body: () throws -> Void) throws
@@ -48,8 +53,9 @@ protocol DeliveryStore: LeaseStore {
     /// acknowledged (Success); one it refused counts as failed, under the outcome name it maps to
     /// (ExpiredChannel, WrongToken and the like), with the service's words kept as the reason.
     func pushed(_ results: [(PushMessage, PushResult)], now: Date) throws
-    /// Removes unacknowledged deliveries past their expiry, counting them as expired; returns how many.
-    func expire(now: Date) throws -> Int
+    /// Removes unacknowledged deliveries of `shards` (nil: every shard) past their expiry, counting
+    /// them as expired; returns how many.
+    func expire(now: Date, shards: Set<Int>?) throws -> Int
     /// Drops failed deliveries after a day, outcomes after a week, payloads once none of their
     /// deliveries is left, and dispatchers not seen for a day. It reads every delivery, so it runs rarely.
     func purge(now: Date) throws
@@ -77,6 +83,8 @@ extension DeliveryStore {
 
     func backlog(now: Date) throws -> Set<String> { try backlog(now: now, shards: nil) }
 
+    func expire(now: Date) throws -> Int { try expire(now: now, shards: nil) }
+
     func pending(for installationId: String, now: Date) throws -> [AgentDelivery] {
         try pending(for: installationId, now: now, limit: 500)
     }
@@ -84,6 +92,19 @@ extension DeliveryStore {
     func pendingPush(now: Date, limit: Int = 100_000) throws -> [PushMessage] {
         try pendingPush(now: now, limit: limit, shards: nil)
     }
+}
+
+/// A dispatcher's fencing tokens: the epoch at which it holds each of its shards' leases.
+struct LeaseFence: Equatable, Sendable {
+    var owner: String
+    var epochs: [Int: UInt64]
+}
+
+/// A write touched shards whose leases its dispatcher no longer holds at the epoch it planned
+/// under: it was rolled back whole, and those shards' work is another dispatcher's now.
+struct LeaseLost: Error, CustomStringConvertible {
+    var shards: Set<Int>
+    var description: String { "the leases of shards \(shards.sorted().map(String.init).joined(separator: ",")) are no longer held" }
 }
 
 // MARK: - What the engines share
@@ -114,8 +135,10 @@ struct DeliverySQL: Sendable {
     var removeDelivery: String
     /// (now, reason, delivery_id, installation_id) → notification_id: closes a delivery still open as failed.
     var closeDelivery: String
-    /// (now) → (delivery_id, notification_id, platform): deletes open deliveries past their expiry, in one statement.
+    /// (now) → (delivery_id, notification_id, platform): deletes open deliveries past their expiry, in one statement…
     var removeExpired: String
+    /// …(now, shards), of those shards.
+    var removeExpiredOfShards: String
     /// (outcome, success, delivery_id): a test result not yet known.
     var setTestOutcome: String
     /// (notification_id, state, enqueued_at, at, targets, expired): an outcome row written once…
@@ -157,16 +180,22 @@ struct DeliverySQL: Sendable {
     var heartbeat: String
     /// (since) → how many dispatchers were seen since.
     var liveDispatchers: String
-    /// (until, owner) → shard.
+    /// (until, owner) → (shard, epoch).
     var renewLeases: String
-    /// (owner, endpoint, until, now, count) → shard: never one another claimer takes at once.
+    /// (owner, endpoint, until, now, count) → (shard, epoch): never one another claimer takes at
+    /// once; each claim moves the shard's epoch on.
     var claimLeases: String
+    /// (owner, fenced shards) → shard: of the shards given with their epochs, those the owner still
+    /// holds at that epoch, locked so that no claim changes them before the transaction ends.
+    var fenceCheck: String
     /// (owner, shards).
     var releaseLeases: String
     /// (now) → (shard, endpoint).
     var leaseOwners: String
     /// Shards as the engine's list parameter.
     var shards: @Sendable (Set<Int>) -> String
+    /// Shards with their epochs ("shard:epoch") as the engine's list parameter.
+    var fencedShards: @Sendable ([String]) -> String
 }
 
 /// A value both engines bind.
@@ -247,6 +276,9 @@ final class DeliveryLedger {
     var tally = OutcomeTally()
     /// How deep the writes under way nest; the outermost writes the tally.
     var depth = 0
+    var fence: LeaseFence?
+    /// The shards the write under way wrote for, where it is fenced.
+    var touched: Set<Int> = []
     let encoder = HubCodec.makeEncoder()
     let decoder = HubCodec.makeDecoder()
 }
@@ -283,20 +315,52 @@ extension DeliveryEngine {
 
     /// Runs `body` in a transaction (a savepoint when nested); the outermost writes the outcome
     /// counts gathered meanwhile before it commits. Counts gathered inside a part that fails go with it.
+    /// Where the store is fenced, the outermost also checks the leases of every shard written for,
+    /// last, so that a claim made meanwhile rolls the whole write back.
     func write<T>(_ body: () throws -> T) throws -> T {
         let saved = ledger.tally
+        let savedTouched = ledger.touched
         ledger.depth += 1
         defer { ledger.depth -= 1 }
         do {
             return try transaction {
                 let result = try body()
-                if ledger.depth == 1 { try writeTally() }
+                if ledger.depth == 1 {
+                    try writeTally()
+                    try checkFence()
+                }
                 return result
             }
         } catch {
             ledger.tally = saved
+            ledger.touched = savedTouched
             throw error
         }
+    }
+
+    var fence: LeaseFence? {
+        get { ledger.fence }
+        set { ledger.fence = newValue }
+    }
+
+    /// Notes that the write under way writes for `shard`.
+    private func touch(_ shard: @autoclosure () -> Int) {
+        if ledger.fence != nil { ledger.touched.insert(shard()) }
+    }
+
+    /// Throws `LeaseLost` unless the fence's owner holds every shard written for at its epoch; the
+    /// lease rows stay locked until the transaction ends, so none changes hands before it commits.
+    private func checkFence() throws {
+        let touched = ledger.touched
+        ledger.touched = []
+        guard let fence = ledger.fence, !touched.isEmpty else { return }
+        var lost = touched.filter { fence.epochs[$0] == nil }
+        let asked = touched.subtracting(lost).sorted().map { "\($0):\(fence.epochs[$0] ?? 0)" }
+        if !asked.isEmpty {
+            let held = Set(try query(sql.fenceCheck, [fence.owner, sql.fencedShards(asked)]).compactMap { $0[0].int })
+            lost.formUnion(touched.subtracting(lost).subtracting(held))
+        }
+        if !lost.isEmpty { throw LeaseLost(shards: lost) }
     }
 
     private func writeTally() throws {
@@ -340,12 +404,14 @@ extension DeliveryEngine {
             let expired = notification.expiresAt <= now
             let state: NotificationState = expired ? .abandoned : plans.isEmpty ? .noTargetFound : .completed
             let adds = shards != nil
+            // Targets are the deliveries this record stored: one recorded before (by this
+            // dispatcher before a restart, or by another) counts once, however often it is recorded.
+            let targets = expired ? 0 : try recordDeliveries(notification, plans: plans, sent: sent, now: now, adds: adds)
             ledger.tally.open(id, OutcomeOpening(
-                state: state, enqueuedAt: notification.enqueuedAt, at: now, targets: expired ? 0 : plans.count, expired: expired ? 1 : 0,
-                adds: adds))
-            if !expired { try recordDeliveries(notification, plans: plans, sent: sent, now: now, adds: adds) }
+                state: state, enqueuedAt: notification.enqueuedAt, at: now, targets: targets, expired: expired ? 1 : 0, adds: adds))
             let sequence = Int64(notification.sequence)
             if let shards {
+                for shard in shards { touch(shard) }
                 try run(sql.advanceShardCursors, [sequence, sql.shards(shards)])
             } else {
                 try run(sql.advanceCursor, [sequence])
@@ -353,8 +419,12 @@ extension DeliveryEngine {
         }
     }
 
-    private func recordDeliveries(_ notification: AcceptedNotification, plans: [PlannedDelivery], sent: Set<String>, now: Date, adds: Bool) throws {
+    /// Stores the deliveries not stored yet; returns how many it stored.
+    private func recordDeliveries(
+        _ notification: AcceptedNotification, plans: [PlannedDelivery], sent: Set<String>, now: Date, adds: Bool
+    ) throws -> Int {
         let id = notification.notificationId
+        var stored = 0
         var payloadIds: [String: Int64] = [:]
         var platformCounts: [PlatformCountKey: Int] = [:]
         if notification.send.test == true {
@@ -365,9 +435,10 @@ extension DeliveryEngine {
             }
         }
         for plan in plans {
-            platformCounts[PlatformCountKey(notificationId: id, platform: plan.platform, outcome: "Targets"), default: 0] += 1
             // The columns after payload_id: expires_at, rich, delivered_at, acked_at, failed_reason, platform, push_channel, headers.
-            let delivery: [(any StoreValue)?] = [plan.deliveryId, id, plan.installationId, Shards.of(plan.installationId), plan.template]
+            let shard = Shards.of(plan.installationId)
+            touch(shard)
+            let delivery: [(any StoreValue)?] = [plan.deliveryId, id, plan.installationId, shard, plan.template]
             if let outcome = plan.unreachable {
                 // Over as soon as it is recorded; recorded again (a pull repeated after a restart), it is not counted again.
                 let inserted = try run(
@@ -375,6 +446,8 @@ extension DeliveryEngine {
                     delivery + [nil, plan.expiresAt.timeIntervalSince1970, nil, nil, now.timeIntervalSince1970, Self.noPath(outcome, plan.platform),
                                 nil, nil, nil])
                 if inserted > 0 {
+                    stored += 1
+                    platformCounts[PlatformCountKey(notificationId: id, platform: plan.platform, outcome: "Targets"), default: 0] += 1
                     platformCounts[PlatformCountKey(notificationId: id, platform: plan.platform, outcome: outcome), default: 0] += 1
                     ledger.tally.add(id) { $0.failed += 1 }
                 }
@@ -397,9 +470,13 @@ extension DeliveryEngine {
             let inserted = try run(
                 sql.insertDelivery,
                 delivery + [payloadId, plan.expiresAt.timeIntervalSince1970, rich, wentOut ? now.timeIntervalSince1970 : nil, nil, nil] + push)
-            if inserted > 0 && wentOut { ledger.tally.add(id) { $0.delivered += 1 } }
+            guard inserted > 0 else { continue }
+            stored += 1
+            platformCounts[PlatformCountKey(notificationId: id, platform: plan.platform, outcome: "Targets"), default: 0] += 1
+            if wentOut { ledger.tally.add(id) { $0.delivered += 1 } }
         }
         for (key, count) in platformCounts { ledger.tally.openPlatform(key, count: count, adds: adds) }
+        return stored
     }
 
     private static func noPath(_ outcome: String, _ platform: String) -> String {
@@ -424,6 +501,7 @@ extension DeliveryEngine {
         guard !deliveries.isEmpty else { return }
         try write {
             for delivery in deliveries {
+                touch(Shards.of(delivery.installationId))
                 guard try run(sql.markDelivered, [now.timeIntervalSince1970, delivery.deliveryId]) > 0 else { continue }
                 ledger.tally.add(delivery.notificationId) { $0.delivered += 1 }
             }
@@ -434,6 +512,7 @@ extension DeliveryEngine {
     func acknowledge(_ deliveryIds: [String], installationId: String, now: Date) throws -> Int {
         try write {
             var fresh = 0
+            touch(Shards.of(installationId))
             for id in deliveryIds {
                 guard let notification = try removeDelivery(id, installationId: installationId) else { continue }
                 fresh += 1
@@ -446,6 +525,7 @@ extension DeliveryEngine {
 
     func fail(_ failures: [DeliveryFailure], installationId: String, now: Date) throws {
         try write {
+            touch(Shards.of(installationId))
             for failure in failures {
                 guard let notification = try closeDelivery(failure.deliveryId, installationId: installationId, reason: failure.reason, now: now)
                 else { continue }
@@ -459,6 +539,7 @@ extension DeliveryEngine {
         guard !results.isEmpty else { return }
         try write {
             for (message, result) in results {
+                touch(Shards.of(message.installationId))
                 let outcome: String
                 switch result {
                 case .delivered:
@@ -487,9 +568,16 @@ extension DeliveryEngine {
         }
     }
 
-    func expire(now: Date) throws -> Int {
-        try write {
-            let removed = try query(sql.removeExpired, [now.timeIntervalSince1970])
+    func expire(now: Date, shards: Set<Int>?) throws -> Int {
+        if let shards, shards.isEmpty { return 0 }
+        return try write {
+            let removed: [Row]
+            if let shards {
+                for shard in shards { touch(shard) }
+                removed = try query(sql.removeExpiredOfShards, [now.timeIntervalSince1970, sql.shards(shards)])
+            } else {
+                removed = try query(sql.removeExpired, [now.timeIntervalSince1970])
+            }
             for row in removed {
                 let (deliveryId, notificationId) = (row[0].string ?? "", row[1].string ?? "")
                 ledger.tally.add(notificationId) { $0.expired += 1 }
@@ -605,15 +693,15 @@ extension DeliveryEngine {
         try one(sql.liveDispatchers, [now.timeIntervalSince1970 - within])?[0].int ?? 0
     }
 
-    func renewLeases(owner: String, until: Date) throws -> Set<Int> {
-        Set(try query(sql.renewLeases, [until.timeIntervalSince1970, owner]).compactMap { $0[0].int })
+    func renewLeases(owner: String, until: Date) throws -> [Int: UInt64] {
+        try dictionary(sql.renewLeases, [until.timeIntervalSince1970, owner], { $0.int ?? 0 }, { UInt64($0.int64 ?? 0) })
     }
 
-    func claimLeases(owner: String, endpoint: String, count: Int, now: Date, until: Date) throws -> Set<Int> {
-        guard count > 0 else { return [] }
-        let claimed = Set(try query(
-            sql.claimLeases, [owner, endpoint, until.timeIntervalSince1970, now.timeIntervalSince1970, count]
-        ).compactMap { $0[0].int })
+    func claimLeases(owner: String, endpoint: String, count: Int, now: Date, until: Date) throws -> [Int: UInt64] {
+        guard count > 0 else { return [:] }
+        let claimed = try dictionary(
+            sql.claimLeases, [owner, endpoint, until.timeIntervalSince1970, now.timeIntervalSince1970, count], { $0.int ?? 0 },
+            { UInt64($0.int64 ?? 0) })
         // Test sends the shards' last owner recorded: their results are kept here from now on.
         if !claimed.isEmpty { ledger.testNotifications = try testNotificationIds() }
         return claimed

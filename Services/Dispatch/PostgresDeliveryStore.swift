@@ -86,6 +86,8 @@ final class PostgresDeliveryStore: DeliveryEngine {
             INSERT INTO dispatch.leases (shard) SELECT shard FROM dispatch.shard_cursors;
             CREATE TABLE dispatch.dispatchers (id TEXT PRIMARY KEY, endpoint TEXT NOT NULL, seen_at DOUBLE PRECISION NOT NULL);
             """),
+        // Each lease's fencing token: moved on by every claim, checked by every write.
+        Migration(version: 2, "ALTER TABLE dispatch.leases ADD COLUMN epoch BIGINT NOT NULL DEFAULT 0;"),
     ]
 
     /// Lists of shards are int[] literals. Each read of a few shards is a statement of its own, so
@@ -120,6 +122,10 @@ final class PostgresDeliveryStore: DeliveryEngine {
         // One statement: a delivery another dispatcher removes meanwhile is not counted twice.
         removeExpired: """
             DELETE FROM dispatch.deliveries WHERE acked_at IS NULL AND expires_at <= $1
+            RETURNING delivery_id, notification_id, platform
+            """,
+        removeExpiredOfShards: """
+            DELETE FROM dispatch.deliveries WHERE acked_at IS NULL AND expires_at <= $1 AND shard = ANY($2::int[])
             RETURNING delivery_id, notification_id, platform
             """,
         setTestOutcome: "UPDATE dispatch.test_results SET outcome = $1, success = $2 WHERE delivery_id = $3 AND outcome IS NULL",
@@ -191,6 +197,8 @@ final class PostgresDeliveryStore: DeliveryEngine {
             FROM dispatch.outcomes
             """,
         purge: [
+            // A purge reads every delivery: it may take longer than the session's statement limit.
+            ("SELECT set_config('statement_timeout', '0', true)", nil),
             ("DELETE FROM dispatch.deliveries WHERE acked_at IS NOT NULL AND acked_at < $1", 86_400),
             ("""
              DELETE FROM dispatch.outcomes o WHERE ended_at < $1
@@ -215,41 +223,93 @@ final class PostgresDeliveryStore: DeliveryEngine {
             ON CONFLICT (id) DO UPDATE SET endpoint = excluded.endpoint, seen_at = excluded.seen_at
             """,
         liveDispatchers: "SELECT count(*) FROM dispatch.dispatchers WHERE seen_at > $1",
-        renewLeases: "UPDATE dispatch.leases SET expires_at = $1 WHERE owner = $2 RETURNING shard",
+        renewLeases: "UPDATE dispatch.leases SET expires_at = $1 WHERE owner = $2 RETURNING shard, epoch",
         // Rows another claimer has locked are skipped, not waited for; one it has just taken no
         // longer matches once its claim commits.
         claimLeases: """
-            UPDATE dispatch.leases SET owner = $1, endpoint = $2, expires_at = $3
+            UPDATE dispatch.leases SET owner = $1, endpoint = $2, expires_at = $3, epoch = epoch + 1
             WHERE shard IN (
                 SELECT shard FROM dispatch.leases WHERE owner IS NULL OR expires_at <= $4
                 ORDER BY shard LIMIT $5 FOR UPDATE SKIP LOCKED)
-            RETURNING shard
+            RETURNING shard, epoch
+            """,
+        // FOR SHARE: a claim waits for (or skips) a lease row a write has checked, until that write ends.
+        fenceCheck: """
+            SELECT shard FROM dispatch.leases WHERE owner = $1 AND (shard::text || ':' || epoch::text) = ANY($2::text[]) FOR SHARE
             """,
         releaseLeases: "UPDATE dispatch.leases SET owner = NULL, endpoint = NULL, expires_at = 0 WHERE owner = $1 AND shard = ANY($2::int[])",
         leaseOwners: "SELECT shard, endpoint FROM dispatch.leases WHERE owner IS NOT NULL AND expires_at > $1",
-        shards: { "{" + $0.sorted().map(String.init).joined(separator: ",") + "}" })
+        shards: { "{" + $0.sorted().map(String.init).joined(separator: ",") + "}" },
+        fencedShards: { "{" + $0.joined(separator: ",") + "}" })
 
     let url: String
     let connection: PostgresConnection
     let ledger = DeliveryLedger()
 
+    /// How long a dispatcher's session may wait, so that a peer paused inside a transaction
+    /// cannot stall it past its leases: a lock is waited for at most `lockTimeoutMs` (the turn
+    /// then fails and is written again later); a statement runs at most `statementTimeoutMs`; and a
+    /// session left idle inside a transaction (its process paused or hung) is ended by the server
+    /// after `idleInTransactionMs`, which rolls it back and frees its locks. Set per session, in
+    /// the connection's options, so no server setting is needed. `dispatcher` names the session's
+    /// dispatcher (the setting nh.dispatcher, and application_name), for the server's views.
+    struct SessionLimits: Equatable {
+        var lockTimeoutMs = 1_000
+        var statementTimeoutMs = 30_000
+        var idleInTransactionMs = 2_000
+        var dispatcher: String?
+
+        /// Limits for dispatchers whose leases last `leasePeriod`: a lock waits a sixth of it, an
+        /// idle transaction lives a third of it, so a survivor renews in time and takes a paused
+        /// peer's shards within a lease and a beat.
+        init(leasePeriod: TimeInterval, dispatcher: String?) {
+            lockTimeoutMs = max(100, Int(leasePeriod * 1_000 / 6))
+            idleInTransactionMs = max(500, Int(leasePeriod * 1_000 / 3))
+            statementTimeoutMs = max(30_000, Int(leasePeriod * 10_000))
+            self.dispatcher = dispatcher
+        }
+
+        init() {}
+
+        var settings: [(String, String)] {
+            var settings = [
+                ("synchronous_commit", "off"), ("lock_timeout", "\(lockTimeoutMs)"), ("statement_timeout", "\(statementTimeoutMs)"),
+                ("idle_in_transaction_session_timeout", "\(idleInTransactionMs)"),
+            ]
+            if let dispatcher { settings.append(("nh.dispatcher", dispatcher)) }
+            return settings
+        }
+    }
+
     /// Connects, makes the schema when it is missing, and brings it to the code's version.
-    init(url: String) throws {
+    init(url: String, limits: SessionLimits = SessionLimits()) throws {
         self.url = url
-        connection = try PostgresConnection(url: Self.withSettings(url))
+        connection = try PostgresConnection(url: Self.withSettings(url, limits.settings, applicationName: limits.dispatcher.map { _ in "nh-dispatch" }))
         try connection.migrate(Self.migrations, name: Self.schema)
         ledger.testNotifications = try testNotificationIds()
     }
 
     /// `url` with the session's settings added to its options (which a reconnect sends again).
-    static func withSettings(_ url: String) -> String {
-        let setting = "-c%20synchronous_commit%3Doff"
+    static func withSettings(
+        _ url: String, _ settings: [(String, String)] = [("synchronous_commit", "off")], applicationName: String? = nil
+    ) -> String {
+        // Inside options a space separates, and a backslash escapes one; in the URL each is encoded.
+        var allowed = CharacterSet.alphanumerics
+        allowed.insert(charactersIn: "-._")
+        func encoded(_ text: String) -> String {
+            text.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: " ", with: "\\ ")
+                .addingPercentEncoding(withAllowedCharacters: allowed) ?? text
+        }
+        let setting = settings.map { "-c%20" + encoded($0.0) + "%3D" + encoded($0.1) }.joined(separator: "%20")
         guard var parts = URLComponents(string: url) else { return url }
         var items = parts.percentEncodedQueryItems ?? []
         if let index = items.firstIndex(where: { $0.name == "options" }) {
             items[index].value = (items[index].value ?? "") + "%20" + setting
         } else {
             items.append(URLQueryItem(name: "options", value: setting))
+        }
+        if let applicationName, !items.contains(where: { $0.name == "application_name" }) {
+            items.append(URLQueryItem(name: "application_name", value: applicationName))
         }
         parts.percentEncodedQueryItems = items
         return parts.string ?? url

@@ -106,6 +106,8 @@ final class SQLiteDeliveryStore: DeliveryEngine {
             INSERT INTO leases (shard) SELECT shard FROM shard_cursors;
             CREATE TABLE dispatchers (id TEXT PRIMARY KEY, endpoint TEXT NOT NULL, seen_at REAL NOT NULL);
             """),
+        // Each lease's fencing token: moved on by every claim, checked by every write.
+        Migration(version: 8, "ALTER TABLE leases ADD COLUMN epoch INTEGER NOT NULL DEFAULT 0;"),
     ]
 
     /// Lists of shards are JSON arrays, read with json_each.
@@ -132,6 +134,10 @@ final class SQLiteDeliveryStore: DeliveryEngine {
             RETURNING notification_id
             """,
         removeExpired: "DELETE FROM deliveries WHERE acked_at IS NULL AND expires_at <= ?1 RETURNING delivery_id, notification_id, platform",
+        removeExpiredOfShards: """
+            DELETE FROM deliveries WHERE acked_at IS NULL AND expires_at <= ?1 AND shard IN (SELECT value FROM json_each(?2))
+            RETURNING delivery_id, notification_id, platform
+            """,
         setTestOutcome: "UPDATE test_results SET outcome = ?1, success = ?2 WHERE delivery_id = ?3 AND outcome IS NULL",
         openOutcome: """
             INSERT OR IGNORE INTO outcomes (notification_id, state, enqueued_at, started_at, ended_at, targets, expired)
@@ -212,18 +218,20 @@ final class SQLiteDeliveryStore: DeliveryEngine {
             ON CONFLICT (id) DO UPDATE SET endpoint = excluded.endpoint, seen_at = excluded.seen_at
             """,
         liveDispatchers: "SELECT count(*) FROM dispatchers WHERE seen_at > ?1",
-        renewLeases: "UPDATE leases SET expires_at = ?1 WHERE owner = ?2 RETURNING shard",
+        renewLeases: "UPDATE leases SET expires_at = ?1 WHERE owner = ?2 RETURNING shard, epoch",
         // One process holds a SQLite store: its transactions alone keep claims apart.
         claimLeases: """
-            UPDATE leases SET owner = ?1, endpoint = ?2, expires_at = ?3
+            UPDATE leases SET owner = ?1, endpoint = ?2, expires_at = ?3, epoch = epoch + 1
             WHERE shard IN (SELECT shard FROM leases WHERE owner IS NULL OR expires_at <= ?4 ORDER BY shard LIMIT ?5)
-            RETURNING shard
+            RETURNING shard, epoch
             """,
+        fenceCheck: "SELECT shard FROM leases WHERE owner = ?1 AND (shard || ':' || epoch) IN (SELECT value FROM json_each(?2))",
         releaseLeases: """
             UPDATE leases SET owner = NULL, endpoint = NULL, expires_at = 0 WHERE owner = ?1 AND shard IN (SELECT value FROM json_each(?2))
             """,
         leaseOwners: "SELECT shard, endpoint FROM leases WHERE owner IS NOT NULL AND expires_at > ?1",
-        shards: { "[" + $0.sorted().map(String.init).joined(separator: ",") + "]" })
+        shards: { "[" + $0.sorted().map(String.init).joined(separator: ",") + "]" },
+        fencedShards: { "[" + $0.map { "\"\($0)\"" }.joined(separator: ",") + "]" })
 
     let database: SQLiteDatabase
     let ledger = DeliveryLedger()

@@ -18,17 +18,6 @@ ServiceMain.run(name: "nh-dispatch", summary: "the dispatcher: resolves targets 
     let config = context.config
     context.prepareKeys()
     let logger = context.logger
-    // The dispatcher's store can lose its last commits to a power cut without losing anything: the
-    // cursor then points back into the publish service's durable log, the notifications are planned
-    // again, lost acknowledgements make their deliveries go out again, and agents show each once.
-    let store: any DeliveryStore = try context.chooseStore(
-        schema: PostgresDeliveryStore.schema, postgres: { try PostgresDeliveryStore(url: $0) },
-        sqlite: {
-            try SQLiteDeliveryStore(
-                database: try context.openStore("dispatch.db", migrations: SQLiteDeliveryStore.migrations, synchronous: "NORMAL"),
-                checkpointEvery: 5)
-        })
-    context.onShutdown { store.close() }
     var settings = DispatcherSettings()
     // A live connection loses nothing (a closed one ends its session, and the next one loads what
     // is pending), so a resend is only for a delivery dropped at a full queue or an acknowledgement
@@ -70,11 +59,33 @@ ServiceMain.run(name: "nh-dispatch", summary: "the dispatcher: resolves targets 
     context.onShutdown { agents.close() }
     logger.info("listening", ("role", "agents"), ("endpoint", agents.lastEndpoint))
 
+    // On a shared store, several dispatchers split the agents by shard (ShardLeaseKeeper), each
+    // named by the endpoint it advertises; on SQLite one dispatcher serves them all.
+    let shared = config.storeIsPostgres
+    let advertise = config.dispatch.advertise ?? agents.lastEndpoint
+    if shared, advertise.contains("0.0.0.0") || advertise.contains("*") {
+        throw ConfigError("dispatch.advertise must be an address agents can reach, not '\(advertise)'; set it to this host's address and port")
+    }
+    let leasePeriod = max(3.0, 3 * Double(config.heartbeatMs) / 1000)
+    // The dispatcher's store can lose its last commits to a power cut without losing anything: the
+    // cursor then points back into the publish service's durable log, the notifications are planned
+    // again, lost acknowledgements make their deliveries go out again, and agents show each once.
+    let store: any DeliveryStore = try context.chooseStore(
+        schema: PostgresDeliveryStore.schema,
+        postgres: { try PostgresDeliveryStore(url: $0, limits: .init(leasePeriod: leasePeriod, dispatcher: advertise)) },
+        sqlite: {
+            try SQLiteDeliveryStore(
+                database: try context.openStore("dispatch.db", migrations: SQLiteDeliveryStore.migrations, synchronous: "NORMAL"),
+                checkpointEvery: 5)
+        })
+    context.onShutdown { store.close() }
+    let leases = ShardLeaseKeeper(store: store, id: advertise, period: leasePeriod)
+
     func perform(_ actions: [DispatchAction]) {
         for action in actions {
             switch action {
-            case .record(let notification, let plans):
-                turn.records.append((notification, plans))
+            case .record(let notification, let plans, let shards):
+                turn.records.append((notification, plans, shards))
             case .send(let route, var delivery):
                 // A rich delivery carries a ticket that lets this installation, and no other, fetch the payload.
                 if let rich = delivery.rich {
@@ -133,33 +144,61 @@ ServiceMain.run(name: "nh-dispatch", summary: "the dispatcher: resolves targets 
     /// the cursor then points back into the publish service's durable log, the notifications are
     /// planned again, lost acknowledgements make their deliveries go out again, and agents show
     /// each once.
+    ///
+    /// On a shared store the write is fenced by this dispatcher's leases: when another dispatcher
+    /// has taken one of the shards written for, the whole write is rolled back, the shards held now
+    /// are read again, and the turn is written again without the lost shards' work, which is the
+    /// new owner's. A write that fails otherwise keeps its acknowledgements, failures and push
+    /// answers for the next turn; its records are planned again from the stored cursors.
+    /// Reads the leases again at once, whatever changed (set once the pull is wired, below).
+    var rereadLeases: () -> Void = {}
     func commit() {
         guard !turn.isEmpty else { return }
         let now = Date()
-        do {
-            try store.writeTurn {
-                // Deliveries planned and sent in this turn are recorded as sent in the same write.
-                let sentIds = Set(turn.sent.map(\.deliveryId))
-                var recorded = Set<String>()
-                for (notification, plans) in turn.records {
-                    try store.record(notification, plans: plans, sent: sentIds, shards: core.shards?.owned, now: now)
-                    if !sentIds.isEmpty { recorded.formUnion(plans.map(\.deliveryId)) }
+        var pending = turn
+        turn = DispatchTurn()
+        var fenced = false
+        while true {
+            do {
+                try store.writeTurn {
+                    try write(pending, now: now)
+                    FaultPoint.reach(.write)
                 }
-                try store.markSent(recorded.isEmpty ? turn.sent : turn.sent.filter { !recorded.contains($0.deliveryId) }, now: now)
-                for (installationId, ids) in turn.acks { try store.acknowledge(ids, installationId: installationId, now: now) }
-                for (installationId, failures) in turn.failures { try store.fail(failures, installationId: installationId, now: now) }
-                try store.pushed(turn.pushResults, now: now)
+                break
+            } catch let lost as LeaseLost where !fenced {
+                fenced = true
+                logger.warning("another dispatcher holds shards this turn wrote for; their work is dropped", ("shards", lost.shards.count))
+                leases.lost(lost.shards)
+                store.fence = leases.fence
+                rereadLeases()
+                pending.keep(shards: leases.owned)
+            } catch {
+                logger.error("dispatch commit failed", ("error", "\(error)"))
+                turn.retry(pending)
+                rereadLeases()
+                return
             }
-            if committedAt.duration(to: .now) >= .milliseconds(50) { try commitGroup() }
-        } catch {
-            logger.error("dispatch commit failed", ("error", "\(error)"))
-            // Not recorded, so not sent: the cursor did not move, and the next pull plans them again.
-            turn.pushes.removeAll()
+        }
+        FaultPoint.reach(.committed)
+        if committedAt.duration(to: .now) >= .milliseconds(50) {
+            do { try commitGroup() } catch { logger.error("dispatch commit failed", ("error", "\(error)")) }
         }
         // Handed to the push services once their deliveries are in the store, where an answer finds them.
-        let pushes = turn.pushes
-        turn = DispatchTurn()
-        for message in pushes { push.submit(message, now: now) }
+        for message in pending.pushes { push.submit(message, now: now) }
+    }
+
+    func write(_ turn: DispatchTurn, now: Date) throws {
+        // Deliveries planned and sent in this turn are recorded as sent in the same write.
+        let sentIds = Set(turn.sent.map(\.deliveryId))
+        var recorded = Set<String>()
+        for (notification, plans, shards) in turn.records {
+            try store.record(notification, plans: plans, sent: sentIds, shards: shards, now: now)
+            if !sentIds.isEmpty { recorded.formUnion(plans.map(\.deliveryId)) }
+        }
+        try store.markSent(recorded.isEmpty ? turn.sent : turn.sent.filter { !recorded.contains($0.deliveryId) }, now: now)
+        for (installationId, ids) in turn.acks { try store.acknowledge(ids, installationId: installationId, now: now) }
+        for (installationId, failures) in turn.failures { try store.fail(failures, installationId: installationId, now: now) }
+        try store.pushed(turn.pushResults, now: now)
     }
 
     var committedAt = ContinuousClock.now
@@ -189,15 +228,6 @@ ServiceMain.run(name: "nh-dispatch", summary: "the dispatcher: resolves targets 
         try replica.pump()
         commit()
     }
-    // On a shared store, several dispatchers split the agents by shard (ShardLeaseKeeper); on
-    // SQLite one dispatcher serves them all.
-    let shared = config.storeIsPostgres
-    let advertise = config.dispatch.advertise ?? agents.lastEndpoint
-    if shared, advertise.contains("0.0.0.0") || advertise.contains("*") {
-        throw ConfigError("dispatch.advertise must be an address agents can reach, not '\(advertise)'; set it to this host's address and port")
-    }
-    let leasePeriod = max(3.0, 3 * Double(config.heartbeatMs) / 1000)
-    let leases = ShardLeaseKeeper(store: store, id: advertise, period: leasePeriod)
     if !shared { perform(core.on(.backlog(try store.backlog(now: Date())), now: Date())) }
 
     // What push services had not taken when the dispatcher last stopped goes to them again, a
@@ -297,7 +327,14 @@ ServiceMain.run(name: "nh-dispatch", summary: "the dispatcher: resolves targets 
     /// Where the next pull starts: the stored cursor, or with shards the least of the owned shards'
     /// cursors (each shard then plans only what is past its own). Nil while no shard is held.
     func pullCursor() -> UInt64? {
-        guard let shards = core.shards else { return try? store.cursor() }
+        guard let shards = core.shards else {
+            do {
+                return try store.cursor()
+            } catch {
+                logger.error("cannot read the dispatcher's cursor", ("error", "\(error)"))
+                return nil
+            }
+        }
         return shards.owned.map { shards.cursors[$0] ?? 0 }.min()
     }
     func pull() {
@@ -308,9 +345,12 @@ ServiceMain.run(name: "nh-dispatch", summary: "the dispatcher: resolves targets 
             switch result {
             case .success(let batch):
                 guard !batch.notifications.isEmpty else { return }
+                FaultPoint.reach(.pulled)
                 do { try replica.pump() } catch { logger.warning("registry stream", ("error", "\(error)")) }
                 let before = core.counters.planned
-                perform(core.on(.accepted(batch.notifications), now: Date()))
+                // The batch holds everything after `after`: shards taken over since the pull went
+                // out, and so behind it, are planned by a pull from their own cursor.
+                perform(core.on(.accepted(batch.notifications, after: after), now: Date()))
                 commit()
                 // Large fan-outs come a few notifications at a time, so that one turn stays short.
                 let perNotification = (core.counters.planned - before) / batch.notifications.count
@@ -431,39 +471,59 @@ ServiceMain.run(name: "nh-dispatch", summary: "the dispatcher: resolves targets 
         commit()
     }
     // The leases, each heartbeat: shards taken bring their waiting deliveries (agents' from the
-    // store when they say hello, push services' at once); shards lost move their agents.
-    func keepLeases() throws {
-        guard shared, let change = leases.beat(now: Date()) else { return }
-        var map = change.map
-        // What this dispatcher planned is ahead of, or equal to, what the store says.
-        for (shard, cursor) in core.shards?.cursors ?? [:] where map.owned.contains(shard) {
-            map.cursors[shard] = max(map.cursors[shard] ?? 0, cursor)
-        }
-        perform(core.on(.shards(map), now: Date()))
-        logger.info("shards", ("held", map.owned.count), ("gained", change.gained.count))
-        if !change.gained.isEmpty {
+    // store when they say hello, push services' at once); shards lost move their agents. The
+    // cursors are the store's, where each turn has committed.
+    func refreshShards(force: Bool = false) {
+        guard shared, let change = leases.beat(now: Date(), force: force) else { return }
+        store.fence = leases.fence
+        let before = core.shards?.owned
+        perform(core.on(.shards(change.map), now: Date()))
+        if before != change.map.owned { logger.info("shards", ("held", change.map.owned.count), ("gained", change.gained.count)) }
+        guard !change.gained.isEmpty else { return }
+        do {
             perform(core.on(.backlog(try store.backlog(now: Date(), shards: change.gained)), now: Date()))
             for message in try store.pendingPush(now: Date(), limit: resumePage, shards: change.gained) { push.submit(message) }
-            pull()
+        } catch {
+            logger.error("cannot load the waiting deliveries of shards taken", ("error", "\(error)"))
         }
+        pull()
+    }
+    func keepLeases() {
+        refreshShards()
         commit()
     }
-    if shared { try keepLeases() }
+    rereadLeases = { refreshShards(force: true) }
+    if shared {
+        keepLeases()
+        // After a pause (the process stopped, or a handler ran long) the leases come first, before
+        // any message that waited: the fence on every write is the guarantee, this the fast path.
+        context.loop.onStall(after: .milliseconds(Int(leases.margin * 1_000))) { gap in
+            logger.warning("the loop stalled; checking leases first", ("ms", Int(gap.components.seconds * 1_000) + Int(gap.components.attoseconds / 1_000_000_000_000_000)))
+            keepLeases()
+        }
+    }
 
     context.loop.every(milliseconds: config.heartbeatMs) {
-        try keepLeases()
+        keepLeases()
         try resumePush()
         publish.expire()
         pull()
-        let expired = try store.expire(now: Date())
-        if expired > 0 { logger.info("deliveries expired", ("count", expired)) }
+        do {
+            let expired = try store.expire(now: Date(), shards: shared ? leases.owned : nil)
+            if expired > 0 { logger.info("deliveries expired", ("count", expired)) }
+        } catch let lost as LeaseLost {
+            leases.lost(lost.shards)
+            store.fence = leases.fence
+            refreshShards(force: true)
+        }
     }
     context.loop.every(milliseconds: 600_000) { try store.purge(now: Date()) }
 }
 
 /// What one turn of the loop has to commit.
 struct DispatchTurn {
-    var records: [(AcceptedNotification, [PlannedDelivery])] = []
+    /// Notifications planned, with the shards whose cursors move past them (nil: the one cursor).
+    var records: [(AcceptedNotification, [PlannedDelivery], Set<Int>?)] = []
     var sent: [AgentDelivery] = []
     var acks: [(String, [String])] = []
     var failures: [(String, [DeliveryFailure])] = []
@@ -473,6 +533,33 @@ struct DispatchTurn {
     var pushResults: [(PushMessage, PushResult)] = []
 
     var isEmpty: Bool { records.isEmpty && sent.isEmpty && acks.isEmpty && failures.isEmpty && pushes.isEmpty && pushResults.isEmpty }
+
+    /// Keeps only the work of `shards`: what was planned, sent, answered and pushed for their installations.
+    mutating func keep(shards: Set<Int>) {
+        func held(_ installationId: String) -> Bool { shards.contains(Shards.of(installationId)) }
+        records = records.compactMap { notification, plans, planned in
+            let kept = planned.map { $0.intersection(shards) }
+            if let kept, kept.isEmpty { return nil }
+            return (notification, plans.filter { held($0.installationId) }, kept)
+        }
+        sent.removeAll { !held($0.installationId) }
+        acks.removeAll { !held($0.0) }
+        failures.removeAll { !held($0.0) }
+        pushes.removeAll { !held($0.installationId) }
+        pushResults.removeAll { !held($0.0.installationId) }
+    }
+
+    /// Takes from a turn whose write failed what is written the same however often: its sends,
+    /// acknowledgements, failures and push answers, up to a bound (past it, a delivery left open is
+    /// sent again when its agent next loads). Its records are planned again; its pushes with them.
+    mutating func retry(_ failed: DispatchTurn) {
+        let bound = 100_000
+        guard sent.count + acks.count + failures.count + pushResults.count < bound else { return }
+        sent = failed.sent + sent
+        acks = failed.acks + acks
+        failures = failed.failures + failures
+        pushResults = failed.pushResults + pushResults
+    }
 }
 
 extension ZMQSocket {

@@ -54,7 +54,7 @@ struct DispatcherTests {
         #expect(dispatcher.on(.hello(route: Self.routeA, peerKey: Self.keyA, installationId: "a"), now: Self.t0).isEmpty)
         #expect(dispatcher.counters.connected == 1)
         let actions = dispatcher.on(.accepted([Self.send(1)]), now: Self.t0)
-        guard case .record(let notification, let plans) = actions.first else {
+        guard case .record(let notification, let plans, _) = actions.first else {
             Issue.record("the first action records the notification")
             return
         }
@@ -311,7 +311,7 @@ struct DispatcherPushTests {
         settings.platforms = ["linux", "apns"]
         var dispatcher = DispatcherTests.dispatcher(installations, connected: [(DispatcherTests.routeA, "desk", DispatcherTests.keyA)], settings: settings)
         let actions = dispatcher.on(.accepted([DispatcherTests.send(1)]), now: DispatcherTests.t0)
-        guard case .record(_, let plans) = actions.first else {
+        guard case .record(_, let plans, _) = actions.first else {
             Issue.record("the first action records the notification")
             return
         }
@@ -389,7 +389,7 @@ struct DispatcherShardTests {
         _ = dispatcher.on(.shards(ShardMap(owned: [4, 5], cursors: [4: 0, 5: 2])), now: DispatcherTests.t0)
         func planned(_ sequence: UInt64) -> [String] {
             let actions = dispatcher.on(.accepted([DispatcherTests.send(sequence)]), now: DispatcherTests.t0)
-            guard case .record(_, let plans)? = actions.first else { return [] }
+            guard case .record(_, let plans, _)? = actions.first else { return [] }
             return plans.map(\.installationId).sorted()
         }
         #expect(planned(1) == [ids[0]])
@@ -398,6 +398,34 @@ struct DispatcherShardTests {
         // The same notification again (a pull repeated after a restart) plans nothing twice.
         #expect(planned(3) == [])
         #expect(dispatcher.shards?.cursors == [4: 3, 5: 3])
+    }
+
+    @Test("a shard taken over while a pull was under way is not planned from that pull: it waits for a pull from its own cursor")
+    func takeoverDuringPull() {
+        let ids = Self.ids(inShards: [4, 5])
+        var dispatcher = DispatcherTests.dispatcher(ids.map { DispatcherTests.installation($0, key: DispatcherTests.keyA) })
+        // Shard 4 is planned up to 14 here; a pull after 14 is under way when shard 5, planned up
+        // to 10 by its previous owner, is taken over.
+        _ = dispatcher.on(.shards(ShardMap(owned: [4], cursors: [4: 14])), now: DispatcherTests.t0)
+        _ = dispatcher.on(.shards(ShardMap(owned: [4, 5], cursors: [4: 14, 5: 10])), now: DispatcherTests.t0)
+        let late = dispatcher.on(.accepted([DispatcherTests.send(15)], after: 14), now: DispatcherTests.t0)
+        guard case .record(_, let plans, let shards)? = late.first else {
+            Issue.record("the pull records what it planned")
+            return
+        }
+        #expect(plans.map(\.installationId) == [ids[0]])
+        // Only shard 4's cursor moves; shard 5's stays, so the next pull starts there.
+        #expect(shards == [4])
+        #expect(dispatcher.shards?.cursors == [4: 15, 5: 10])
+        // The pull from shard 5's cursor plans 11 to 15 for it, and nothing twice for shard 4.
+        let catchUp = dispatcher.on(.accepted((11...15).map { DispatcherTests.send(UInt64($0)) }, after: 10), now: DispatcherTests.t0)
+        let records = catchUp.compactMap { action -> (UInt64, [String], Set<Int>?)? in
+            guard case .record(let notification, let plans, let shards) = action else { return nil }
+            return (notification.sequence, plans.map(\.installationId), shards)
+        }
+        #expect(records.map(\.0) == [11, 12, 13, 14, 15])
+        #expect(records.allSatisfy { $0.1 == [ids[1]] && $0.2 == [5] })
+        #expect(dispatcher.shards?.cursors == [4: 15, 5: 15])
     }
 
     @Test("a shard lost moves its sessions to the new owner")

@@ -345,9 +345,9 @@ struct DeliveryStoreContractTests {
         let store = try engine.makeStore()
         let until = now.addingTimeInterval(10)
         let first = try store.claimLeases(owner: "d1", endpoint: "tcp://d1", count: 40, now: now, until: until)
-        #expect(first == Set(0..<40))
+        #expect(first == Dictionary(uniqueKeysWithValues: (0..<40).map { ($0, UInt64(1)) }))
         let second = try store.claimLeases(owner: "d2", endpoint: "tcp://d2", count: 40, now: now, until: until)
-        #expect(second == Set(40..<64))
+        #expect(second == Dictionary(uniqueKeysWithValues: (40..<64).map { ($0, UInt64(1)) }))
         #expect(try store.claimLeases(owner: "d3", endpoint: "tcp://d3", count: 1, now: now, until: until).isEmpty)
         #expect(try store.claimLeases(owner: "d3", endpoint: "tcp://d3", count: 0, now: now.addingTimeInterval(60), until: until).isEmpty)
         var owners = try store.leaseOwners(now: now)
@@ -357,7 +357,9 @@ struct DeliveryStoreContractTests {
         #expect(try store.renewLeases(owner: "d1", until: now.addingTimeInterval(30)) == first)
         let later = now.addingTimeInterval(10)
         #expect(try store.leaseOwners(now: later).count == 40)
-        #expect(try store.claimLeases(owner: "d3", endpoint: "tcp://d3", count: 64, now: later, until: later.addingTimeInterval(10)) == second)
+        // Each claim moves the shard's epoch on.
+        #expect(try store.claimLeases(owner: "d3", endpoint: "tcp://d3", count: 64, now: later, until: later.addingTimeInterval(10))
+                == second.mapValues { $0 + 1 })
         #expect(try store.renewLeases(owner: "d2", until: later.addingTimeInterval(10)).isEmpty)
 
         // Released, a shard is free at once.
@@ -365,8 +367,73 @@ struct DeliveryStoreContractTests {
         try store.releaseLeases(owner: "d1", shards: [0, 1])
         owners = try store.leaseOwners(now: later)
         #expect(owners[0] == nil && owners[1] == nil && owners[2] == "tcp://d1" && owners[40] == "tcp://d3")
-        #expect(try store.claimLeases(owner: "d3", endpoint: "tcp://d3", count: 5, now: later, until: later.addingTimeInterval(10)) == [0, 1])
-        #expect(try store.renewLeases(owner: "d1", until: later.addingTimeInterval(10)) == Set(2..<40))
+        #expect(try store.claimLeases(owner: "d3", endpoint: "tcp://d3", count: 5, now: later, until: later.addingTimeInterval(10)) == [0: 2, 1: 2])
+        #expect(try store.renewLeases(owner: "d1", until: later.addingTimeInterval(10)) == first.filter { $0.key >= 2 })
+    }
+
+    @Test("a fenced write commits only while its writer holds each shard it writes for at the epoch it knows; else nothing of it stays",
+          arguments: StoreEngine.available)
+    func fence(engine: StoreEngine) throws {
+        let store = try engine.makeStore()
+        let (a, b) = (Fixture.installation(inShard: 4), Fixture.installation(inShard: 9))
+        let claimed = try store.claimLeases(owner: "d1", endpoint: "tcp://d1", count: 64, now: now, until: now.addingTimeInterval(10))
+        store.fence = LeaseFence(owner: "d1", epochs: claimed)
+        let first = [Fixture.plan("n1", a), Fixture.plan("n1", b)]
+        try store.writeTurn {
+            try store.record(Fixture.notification("n1", sequence: 1), plans: first, sent: [], shards: [4, 9], now: now)
+        }
+        try store.flush()
+        #expect(try store.outcome("n1")?.targets == 2)
+
+        // d1's leases run out and d2 claims them, at the next epoch: d1's fence is stale.
+        let later = now.addingTimeInterval(11)
+        let taken = try store.claimLeases(owner: "d2", endpoint: "tcp://d2", count: 64, now: later, until: later.addingTimeInterval(10))
+        #expect(taken[4] == (claimed[4] ?? 0) + 1)
+        let second = [Fixture.plan("n2", a), Fixture.plan("n2", b)]
+        do {
+            try store.writeTurn {
+                try store.record(Fixture.notification("n2", sequence: 2), plans: second, sent: [], shards: [4, 9], now: now)
+                try store.acknowledge([first[0].deliveryId], installationId: a, now: now)
+            }
+            Issue.record("a write for shards another dispatcher holds commits")
+        } catch let lost as LeaseLost {
+            #expect(lost.shards == [4, 9])
+        }
+        try store.flush()
+        // Nothing of it stays: no outcome, no delivery, no cursor moved, the acknowledged delivery still open.
+        #expect(try store.outcome("n2") == nil)
+        #expect(try store.pending(for: a, now: now).map(\.deliveryId) == [first[0].deliveryId])
+        #expect(try store.shardCursors()[4] == 1 && store.shardCursors()[9] == 1)
+        #expect(try store.outcome("n1")?.acknowledged == 0)
+        // Expiry, acknowledgements and failures are fenced alike.
+        #expect(throws: LeaseLost.self) { try store.expire(now: now.addingTimeInterval(7_200), shards: [4]) }
+        #expect(throws: LeaseLost.self) { try store.acknowledge([first[1].deliveryId], installationId: b, now: now) }
+        #expect(try store.totals()["pendingDeliveries"] == "2")
+
+        // The new holder writes; a shard its fence does not list is refused without asking the store.
+        store.fence = LeaseFence(owner: "d2", epochs: taken)
+        try store.writeTurn {
+            try store.record(Fixture.notification("n2", sequence: 2), plans: second, sent: [], shards: [4, 9], now: now)
+        }
+        try store.flush()
+        #expect(try store.outcome("n2")?.targets == 2 && store.shardCursors()[4] == 2)
+        store.fence = LeaseFence(owner: "d2", epochs: taken.filter { $0.key != 4 })
+        #expect(throws: LeaseLost.self) { try store.acknowledge([first[0].deliveryId], installationId: a, now: now) }
+        #expect(try store.acknowledge([first[1].deliveryId], installationId: b, now: now) == 1)
+    }
+
+    @Test("a delivery recorded again for its shard, as by two dispatchers, counts once in the targets, on every platform",
+          arguments: StoreEngine.available)
+    func recordedTwice(engine: StoreEngine) throws {
+        let store = try engine.makeStore()
+        let (a, p) = (Fixture.installation(inShard: 4), Fixture.installation(inShard: 4, "p"))
+        let plans = [Fixture.plan("n", a), Fixture.plan("n", p, platform: .apns)]
+        for _ in 0..<2 {
+            try store.record(Fixture.notification("n", sequence: 1), plans: plans, sent: [plans[0].deliveryId], shards: [4], now: now)
+        }
+        let outcome = try #require(try store.outcome("n"))
+        #expect(outcome.targets == 2 && outcome.delivered == 1)
+        #expect(outcome.platforms?["apns"]?["Targets"] == 1 && outcome.platforms?["linux"]?["Targets"] == 1)
     }
 
     @Test("heartbeats tell how many dispatchers are alive", arguments: StoreEngine.available)

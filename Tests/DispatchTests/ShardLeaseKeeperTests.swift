@@ -6,7 +6,7 @@ import Testing
 
 /// Leases as a shared store keeps them, in memory, for the keeper's decisions.
 final class MemoryLeases: LeaseStore, @unchecked Sendable {
-    struct Lease { var owner: String; var endpoint: String; var until: Date }
+    struct Lease { var owner: String; var endpoint: String; var until: Date; var epoch: UInt64 = 1 }
     var leases: [Int: Lease] = [:]
     var seen: [String: Date] = [:]
     var cursors: [Int: UInt64] = [:]
@@ -21,21 +21,27 @@ final class MemoryLeases: LeaseStore, @unchecked Sendable {
         try check()
         return seen.values.filter { now.timeIntervalSince($0) < within }.count
     }
-    func renewLeases(owner: String, until: Date) throws -> Set<Int> {
+    func renewLeases(owner: String, until: Date) throws -> [Int: UInt64] {
         try check()
-        var held: Set<Int> = []
+        var held: [Int: UInt64] = [:]
         // An expired lease nobody has claimed is still this owner's to renew.
         for (shard, lease) in leases where lease.owner == owner {
             leases[shard]?.until = until
-            held.insert(shard)
+            held[shard] = lease.epoch
         }
         return held
     }
-    func claimLeases(owner: String, endpoint: String, count: Int, now: Date, until: Date) throws -> Set<Int> {
+    var epochs: [Int: UInt64] = [:]
+    func claimLeases(owner: String, endpoint: String, count: Int, now: Date, until: Date) throws -> [Int: UInt64] {
         try check()
         let vacant = (0..<Shards.count).filter { (leases[$0]?.until ?? .distantPast) <= now }.prefix(count)
-        for shard in vacant { leases[shard] = Lease(owner: owner, endpoint: endpoint, until: until) }
-        return Set(vacant)
+        var claimed: [Int: UInt64] = [:]
+        for shard in vacant {
+            epochs[shard, default: 0] += 1
+            leases[shard] = Lease(owner: owner, endpoint: endpoint, until: until, epoch: epochs[shard] ?? 1)
+            claimed[shard] = epochs[shard]
+        }
+        return claimed
     }
     func releaseLeases(owner: String, shards: Set<Int>) throws {
         try check()
@@ -76,6 +82,31 @@ struct ShardLeaseKeeperTests {
         #expect(two.beat(now: Self.t0.addingTimeInterval(5))?.map.owned.count ?? 32 == 32)
         let takeover = try #require(two.beat(now: Self.t0.addingTimeInterval(9)))
         #expect(takeover.map.owned.count == 64 && takeover.gained == Set(0..<64).subtracting(joined.map.owned))
+    }
+
+    @Test("the fence carries each shard's epoch; a shard lost and claimed again is gained again, at a new epoch")
+    func epochs() throws {
+        let store = MemoryLeases()
+        let one = ShardLeaseKeeper(store: store, id: "tcp://a:7722", period: 6)
+        let two = ShardLeaseKeeper(store: store, id: "tcp://b:7722", period: 6)
+        _ = one.beat(now: Self.t0)
+        #expect(one.fence == LeaseFence(owner: "tcp://a:7722", epochs: Dictionary(uniqueKeysWithValues: (0..<64).map { ($0, UInt64(1)) })))
+        // The first is paused past its lease; the second takes every shard at the next epoch.
+        let taken = try #require(two.beat(now: Self.t0.addingTimeInterval(7)))
+        #expect(taken.gained.count == 64 && Set(two.fence.epochs.values) == [2])
+        // Back, the first finds it holds nothing, and its fence lists nothing.
+        let back = try #require(one.beat(now: Self.t0.addingTimeInterval(8)))
+        #expect(back.map.owned.isEmpty && one.fence.epochs.isEmpty)
+        // A write's lost shards are forgotten at once, before the next beat.
+        two.lost([3, 4])
+        #expect(two.owned.count == 62 && two.fence.epochs[3] == nil)
+        // The second stops; the first takes everything back, at a third epoch, as gained.
+        let again = try #require(one.beat(now: Self.t0.addingTimeInterval(20)))
+        #expect(again.gained.count == 64 && Set(one.fence.epochs.values) == [3])
+        // Nothing changed: no change, unless forced.
+        #expect(one.beat(now: Self.t0.addingTimeInterval(21)) == nil)
+        let forced = try #require(one.beat(now: Self.t0.addingTimeInterval(22), force: true))
+        #expect(forced.gained.isEmpty && forced.map.owned.count == 64)
     }
 
     @Test("a dispatcher that cannot reach the store stops serving before its leases could be taken")

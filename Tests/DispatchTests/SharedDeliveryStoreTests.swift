@@ -37,7 +37,7 @@ struct SharedDeliveryStoreTests {
         for round in 0..<25 {
             let at = now.addingTimeInterval(Double(round) * 100)
             let claims = atOnce(stores) { store, index in
-                try store.claimLeases(owner: "d\(index)", endpoint: "tcp://d\(index)", count: 40, now: at, until: at.addingTimeInterval(10))
+                Set(try store.claimLeases(owner: "d\(index)", endpoint: "tcp://d\(index)", count: 40, now: at, until: at.addingTimeInterval(10)).keys)
             }
             let (first, second) = (try #require(claims[0]), try #require(claims[1]))
             #expect(first.isDisjoint(with: second), "round \(round): both claimed \(first.intersection(second).sorted())")
@@ -55,7 +55,7 @@ struct SharedDeliveryStoreTests {
         let all = Set(0..<Shards.count)
         func claim(_ index: Int, at seconds: TimeInterval) throws -> Set<Int> {
             let at = now.addingTimeInterval(seconds)
-            return try stores[index].claimLeases(owner: "d\(index)", endpoint: "tcp://d\(index)", count: 64, now: at, until: at.addingTimeInterval(5))
+            return Set(try stores[index].claimLeases(owner: "d\(index)", endpoint: "tcp://d\(index)", count: 64, now: at, until: at.addingTimeInterval(5)).keys)
         }
         #expect(try claim(0, at: 0) == all)
         #expect(try claim(1, at: 4).isEmpty)
@@ -161,6 +161,67 @@ struct SharedDeliveryStoreTests {
         #expect(try store.cursor() == 3)
         #expect(try store.connection.queryOne("SHOW synchronous_commit")?[0].string == "off")
         #expect(try store.connection.queryOne("SELECT pg_backend_pid()")?[0].int != pid)
+    }
+
+    @Test("a dispatcher's session waits for a lock, runs a statement and idles in a transaction only so long, and names its dispatcher")
+    func sessionLimits() throws {
+        let url = try StoreEngine.postgresDatabase()
+        let store = try PostgresDeliveryStore(url: url, limits: .init(leasePeriod: 3, dispatcher: "tcp://10.0.0.1:7722"))
+        func setting(_ name: String) throws -> String? { try store.connection.queryOne("SELECT current_setting($1)", [name])?[0].string }
+        #expect(try setting("lock_timeout") == "500ms")
+        #expect(try setting("idle_in_transaction_session_timeout") == "1s")
+        #expect(try setting("statement_timeout") == "30s")
+        #expect(try setting("synchronous_commit") == "off")
+        #expect(try setting("nh.dispatcher") == "tcp://10.0.0.1:7722")
+        #expect(try setting("application_name") == "nh-dispatch")
+    }
+
+    @Test("a dispatcher paused inside a write does not stall another: the server ends the paused one's transaction, and nothing of it stays")
+    func pausedPeer() throws {
+        let url = try StoreEngine.postgresDatabase()
+        let limits = PostgresDeliveryStore.SessionLimits(leasePeriod: 3, dispatcher: nil)
+        let (paused, survivor) = (try PostgresDeliveryStore(url: url, limits: limits), try PostgresDeliveryStore(url: url, limits: limits))
+        let plans = [Fixture.plan("n", Fixture.installation(inShard: 4))]
+        nonisolated(unsafe) let pausedStore = paused
+        let pausedResult = NSLock()
+        nonisolated(unsafe) var pausedError: Error?
+        let started = DispatchSemaphore(value: 0)
+        let done = DispatchSemaphore(value: 0)
+        let now = self.now
+        Thread.detachNewThread {
+            do {
+                try pausedStore.writeTurn {
+                    try pausedStore.record(Fixture.notification("n", sequence: 1), plans: plans, sent: [], shards: [4], now: now)
+                    started.signal()
+                    // Paused with the delivery's row locked, longer than its idle limit.
+                    Thread.sleep(forTimeInterval: 2.5)
+                }
+            } catch {
+                pausedResult.withLock { pausedError = error }
+            }
+            done.signal()
+        }
+        started.wait()
+        // The survivor writes the same delivery: its lock waits end at its limit, and once the
+        // server has ended the paused session, the write goes through.
+        var attempts = 0
+        var written = false
+        while !written && attempts < 100 {
+            attempts += 1
+            do {
+                try survivor.writeTurn {
+                    try survivor.record(Fixture.notification("n", sequence: 1), plans: plans, sent: [], shards: [4], now: now)
+                }
+                written = true
+            } catch {
+                Thread.sleep(forTimeInterval: 0.1)
+            }
+        }
+        #expect(written)
+        done.wait()
+        #expect(pausedResult.withLock { pausedError } != nil, "the paused write committed after its session was ended")
+        #expect(try survivor.outcome("n")?.targets == 1)
+        #expect(try survivor.pending(for: plans[0].installationId, now: now).count == 1)
     }
 
     @Test("settings join the options a URL already has")
