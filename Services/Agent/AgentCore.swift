@@ -83,6 +83,9 @@ struct AgentCore {
             switch frame {
             case .redirect(let redirect):
                 welcomed = false
+                // The new dispatcher has no connection yet: if it never answers (it stopped since
+                // it was named), the next one is tried after three heartbeats, as for any other.
+                unconnectedSince = now
                 return [.moveTo(redirect.endpoint)]
             case .welcome:
                 welcomed = true

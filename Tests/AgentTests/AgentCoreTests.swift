@@ -77,6 +77,17 @@ struct AgentCoreTests {
         #expect(AgentCore.richRetry(attempts: 1, maxAttempts: 8, expiresAt: Self.t0, now: Self.t0) == .giveUp)
     }
 
+    @Test("a redirect to a dispatcher that never answers is left after three heartbeats for the next one")
+    func redirectToDeadDispatcher() {
+        var core = AgentCore(settings: AgentCore.Settings(heartbeat: 5, helloRetry: 0.5))
+        _ = core.on(.connected, now: Self.t0)
+        // Named by a peer whose lease map is a moment old, the dispatcher has just died: no
+        // connection ever comes, and no disconnection either.
+        _ = core.on(.received(.redirect(AgentRedirect(installationId: "me", endpoint: "tcp://10.0.0.2:7722")), seen: false), now: Self.t0)
+        #expect(!core.on(.tick, now: Self.t0.addingTimeInterval(14)).contains(.tryNextDispatcher))
+        #expect(core.on(.tick, now: Self.t0.addingTimeInterval(15.5)).contains(.tryNextDispatcher))
+    }
+
     @Test("a redirect moves the agent to the dispatcher that serves it; three heartbeats without a connection try the next one")
     func redirectsAndFailover() {
         var core = AgentCore(settings: AgentCore.Settings(heartbeat: 5, helloRetry: 0.5))

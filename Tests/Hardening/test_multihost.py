@@ -1,9 +1,11 @@
 """The hub across four hosts, each a network namespace joined to the others by veth links:
 PostgreSQL, the registry and the sync store on one; two dispatchers and the publish service on
 another; agents on the last two. Breaking news and per-user sync run across them while one
-dispatcher is killed and one agents' host is cut off and reconnected; nothing accepted may be lost,
-no agent may show anything twice, and every device of a user must agree. Needs root (CI has it);
-skipped with the reason where namespaces cannot be made."""
+dispatcher is stopped inside a write for longer than a lease, then the other is killed, and one
+agents' host is cut off and reconnected; nothing accepted may be lost, no agent may show anything
+twice, every outcome must be exact, no dispatcher may write for a shard it does not hold (an audit
+trigger watches), and every device of a user must agree. Needs root (CI has it); skipped with the
+reason where namespaces cannot be made."""
 import json
 import os
 import shutil
@@ -17,6 +19,7 @@ import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "Support"))
 
+from dispatchaudit import AUDIT, AUDIT_ROWS  # noqa: E402
 from hubharness import BIN, json_lines, wait_until  # noqa: E402
 import netns  # noqa: E402
 import pgserver  # noqa: E402
@@ -70,7 +73,13 @@ class MultiHost:
         core = self.net.address("core")
         port = {"nh-dispatch-1": 7721, "nh-dispatch-2": 7724}[name]
         return {"NH_DISPATCH_REQUESTS": f"tcp://{core}:{port}", "NH_DISPATCH_AGENTS": self.dispatchers[name],
-                "NH_DISPATCH_ADVERTISE": self.dispatchers[name]}
+                "NH_DISPATCH_ADVERTISE": self.dispatchers[name], "NH_FAULT_PAUSE": os.path.join(self.data, f"pause-{name}")}
+
+    def sql(self, statement):
+        done = self.net.run("db", ["psql", self.pg.tcp_url(host=self.net.address("db")), "-qtAc", statement],
+                            capture_output=True, text=True, timeout=30)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.strip()
 
     def ctl(self, *args, host="core", env=None):
         return self.net.run(host, [os.path.join(BIN, "nhctl"), *args], env={**self.env, **(env or {})},
@@ -119,6 +128,10 @@ def hosts():
         hosts.start("nh-publish", "core")
         for name in hosts.dispatchers:
             hosts.start(name, "core", executable="nh-dispatch", env=hosts.dispatcher_env(name))
+            if name == "nh-dispatch-1":
+                assert wait_until(lambda: hosts.sql("SELECT count(*) FROM information_schema.columns WHERE table_schema = 'dispatch' "
+                                                    "AND table_name = 'leases' AND column_name = 'epoch'") == "1", timeout=30)
+                hosts.sql(AUDIT)
         yield hosts
     finally:
         hosts.stop()
@@ -163,9 +176,26 @@ def test_breaking_news_and_user_sync_survive_a_dispatcher_kill_and_a_cut_link(ho
         assert done.returncode == 0, done.stderr
         sent.append(json.loads(done.stdout.splitlines()[-1])["notificationId"])
 
-    for i in range(SENDS // 3):
+    for i in range(SENDS // 6):
         send(i)
         time.sleep(0.2)
+    # One dispatcher stops inside a write, longer than a lease: the other takes its shards, and
+    # when it goes on its write is rolled back, not committed for shards it no longer holds.
+    with open(hosts.dispatcher_env("nh-dispatch-2")["NH_FAULT_PAUSE"], "w") as f:
+        f.write("write")
+    paused = hosts.processes["nh-dispatch-2"]
+
+    def stopped():
+        with open(f"/proc/{paused.pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("T", "t")
+
+    for i in range(SENDS // 6, SENDS // 3):
+        send(i)
+        time.sleep(0.2)
+    assert wait_until(stopped, timeout=10), "nh-dispatch-2 never reached its write"
+    time.sleep(7)
+    paused.send_signal(signal.SIGCONT)
+    assert wait_until(connected, timeout=60, interval=1), [hosts.health(name) for name in hosts.dispatchers]
     # One dispatcher dies: its shards go to the other within a lease, and their agents follow.
     hosts.kill("nh-dispatch-1")
     for i in range(SENDS // 3, 2 * SENDS // 3):
@@ -191,6 +221,16 @@ def test_breaking_news_and_user_sync_survive_a_dispatcher_kill_and_a_cut_link(ho
     for name, output in outputs.items():
         ids = [i for i in shown(output) if i in set(sent)]
         assert len(ids) == len(set(ids)), f"{name} showed {len(ids) - len(set(ids))} notifications twice"
+    # Every outcome is exact, and no dispatcher wrote for a shard it did not hold.
+    agents = len(outputs)
+
+    def outcomes():
+        rows = hosts.sql("SELECT notification_id, targets, delivered, acknowledged, failed, expired FROM dispatch.outcomes")
+        return {r[0]: tuple(int(x) for x in r[1:]) for r in (line.split("|") for line in rows.splitlines() if line)}
+
+    assert wait_until(lambda: all(outcomes().get(n) == (agents, agents, agents, 0, 0) for n in sent), timeout=60, interval=1), (
+        {n: o for n, o in outcomes().items() if n in set(sent) and o != (agents, agents, agents, 0, 0)})
+    assert hosts.sql(AUDIT_ROWS) == ""
 
     # Alice's two devices agree: each has every post, and a dismiss on one reaches the other.
     alice = ["agents1-0", "agents2-0"]

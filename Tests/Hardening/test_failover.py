@@ -1,0 +1,200 @@
+"""Failover between two dispatchers on one PostgreSQL store, at the moments that matter: one is
+stopped (SIGSTOP) at a named point of its cycle (after a pull, inside a write, after a commit,
+inside a lease renewal) for longer than a lease while broadcasts stream in, or killed there with
+SIGKILL. The dispatchers stop themselves at the point (NH_FAULT_PAUSE), so each point is hit
+every run. After each fault:
+
+- every agent shows every broadcast exactly once;
+- every outcome is exact: targets = delivered = acknowledged = the agents, nothing failed or expired;
+- an audit trigger finds no row of dispatch.deliveries or dispatch.shard_cursors written by a
+  dispatcher that did not hold that shard's lease;
+- the survivor takes every shard while its peer is still stopped, even when the peer was stopped
+  holding locks (the takeover time is printed; it is not asserted, since these machines are noisy).
+
+Runs on the server NH_TEST_POSTGRES names (`make test` starts a throwaway one); skipped without it."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "Support"))
+
+from dispatchaudit import AUDIT, AUDIT_ROWS  # noqa: E402
+from hubharness import BIN, POSTGRES, Hub, free_port, json_lines, postgres_database, wait_until  # noqa: E402
+
+pytestmark = pytest.mark.skipif(not POSTGRES, reason="NH_TEST_POSTGRES is not set: run under Tests/Support/pgserver.py run -- …")
+
+AGENTS = 8
+HEARTBEAT_MS = 500
+LEASE = 3.0  # max(3 s, three heartbeats), as the dispatcher takes it
+PAUSE = 2 * LEASE + 2
+
+
+class Fleet:
+    """Registry, sync store and publish service, two dispatchers A and B on one PostgreSQL
+    database, and AGENTS agents given both dispatchers."""
+
+    def __init__(self):
+        self.url = postgres_database("nh_failover")
+        self.hub = Hub(prefix="nh-failover-", settings={
+            "NH_STORE": self.url, "NH_HEARTBEAT_MS": str(HEARTBEAT_MS), "NH_AGENT_HEARTBEAT_MS": "1000", "NH_LOG_LEVEL": "info"})
+        self.dispatchers = {}
+        for name in ["A", "B"]:
+            agents = f"tcp://127.0.0.1:{free_port()}"
+            self.dispatchers[name] = {
+                "NH_DISPATCH_REQUESTS": f"tcp://127.0.0.1:{free_port()}", "NH_DISPATCH_AGENTS": agents, "NH_DISPATCH_ADVERTISE": agents,
+                "NH_FAULT_PAUSE": os.path.join(self.hub.data, f"pause-{name}")}
+        self.outputs = {}
+        self.sent = []
+
+    def sql(self, statement):
+        done = subprocess.run(["psql", self.url, "-qtAc", statement], capture_output=True, text=True, timeout=30)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.strip()
+
+    def start_dispatcher(self, name):
+        return self.hub.start(f"dispatch-{name}", "nh-dispatch", env=self.dispatchers[name])
+
+    def start(self):
+        hub = self.hub
+        for name in ["nh-registry", "nh-sync"]:
+            hub.start(name)
+        assert wait_until(lambda: os.path.exists(os.path.join(hub.data, "keys.json")), timeout=30)
+        hub.start("nh-publish")
+        self.start_dispatcher("A")
+        assert wait_until(lambda: self.sql("SELECT count(*) FROM information_schema.tables WHERE table_schema = 'dispatch' "
+                                           "AND table_name = 'leases'") == "1", timeout=30)
+        assert wait_until(lambda: self.sql("SELECT count(*) FROM information_schema.columns WHERE table_schema = 'dispatch' "
+                                           "AND table_name = 'leases' AND column_name = 'epoch'") == "1", timeout=30)
+        self.sql(AUDIT)
+        self.start_dispatcher("B")
+        both = ",".join(d["NH_DISPATCH_AGENTS"] for d in self.dispatchers.values())
+        for i in range(AGENTS):
+            name = f"agent-{i}"
+            env = {"NH_AGENT_HOME": os.path.join(hub.data, name), "NH_AGENT_INSTALLATION_ID": f"failover-{i}",
+                   "NH_DISPATCH_AGENTS": both, "NH_AGENT_REQUESTS": f"tcp://127.0.0.1:{free_port()}"}
+            done = subprocess.run([os.path.join(BIN, "nh-agent"), "subscribe", "News"], env={**hub.env, **env},
+                                  capture_output=True, text=True, timeout=60)
+            assert done.returncode == 0, done.stderr
+            self.outputs[name] = os.path.join(hub.data, f"{name}.jsonl")
+            hub.start(name, "nh-agent", env=env, stdout=open(self.outputs[name], "ab"))
+        assert wait_until(self.balanced, timeout=60, interval=0.5), self.holders()
+
+    def holders(self):
+        """How many live leases each dispatcher holds."""
+        rows = self.sql("SELECT endpoint, count(*) FROM dispatch.leases WHERE owner IS NOT NULL "
+                        "AND expires_at > extract(epoch FROM clock_timestamp()) GROUP BY endpoint")
+        by_endpoint = dict(line.split("|") for line in rows.splitlines() if line)
+        return {name: int(by_endpoint.get(d["NH_DISPATCH_AGENTS"], 0)) for name, d in self.dispatchers.items()}
+
+    def agents_served(self):
+        total = 0
+        for d in self.dispatchers.values():
+            done = subprocess.run([os.path.join(BIN, "nhctl"), "--json", "health"], env={**self.hub.env, **d},
+                                  capture_output=True, text=True, timeout=30)
+            for line in done.stdout.splitlines():
+                try:
+                    row = json.loads(line)
+                except ValueError:
+                    continue
+                if row.get("service") == "nh-dispatch":
+                    total += int(row.get("details", {}).get("agents", 0))
+        return total
+
+    def balanced(self):
+        """Both dispatchers hold their share, and every agent is served."""
+        return self.holders() == {"A": 32, "B": 32} and self.agents_served() == AGENTS
+
+    def send(self, label):
+        done = subprocess.run([os.path.join(BIN, "nhctl"), "--json", "send", "--tag", "News", f"messageParam={label}", "title=News"],
+                              env=self.hub.env, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        self.sent.append(json.loads(done.stdout.splitlines()[-1])["notificationId"])
+
+    def shown(self, name):
+        return [line.get("notificationId") for line in json_lines(self.outputs[name]) if line.get("notificationId")]
+
+    def all_shown_once(self):
+        return all(sorted(set(self.shown(name)) & set(self.sent)) == sorted(self.sent) for name in self.outputs)
+
+    def outcomes(self):
+        rows = self.sql("SELECT notification_id, targets, delivered, acknowledged, failed, expired FROM dispatch.outcomes")
+        return {r[0]: tuple(int(x) for x in r[1:]) for r in (line.split("|") for line in rows.splitlines() if line)}
+
+    def exact(self):
+        outcomes = self.outcomes()
+        return all(outcomes.get(n) == (AGENTS, AGENTS, AGENTS, 0, 0) for n in self.sent)
+
+    def stop(self):
+        self.hub.stop_all()
+
+
+def stopped(process):
+    """Whether the process is stopped (state T in /proc)."""
+    try:
+        with open(f"/proc/{process.pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("T", "t")
+    except OSError:
+        return False
+
+
+@pytest.fixture(scope="module")
+def fleet():
+    fleet = Fleet()
+    try:
+        fleet.start()
+        yield fleet
+    finally:
+        fleet.stop()
+
+
+def check(fleet, fault):
+    """The checks after every fault."""
+    assert wait_until(fleet.all_shown_once, timeout=90, interval=0.5), {n: len(set(fleet.shown(n)) & set(fleet.sent)) for n in fleet.outputs}
+    for name in fleet.outputs:
+        ids = [i for i in fleet.shown(name) if i in set(fleet.sent)]
+        assert len(ids) == len(set(ids)), f"{fault}: {name} showed {len(ids) - len(set(ids))} notifications twice"
+    assert wait_until(fleet.exact, timeout=60, interval=0.5), (
+        fault, {n: o for n, o in fleet.outcomes().items() if n in set(fleet.sent) and o != (AGENTS, AGENTS, AGENTS, 0, 0)})
+    audit = fleet.sql(AUDIT_ROWS)
+    assert audit == "", f"{fault}: rows written by a dispatcher that did not hold their shard's lease:\n{audit}"
+
+
+@pytest.mark.parametrize("point,fault", [
+    ("pulled", "pause"), ("write", "pause"), ("committed", "pause"), ("renewal", "pause"),
+    ("pulled", "kill"), ("write", "kill"),
+])
+def test_a_dispatcher_paused_or_killed_at_a_point_of_its_cycle_loses_nothing_and_counts_nothing_twice(fleet, point, fault):
+    assert wait_until(fleet.balanced, timeout=60, interval=0.5), fleet.holders()
+    with open(fleet.dispatchers["A"]["NH_FAULT_PAUSE"], "w") as f:
+        f.write(point)
+    process = fleet.hub.processes["dispatch-A"]
+    # Broadcasts stream in until A has stopped itself at the point, and a few more after.
+    for i in range(40):
+        fleet.send(f"{point}-{fault}-{i}")
+        if stopped(process):
+            break
+        time.sleep(0.1)
+    assert wait_until(lambda: stopped(process), timeout=10), f"dispatcher A never reached '{point}'"
+    at = time.time()
+    if fault == "kill":
+        fleet.hub.kill("dispatch-A")
+    for i in range(3):
+        fleet.send(f"{point}-{fault}-while-{i}")
+    # The survivor takes every shard while A is still stopped (or dead).
+    assert wait_until(lambda: fleet.holders()["B"] == 64, timeout=PAUSE, interval=0.1), fleet.holders()
+    print(f"\n{fault} at {point}: B held all 64 shards {time.time() - at:.2f} s after A stopped (lease {LEASE:.0f} s)")
+    if fault == "pause":
+        assert stopped(process), "A resumed before B took its shards"
+        time.sleep(max(0, PAUSE - (time.time() - at)))
+        process.send_signal(signal.SIGCONT)
+    else:
+        fleet.start_dispatcher("A")
+    for i in range(3):
+        fleet.send(f"{point}-{fault}-after-{i}")
+    check(fleet, f"{fault} at {point}")
+    assert wait_until(fleet.balanced, timeout=60, interval=0.5), fleet.holders()
