@@ -24,7 +24,7 @@ import pytest
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "Support"))
 
 from dispatchaudit import AUDIT, AUDIT_ROWS  # noqa: E402
-from hubharness import BIN, POSTGRES, Hub, free_port, json_lines, postgres_database, wait_until  # noqa: E402
+from hubharness import BIN, POSTGRES, Hub, free_port, health_row, json_lines, postgres_database, stopped, wait_until  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not POSTGRES, reason="NH_TEST_POSTGRES is not set: run under Tests/Support/pgserver.py run -- …")
 
@@ -96,13 +96,7 @@ class Fleet:
         for d in self.dispatchers.values():
             done = subprocess.run([os.path.join(BIN, "nhctl"), "--json", "health"], env={**self.hub.env, **d},
                                   capture_output=True, text=True, timeout=30)
-            for line in done.stdout.splitlines():
-                try:
-                    row = json.loads(line)
-                except ValueError:
-                    continue
-                if row.get("service") == "nh-dispatch":
-                    total += int(row.get("details", {}).get("agents", 0))
+            total += int(health_row(done.stdout, "nh-dispatch").get("details", {}).get("agents", 0))
         return total
 
     def balanced(self):
@@ -131,15 +125,6 @@ class Fleet:
 
     def stop(self):
         self.hub.stop_all()
-
-
-def stopped(process):
-    """Whether the process is stopped (state T in /proc)."""
-    try:
-        with open(f"/proc/{process.pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] in ("T", "t")
-    except OSError:
-        return False
 
 
 @pytest.fixture(scope="module")
@@ -176,10 +161,10 @@ def test_a_dispatcher_paused_or_killed_at_a_point_of_its_cycle_loses_nothing_and
     # Broadcasts stream in until A has stopped itself at the point, and a few more after.
     for i in range(40):
         fleet.send(f"{point}-{fault}-{i}")
-        if stopped(process):
+        if stopped(process.pid):
             break
         time.sleep(0.1)
-    assert wait_until(lambda: stopped(process), timeout=10), f"dispatcher A never reached '{point}'"
+    assert wait_until(lambda: stopped(process.pid), timeout=10), f"dispatcher A never reached '{point}'"
     at = time.time()
     if fault == "kill":
         fleet.hub.kill("dispatch-A")
@@ -189,7 +174,7 @@ def test_a_dispatcher_paused_or_killed_at_a_point_of_its_cycle_loses_nothing_and
     assert wait_until(lambda: fleet.holders()["B"] == 64, timeout=PAUSE, interval=0.1), fleet.holders()
     print(f"\n{fault} at {point}: B held all 64 shards {time.time() - at:.2f} s after A stopped (lease {LEASE:.0f} s)")
     if fault == "pause":
-        assert stopped(process), "A resumed before B took its shards"
+        assert stopped(process.pid), "A resumed before B took its shards"
         time.sleep(max(0, PAUSE - (time.time() - at)))
         process.send_signal(signal.SIGCONT)
     else:

@@ -20,7 +20,7 @@ import pytest
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "Support"))
 
 from dispatchaudit import AUDIT, AUDIT_ROWS  # noqa: E402
-from hubharness import BIN, json_lines, wait_until  # noqa: E402
+from hubharness import BIN, health_row, json_lines, stopped, wait_until  # noqa: E402
 import netns  # noqa: E402
 import pgserver  # noqa: E402
 
@@ -88,14 +88,7 @@ class MultiHost:
     def health(self, name):
         """A dispatcher's health details, asked on its own request socket."""
         done = self.ctl("--json", "health", env={"NH_DISPATCH_REQUESTS": self.dispatcher_env(name)["NH_DISPATCH_REQUESTS"]})
-        for line in done.stdout.splitlines():
-            try:
-                row = json.loads(line)
-            except ValueError:
-                continue
-            if row.get("service") == "nh-dispatch":
-                return row
-        return {}
+        return health_row(done.stdout, "nh-dispatch")
 
     def kill(self, name):
         process = self.processes.pop(name)
@@ -185,14 +178,10 @@ def test_breaking_news_and_user_sync_survive_a_dispatcher_kill_and_a_cut_link(ho
         f.write("write")
     paused = hosts.processes["nh-dispatch-2"]
 
-    def stopped():
-        with open(f"/proc/{paused.pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] in ("T", "t")
-
     for i in range(SENDS // 6, SENDS // 3):
         send(i)
         time.sleep(0.2)
-    assert wait_until(stopped, timeout=10), "nh-dispatch-2 never reached its write"
+    assert wait_until(lambda: stopped(paused.pid), timeout=10), "nh-dispatch-2 never reached its write"
     time.sleep(7)
     paused.send_signal(signal.SIGCONT)
     assert wait_until(connected, timeout=60, interval=1), [hosts.health(name) for name in hosts.dispatchers]

@@ -184,6 +184,27 @@ def json_lines(path):
         return []
 
 
+def health_row(output, service):
+    """The row of `service` in what `nhctl --json health` printed; {} when there is none."""
+    for line in output.splitlines():
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        if row.get("service") == service:
+            return row
+    return {}
+
+
+def stopped(pid):
+    """Whether the process is stopped (SIGSTOP: state T in /proc)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("T", "t")
+    except OSError:
+        return False
+
+
 def wait_until(condition, timeout=20.0, interval=0.05):
     deadline = time.time() + timeout
     while time.time() < deadline:
