@@ -137,6 +137,15 @@ ServiceMain.run(name: "nh-dispatch", summary: "the dispatcher: resolves targets 
         return false
     }
 
+    /// Reads the leases again at once, whatever changed (set once the pull is wired, below).
+    var rereadLeases: () -> Void = {}
+    /// Forgets shards a fenced write found another dispatcher holds now, and reads the leases again.
+    func leasesLost(_ shards: Set<Int>) {
+        leases.lost(shards)
+        store.fence = leases.fence
+        rereadLeases()
+    }
+
     /// Writes what this turn decided: records, sends, acknowledgements and failures, in one
     /// transaction: on SQLite a savepoint of the open group of writes, which is committed every 50 ms
     /// rather than every turn; on PostgreSQL a commit that does not wait for the server's disk. A
@@ -150,8 +159,6 @@ ServiceMain.run(name: "nh-dispatch", summary: "the dispatcher: resolves targets 
     /// are read again, and the turn is written again without the lost shards' work, which is the
     /// new owner's. A write that fails otherwise keeps its acknowledgements, failures and push
     /// answers for the next turn; its records are planned again from the stored cursors.
-    /// Reads the leases again at once, whatever changed (set once the pull is wired, below).
-    var rereadLeases: () -> Void = {}
     func commit() {
         guard !turn.isEmpty else { return }
         let now = Date()
@@ -161,16 +168,14 @@ ServiceMain.run(name: "nh-dispatch", summary: "the dispatcher: resolves targets 
         while true {
             do {
                 try store.writeTurn {
-                    try write(pending, now: now)
+                    try pending.write(to: store, now: now)
                     FaultPoint.reach(.write)
                 }
                 break
             } catch let lost as LeaseLost where !fenced {
                 fenced = true
                 logger.warning("another dispatcher holds shards this turn wrote for; their work is dropped", ("shards", lost.shards.count))
-                leases.lost(lost.shards)
-                store.fence = leases.fence
-                rereadLeases()
+                leasesLost(lost.shards)
                 pending.keep(shards: leases.owned)
             } catch {
                 logger.error("dispatch commit failed", ("error", "\(error)"))
@@ -185,20 +190,6 @@ ServiceMain.run(name: "nh-dispatch", summary: "the dispatcher: resolves targets 
         }
         // Handed to the push services once their deliveries are in the store, where an answer finds them.
         for message in pending.pushes { push.submit(message, now: now) }
-    }
-
-    func write(_ turn: DispatchTurn, now: Date) throws {
-        // Deliveries planned and sent in this turn are recorded as sent in the same write.
-        let sentIds = Set(turn.sent.map(\.deliveryId))
-        var recorded = Set<String>()
-        for (notification, plans, shards) in turn.records {
-            try store.record(notification, plans: plans, sent: sentIds, shards: shards, now: now)
-            if !sentIds.isEmpty { recorded.formUnion(plans.map(\.deliveryId)) }
-        }
-        try store.markSent(recorded.isEmpty ? turn.sent : turn.sent.filter { !recorded.contains($0.deliveryId) }, now: now)
-        for (installationId, ids) in turn.acks { try store.acknowledge(ids, installationId: installationId, now: now) }
-        for (installationId, failures) in turn.failures { try store.fail(failures, installationId: installationId, now: now) }
-        try store.pushed(turn.pushResults, now: now)
     }
 
     var committedAt = ContinuousClock.now
@@ -512,54 +503,10 @@ ServiceMain.run(name: "nh-dispatch", summary: "the dispatcher: resolves targets 
             let expired = try store.expire(now: Date(), shards: shared ? leases.owned : nil)
             if expired > 0 { logger.info("deliveries expired", ("count", expired)) }
         } catch let lost as LeaseLost {
-            leases.lost(lost.shards)
-            store.fence = leases.fence
-            refreshShards(force: true)
+            leasesLost(lost.shards)
         }
     }
     context.loop.every(milliseconds: 600_000) { try store.purge(now: Date()) }
-}
-
-/// What one turn of the loop has to commit.
-struct DispatchTurn {
-    /// Notifications planned, with the shards whose cursors move past them (nil: the one cursor).
-    var records: [(AcceptedNotification, [PlannedDelivery], Set<Int>?)] = []
-    var sent: [AgentDelivery] = []
-    var acks: [(String, [String])] = []
-    var failures: [(String, [DeliveryFailure])] = []
-    /// Deliveries for push services, handed to them once the turn is written.
-    var pushes: [PushMessage] = []
-    /// What push services answered.
-    var pushResults: [(PushMessage, PushResult)] = []
-
-    var isEmpty: Bool { records.isEmpty && sent.isEmpty && acks.isEmpty && failures.isEmpty && pushes.isEmpty && pushResults.isEmpty }
-
-    /// Keeps only the work of `shards`: what was planned, sent, answered and pushed for their installations.
-    mutating func keep(shards: Set<Int>) {
-        func held(_ installationId: String) -> Bool { shards.contains(Shards.of(installationId)) }
-        records = records.compactMap { notification, plans, planned in
-            let kept = planned.map { $0.intersection(shards) }
-            if let kept, kept.isEmpty { return nil }
-            return (notification, plans.filter { held($0.installationId) }, kept)
-        }
-        sent.removeAll { !held($0.installationId) }
-        acks.removeAll { !held($0.0) }
-        failures.removeAll { !held($0.0) }
-        pushes.removeAll { !held($0.installationId) }
-        pushResults.removeAll { !held($0.0.installationId) }
-    }
-
-    /// Takes from a turn whose write failed what is written the same however often: its sends,
-    /// acknowledgements, failures and push answers, up to a bound (past it, a delivery left open is
-    /// sent again when its agent next loads). Its records are planned again; its pushes with them.
-    mutating func retry(_ failed: DispatchTurn) {
-        let bound = 100_000
-        guard sent.count + acks.count + failures.count + pushResults.count < bound else { return }
-        sent = failed.sent + sent
-        acks = failed.acks + acks
-        failures = failed.failures + failures
-        pushResults = failed.pushResults + pushResults
-    }
 }
 
 extension ZMQSocket {

@@ -1,0 +1,60 @@
+import DispatchCore
+import Foundation
+import HubProtocol
+import Push
+
+/// What one turn of the loop has to commit.
+struct DispatchTurn {
+    /// Notifications planned, with the shards whose cursors move past them (nil: the one cursor).
+    var records: [(AcceptedNotification, [PlannedDelivery], Set<Int>?)] = []
+    var sent: [AgentDelivery] = []
+    var acks: [(String, [String])] = []
+    var failures: [(String, [DeliveryFailure])] = []
+    /// Deliveries for push services, handed to them once the turn is written.
+    var pushes: [PushMessage] = []
+    /// What push services answered.
+    var pushResults: [(PushMessage, PushResult)] = []
+
+    /// Writes it to `store`: deliveries planned and sent in this turn are recorded as sent in the same write.
+    func write(to store: any DeliveryStore, now: Date) throws {
+        let sentIds = Set(sent.map(\.deliveryId))
+        var recorded = Set<String>()
+        for (notification, plans, shards) in records {
+            try store.record(notification, plans: plans, sent: sentIds, shards: shards, now: now)
+            if !sentIds.isEmpty { recorded.formUnion(plans.map(\.deliveryId)) }
+        }
+        try store.markSent(recorded.isEmpty ? sent : sent.filter { !recorded.contains($0.deliveryId) }, now: now)
+        for (installationId, ids) in acks { try store.acknowledge(ids, installationId: installationId, now: now) }
+        for (installationId, failures) in failures { try store.fail(failures, installationId: installationId, now: now) }
+        try store.pushed(pushResults, now: now)
+    }
+
+    var isEmpty: Bool { records.isEmpty && sent.isEmpty && acks.isEmpty && failures.isEmpty && pushes.isEmpty && pushResults.isEmpty }
+
+    /// Keeps only the work of `shards`: what was planned, sent, answered and pushed for their installations.
+    mutating func keep(shards: Set<Int>) {
+        func held(_ installationId: String) -> Bool { shards.contains(Shards.of(installationId)) }
+        records = records.compactMap { notification, plans, planned in
+            let kept = planned.map { $0.intersection(shards) }
+            if let kept, kept.isEmpty { return nil }
+            return (notification, plans.filter { held($0.installationId) }, kept)
+        }
+        sent.removeAll { !held($0.installationId) }
+        acks.removeAll { !held($0.0) }
+        failures.removeAll { !held($0.0) }
+        pushes.removeAll { !held($0.installationId) }
+        pushResults.removeAll { !held($0.0.installationId) }
+    }
+
+    /// Takes from a turn whose write failed what is written the same however often: its sends,
+    /// acknowledgements, failures and push answers, up to a bound (past it, a delivery left open is
+    /// sent again when its agent next loads). Its records are planned again; its pushes with them.
+    mutating func retry(_ failed: DispatchTurn) {
+        let bound = 100_000
+        guard sent.count + acks.count + failures.count + pushResults.count < bound else { return }
+        sent = failed.sent + sent
+        acks = failed.acks + acks
+        failures = failed.failures + failures
+        pushResults = failed.pushResults + pushResults
+    }
+}
