@@ -26,7 +26,7 @@ let serviceDependencies: [Target.Dependency] = ["Auth", "Bus", "HubProtocol", "S
 /// Extra modules per executable, beside the shared ones.
 let extraDependencies: [String: [Target.Dependency]] = [
     "Gateway": ["HTTPServer"], "Registry": ["Postgres"], "Publish": ["Postgres"], "SyncStore": ["Postgres"],
-    "Dispatch": ["DispatchCore", "Push", "Postgres"],
+    "Dispatch": ["DispatchCore", "Push", "Postgres"], "Agent": ["DBus"],
     "Bench": ["CLibZMQ", "CMosquitto", "DispatchCore", "Postgres", "Push"],
 ]
 
@@ -65,10 +65,14 @@ let package = Package(
             name: "CCurl", path: "Modules/CCurl", pkgConfig: "libcurl",
             providers: [.apt(["libcurl4-openssl-dev"])]),
         .systemLibrary(
+            name: "CSystemdBus", path: "Modules/CSystemdBus", pkgConfig: "libsystemd",
+            providers: [.apt(["libsystemd-dev"])]),
+        .systemLibrary(
             name: "CLibPQ", path: "Modules/CLibPQ", pkgConfig: "libpq",
             providers: [.apt(["libpq-dev"])]),
         module("HTTPServer", dependencies: ["CMicroHTTPD"]),
         module("Bus", dependencies: ["CLibZMQ"]),
+        module("DBus", dependencies: ["CSystemdBus"]),
         module("Auth", dependencies: ["COpenSSL"]),
         module("HubProtocol", exclude: ["README.md"]),
         module("Storage", dependencies: ["CSQLite"]),
@@ -86,6 +90,7 @@ let package = Package(
         }
         + [
             tests("BusTests", dependencies: ["Bus"]),
+            tests("DBusTests", dependencies: ["DBus"]),
             tests("HubProtocolTests", dependencies: ["HubProtocol"], exclude: ["Fixtures"]),
             tests("StorageTests", dependencies: ["Storage"]),
             tests("PostgresTests", dependencies: ["Postgres", "Storage"]),

@@ -30,6 +30,13 @@ public struct Poller {
         sockets[index] = socket
     }
 
+    /// Watches another file descriptor at `index`; a negative one is not watched.
+    public mutating func replace(_ index: Int, fileDescriptor: Int32) {
+        items[index].socket = nil
+        items[index].fd = fileDescriptor
+        sockets[index] = nil
+    }
+
     public var count: Int { items.count }
 
     /// Waits up to `timeout` milliseconds (-1: for ever) and returns the indexes of ready items.

@@ -30,9 +30,17 @@ public final class EventLoop {
         handlers[poller.add(socket)] = handler
     }
 
-    /// Calls `handler` whenever the file descriptor is readable.
-    public func watch(fileDescriptor: Int32, _ handler: @escaping () throws -> Void) {
-        handlers[poller.add(fileDescriptor: fileDescriptor)] = handler
+    /// Calls `handler` whenever the file descriptor is readable; returns the watch, for `rewatch`.
+    @discardableResult
+    public func watch(fileDescriptor: Int32, _ handler: @escaping () throws -> Void) -> Int {
+        let index = poller.add(fileDescriptor: fileDescriptor)
+        handlers[index] = handler
+        return index
+    }
+
+    /// Points a watch at another file descriptor, as after a reconnect; -1 stops it watching.
+    public func rewatch(_ watch: Int, fileDescriptor: Int32) {
+        poller.replace(watch, fileDescriptor: fileDescriptor)
     }
 
     /// A way for other threads to run work on this loop, in the order it was posted; `then` runs
