@@ -60,6 +60,21 @@ enum AgentCommands {
                 let categories = try store.categories
                 print(categories.isEmpty ? "(none)" : categories.joined(separator: "\n"))
                 return 0
+            case "health":
+                guard let client = try? HubClient(
+                    connect: config.agent.requests, policy: RetryPolicy(timeout: 3_000, attempts: 1), curve: localCurve(identity, store))
+                else { return fail("no agent runs with home \(identity.home.path); start one with nh-agent") }
+                defer { client.close() }
+                let reply: HealthReply
+                do {
+                    reply = try client.call(HealthRequest())
+                } catch {
+                    print("agent: not running (\((error as? HubError)?.message ?? "\(error)"))")
+                    return 1
+                }
+                print("agent: \(reply.status), pid \(reply.pid), up \(Int(reply.uptimeSeconds)) s")
+                for (name, value) in (reply.details ?? [:]).sorted(by: { $0.key < $1.key }) { print("\(name): \(value)") }
+                return reply.status == "ok" ? 0 : 1
             case "id":
                 print(try environment["NH_AGENT_INSTALLATION_ID"] ?? store.installationId())
                 return 0
@@ -125,7 +140,7 @@ enum AgentCommands {
         let client = try HubClient(
             connect: config.sync.requests, policy: RetryPolicy(timeout: 3_000, attempts: 1),
             curve: (try BusSecurity.clientKeys(for: listen), try BusKeys.serverPublicKey(config: config, environment: environment)))
-        let output = AgentOutput(hook: nil, logger: logger, environment: [:])
+        let output = AgentOutput(hook: nil, logger: logger)
         output.lines = false
         return AgentUserSync(
             cache: UserCache(database: store.database), credential: credential,

@@ -16,6 +16,7 @@ final class AgentDaemon {
     let template: String
     let userSync: AgentUserSync?
     let rich: RichFetcher
+    let desktop: DesktopNotifications
     private let registry: HubClient
     private let channel: ZMQSocket
     private let monitor: SocketMonitor
@@ -33,7 +34,9 @@ final class AgentDaemon {
         self.identity = identity
         installationId = try environment["NH_AGENT_INSTALLATION_ID"] ?? store.installationId()
         template = environment["NH_AGENT_TEMPLATE"] ?? #"{"title":"$(title)","message":"$(messageParam)"}"#
-        output = AgentOutput(hook: environment["NH_AGENT_HOOK"], logger: context.logger, environment: environment)
+        output = AgentOutput(hook: environment["NH_AGENT_HOOK"], logger: context.logger)
+        desktop = DesktopNotifications(environment: environment, logger: context.logger, loop: context.loop)
+        output.desktop = desktop
         // Every socket of the agent is CURVE: to the services with a key derived from its listen
         // key, and its own control socket with its device key, admitting the same listen key.
         keys = try store.channelKeys()
@@ -46,6 +49,7 @@ final class AgentDaemon {
             let sync = try context.client(context.config.sync.requests, policy: RetryPolicy(timeout: 2_000, attempts: 1))
             userSync = AgentUserSync(
                 cache: cache, credential: credential, device: installationId, logger: context.logger, output: output, client: sync)
+            userSync?.desktop = desktop
         } else {
             userSync = nil
         }
@@ -88,6 +92,8 @@ final class AgentDaemon {
     var userId: String? { userSync?.userId }
 
     func start() throws {
+        if let userSync { wire(desktop, to: userSync) }
+        desktop.start()
         if let userSync {
             _ = userSync.accessToken()
             userSync.syncNow()
@@ -113,6 +119,34 @@ final class AgentDaemon {
         context.loop.every(milliseconds: 1_000) { [unowned self] in try self.rich.purge(now: Date()) }
         context.loop.every(milliseconds: 3_600_000) { [unowned self] in
             try self.store.forgetSeen(before: Date().addingTimeInterval(-31 * 86_400))
+        }
+    }
+
+    /// What the person does to a popup becomes the notification's state for the user everywhere;
+    /// the popup ids the server gives are kept with the notifications they show.
+    private func wire(_ desktop: DesktopNotifications, to userSync: AgentUserSync) {
+        let logger = context.logger
+        desktop.onUserAction = { id, action in
+            do {
+                try userSync.act(id, action)
+                logger.info("popup", ("notification", id), ("action", action.rawValue))
+            } catch {
+                logger.warning("could not record what was done to a popup", ("notification", id), ("action", action.rawValue), ("error", "\(error)"))
+            }
+        }
+        desktop.onPopup = { id, popup, owner in
+            do {
+                try userSync.cache.setPopup(id, popup, owner: owner)
+            } catch {
+                logger.warning("could not keep a popup's id", ("notification", id), ("error", "\(error)"))
+            }
+        }
+        desktop.onReshow = { owner in
+            do {
+                try userSync.reshow(owner: owner)
+            } catch {
+                logger.warning("could not show current notifications again", ("error", "\(error)"))
+            }
         }
     }
 

@@ -3,21 +3,20 @@ import HubProtocol
 import ServiceKit
 
 /// Where a shown notification goes: one JSON line on standard output, the configured hook
-/// command, and a desktop notification when a desktop session is there.
+/// command, and a popup when a desktop is there.
 final class AgentOutput {
     let hook: String?
     let logger: Logger
-    let desktop: Bool
+    /// The desktop's notification server, for the daemon; nil for one-shot commands.
+    var desktop: DesktopNotifications?
     /// Off for one-shot commands, whose output is their own.
     var lines = true
     private var running: [Process] = []
     static let maxHooks = 16
 
-    init(hook: String?, logger: Logger, environment: [String: String]) {
+    init(hook: String?, logger: Logger) {
         self.hook = hook?.isEmpty == false ? hook : nil
         self.logger = logger
-        let hasSession = environment["DISPLAY"] != nil || environment["WAYLAND_DISPLAY"] != nil
-        desktop = hasSession && environment["NH_AGENT_DESKTOP"] != "0" && AgentOutput.which("notify-send") != nil
     }
 
     /// Writes the notification out; false when standard output would not take its line (a full
@@ -48,14 +47,7 @@ final class AgentOutput {
                 "NH_TEMPLATE": delivery.template ?? "", "NH_PAYLOAD": delivery.payload, "NH_RICH_PATH": richPath ?? "",
             ], line: line)
         }
-        if desktop {
-            if let rich = delivery.rich {
-                notifyDesktop(["title": rich.richType.capitalized, "message": rich.message],
-                              icon: rich.contentType.hasPrefix("image/") ? richPath : nil)
-            } else {
-                notifyDesktop(payload)
-            }
-        }
+        desktop?.show(Popup(delivery: delivery, payload: payload, richPath: richPath))
         return true
     }
 
@@ -91,34 +83,6 @@ final class AgentOutput {
         return (line, StandardStream.write(line + Data("\n".utf8), to: STDOUT_FILENO))
     }
 
-    /// Shows a user notification on the desktop; returns the id the desktop gave it, to withdraw it later.
-    func showDesktop(_ notification: UserNotification) -> Int? {
-        guard desktop, let visual = notification.visual, let path = AgentOutput.which("notify-send") else { return nil }
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: path)
-        process.arguments = ["--app-name=nh-agent", "--print-id", visual.title, visual.body]
-        let pipe = Pipe()
-        process.standardOutput = pipe
-        guard (try? process.run()) != nil else { return nil }
-        process.waitUntilExit()
-        return Int(String(decoding: pipe.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-            .trimmingCharacters(in: .whitespacesAndNewlines))
-    }
-
-    /// Withdraws a desktop notification from the tray, as when it was dismissed on another device.
-    func withdrawDesktop(_ id: Int) {
-        guard desktop, let path = AgentOutput.which("gdbus") else { return }
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: path)
-        process.arguments = [
-            "call", "--session", "--dest", "org.freedesktop.Notifications", "--object-path", "/org/freedesktop/Notifications",
-            "--method", "org.freedesktop.Notifications.CloseNotification", String(id),
-        ]
-        process.standardOutput = FileHandle.nullDevice
-        process.standardError = FileHandle.nullDevice
-        try? process.run()
-    }
-
     private func runHook(_ command: String, environment extra: [String: String], line: Data) {
         reap()
         if running.count >= AgentOutput.maxHooks, let oldest = running.first {
@@ -150,22 +114,5 @@ final class AgentOutput {
             }
             return true
         }
-    }
-
-    private func notifyDesktop(_ payload: Any, icon: String? = nil) {
-        let object = payload as? [String: Any] ?? [:]
-        let nested = (object["aps"] as? [String: Any])?["alert"]
-        let title = object["title"] as? String ?? "Notification"
-        let body = (object["message"] ?? object["body"] ?? object["alert"] ?? nested).map { "\($0)" }
-            ?? (payload as? String ?? "")
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: AgentOutput.which("notify-send") ?? "/usr/bin/notify-send")
-        process.arguments = ["--app-name=nh-agent"] + (icon.map { ["--icon=\($0)"] } ?? []) + [title, body]
-        try? process.run()
-    }
-
-    static func which(_ name: String) -> String? {
-        (ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin").split(separator: ":")
-            .map { "\($0)/\(name)" }.first { FileManager.default.isExecutableFile(atPath: $0) }
     }
 }

@@ -15,5 +15,8 @@ enum AgentSchema {
             );
             CREATE TABLE rich_cache (sha256 TEXT PRIMARY KEY, path TEXT NOT NULL, expires_at REAL NOT NULL);
             """),
+        // The notification server instance (its unique bus name) a user's notification's popup was
+        // shown on: its popup id means something only there.
+        Migration(version: 2, "ALTER TABLE user_cache ADD COLUMN desktop_owner TEXT;"),
     ]
 }

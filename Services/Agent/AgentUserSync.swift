@@ -13,10 +13,14 @@ final class AgentUserSync {
     let logger: Logger
     let output: AgentOutput
     let client: HubClient
+    /// The desktop's popups, for the daemon; nil for one-shot commands.
+    var desktop: DesktopNotifications?
     private(set) var userId: String?
     private var token: UserToken?
     private var tokenFailure = ""
     static let batch = 100
+    /// Popups shown again at most when a notification server appears: the newest current ones.
+    static let reshowLimit = 50
 
     init(cache: UserCache, credential: String, device: String, logger: Logger, output: AgentOutput, client: HubClient) {
         self.cache = cache
@@ -77,8 +81,7 @@ final class AgentUserSync {
                     show(try cache.reset())
                     continue
                 }
-                let desktop = try desktopIDs(changes)
-                try cache.apply(changes) { events in show(events, desktop: desktop) }
+                try cache.apply(changes) { events in show(events) }
                 if !changes.changes.isEmpty {
                     logger.info("sync batch", ("changes", changes.changes.count), ("cursor", changes.cursor))
                 }
@@ -93,9 +96,8 @@ final class AgentUserSync {
     func act(_ id: String, _ action: AgentUserAction.Action) throws {
         switch action {
         case .delete:
-            let desktop = try cache.desktopID(id)
             _ = try call(DeleteUserNotification(id: id, device: device))
-            if let event = try cache.remove(id) { show([event], desktop: desktop.map { [id: $0] } ?? [:]) }
+            if let event = try cache.remove(id) { show([event]) }
         default:
             let request: UpdateUserNotificationState
             switch action {
@@ -104,38 +106,55 @@ final class AgentUserSync {
             case .activate: request = UpdateUserNotificationState(id: id, readState: .read, userActionState: .activated, device: device)
             default: request = UpdateUserNotificationState(id: id, userActionState: .snoozed, device: device)
             }
-            let desktop = try cache.desktopID(id)
             let updated = try call(request).notification
-            if let event = try cache.store(updated) { show([event], desktop: desktop.map { [id: $0] } ?? [:]) }
+            if let event = try cache.store(updated) { show([event]) }
         }
     }
 
     func history() throws -> UserHistory { try call(UserHistoryRequest()) }
 
-    private func desktopIDs(_ changes: UserChanges) throws -> [String: Int] {
-        guard output.desktop else { return [:] }
-        var ids: [String: Int] = [:]
-        for change in changes.changes { if let id = try cache.desktopID(change.id) { ids[change.id] = id } }
-        return ids
+    /// A notification server is ready (the first since the agent started, or a new one): shows again
+    /// the newest current notifications. A popup this agent opened on that very server is replaced
+    /// in place (and so answers to this agent again); one shown there and closed since stays closed.
+    func reshow(owner: String) throws {
+        guard let desktop else { return }
+        let now = Date()
+        var popups: [Popup] = []
+        // Every kept id is adopted before anything is shown, so that nothing waiting goes out first
+        // as a second popup beside one still up.
+        for notification in try cache.all().filter({ Popup.isCurrent($0, now: now) }).suffix(Self.reshowLimit) {
+            let kept = try cache.popup(notification.id)
+            if kept.owner == owner {
+                guard let id = kept.id else { continue }
+                desktop.adopt(.user(notification.id), id: id, owner: owner)
+            }
+            if let popup = Popup(user: notification) { popups.append(popup) }
+        }
+        for popup in popups { desktop.show(popup) }
     }
 
-    private func show(_ events: [UserCache.Event], desktop: [String: Int] = [:]) {
+    private func show(_ events: [UserCache.Event]) {
+        let now = Date()
         for event in events {
             switch event {
             case .created(let notification):
                 output.userEvent("user.created", notification)
-                if notification.userActionState == .noInteraction, let shown = output.showDesktop(notification) {
-                    try? cache.setDesktopID(notification.id, shown)
-                }
-            case .updated(let notification, _):
+                present(Popup.change(from: nil, to: notification, now: now), notification.id)
+            case .updated(let notification, let previous):
                 output.userEvent("user.updated", notification)
-                if notification.userActionState != .noInteraction, let shown = desktop[notification.id] {
-                    output.withdrawDesktop(shown)
-                }
+                present(Popup.change(from: previous, to: notification, now: now), notification.id)
             case .deleted(let notification):
                 output.userEvent("user.deleted", notification)
-                if let shown = desktop[notification.id] { output.withdrawDesktop(shown) }
+                present(.withdraw, notification.id)
             }
+        }
+    }
+
+    private func present(_ change: Popup.Change, _ id: String) {
+        switch change {
+        case .show(let popup): desktop?.show(popup)
+        case .withdraw: desktop?.withdraw(.user(id))
+        case .none: break
         }
     }
 }

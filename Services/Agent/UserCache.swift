@@ -91,12 +91,16 @@ final class UserCache {
         }
     }
 
-    func desktopID(_ id: String) throws -> Int? {
-        try database.queryOne("SELECT desktop_id FROM user_cache WHERE id = ?", [id])?[0].int
+    /// The notification's popup: the server instance it was shown on, and its id there while it is up.
+    func popup(_ id: String) throws -> (id: UInt32?, owner: String?) {
+        guard let row = try database.queryOne("SELECT desktop_id, desktop_owner FROM user_cache WHERE id = ?", [id]) else { return (nil, nil) }
+        return (row[0].int.map { UInt32(truncatingIfNeeded: $0) }, row[1].string)
     }
 
-    func setDesktopID(_ id: String, _ desktop: Int) throws {
-        try database.run("UPDATE user_cache SET desktop_id = ? WHERE id = ?", [desktop, id])
+    /// Notes the popup shown (or, with a nil id, gone) on the server `owner`.
+    func setPopup(_ id: String, _ popup: UInt32?, owner: String) throws {
+        try database.run(
+            "UPDATE user_cache SET desktop_id = ?, desktop_owner = ? WHERE id = ?", [popup.map { SQLiteValue.integer(Int64($0)) } ?? .null, owner, id])
     }
 
     private func setCursor(_ cursor: UInt64) throws {

@@ -23,11 +23,15 @@ let usage = """
       nh-agent history                     the user's notifications in the store, dismissed ones included
       nh-agent read|dismiss|activate|snooze|delete ID
                                            change a notification for the user on every device
+      nh-agent health                      whether the running agent is up, registered, and reaches
+                                           the desktop's notification server (which one, and what it can do)
       nh-agent help | --help | -h          this text
 
     Each notification is written to standard output as one JSON line, passed to the command in
-    NH_AGENT_HOOK (on standard input and as NH_* variables), and shown on the desktop with
-    notify-send when a desktop session is there.
+    NH_AGENT_HOOK (on standard input and as NH_* variables), and shown as a popup through the
+    desktop's notification server (org.freedesktop.Notifications) on the session bus. Closing a
+    user's notification's popup dismisses it on every device; clicking it (or Open) activates it;
+    Snooze snoozes it.
 
     Environment:
       NH_AGENT_HOME               the agent's folder: its store, device key and rich-payload cache
@@ -42,7 +46,9 @@ let usage = """
       NH_AGENT_HOOK               a command run for each notification
       NH_AGENT_INSTALLATION_ID    the installation id (default: one made at the first start and kept)
       NH_AGENT_RICH_ATTEMPTS      tries to fetch a rich payload before it is reported failed (default: 8)
-      NH_AGENT_DESKTOP            0: never call notify-send
+      NH_AGENT_DESKTOP            0: no popups (the session bus is never contacted)
+      DBUS_SESSION_BUS_ADDRESS    the desktop session's bus (default: $XDG_RUNTIME_DIR/bus when it
+                                  exists); with neither, there are no popups. A bus is never started.
 
     Settings come from their defaults, then the JSON config file (--config or NH_CONFIG), then
     NH_* environment variables, as for every service: NH_DATA_DIR, NH_AGENT_REQUESTS (the local
@@ -67,6 +73,7 @@ if command == "run" {
         var endpoints: [String: String] = [:]
         let control = try context.bindRequests(context.config.agent.requests, endpoints: { endpoints }) {
             ["installationId": daemon.installationId, "registered": String(daemon.registered)]
+                .merging(daemon.desktop.health) { $1 }
         }
         endpoints["requests"] = control.endpoint
         control.on(AgentUserAction.self) { request in

@@ -307,7 +307,7 @@ struct BreakingNewsTests {
         hub.waitForDispatcher(installations: 4, agents: 0)
     }
 
-    @Test("the hook gets each notification on standard input and in its environment; the desktop shows it")
+    @Test("the hook gets each notification on standard input and in its environment")
     func hook() throws {
         let hub = try Hub()
         defer { hub.cluster.stopAll() }
@@ -317,14 +317,6 @@ struct BreakingNewsTests {
                           output: hub.cluster.dataDirectory.appendingPathComponent("agent-H.jsonl"))
         var environment = hub.agentEnvironment(agent, template: Self.seedTemplate)
         environment["NH_AGENT_HOOK"] = "printf '%s|' \"$NH_NOTIFICATION_ID\" >> \(captured.path); cat >> \(captured.path)"
-        // A desktop session, with a stand-in notify-send that records what it was asked to show.
-        let bin = hub.cluster.dataDirectory.appendingPathComponent("fake-bin")
-        try FileManager.default.createDirectory(at: bin, withIntermediateDirectories: true)
-        let shown = hub.cluster.dataDirectory.appendingPathComponent("desktop.txt")
-        try "#!/bin/sh\necho \"$*\" >> \(shown.path)\n".write(to: bin.appendingPathComponent("notify-send"), atomically: true, encoding: .utf8)
-        try FileManager.default.setAttributes([.posixPermissions: 0o755], ofItemAtPath: bin.appendingPathComponent("notify-send").path)
-        environment["PATH"] = bin.path + ":" + (hub.cluster.environment["PATH"] ?? "/usr/bin:/bin")
-        environment["DISPLAY"] = ":99"
         _ = try hub.cluster.runTool("nh-agent", ["subscribe", "World"], environment: environment)
         try hub.cluster.start("nh-agent", as: "agent-H", environment: environment, stdout: agent.output)
         try hub.cluster.waitHealthy("nh-agent", endpoint: control)
@@ -335,7 +327,6 @@ struct BreakingNewsTests {
         let text = (try? String(contentsOf: captured, encoding: .utf8)) ?? ""
         #expect(text.hasPrefix("\(id)|{"))
         #expect(text.contains(#""alert":"hooked""#))
-        #expect(hub.cluster.waitUntil { ((try? String(contentsOf: shown, encoding: .utf8)) ?? "").contains("hooked") })
     }
 
     @Test("the bus is CURVE: an agent with the wrong hub key reaches neither the registry nor the dispatcher")

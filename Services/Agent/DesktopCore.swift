@@ -1,0 +1,378 @@
+import Foundation
+import HubProtocol
+
+/// A popup for the desktop's notification server (org.freedesktop.Notifications).
+struct Popup: Equatable {
+    /// What the popup shows: one of the user's notifications, or a broadcast delivery.
+    enum Key: Hashable {
+        case user(String)
+        case delivery(String)
+    }
+
+    var key: Key
+    var title: String
+    var body: String
+    /// A local image file shown as the popup's icon, such as a rich payload's picture.
+    var icon: String?
+    /// 0 low, 1 normal, 2 critical, as the specification's `urgency` hint.
+    var urgency: UInt8
+    /// When the notification ends: the popup's expire timeout counts down to it.
+    var expiresAt: Date
+    /// The `category` hint.
+    var category: String
+    /// Offer the default action and Dismiss and Snooze buttons, where the server has actions.
+    var offersActions: Bool
+
+    /// The urgency for a notification's priority: low, normal or high.
+    static func urgency(priority: String) -> UInt8 { urgencies[priority] ?? 1 }
+
+    static let urgencies: [String: UInt8] = ["low": 0, "normal": 1, "high": 2]
+
+    /// The expire timeout in milliseconds at `now`, at most Int32.max (about 24 days); nil once
+    /// the notification has ended, so it is not shown.
+    func timeout(now: Date) -> Int32? {
+        let left = expiresAt.timeIntervalSince(now)
+        guard left > 0 else { return nil }
+        return Int32(min(Double(Int32.max), max(1, (left * 1000).rounded(.up))))
+    }
+}
+
+/// The desktop's notification server as the agent knows it.
+struct DesktopServer: Equatable {
+    /// The server's unique bus name: popup ids mean something only to this one instance.
+    var owner: String
+    var name = ""
+    var vendor = ""
+    var version = ""
+    var capabilities: [String] = []
+
+    var hasActions: Bool { capabilities.contains("actions") }
+    var summary: String { "\(name) \(version) (\(vendor))" }
+}
+
+/// The agent's popups with no IO: which are shown under which id, which wait for the server,
+/// and what a close or a click on one means. `DesktopNotifications` feeds it what happens on the
+/// session bus and carries out its actions, in order.
+///
+/// Popup ids belong to one server instance: when the server's owner changes they are forgotten,
+/// and only popups this agent opened on the current server are ever closed or replaced.
+struct DesktopCore {
+    /// Notify calls awaiting their answer at once; more wait here, so a hung server holds only memory.
+    static let window = 32
+    /// Popups waiting for the server at most; the oldest go first.
+    static let queueLimit = 500
+    /// Action keys offered with a user's notification, their labels, and the state each sets.
+    static let actions: [(key: String, label: String, state: AgentUserAction.Action)] = [
+        ("default", "Open", .activate), ("dismiss", "Dismiss", .dismiss), ("snooze", "Snooze", .snooze),
+    ]
+
+    enum Event: Equatable {
+        /// The session bus connection is up (again).
+        case connected
+        case disconnected
+        /// The server answered GetServerInformation and GetCapabilities.
+        case server(DesktopServer)
+        /// No server owns org.freedesktop.Notifications, and none could be started.
+        case serverAbsent
+        /// NameOwnerChanged for org.freedesktop.Notifications; nil when it went away.
+        case ownerChanged(String?)
+        case show(Popup)
+        case withdraw(Popup.Key)
+        /// A popup id this agent was given on the server `owner`, as kept across its restart.
+        case adopt(Popup.Key, id: UInt32, owner: String)
+        /// Sends what waits: after a reshow has adopted and queued what is current.
+        case resume
+        case notified(token: Int, Result<UInt32, NotifyFailure>)
+        case closed(id: UInt32, reason: UInt32, sender: String)
+        case actionInvoked(id: UInt32, action: String, sender: String)
+    }
+
+    enum NotifyFailure: Error, Equatable {
+        /// No server is there to show it.
+        case noServer
+        /// The server did not answer in time, or refused.
+        case failed(String)
+    }
+
+    enum Action: Equatable {
+        /// Ask the server for its information and capabilities (starting it if it is activatable).
+        case askServer
+        case notify(token: Int, Popup, replaces: UInt32, actions: [String], timeout: Int32)
+        case close(UInt32)
+        /// What the person did to a user's notification's popup.
+        case userAction(String, AgentUserAction.Action)
+        /// The popup is up with this id on this server; for a user's notification, kept.
+        case shown(Popup.Key, id: UInt32, owner: String)
+        /// The popup is gone from this server (closed, expired, withdrawn).
+        case gone(Popup.Key, owner: String)
+        /// A server (new, or the first since the agent started) is ready: show again what is current.
+        case reshow(owner: String)
+        case log(String, warning: Bool)
+    }
+
+    private(set) var server: DesktopServer?
+    private(set) var connected = false
+    /// Asked, not yet answered.
+    private var asking = false
+    private var popups: [Popup.Key: UInt32] = [:]
+    private var keys: [UInt32: Popup.Key] = [:]
+    /// Notify calls awaiting their answer, by token, with the server generation they went to.
+    private var inFlight: [Int: (popup: Popup, generation: Int)] = [:]
+    /// Moves on whenever the server is forgotten: answers from an earlier one are not kept.
+    private var generation = 0
+    private var announcedAbsent = false
+    /// What to do once a key's call in flight answers: its newer content, or withdraw it.
+    private var after: [Popup.Key: Popup?] = [:]
+    private(set) var queue: [Popup] = []
+    /// Popups whose action was invoked: the close that follows is not a dismissal.
+    private var acted: Set<UInt32> = []
+    private var nextToken = 1
+    private var dropped = 0
+    /// Since when the oldest call in flight has waited, for health.
+    private var waitingSince: [Int: Date] = [:]
+
+    var shownCount: Int { popups.count }
+    var pending: Int { queue.count + inFlight.count }
+
+    /// How long the oldest Notify has waited for its answer.
+    func oldestWait(now: Date) -> TimeInterval { waitingSince.values.min().map { now.timeIntervalSince($0) } ?? 0 }
+
+    func id(of key: Popup.Key) -> UInt32? { popups[key] }
+
+    mutating func on(_ event: Event, now: Date) -> [Action] {
+        switch event {
+        case .connected:
+            connected = true
+            asking = true
+            return [.askServer]
+        case .disconnected:
+            connected = false
+            asking = false
+            // Calls in flight get no answer now; their popups wait for the next server.
+            requeueInFlight()
+            return forgetServer()
+        case .server(let server):
+            asking = false
+            let changed = self.server?.owner != server.owner
+            var actions: [Action] = []
+            if changed { actions += forgetServer() }
+            self.server = server
+            announcedAbsent = false
+            if changed {
+                actions.append(.log("notification server: \(server.summary), capabilities \(server.capabilities.joined(separator: ","))", warning: false))
+                // The reshow adopts kept ids before anything waiting is sent, so that a popup still
+                // up is replaced rather than shown twice; `resume` sends.
+                actions.append(.reshow(owner: server.owner))
+                return actions
+            }
+            return actions + flush(now: now)
+        case .resume:
+            return flush(now: now)
+        case .serverAbsent:
+            asking = false
+            let actions = forgetServer()
+            if announcedAbsent { return actions }
+            announcedAbsent = true
+            return actions + [.log("no notification server on the session bus; popups wait for one", warning: true)]
+        case .ownerChanged(let owner):
+            guard connected else { return [] }
+            if owner == nil {
+                guard server != nil else { return [] }
+                announcedAbsent = true
+                return forgetServer() + [.log("the notification server left the session bus; popups wait for the next", warning: true)]
+            }
+            if owner == server?.owner { return [] }
+            var actions = forgetServer()
+            asking = true
+            actions.append(.askServer)
+            return actions
+        case .show(let popup):
+            if let token = inFlightToken(popup.key) {
+                // The same content on its way already needs nothing more.
+                if inFlight[token]?.popup == popup {
+                    after.removeValue(forKey: popup.key)
+                } else {
+                    after[popup.key] = .some(popup)
+                }
+                return []
+            }
+            queue.removeAll { $0.key == popup.key }
+            queue.append(popup)
+            if queue.count > Self.queueLimit {
+                queue.removeFirst(queue.count - Self.queueLimit)
+                dropped += 1
+            }
+            return flush(now: now)
+        case .withdraw(let key):
+            queue.removeAll { $0.key == key }
+            if inFlightToken(key) != nil {
+                after[key] = .some(.none)
+                return []
+            }
+            guard let id = popups.removeValue(forKey: key), let server else { return [] }
+            keys[id] = nil
+            return [.close(id), .gone(key, owner: server.owner)]
+        case .adopt(let key, let id, let owner):
+            guard let server, server.owner == owner, popups[key] == nil, keys[id] == nil else { return [] }
+            popups[key] = id
+            keys[id] = key
+            return []
+        case .notified(let token, let result):
+            guard let (popup, sentTo) = inFlight.removeValue(forKey: token) else { return [] }
+            waitingSince[token] = nil
+            let next = after.removeValue(forKey: popup.key)
+            var actions: [Action] = []
+            switch result {
+            case .success(let id):
+                // An answer from a server that has since gone means nothing now; what is current
+                // is shown again on the next one.
+                guard let server, sentTo == generation else { return flush(now: now) }
+                if let previous = popups[popup.key], previous != id { keys[previous] = nil }
+                popups[popup.key] = id
+                keys[id] = popup.key
+                actions.append(.shown(popup.key, id: id, owner: server.owner))
+            case .failure(.noServer):
+                // The popup waits for a server; asking again finds out when one is there.
+                queue.insert(popup, at: 0)
+                if let next { after[popup.key] = next }
+                actions += on(.serverAbsent, now: now)
+                return actions
+            case .failure(.failed(let reason)):
+                actions.append(.log("the notification server did not show a popup: \(reason)", warning: true))
+            }
+            switch next {
+            case .some(.some(let newer)): actions += on(.show(newer), now: now)
+            case .some(.none): actions += on(.withdraw(popup.key), now: now)
+            case .none: actions += flush(now: now)
+            }
+            return actions
+        case .closed(let id, let reason, let sender):
+            guard let server, sender == server.owner, let key = keys.removeValue(forKey: id) else { return [] }
+            popups[key] = nil
+            var actions: [Action] = [.gone(key, owner: server.owner)]
+            // 2: dismissed by the user. 1 (expired), 3 (closed by a call) and 4 (undefined) change nothing.
+            if acted.remove(id) == nil, reason == 2, case .user(let notification) = key {
+                actions.insert(.userAction(notification, .dismiss), at: 0)
+            }
+            return actions
+        case .actionInvoked(let id, let action, let sender):
+            guard let server, sender == server.owner, let key = keys[id], case .user(let notification) = key else { return [] }
+            guard let userAction = Self.actions.first(where: { $0.key == action })?.state else { return [] }
+            acted.insert(id)
+            return [.userAction(notification, userAction)]
+        }
+    }
+
+    /// Sends what waits, up to the window, once a server is ready.
+    private mutating func flush(now: Date) -> [Action] {
+        guard connected, let server else {
+            // With no server known, asking starts an activatable one; its answer flushes.
+            if connected, !asking, !queue.isEmpty {
+                asking = true
+                return [.askServer]
+            }
+            return []
+        }
+        var actions: [Action] = []
+        if dropped > 0 {
+            actions.append(.log("\(dropped) popups waited too long for the notification server and were dropped", warning: true))
+            dropped = 0
+        }
+        while inFlight.count < Self.window, !queue.isEmpty {
+            let popup = queue.removeFirst()
+            guard let timeout = popup.timeout(now: now) else { continue }
+            let token = nextToken
+            nextToken += 1
+            inFlight[token] = (popup, generation)
+            waitingSince[token] = now
+            let offered = popup.offersActions && server.hasActions ? Self.actions.flatMap { [$0.key, $0.label] } : []
+            actions.append(.notify(token: token, popup, replaces: popups[popup.key] ?? 0, actions: offered, timeout: timeout))
+        }
+        return actions
+    }
+
+    /// Forgets the popup ids of the server that was: they mean nothing to the next one.
+    private mutating func forgetServer() -> [Action] {
+        server = nil
+        generation += 1
+        popups = [:]
+        keys = [:]
+        acted = []
+        return []
+    }
+
+    private mutating func requeueInFlight() {
+        let waiting = inFlight.sorted { $0.key < $1.key }.map(\.value.popup)
+        for popup in waiting.reversed() {
+            let newer = after.removeValue(forKey: popup.key)
+            switch newer {
+            case .some(.some(let content)): queue.insert(content, at: 0)
+            case .some(.none): break
+            case .none: queue.insert(popup, at: 0)
+            }
+        }
+        inFlight = [:]
+        waitingSince = [:]
+        after = [:]
+    }
+
+    private func inFlightToken(_ key: Popup.Key) -> Int? { inFlight.first { $0.value.popup.key == key }?.key }
+}
+
+extension Popup {
+    /// A user's notification's popup, with Open, Dismiss and Snooze; nil for one with nothing to show.
+    init?(user notification: UserNotification) {
+        guard let visual = notification.visual else { return nil }
+        self.init(
+            key: .user(notification.id), title: visual.title, body: visual.body, icon: nil,
+            urgency: Popup.urgency(priority: notification.priority), expiresAt: notification.expiresAt,
+            category: "x-nh.user", offersActions: true)
+    }
+
+    /// A broadcast delivery's popup: its payload's title and message (or body, or alert), or a rich
+    /// notification's type and message with its picture. It has no state to act on, so no buttons.
+    init(delivery: AgentDelivery, payload: Any, richPath: String?) {
+        let object = payload as? [String: Any] ?? [:]
+        var title = object["title"] as? String ?? "Notification"
+        var body = (object["message"] ?? object["body"] ?? object["alert"] ?? (object["aps"] as? [String: Any])?["alert"])
+            .map { "\($0)" } ?? (payload as? String ?? "")
+        var icon: String?
+        if let rich = delivery.rich {
+            title = rich.richType.capitalized
+            body = rich.message
+            icon = rich.contentType.hasPrefix("image/") ? richPath : nil
+        }
+        self.init(
+            key: .delivery(delivery.deliveryId), title: title, body: body, icon: icon,
+            urgency: Popup.urgency(priority: object["priority"] as? String ?? "normal"), expiresAt: delivery.expiresAt,
+            category: "x-nh.broadcast", offersActions: false)
+    }
+
+    /// What a change to a user's notification does to its popup.
+    enum Change: Equatable {
+        case show(Popup)
+        case withdraw
+        case none
+    }
+
+    /// Current: unread, neither acted on nor expired, and with something to show.
+    static func isCurrent(_ notification: UserNotification, now: Date) -> Bool {
+        notification.userActionState == .noInteraction && notification.readState == .unread && notification.expiresAt > now
+            && notification.visual != nil
+    }
+
+    /// A created or updated notification: shown when current and new, or changed on screen (a
+    /// replacement); withdrawn once acted on anywhere, expired or deleted. Read elsewhere but not
+    /// acted on, its popup stays.
+    static func change(from previous: UserNotification?, to current: UserNotification?, now: Date) -> Change {
+        guard let current else { return .withdraw }
+        if isCurrent(current, now: now) {
+            guard let previous, isCurrent(previous, now: now) else { return Popup(user: current).map(Change.show) ?? .none }
+            let looksSame = previous.visual == current.visual && previous.priority == current.priority
+                && previous.expiresAt == current.expiresAt
+            return looksSame ? .none : Popup(user: current).map(Change.show) ?? .none
+        }
+        if current.userActionState != .noInteraction || current.expiresAt <= now { return .withdraw }
+        return .none
+    }
+}

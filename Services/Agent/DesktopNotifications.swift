@@ -1,0 +1,253 @@
+import DBus
+import Foundation
+import HubProtocol
+import ServiceKit
+
+/// Popups through the desktop's notification server, org.freedesktop.Notifications, on one
+/// long-lived session-bus connection served from the agent's loop. Every call is asynchronous with
+/// a timeout, so a hung server delays only popups, never deliveries, acknowledgements or health.
+/// What the person does to a popup (close it, click it, press Dismiss or Snooze) comes back through
+/// `onUserAction`. The bus is found in the environment and never started.
+final class DesktopNotifications {
+    static let service = "org.freedesktop.Notifications"
+    static let path = "/org/freedesktop/Notifications"
+    static let appName = "nh-agent"
+    /// How long a Notify may wait for its answer: long, since a server stopped for a while still
+    /// shows what it was sent, and only an answer says under which id.
+    static let notifyTimeout = Duration.seconds(300)
+    static let reconnectEvery: TimeInterval = 5
+
+    /// What the person did to a popup of a user's notification.
+    var onUserAction: (String, AgentUserAction.Action) -> Void = { _, _ in }
+    /// A user's notification's popup: shown under an id (nil: gone) on the server `owner`, to keep.
+    var onPopup: (String, UInt32?, String) -> Void = { _, _, _ in }
+    /// A server is ready: show what is current again (with `adopt` for ids kept for this server).
+    var onReshow: (String) -> Void = { _ in }
+
+    let enabled: Bool
+    private let address: String?
+    private let logger: Logger
+    private let loop: EventLoop
+    private var core = DesktopCore()
+    private var connection: DBusConnection?
+    private var watch: Int?
+    private var lastAttempt: Date?
+    private var unreachable: String?
+
+    init(environment: [String: String], logger: Logger, loop: EventLoop) {
+        self.logger = logger
+        self.loop = loop
+        enabled = environment["NH_AGENT_DESKTOP"] != "0"
+        address = DBusConnection.sessionAddress(environment: environment)
+        guard enabled else { return }
+        if address == nil {
+            let display = environment["DISPLAY"] != nil || environment["WAYLAND_DISPLAY"] != nil
+            let line = "no desktop session bus (DBUS_SESSION_BUS_ADDRESS is not set, nor $XDG_RUNTIME_DIR/bus); popups are off"
+            // A headless host has no desktop to tell about; a display without a bus is worth a warning.
+            if display { logger.warning(line) } else { logger.info(line) }
+        }
+    }
+
+    /// Connects, and keeps the connection: processed when readable, and every 100 ms for timeouts,
+    /// queued writes and reconnecting.
+    func start() {
+        guard enabled, address != nil else { return }
+        watch = loop.watch(fileDescriptor: -1) { [unowned self] in self.pump() }
+        connect()
+        loop.every(milliseconds: 100) { [unowned self] in
+            if self.connection == nil { self.connect() } else { self.pump() }
+        }
+    }
+
+    func show(_ popup: Popup) { handle(.show(popup)) }
+
+    func withdraw(_ key: Popup.Key) { handle(.withdraw(key)) }
+
+    func adopt(_ key: Popup.Key, id: UInt32, owner: String) { handle(.adopt(key, id: id, owner: owner)) }
+
+    /// For health: whether the desktop is reachable, and which server it uses.
+    var health: [String: String] {
+        guard enabled else { return ["desktop": "off (NH_AGENT_DESKTOP=0)"] }
+        guard address != nil else { return ["desktop": "no session bus"] }
+        guard connection != nil else { return ["desktop": "unreachable: \(unreachable ?? "connecting")"] }
+        guard let server = core.server else { return ["desktop": "no notification server", "desktopPending": String(core.pending)] }
+        let wait = core.oldestWait(now: Date())
+        return [
+            "desktop": wait > 2 ? "the notification server has not answered for \(Int(wait)) s" : "ready",
+            "desktopServer": server.summary, "desktopCapabilities": server.capabilities.joined(separator: ","),
+            "desktopPopups": String(core.shownCount), "desktopPending": String(core.pending),
+        ]
+    }
+
+    // MARK: The connection
+
+    private func connect() {
+        guard let address else { return }
+        let now = Date()
+        if let lastAttempt, now.timeIntervalSince(lastAttempt) < Self.reconnectEvery { return }
+        lastAttempt = now
+        do {
+            let connection = try DBusConnection(address: address)
+            try connection.addMatch(
+                "type='signal',sender='org.freedesktop.DBus',path='/org/freedesktop/DBus',interface='org.freedesktop.DBus',"
+                    + "member='NameOwnerChanged',arg0='\(Self.service)'"
+            ) { [unowned self] message in
+                guard message.arguments.count == 3, let owner = message.arguments[2].string else { return }
+                self.handle(.ownerChanged(owner.isEmpty ? nil : owner))
+            }
+            try connection.addMatch("type='signal',path='\(Self.path)',interface='\(Self.service)'") { [unowned self] message in
+                self.signal(message)
+            }
+            self.connection = connection
+            loop.rewatch(watch!, fileDescriptor: connection.fileDescriptor)
+            if unreachable != nil { logger.notice("desktop session bus reachable again", ("address", address)) }
+            unreachable = nil
+            handle(.connected)
+        } catch {
+            if unreachable == nil {
+                logger.warning("desktop session bus not reachable; trying again every 5 s", ("address", address), ("error", "\(error)"))
+            }
+            unreachable = "\(error)"
+        }
+    }
+
+    private func pump() {
+        guard let connection else { return }
+        do {
+            try connection.process()
+        } catch {
+            disconnected("\(error)")
+        }
+    }
+
+    private func disconnected(_ reason: String) {
+        guard let connection else { return }
+        logger.warning("desktop session bus connection lost; reconnecting", ("error", reason))
+        unreachable = reason
+        self.connection = nil
+        loop.rewatch(watch!, fileDescriptor: -1)
+        connection.close()
+        handle(.disconnected)
+    }
+
+    private func signal(_ message: DBusMessage) {
+        let arguments = message.arguments
+        switch message.member {
+        case "NotificationClosed":
+            guard arguments.count >= 2, let id = arguments[0].uint32, let reason = arguments[1].uint32 else { return }
+            handle(.closed(id: id, reason: reason, sender: message.sender))
+        case "ActionInvoked":
+            guard arguments.count >= 2, let id = arguments[0].uint32, let action = arguments[1].string else { return }
+            handle(.actionInvoked(id: id, action: action, sender: message.sender))
+        default:
+            break
+        }
+    }
+
+    // MARK: Carrying out the core's actions
+
+    private func handle(_ event: DesktopCore.Event) {
+        perform(core.on(event, now: Date()))
+    }
+
+    private func perform(_ actions: [DesktopCore.Action]) {
+        for action in actions {
+            switch action {
+            case .askServer:
+                askServer()
+            case .notify(let token, let popup, let replaces, let offered, let timeout):
+                notify(token: token, popup, replaces: replaces, actions: offered, timeout: timeout)
+            case .close(let id):
+                call("CloseNotification", [.uint32(id)], timeout: .seconds(10)) { _ in }
+            case .userAction(let id, let userAction):
+                onUserAction(id, userAction)
+            case .shown(.user(let id), let popupId, let owner):
+                onPopup(id, popupId, owner)
+            case .gone(.user(let id), let owner):
+                onPopup(id, nil, owner)
+            case .shown, .gone:
+                break
+            case .reshow(let owner):
+                onReshow(owner)
+                handle(.resume)
+            case .log(let line, let warning):
+                if warning { logger.warning(line) } else { logger.notice(line) }
+            }
+        }
+    }
+
+    private func askServer() {
+        var information: DBusMessage?
+        var capabilities: [String]?
+        var failure: DBusError?
+        var answers = 0
+        let done = { [unowned self] in
+            answers += 1
+            guard answers == 2 else { return }
+            if let information, let capabilities {
+                let fields = information.arguments.compactMap(\.string)
+                self.handle(.server(DesktopServer(
+                    owner: information.sender, name: fields.first ?? "", vendor: fields.count > 1 ? fields[1] : "",
+                    version: fields.count > 2 ? fields[2] : "", capabilities: capabilities)))
+            } else {
+                if let failure, !failure.isNoPeer {
+                    self.logger.warning("the notification server did not answer", ("error", "\(failure)"))
+                }
+                self.handle(.serverAbsent)
+            }
+        }
+        call("GetServerInformation", timeout: .seconds(10)) { result in
+            switch result {
+            case .success(let message): information = message
+            case .failure(let error): failure = error
+            }
+            done()
+        }
+        call("GetCapabilities", timeout: .seconds(10)) { result in
+            switch result {
+            case .success(let message): capabilities = message.arguments.first?.strings ?? []
+            case .failure(let error): failure = failure ?? error
+            }
+            done()
+        }
+    }
+
+    private func notify(token: Int, _ popup: Popup, replaces: UInt32, actions: [String], timeout: Int32) {
+        var hints: [(String, DBusValue)] = [
+            ("urgency", .byte(popup.urgency)), ("category", .string(popup.category)), ("desktop-entry", .string(Self.appName)),
+        ]
+        if let icon = popup.icon { hints.append(("image-path", .string(icon))) }
+        let arguments: [DBusValue] = [
+            .string(Self.appName), .uint32(replaces), .string(popup.icon ?? ""), .string(popup.title), .string(popup.body),
+            .strings(actions), .stringVariants(hints), .int32(timeout),
+        ]
+        call("Notify", arguments, timeout: Self.notifyTimeout) { [unowned self] result in
+            switch result {
+            case .success(let message):
+                if let id = message.arguments.first?.uint32 {
+                    self.handle(.notified(token: token, .success(id)))
+                } else {
+                    self.handle(.notified(token: token, .failure(.failed("an answer without an id"))))
+                }
+            case .failure(let error):
+                self.handle(.notified(token: token, .failure(error.isNoPeer ? .noServer : .failed("\(error)"))))
+            }
+        }
+    }
+
+    private func call(
+        _ member: String, _ arguments: [DBusValue] = [], timeout: Duration, reply: @escaping (Result<DBusMessage, DBusError>) -> Void
+    ) {
+        guard let connection else {
+            reply(.failure(DBusError(name: "local.closed", message: "no session bus connection")))
+            return
+        }
+        do {
+            try connection.call(
+                destination: Self.service, path: Self.path, interface: Self.service, member: member, arguments, timeout: timeout,
+                reply: reply)
+        } catch {
+            reply(.failure(error))
+        }
+    }
+}

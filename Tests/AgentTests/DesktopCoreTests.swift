@@ -1,0 +1,236 @@
+import Foundation
+import HubProtocol
+import Testing
+
+@testable import NHAgent
+
+/// The agent's popups with no bus: what is sent, what a close or a click means, and what a new
+/// notification server instance forgets.
+@Suite("Desktop popups")
+struct DesktopCoreTests {
+    static let t0 = Date(timeIntervalSince1970: 1_800_000_000)
+    static let dunst = DesktopServer(owner: ":1.7", name: "dunst", vendor: "knopwob", version: "1.9.0", capabilities: ["actions", "body"])
+
+    static func popup(_ id: String, title: String = "T", urgency: UInt8 = 1, seconds: TimeInterval = 60) -> Popup {
+        Popup(key: .user(id), title: title, body: "B", icon: nil, urgency: urgency, expiresAt: t0.addingTimeInterval(seconds),
+              category: "x-nh.user", offersActions: true)
+    }
+
+    static let buttons = ["default", "Open", "dismiss", "Dismiss", "snooze", "Snooze"]
+
+    /// A core with a ready server.
+    static func ready(_ server: DesktopServer = dunst) -> DesktopCore {
+        var core = DesktopCore()
+        #expect(core.on(.connected, now: t0) == [.askServer])
+        _ = core.on(.server(server), now: t0)
+        _ = core.on(.resume, now: t0)
+        return core
+    }
+
+    /// Shows `popup` and answers its Notify with `id`.
+    static func shown(_ core: inout DesktopCore, _ popup: Popup, id: UInt32) {
+        let actions = core.on(.show(popup), now: t0)
+        guard case .notify(let token, _, _, _, _)? = actions.first else {
+            Issue.record("no Notify for \(popup.key): \(actions)")
+            return
+        }
+        #expect(core.on(.notified(token: token, .success(id)), now: t0) == [.shown(popup.key, id: id, owner: core.server!.owner)])
+    }
+
+    @Test("a popup waits for the server's answer, then goes with the buttons, urgency and timeout")
+    func showAfterServer() {
+        var core = DesktopCore()
+        #expect(core.on(.show(Self.popup("a", urgency: 2)), now: Self.t0) == [])
+        #expect(core.on(.connected, now: Self.t0) == [.askServer])
+        let actions = core.on(.server(Self.dunst), now: Self.t0)
+        #expect(actions.last == .reshow(owner: ":1.7"))
+        #expect(core.on(.resume, now: Self.t0.addingTimeInterval(10)) == [
+            .notify(token: 1, Self.popup("a", urgency: 2), replaces: 0, actions: Self.buttons, timeout: 50_000)
+        ])
+    }
+
+    @Test("a server without the actions capability gets no buttons; an ended notification is not shown")
+    func noActions() {
+        var core = Self.ready(DesktopServer(owner: ":1.9", capabilities: ["body"]))
+        #expect(core.on(.show(Self.popup("a")), now: Self.t0) == [
+            .notify(token: 1, Self.popup("a"), replaces: 0, actions: [], timeout: 60_000)
+        ])
+        #expect(core.on(.show(Self.popup("b", seconds: -1)), now: Self.t0) == [])
+        #expect(Self.popup("c", seconds: 1e9).timeout(now: Self.t0) == Int32.max)
+    }
+
+    @Test("close by the person dismisses; expiry and a close by call change nothing; the default action activates")
+    func closeReasons() {
+        var core = Self.ready()
+        Self.shown(&core, Self.popup("a"), id: 10)
+        Self.shown(&core, Self.popup("b"), id: 11)
+        Self.shown(&core, Self.popup("c"), id: 12)
+        Self.shown(&core, Self.popup("d"), id: 13)
+        #expect(core.on(.closed(id: 10, reason: 2, sender: ":1.7"), now: Self.t0) == [.userAction("a", .dismiss), .gone(.user("a"), owner: ":1.7")])
+        #expect(core.on(.closed(id: 11, reason: 1, sender: ":1.7"), now: Self.t0) == [.gone(.user("b"), owner: ":1.7")])
+        #expect(core.on(.closed(id: 12, reason: 3, sender: ":1.7"), now: Self.t0) == [.gone(.user("c"), owner: ":1.7")])
+        // An action, then the close the server sends after it: only the action counts.
+        #expect(core.on(.actionInvoked(id: 13, action: "default", sender: ":1.7"), now: Self.t0) == [.userAction("d", .activate)])
+        #expect(core.on(.closed(id: 13, reason: 2, sender: ":1.7"), now: Self.t0) == [.gone(.user("d"), owner: ":1.7")])
+        // A signal for an id it does not know, or from another sender, is ignored.
+        #expect(core.on(.closed(id: 99, reason: 2, sender: ":1.7"), now: Self.t0) == [])
+        Self.shown(&core, Self.popup("e"), id: 14)
+        #expect(core.on(.closed(id: 14, reason: 2, sender: ":1.99"), now: Self.t0) == [])
+        #expect(core.on(.actionInvoked(id: 14, action: "snooze", sender: ":1.7"), now: Self.t0) == [.userAction("e", .snooze)])
+        Self.shown(&core, Self.popup("f"), id: 15)
+        #expect(core.on(.actionInvoked(id: 15, action: "dismiss", sender: ":1.7"), now: Self.t0) == [.userAction("f", .dismiss)])
+        #expect(core.on(.actionInvoked(id: 15, action: "unknown", sender: ":1.7"), now: Self.t0) == [])
+    }
+
+    @Test("a broadcast's popup never becomes a user action")
+    func broadcastPopups() {
+        var core = Self.ready()
+        var broadcast = Self.popup("x")
+        broadcast.key = .delivery("d1")
+        Self.shown(&core, broadcast, id: 20)
+        #expect(core.on(.actionInvoked(id: 20, action: "default", sender: ":1.7"), now: Self.t0) == [])
+        #expect(core.on(.closed(id: 20, reason: 2, sender: ":1.7"), now: Self.t0) == [.gone(.delivery("d1"), owner: ":1.7")])
+    }
+
+    @Test("a replacement replaces the popup in place; withdrawing closes it once")
+    func replaceAndWithdraw() {
+        var core = Self.ready()
+        Self.shown(&core, Self.popup("a"), id: 10)
+        let newer = Self.popup("a", title: "Newer")
+        #expect(core.on(.show(newer), now: Self.t0) == [.notify(token: 2, newer, replaces: 10, actions: Self.buttons, timeout: 60_000)])
+        #expect(core.on(.notified(token: 2, .success(10)), now: Self.t0) == [.shown(.user("a"), id: 10, owner: ":1.7")])
+        #expect(core.on(.withdraw(.user("a")), now: Self.t0) == [.close(10), .gone(.user("a"), owner: ":1.7")])
+        #expect(core.on(.withdraw(.user("a")), now: Self.t0) == [])
+        // The close that the withdrawal causes is not the person's.
+        #expect(core.on(.closed(id: 10, reason: 3, sender: ":1.7"), now: Self.t0) == [])
+    }
+
+    @Test("a change while the Notify is on its way follows its answer; the same content is not sent twice")
+    func changeInFlight() {
+        var core = Self.ready()
+        #expect(core.on(.show(Self.popup("a")), now: Self.t0).count == 1)
+        #expect(core.on(.show(Self.popup("a")), now: Self.t0) == [])
+        #expect(core.on(.notified(token: 1, .success(5)), now: Self.t0) == [.shown(.user("a"), id: 5, owner: ":1.7")])
+        #expect(core.on(.show(Self.popup("b")), now: Self.t0).count == 1)
+        #expect(core.on(.withdraw(.user("b")), now: Self.t0) == [])
+        #expect(core.on(.notified(token: 2, .success(6)), now: Self.t0) == [
+            .shown(.user("b"), id: 6, owner: ":1.7"), .close(6), .gone(.user("b"), owner: ":1.7"),
+        ])
+        #expect(core.on(.show(Self.popup("c")), now: Self.t0).count == 1)
+        let newer = Self.popup("c", title: "Newer")
+        #expect(core.on(.show(newer), now: Self.t0) == [])
+        #expect(core.on(.notified(token: 3, .success(7)), now: Self.t0) == [
+            .shown(.user("c"), id: 7, owner: ":1.7"), .notify(token: 4, newer, replaces: 7, actions: Self.buttons, timeout: 60_000),
+        ])
+    }
+
+    @Test("at most a window of Notify calls wait for answers; the rest wait in order, and a hung server holds only them")
+    func window() {
+        var core = Self.ready()
+        for i in 0..<(DesktopCore.window + 10) {
+            let actions = core.on(.show(Self.popup("p\(i)")), now: Self.t0)
+            #expect(actions.count == (i < DesktopCore.window ? 1 : 0))
+        }
+        #expect(core.pending == DesktopCore.window + 10)
+        #expect(core.oldestWait(now: Self.t0.addingTimeInterval(30)) == 30)
+        let next = core.on(.notified(token: 1, .success(1)), now: Self.t0)
+        #expect(next.count == 2)
+        #expect(next.last == .notify(token: DesktopCore.window + 1, Self.popup("p\(DesktopCore.window)"), replaces: 0,
+                                     actions: Self.buttons, timeout: 60_000))
+    }
+
+    @Test("a new server instance: ids are forgotten, kept ones adopted only for that instance, answers from the old one dropped")
+    func newServer() {
+        var core = Self.ready()
+        Self.shown(&core, Self.popup("a"), id: 10)
+        _ = core.on(.show(Self.popup("b")), now: Self.t0)  // token 2, on its way to :1.7
+        #expect(core.on(.ownerChanged(nil), now: Self.t0).contains { if case .log = $0 { true } else { false } })
+        #expect(core.server == nil)
+        // Nothing of the old server is closed or replaced.
+        #expect(core.on(.withdraw(.user("a")), now: Self.t0) == [])
+        #expect(core.on(.notified(token: 2, .success(11)), now: Self.t0) == [])
+        #expect(core.on(.closed(id: 10, reason: 2, sender: ":1.7"), now: Self.t0) == [])
+        #expect(core.on(.ownerChanged(":1.8"), now: Self.t0) == [.askServer])
+        var next = Self.dunst
+        next.owner = ":1.8"
+        #expect(core.on(.server(next), now: Self.t0).last == .reshow(owner: ":1.8"))
+        // The reshow adopts what this agent opened on this very server, and only that.
+        _ = core.on(.adopt(.user("c"), id: 3, owner: ":1.7"), now: Self.t0)
+        _ = core.on(.adopt(.user("d"), id: 4, owner: ":1.8"), now: Self.t0)
+        #expect(core.on(.show(Self.popup("c")), now: Self.t0) == [.notify(token: 3, Self.popup("c"), replaces: 0, actions: Self.buttons, timeout: 60_000)])
+        #expect(core.on(.show(Self.popup("d")), now: Self.t0) == [.notify(token: 4, Self.popup("d"), replaces: 4, actions: Self.buttons, timeout: 60_000)])
+    }
+
+    @Test("no server: one line, popups wait; a Notify that finds none puts its popup back")
+    func absentServer() {
+        var core = DesktopCore()
+        _ = core.on(.connected, now: Self.t0)
+        let first = core.on(.serverAbsent, now: Self.t0)
+        #expect(first.count == 1)
+        #expect(core.on(.show(Self.popup("a")), now: Self.t0) == [.askServer], "asking may start an activatable server")
+        #expect(core.on(.serverAbsent, now: Self.t0) == [], "said once")
+        #expect(core.pending == 1)
+        _ = core.on(.server(Self.dunst), now: Self.t0)
+        #expect(core.on(.resume, now: Self.t0).count == 1)
+        #expect(core.on(.notified(token: 1, .failure(.noServer)), now: Self.t0).count == 1)
+        #expect(core.pending == 1 && core.server == nil)
+    }
+
+    @Test("a lost bus connection puts what was on its way back in the queue, in order")
+    func disconnect() {
+        var core = Self.ready()
+        _ = core.on(.show(Self.popup("a")), now: Self.t0)
+        _ = core.on(.show(Self.popup("b")), now: Self.t0)
+        _ = core.on(.disconnected, now: Self.t0)
+        #expect(core.pending == 2)
+        #expect(core.on(.connected, now: Self.t0) == [.askServer])
+        _ = core.on(.server(Self.dunst), now: Self.t0)
+        let sent = core.on(.resume, now: Self.t0).compactMap { action -> Popup.Key? in
+            if case .notify(_, let popup, _, _, _) = action { return popup.key }
+            return nil
+        }
+        #expect(sent == [.user("a"), .user("b")])
+    }
+
+    @Test("what a change to a user's notification does to its popup")
+    func changes() {
+        let now = Self.t0
+        let base = UserNotification(
+            id: "n", appNotificationId: "app", userId: "u", visual: VisualContent(title: "T", body: "B"), priority: "high",
+            expiresAt: now.addingTimeInterval(60), createdAt: now, modifiedAt: now)
+        #expect(Popup.change(from: nil, to: base, now: now) == .show(Popup(user: base)!))
+        #expect(Popup(user: base)?.urgency == 2)
+        #expect(Popup.change(from: base, to: base, now: now) == .none)
+        var replaced = base
+        replaced.visual = VisualContent(title: "T2", body: "B")
+        #expect(Popup.change(from: base, to: replaced, now: now) == .show(Popup(user: replaced)!))
+        var read = base
+        read.readState = .read
+        #expect(Popup.change(from: base, to: read, now: now) == .none, "read elsewhere, the popup stays")
+        for state in [UserActionState.dismissed, .activated, .snoozed] {
+            var acted = base
+            acted.userActionState = state
+            #expect(Popup.change(from: base, to: acted, now: now) == .withdraw)
+            #expect(Popup.change(from: acted, to: base, now: now) == .show(Popup(user: base)!), "current again")
+        }
+        #expect(Popup.change(from: base, to: nil, now: now) == .withdraw)
+        #expect(Popup.change(from: nil, to: base, now: now.addingTimeInterval(61)) == .withdraw)
+        var raw = base
+        raw.visual = nil
+        #expect(Popup.change(from: nil, to: raw, now: now) == .none)
+    }
+
+    @Test("a broadcast's popup: its payload's title and message, or a rich notification's picture")
+    func broadcastPopup() {
+        let delivery = AgentDelivery(
+            deliveryId: "d", notificationId: "n", installationId: "i", payload: "", expiresAt: Self.t0, rich: nil, richTicket: nil)
+        let popup = Popup(delivery: delivery, payload: ["title": "Headline", "message": "Markets up", "priority": "high"], richPath: nil)
+        #expect(popup.title == "Headline" && popup.body == "Markets up" && popup.urgency == 2 && !popup.offersActions)
+        #expect(Popup(delivery: delivery, payload: ["aps": ["alert": "Hi"]], richPath: nil).body == "Hi")
+        #expect(Popup(delivery: delivery, payload: "plain", richPath: nil).body == "plain")
+        var rich = delivery
+        rich.rich = RichReference(richId: "r", richType: "photo", message: "See this", contentType: "image/png", size: 3)
+        let picture = Popup(delivery: rich, payload: [:], richPath: "/tmp/p.png")
+        #expect(picture.title == "Photo" && picture.body == "See this" && picture.icon == "/tmp/p.png")
+    }
+}

@@ -1,0 +1,358 @@
+"""The Linux desktop as a person meets it. Two devices of one user, each with its own Xvfb display,
+its own session bus and a real notification server (dunst, from Debian), run nh-agent against one
+hub. What a person does to a popup there (close it, click it, choose Snooze) is done with dunstctl,
+as dunst's own mouse bindings do it, and must reach the store and the other device:
+
+- the popup as the server is asked to show it: actions, urgency, expire timeout, hints;
+- a close on device 1 dismisses the notification, and device 2's popup is withdrawn;
+- the default action activates it (and reads it); Snooze snoozes it;
+- a replacement (the same appNotificationId) updates the popup in place;
+- a broadcast is shown too, without buttons;
+- a restarted notification server: no popup the agent did not open there is closed, and what is
+  current is shown again, including what was posted while no server was there;
+- a notification server stopped with SIGSTOP: the agent keeps answering, its dispatcher session
+  and acknowledgements go on, and the popups appear after SIGCONT;
+- no session bus: one log line, deliveries as usual, and no bus is started;
+- a burst of 200 posts: each shown once on each device, no session ended.
+
+Skipped, with the reason, only where Xvfb, dbus-daemon, dunst or jeepney cannot be had."""
+import datetime
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+import requests
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "Support"))
+
+import desktop as desktops  # noqa: E402
+from hubharness import BIN, Hub, free_port, health_row, json_lines, wait_until  # noqa: E402
+
+pytestmark = pytest.mark.skipif(bool(desktops.missing()), reason=f"cannot run a desktop here: missing {', '.join(desktops.missing())}")
+
+API = "api-version=2015-01"
+USER = "alice"
+
+
+class Devices:
+    """The hub, and alice's two devices: a desktop and an agent each."""
+
+    def __init__(self):
+        self.hub = Hub(prefix="nh-desktop-")
+        assert self.hub.start_services()
+        self.credential = self.nhctl("user", "credential", USER).stdout.strip()
+        self.desktops = [desktops.Desktop(f"device-{i}") for i in (1, 2)]
+        self.agents = []
+        for i, desktop in enumerate(self.desktops, 1):
+            self.agents.append(self.start_agent(f"device-{i}", desktop.env))
+        assert wait_until(lambda: self.sessions() == 2, timeout=60), "both agents reach the dispatcher"
+        assert wait_until(lambda: all(self.ready(a) for a in self.agents), timeout=30), [self.health(a) for a in self.agents]
+
+    def start_agent(self, name, desktop_env, extra=None):
+        env = {"NH_AGENT_HOME": os.path.join(self.hub.data, name), "NH_AGENT_INSTALLATION_ID": name,
+               "NH_AGENT_REQUESTS": f"tcp://127.0.0.1:{free_port()}", "NH_AGENT_USER_CREDENTIAL": self.credential,
+               **desktop_env, **(extra or {})}
+        done = subprocess.run([os.path.join(BIN, "nh-agent"), "subscribe", "News"], env={**self.hub.env, **env},
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        output = os.path.join(self.hub.data, f"{name}.jsonl")
+        self.hub.start(name, "nh-agent", env=env, stdout=open(output, "ab"))
+        return {"name": name, "env": {**self.hub.env, **env}, "output": output, "log": os.path.join(self.hub.data, f"{name}.log")}
+
+    def nhctl(self, *arguments):
+        done = subprocess.run([os.path.join(BIN, "nhctl"), *arguments], env=self.hub.env, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        return done
+
+    def health(self, agent, timeout=10):
+        """What `nh-agent health` prints, as a dict; None when it does not answer in time."""
+        try:
+            done = subprocess.run([os.path.join(BIN, "nh-agent"), "health"], env=agent["env"], capture_output=True, text=True,
+                                  timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return None
+        if done.returncode != 0:
+            return None
+        return dict(line.split(": ", 1) for line in done.stdout.splitlines() if ": " in line)
+
+    def ready(self, agent):
+        return (self.health(agent) or {}).get("desktop") == "ready"
+
+    def dispatcher(self):
+        done = subprocess.run([os.path.join(BIN, "nhctl"), "--json", "health"], env=self.hub.env, capture_output=True, text=True,
+                              timeout=30)
+        return health_row(done.stdout, "nh-dispatch").get("details", {})
+
+    def sessions(self):
+        return int(self.dispatcher().get("agents", 0))
+
+    def sessions_ended(self):
+        with open(os.path.join(self.hub.data, "nh-dispatch.log")) as f:
+            return f.read().count("agent session ended")
+
+    def post(self, app_id, title, body="", priority=None, hours=2.0, session=None):
+        expires = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(hours=hours)
+        document = {"appNotificationId": app_id, "visual": {"title": title, "body": body or title},
+                    "expiresAt": expires.strftime("%Y-%m-%dT%H:%M:%S.%fZ")[:-4] + "Z"}
+        if priority:
+            document["priority"] = priority
+        r = (session or requests).post(f"{self.hub.base}/hub/users/{USER}/notifications?{API}",
+                                       headers={"Authorization": self.hub.token()}, data=json.dumps(document), timeout=30)
+        assert r.status_code == 201, r.text
+        return r.json()["notification"]["id"]
+
+    def stored(self, notification):
+        """(readState, userActionState) in the store."""
+        for line in self.nhctl("user", "list", USER).stdout.splitlines():
+            fields = line.split()
+            if fields and fields[0] == notification:
+                return fields[1], fields[2]
+        return None
+
+    def popup(self, desktop, title):
+        """The last Notify with this summary on a desktop, once answered."""
+        shown = [p for p in desktop.popups() if p["summary"] == title and p["id"] is not None]
+        return shown[-1] if shown else None
+
+    def withdrawn(self, desktop, popup_id):
+        """Whether the agent called CloseNotification for this id."""
+        return [popup_id] in [list(body) for body in desktop.calls("CloseNotification")]
+
+    def clear(self):
+        """Closes every popup on both desktops, as a person would, and waits until they are gone."""
+        for desktop in self.desktops:
+            desktop.dunstctl("close-all")
+        assert wait_until(lambda: all(d.displayed() == 0 for d in self.desktops), timeout=20)
+        time.sleep(0.5)
+        for desktop in self.desktops:
+            desktop.dunstctl("close-all")
+
+    def stop(self):
+        self.hub.stop_all()
+        for desktop in self.desktops:
+            desktop.stop()
+
+
+@pytest.fixture(scope="module")
+def devices():
+    devices = Devices()
+    try:
+        yield devices
+    finally:
+        devices.stop()
+
+
+def test_the_popup_as_shown_and_the_server_in_health(devices):
+    one, two = devices.desktops
+    health = devices.health(devices.agents[0])
+    assert health["desktop"] == "ready"
+    assert health["desktopServer"].startswith("dunst ") and "1.9" in health["desktopServer"]
+    assert "actions" in health["desktopCapabilities"].split(",")
+
+    before = time.time()
+    devices.post("shown-1", "Build failed", "main is red", priority="high", hours=2)
+    for desktop in (one, two):
+        assert wait_until(lambda: devices.popup(desktop, "Build failed"), timeout=20)
+        popup = devices.popup(desktop, "Build failed")
+        assert popup["app"] == "nh-agent"
+        assert popup["body"] == "main is red"
+        assert popup["actions"] == {"default": "Open", "dismiss": "Dismiss", "snooze": "Snooze"}
+        assert popup["hints"]["urgency"] == 2, "a high priority is critical urgency"
+        assert popup["hints"]["category"] == "x-nh.user"
+        assert popup["hints"]["desktop-entry"] == "nh-agent"
+        # The expire timeout counts down to the notification's expiry, two hours ahead.
+        elapsed = (popup["at"] - before) * 1000
+        assert 2 * 3_600_000 - elapsed - 60_000 <= popup["timeout"] <= 2 * 3_600_000, popup["timeout"]
+    devices.post("shown-2", "Lunch menu", priority="low")
+    assert wait_until(lambda: devices.popup(one, "Lunch menu"), timeout=20)
+    assert devices.popup(one, "Lunch menu")["hints"]["urgency"] == 0
+    devices.post("shown-3", "Weekly report")
+    assert wait_until(lambda: devices.popup(one, "Weekly report"), timeout=20)
+    assert devices.popup(one, "Weekly report")["hints"]["urgency"] == 1
+    devices.clear()
+
+
+def test_a_close_on_one_device_dismisses_it_everywhere(devices):
+    one, two = devices.desktops
+    devices.clear()
+    notification = devices.post("close-1", "Deploy finished")
+    assert wait_until(lambda: devices.popup(one, "Deploy finished") and devices.popup(two, "Deploy finished"), timeout=20)
+    assert wait_until(lambda: one.displayed() == 1, timeout=10)
+    other = devices.popup(two, "Deploy finished")["id"]
+    one.dunstctl("close")  # what a click on the popup does with dunst's default mouse bindings
+    assert wait_until(lambda: devices.stored(notification) == ("unread", "dismissed"), timeout=20), devices.stored(notification)
+    assert wait_until(lambda: devices.withdrawn(two, other), timeout=20), "device 2's popup is withdrawn"
+    assert wait_until(lambda: two.displayed() == 0, timeout=10)
+
+
+def test_the_default_action_activates_it_and_snooze_snoozes_it(devices):
+    one, two = devices.desktops
+    devices.clear()
+    opened = devices.post("action-1", "Review requested")
+    assert wait_until(lambda: devices.popup(one, "Review requested") and devices.popup(two, "Review requested"), timeout=20)
+    assert wait_until(lambda: one.displayed() == 1, timeout=10)
+    one.dunstctl("action", "0")
+    assert wait_until(lambda: devices.stored(opened) == ("read", "activated"), timeout=20), devices.stored(opened)
+    assert wait_until(lambda: devices.withdrawn(two, devices.popup(two, "Review requested")["id"]), timeout=20)
+    # The close that follows the action is not a dismissal.
+    time.sleep(0.5)
+    assert devices.stored(opened) == ("read", "activated")
+
+    devices.clear()
+    snoozed = devices.post("action-2", "Standup in 5 minutes")
+    assert wait_until(lambda: devices.popup(one, "Standup in 5 minutes") and devices.popup(two, "Standup in 5 minutes"), timeout=20)
+    assert wait_until(lambda: one.displayed() == 1, timeout=10)
+    one.dunstctl("context")  # the context menu, where the stand-in for dmenu chooses Snooze
+    assert wait_until(lambda: devices.stored(snoozed) == ("unread", "snoozed"), timeout=20), devices.stored(snoozed)
+    assert wait_until(lambda: devices.withdrawn(two, devices.popup(two, "Standup in 5 minutes")["id"]), timeout=20)
+
+
+def test_a_replacement_updates_the_popup_in_place(devices):
+    one, two = devices.desktops
+    devices.clear()
+    devices.post("replace-1", "Order placed")
+    assert wait_until(lambda: devices.popup(one, "Order placed") and devices.popup(two, "Order placed"), timeout=20)
+    first = {d.name: devices.popup(d, "Order placed")["id"] for d in (one, two)}
+    devices.post("replace-1", "Order shipped")
+    for desktop in (one, two):
+        assert wait_until(lambda: devices.popup(desktop, "Order shipped"), timeout=20)
+        popup = devices.popup(desktop, "Order shipped")
+        assert popup["replaces"] == first[desktop.name], "the same popup, replaced"
+        assert popup["id"] == first[desktop.name]
+        assert desktop.displayed() == 1
+
+
+def test_a_broadcast_is_shown_without_buttons(devices):
+    one, _ = devices.desktops
+    devices.nhctl("send", "--tag", "News", "title=Headline", "messageParam=Markets up")
+    assert wait_until(lambda: devices.popup(one, "Headline"), timeout=20)
+    popup = devices.popup(one, "Headline")
+    assert popup["body"] == "Markets up"
+    assert popup["actions"] == {}
+    assert popup["hints"]["category"] == "x-nh.broadcast"
+
+
+def test_a_restarted_server_closes_nothing_it_did_not_open_and_shows_what_is_current(devices):
+    one, two = devices.desktops
+    agent = devices.agents[1]
+    # Other programs' popups first, so that the agent's popup gets an id the next server gives out
+    # only after the agent's own popups there.
+    for i in range(6):
+        two.notify(f"Earlier {i}")
+    devices.clear()
+    kept = devices.post("restart-1", "Still current")
+    assert wait_until(lambda: devices.popup(two, "Still current"), timeout=20)
+    stale = devices.popup(two, "Still current")["id"]
+    old_owner = two.owner()
+    two.stop_dunst()
+    # Posted while device 2 has no notification server: its agent has it, with nowhere to show it.
+    during = devices.post("restart-2", "Posted while down")
+    assert wait_until(lambda: during in {line.get("id") for line in json_lines(agent["output"])}, timeout=20)
+    restarted = time.time()
+    new_owner = two.start_dunst()
+    assert new_owner != old_owner
+
+    def reshown(title):
+        return [p for p in two.popups() if p["summary"] == title and p["id"] is not None and p["at"] >= restarted]
+    # What is current is shown on the new server, as new popups: nothing of the old server is replaced.
+    assert wait_until(lambda: reshown("Still current") and reshown("Posted while down"), timeout=20)
+    assert [p["replaces"] for t in ("Still current", "Posted while down") for p in reshown(t)] == [0, 0]
+    # Another program's popup now has the id the old server had given the agent's popup.
+    unrelated = None
+    for _ in range(stale + 5):
+        unrelated = two.notify("Unrelated")
+        if unrelated >= stale:
+            break
+    assert unrelated == stale, (unrelated, stale)
+    # Dismissed on device 1: device 2 withdraws its new popups, and never the unrelated one.
+    one.dunstctl("close-all")
+    assert wait_until(lambda: devices.stored(kept)[1] == "dismissed" and devices.stored(during)[1] == "dismissed", timeout=20)
+    new_ids = {reshown(t)[-1]["id"] for t in ("Still current", "Posted while down")}
+    assert wait_until(lambda: all(devices.withdrawn(two, i) for i in new_ids), timeout=20)
+    closed = {body[0] for body in two.calls("CloseNotification")[-len(new_ids) - 5:]}
+    assert unrelated not in closed
+    assert unrelated not in {body[0] for body, _ in two.signals("NotificationClosed")}
+    two.dunstctl("close-all")
+
+
+def test_a_hung_server_delays_only_the_popups(devices):
+    one, _ = devices.desktops
+    agent = devices.agents[0]
+    devices.clear()
+    ended = devices.sessions_ended()
+    one.pause_dunst()
+    try:
+        posted = [devices.post(f"hung-{i}", f"While hung {i}") for i in range(5)]
+        done = subprocess.run([os.path.join(BIN, "nhctl"), "--json", "send", "--tag", "News", "title=Hung",
+                               "messageParam=still acknowledged"], env=devices.hub.env, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        sent = json.loads(done.stdout.splitlines()[-1])["notificationId"]
+        # Acknowledged by both agents while device 1's server is stopped.
+        assert wait_until(lambda: '"acknowledged":2' in devices.nhctl("--json", "outcome", sent).stdout.replace(" ", ""),
+                          timeout=30), devices.nhctl("--json", "outcome", sent).stdout
+        for _ in range(5):
+            health = devices.health(agent, timeout=5)
+            assert health is not None and health["agent"].startswith("ok"), "the agent answers while the server hangs"
+            time.sleep(0.5)
+        assert wait_until(lambda: "has not answered" in (devices.health(agent) or {}).get("desktop", ""), timeout=20)
+        assert devices.sessions() == 2 and devices.sessions_ended() == ended, "the dispatcher keeps both sessions"
+        # Every user notification reached the agent's output while the server was stopped.
+        assert wait_until(lambda: {p for p in posted} <= {l.get("id") for l in json_lines(agent["output"])}, timeout=20)
+    finally:
+        one.resume_dunst()
+    for i in range(5):
+        assert wait_until(lambda: devices.popup(one, f"While hung {i}"), timeout=20)
+    assert wait_until(lambda: devices.popup(one, "Hung"), timeout=20)
+    assert wait_until(lambda: devices.ready(agent), timeout=20)
+    devices.clear()
+
+
+def test_no_session_bus_one_line_and_deliveries_as_usual(devices):
+    agent = devices.start_agent("no-bus", {"DISPLAY": ":1999"}, extra={"DBUS_SESSION_BUS_ADDRESS": "", "XDG_RUNTIME_DIR": devices.hub.data})
+    gone = devices.start_agent("bus-gone", {"DBUS_SESSION_BUS_ADDRESS": f"unix:path={devices.hub.data}/no-such-bus"})
+    assert wait_until(lambda: devices.sessions() == 4, timeout=60)
+    sent = [json.loads(devices.nhctl("--json", "send", "--tag", "News", "title=NoBus", f"messageParam=n{i}").stdout.splitlines()[-1])
+            ["notificationId"] for i in range(3)]
+    for a in (agent, gone):
+        assert wait_until(lambda: set(sent) <= {l.get("notificationId") for l in json_lines(a["output"])}, timeout=30)
+    time.sleep(1)
+    with open(agent["log"]) as f:
+        log = f.read()
+    assert log.count("no desktop session bus") == 1, log[-2000:]
+    with open(gone["log"]) as f:
+        log = f.read()
+    assert log.count("desktop session bus not reachable") == 1, log[-2000:]
+    assert (devices.health(agent) or {}).get("desktop") == "no session bus"
+    assert (devices.health(gone) or {}).get("desktop", "").startswith("unreachable")
+    # No bus was started for it: the agent has no child process (an autolaunch would leave dbus-daemon).
+    for a in (agent, gone):
+        pid = devices.hub.processes[a["name"]].pid
+        children = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout.split()
+        assert children == [], children
+    for name in ("no-bus", "bus-gone"):
+        devices.hub.stop(name)
+    assert wait_until(lambda: devices.sessions() == 2, timeout=30)
+
+
+def test_a_burst_of_200_is_shown_once_with_no_session_ended(devices):
+    one, two = devices.desktops
+    devices.clear()
+    ended = devices.sessions_ended()
+    session = requests.Session()
+    started = time.time()
+    for i in range(200):
+        devices.post(f"burst-{i}", f"Burst {i}", session=session)
+    posted = time.time()
+    for desktop in (one, two):
+        assert wait_until(lambda: len({p["summary"] for p in desktop.popups() if p["summary"].startswith("Burst ")
+                                       and p["id"] is not None}) == 200, timeout=60)
+    shown = time.time()
+    for desktop in (one, two):
+        titles = [p["summary"] for p in desktop.popups() if p["summary"].startswith("Burst ")]
+        assert len(titles) == 200, f"each shown once: {len(titles)} Notify calls for 200 posts"
+    print(f"\n200 posts made in {posted - started:.2f} s; shown on both desktops {shown - started:.2f} s after the first post")
+    assert devices.sessions() == 2 and devices.sessions_ended() == ended
+    devices.clear()
