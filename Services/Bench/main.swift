@@ -10,14 +10,15 @@ let usage = """
 
     Usage: nh-bench [--messages N] [--round-trips N] [--size BYTES] [--sends N] [--posts N] [--dismisses N]
                     [--fanout N,N...] [--broadcasts B] [--rate SENDS/S] [--latency-count C]
-                    [--push N] [--standins PATH] [--no-mosquitto] [--no-services] [--no-fanout] [--no-push]
-                    [--no-postgres] [--json] [--output FILE]
+                    [--push N] [--standins PATH] [--popups N] [--tries N] [--no-mosquitto] [--no-services]
+                    [--no-fanout] [--no-push] [--no-postgres] [--no-desktop] [--json] [--output FILE]
            nh-bench http [--sends N]
            nh-bench postgres [--sends N] [--json] [--output FILE]
            nh-bench push [--push N] [--standins PATH] [--json] [--output FILE]
            nh-bench fanout [--fanout N,N...] [--broadcasts B] [--rate SENDS/S] [--latency-count C] [--json] [--output FILE]
            nh-bench fanout-mqtt [--fanout N,N...] [--broadcasts B] [--rate SENDS/S] [--latency-count C] [--json] [--output FILE]
            nh-bench fanout-shards [--fanout N] [--broadcasts B] [--json] [--output FILE]
+           nh-bench desktop [--popups N] [--tries N] [--json] [--output FILE]
 
     The service figures start the real executables from nh-bench's own folder on free loopback ports.
     The fan-out figures (at N = 1,000 and 10,000 unless --fanout says otherwise) broadcast B times
@@ -48,6 +49,14 @@ let usage = """
     durably by fresh services on SQLite and on PostgreSQL; beside them, N rows shaped like the
     accepted notifications inserted into the same server from 4 connections, one per commit and 100
     per commit. Without python3 or PostgreSQL they are skipped with a message.
+
+    The desktop figures (`desktop`, and part of the whole run unless --no-desktop) run
+    Tests/Support/desktopbench.py: two devices of one user, each with its own Xvfb display, session
+    bus and dunst, and an agent on each. Popups per second through the agent's own D-Bus connection
+    (N user notifications waiting for it, default 200) beside notify-send run once per popup and
+    beside a plain D-Bus client calling Notify, all against the same dunst; a burst of N posts until
+    both desktops show it; and from a close on device 1 until device 2's popup is withdrawn, p50
+    and p99 over --tries (default 100). Without Xvfb, dbus-daemon, dunst or jeepney they are skipped.
 
     --output FILE also writes every figure to FILE as one JSON document: {"machine": {"cores",
     "date", "host", "os", "memoryBytes"}, "settings": {...}, "results": [{"name", "unit", "rate",
@@ -107,9 +116,9 @@ do {
         Array(CommandLine.arguments.dropFirst()),
         valued: [
             "messages", "round-trips", "size", "posts", "dismisses", "sends", "fanout", "broadcasts", "rate", "latency-count", "output", "push",
-            "standins",
+            "standins", "popups", "tries",
         ],
-        flags: ["no-mosquitto", "no-services", "no-fanout", "no-push", "no-postgres", "json"])
+        flags: ["no-mosquitto", "no-services", "no-fanout", "no-push", "no-postgres", "no-desktop", "json"])
     if parsed.has("help") {
         print(usage)
         exit(0)
@@ -135,6 +144,8 @@ do {
         roundTrips: parsed[option: "round-trips"].flatMap(Int.init) ?? 20_000,
         size: parsed[option: "size"].flatMap(Int.init) ?? 200)
     let sends = parsed[option: "sends"].flatMap(Int.init) ?? 1_000
+    let popups = parsed[option: "popups"].flatMap(Int.init) ?? 200
+    let tries = parsed[option: "tries"].flatMap(Int.init) ?? 100
     switch parsed.positionals.first {
     case nil:
         break
@@ -151,6 +162,9 @@ do {
         try report(
             try PushBench.run(devices: pushDevices, standIns: parsed[option: "standins"]),
             settings: BenchSettings(messages: 0, roundTrips: 0, size: PushBench.appleBody.utf8.count), parsed)
+        exit(0)
+    case "desktop":
+        try report(try DesktopBench.run(popups: popups, tries: tries), settings: BenchSettings(messages: 0, roundTrips: 0, size: 0), parsed)
         exit(0)
     case "fanout-shards":
         let agents = try shardedFanoutAgents(parsed)
@@ -189,6 +203,13 @@ do {
                 results += try PostgresBench.run(sends: sends)
             } catch let error as BenchUnavailable {
                 FileHandle.standardError.write(Data("nh-bench: PostgreSQL figures skipped: \(error)\n".utf8))
+            }
+        }
+        if !parsed.has("no-desktop") {
+            do {
+                results += try DesktopBench.run(popups: popups, tries: tries)
+            } catch let error as BenchUnavailable {
+                FileHandle.standardError.write(Data("nh-bench: desktop figures skipped: \(error)\n".utf8))
             }
         }
         if !parsed.has("no-push") {

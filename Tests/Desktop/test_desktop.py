@@ -356,3 +356,18 @@ def test_a_burst_of_200_is_shown_once_with_no_session_ended(devices):
     print(f"\n200 posts made in {posted - started:.2f} s; shown on both desktops {shown - started:.2f} s after the first post")
     assert devices.sessions() == 2 and devices.sessions_ended() == ended
     devices.clear()
+
+
+def test_the_desktop_benchmark_runs_short():
+    """`make bench`'s desktop figures (Tests/Support/desktopbench.py), in a short run: every figure
+    is printed with a positive value. Nothing here is timed against a goal."""
+    script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "Support", "desktopbench.py")
+    done = subprocess.run([sys.executable, script, "--bin", BIN, "--popups", "20", "--tries", "5"], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    figures = {f["name"]: f for f in (json.loads(line) for line in done.stdout.splitlines() if line.strip())}
+    rates = [f for f in figures.values() if f["unit"] == "popups/s"]
+    assert len(rates) == 3 and all(f["count"] == 20 and f["seconds"] > 0 for f in rates), figures
+    latencies = [f for f in figures.values() if f["unit"] == "ms"]
+    assert [f["count"] for f in latencies] == [5, 5] and all(f["value"] >= 0 for f in latencies), figures
+    assert any(f["unit"] == "s" and f["value"] > 0 for f in figures.values()), figures

@@ -227,7 +227,8 @@ class Desktop:
 
     def popups(self):
         """Every Notify call, in order: app_name, replaces_id, icon, summary, body, actions (a dict),
-        hints, expire_timeout, and the id the server answered with (None while unanswered)."""
+        hints, expire_timeout, when it was called and answered, and the id the server answered with
+        (None while unanswered)."""
         messages = self.monitor.snapshot()
         replies = {(m["destination"], m["reply_serial"]): m for m in messages if m["type"] in ("method_return", "error")}
         popups = []
@@ -239,7 +240,7 @@ class Desktop:
             popups.append({
                 "app": app, "replaces": replaces, "icon": icon, "summary": summary, "body": body,
                 "actions": dict(zip(actions[::2], actions[1::2])), "hints": {k: v[1] for k, v in hints.items()},
-                "timeout": timeout, "sender": m["sender"], "at": m["at"],
+                "timeout": timeout, "sender": m["sender"], "at": m["at"], "answered": reply["at"] if reply else None,
                 "id": reply["body"][0] if reply and reply["type"] == "method_return" else None})
         return popups
 
