@@ -51,6 +51,7 @@ public final class DBusConnection {
     private var bus: OpaquePointer?
     private var matches: [OpaquePointer] = []
     private var handlers: [MatchHandler] = []
+    private var objects: [ObjectHandler] = []
 
     /// Connects to the bus at `address` (a D-Bus address, such as `unix:path=/run/user/1000/bus`)
     /// and says Hello; both complete as `process()` runs.
@@ -137,6 +138,47 @@ public final class DBusConnection {
         if let slot { matches.append(slot) }
     }
 
+    /// Serves the object at `path`: `handler` gets every method call to it and answers each once,
+    /// at once or later, with `DBusCall.reply` or `fail`. A call it does not answer before the
+    /// `DBusCall` is released is answered with `org.freedesktop.DBus.Error.UnknownMethod`.
+    public func export(path: String, _ handler: @escaping (DBusCall) -> Void) throws(DBusError) {
+        guard let bus else { throw DBusError(name: "local.closed", message: "the connection is closed") }
+        let box = ObjectHandler { message in
+            guard sd_bus_message_is_method_call(message, nil, nil) > 0 else { return 0 }
+            guard case .success(let read) = DBusConnection.read(message) else {
+                var error = sd_bus_error(name: nil, message: nil, _need_free: 0)
+                _ = "org.freedesktop.DBus.Error.InvalidArgs".withCString { name in
+                    "the arguments could not be read".withCString { text in
+                        error.name = name
+                        error.message = text
+                        return sd_bus_reply_method_error(message, &error)
+                    }
+                }
+                return 1
+            }
+            handler(DBusCall(message: message, read: read))
+            return 1
+        }
+        var slot: OpaquePointer?
+        try check("sd_bus_add_object", sd_bus_add_object(bus, &slot, path, { message, userdata, _ in
+            Unmanaged<ObjectHandler>.fromOpaque(userdata!).takeUnretainedValue().handler(message!)
+        }, Unmanaged.passUnretained(box).toOpaque()))
+        objects.append(box)
+        if let slot { matches.append(slot) }
+    }
+
+    /// Asks the bus for the well-known `name` (replacing no owner, queueing for none); `done`
+    /// says whether this connection owns it now.
+    public func requestName(_ name: String, done: @escaping (Result<Bool, DBusError>) -> Void) throws(DBusError) {
+        try call(
+            destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
+            member: "RequestName", [.string(name), .uint32(4)], timeout: .seconds(10)
+        ) { result in
+            // 1: now the primary owner; 4: already it. 4 as the flag: do not queue.
+            done(result.map { $0.arguments.first?.uint32 == 1 || $0.arguments.first?.uint32 == 4 })
+        }
+    }
+
     /// Closes the connection without waiting for anything: what was not yet written, and the
     /// replies still awaited, are dropped with it.
     public func close() {
@@ -144,6 +186,7 @@ public final class DBusConnection {
         for slot in matches { sd_bus_slot_unref(slot) }
         matches = []
         handlers = []
+        objects = []
         sd_bus_close_unref(bus)
         self.bus = nil
     }
@@ -160,7 +203,12 @@ public final class DBusConnection {
         init(_ handler: @escaping (DBusMessage) -> Void) { self.handler = handler }
     }
 
-    private static func text(_ pointer: UnsafePointer<CChar>?) -> String { pointer.map { String(cString: $0) } ?? "" }
+    private final class ObjectHandler {
+        let handler: (OpaquePointer) -> Int32
+        init(_ handler: @escaping (OpaquePointer) -> Int32) { self.handler = handler }
+    }
+
+    static func text(_ pointer: UnsafePointer<CChar>?) -> String { pointer.map { String(cString: $0) } ?? "" }
 
     /// The message's header and body, or the error it carries.
     static func read(_ message: OpaquePointer) -> Result<DBusMessage, DBusError> {
@@ -217,6 +265,12 @@ public final class DBusConnection {
         case UInt8(ascii: "s"): return .string(text(try basic(UnsafePointer<CChar>?.none)))
         case UInt8(ascii: "o"): return .objectPath(text(try basic(UnsafePointer<CChar>?.none)))
         case UInt8(ascii: "g"): return .signature(text(try basic(UnsafePointer<CChar>?.none)))
+        case UInt8(ascii: "a") where text(contents) == "y":
+            var pointer: UnsafeRawPointer?
+            var size = 0
+            try check("sd_bus_message_read_array", sd_bus_message_read_array(message, CChar(UInt8(ascii: "y")), &pointer, &size))
+            guard let pointer, size > 0 else { return .bytes([]) }
+            return .bytes(Array(UnsafeRawBufferPointer(start: pointer, count: size)))
         case UInt8(ascii: "a"): return .array(element: text(contents), try inside())
         case UInt8(ascii: "e"):
             let pair = try inside()
@@ -257,6 +311,9 @@ public final class DBusConnection {
         case .string(let value): try text("s", value)
         case .objectPath(let value): try text("o", value)
         case .signature(let value): try text("g", value)
+        case .bytes(let value):
+            let result = value.withUnsafeBytes { sd_bus_message_append_array(message, CChar(UInt8(ascii: "y")), $0.baseAddress, $0.count) }
+            try check("sd_bus_message_append_array", result)
         case .array(let element, let values): try container("a", element, values)
         case .entry(let key, let value): try container("e", key.signature + value.signature, [key, value])
         case .variant(let inner): try container("v", inner.signature, [inner])
@@ -268,4 +325,50 @@ public final class DBusConnection {
 @inline(__always)
 private func check(_ function: String, _ result: Int32) throws(DBusError) {
     if result < 0 { throw DBusError(function: function, code: result) }
+}
+
+/// A method call to an exported object, answered once with `reply` or `fail`.
+public final class DBusCall {
+    public let message: DBusMessage
+    private var call: OpaquePointer?
+
+    init(message: OpaquePointer, read: DBusMessage) {
+        self.message = read
+        call = sd_bus_message_ref(message)
+    }
+
+    deinit {
+        if call != nil { try? fail(name: "org.freedesktop.DBus.Error.UnknownMethod", message: "\(message.interface).\(message.member) is not served here") }
+    }
+
+    /// The interface and member, such as `org.unifiedpush.Distributor2.Register`.
+    public var method: String { "\(message.interface).\(message.member)" }
+
+    public func reply(_ values: [DBusValue] = []) throws(DBusError) {
+        guard let call else { return }
+        self.call = nil
+        defer { sd_bus_message_unref(call) }
+        // A caller that asked for no reply (NoReply) gets none.
+        guard sd_bus_message_get_expect_reply(call) > 0 else { return }
+        var reply: OpaquePointer?
+        try check("sd_bus_message_new_method_return", sd_bus_message_new_method_return(call, &reply))
+        defer { sd_bus_message_unref(reply) }
+        for value in values { try DBusConnection.append(value, to: reply!) }
+        try check("sd_bus_send", sd_bus_send(nil, reply, nil))
+    }
+
+    /// Answers with the D-Bus error `name`, such as `org.freedesktop.DBus.Error.InvalidArgs`.
+    public func fail(name: String, message text: String) throws(DBusError) {
+        guard let call else { return }
+        self.call = nil
+        defer { sd_bus_message_unref(call) }
+        guard sd_bus_message_get_expect_reply(call) > 0 else { return }
+        let result = name.withCString { name in
+            text.withCString { text in
+                var error = sd_bus_error(name: name, message: text, _need_free: 0)
+                return sd_bus_reply_method_error(call, &error)
+            }
+        }
+        try check("sd_bus_reply_method_error", result)
+    }
 }

@@ -13,6 +13,8 @@ public indirect enum DBusValue: Equatable, Sendable {
     case string(String)
     case objectPath(String)
     case signature(String)
+    /// A byte array, `ay`, such as a push message; read and written in one piece.
+    case bytes([UInt8])
     /// An array whose elements have the signature `element`.
     case array(element: String, [DBusValue])
     /// One entry of a dictionary (an array of entries, `a{..}`).
@@ -35,6 +37,7 @@ public indirect enum DBusValue: Equatable, Sendable {
         case .string: "s"
         case .objectPath: "o"
         case .signature: "g"
+        case .bytes: "ay"
         case .array(let element, _): "a" + element
         case .entry(let key, let value): "{" + key.signature + value.signature + "}"
         case .variant: "v"
@@ -65,6 +68,25 @@ public indirect enum DBusValue: Equatable, Sendable {
         case .variant(let inner): inner.uint32
         default: nil
         }
+    }
+
+    /// The bytes of an `ay` array.
+    public var bytes: [UInt8]? {
+        switch self {
+        case .bytes(let value): value
+        case .variant(let inner): inner.bytes
+        default: nil
+        }
+    }
+
+    /// The value under `key` in an `a{sv}` dictionary, without its variant.
+    public subscript(key: String) -> DBusValue? {
+        guard case .array(_, let entries) = self else { return nil }
+        for case .entry(.string(key), let value) in entries {
+            if case .variant(let inner) = value { return inner }
+            return value
+        }
+        return nil
     }
 
     /// The strings of an `as` array.

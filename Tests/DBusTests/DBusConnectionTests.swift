@@ -144,6 +144,71 @@ struct DBusConnectionTests {
         #expect(error.isTimeout, "\(error)")
     }
 
+    @Test("an exported object answers calls: every type round trips, errors carry their names, an unanswered call is refused")
+    func serve() throws {
+        let bus = try PrivateBus()
+        defer { bus.stop() }
+        let server = try DBusConnection(address: bus.address)
+        defer { server.close() }
+        var kept: DBusCall?
+        try server.export(path: "/org/example/Echo") { call in
+            switch call.message.member {
+            case "Echo": try? call.reply(call.message.arguments)
+            case "Refuse": try? call.fail(name: "org.example.Error.Refused", message: "no, thank you")
+            case "Later": kept = call
+            default: break  // released unanswered
+            }
+        }
+        var owned: Result<Bool, DBusError>?
+        try server.requestName("org.example.Echo") { owned = $0 }
+        try Self.pump(server) { owned != nil }
+        #expect(try owned?.get() == true)
+        var again: Result<Bool, DBusError>?
+        let rival = try DBusConnection(address: bus.address)
+        defer { rival.close() }
+        try rival.requestName("org.example.Echo") { again = $0 }
+        try Self.pump(rival, server) { again != nil }
+        #expect(try again?.get() == false, "a name already owned is not taken")
+
+        let client = try DBusConnection(address: bus.address)
+        defer { client.close() }
+        func call(_ member: String, _ arguments: [DBusValue] = []) throws -> Result<DBusMessage, DBusError> {
+            var result: Result<DBusMessage, DBusError>?
+            try client.call(destination: "org.example.Echo", path: "/org/example/Echo", interface: "org.example.Echo", member: member,
+                            arguments, timeout: .seconds(5)) { result = $0 }
+            try Self.pump(client, server) { result != nil }
+            return try #require(result)
+        }
+        let values: [DBusValue] = [
+            .byte(7), .boolean(true), .int16(-3), .uint16(3), .int32(-70_000), .uint32(70_000), .int64(-1 << 40), .uint64(1 << 50),
+            .double(2.5), .string("héllo"), .objectPath("/a/b"), .signature("a{sv}"), .bytes([0, 1, 255, 128]), .bytes([]),
+            .stringVariants([("token", .string("t")), ("message", .bytes(Array(repeating: 9, count: 4096)))]),
+            .array(element: "s", []), .structure([.string("x"), .uint32(1)]), .variant(.array(element: "i", [.int32(1), .int32(2)])),
+        ]
+        let echoed = try call("Echo", values).get()
+        #expect(echoed.arguments == values)
+        #expect(echoed.arguments[14]["message"]?.bytes?.count == 4096)
+        #expect(echoed.arguments[14]["token"]?.string == "t")
+        switch try call("Refuse") {
+        case .success: Issue.record("a refused call succeeded")
+        case .failure(let error): #expect(error == DBusError(name: "org.example.Error.Refused", message: "no, thank you"))
+        }
+        if case .failure(let error) = try call("Nothing") {
+            #expect(error.name == "org.freedesktop.DBus.Error.UnknownMethod")
+        } else {
+            Issue.record("an unanswered call succeeded")
+        }
+        // Answered later, from outside the handler.
+        var result: Result<DBusMessage, DBusError>?
+        try client.call(destination: "org.example.Echo", path: "/org/example/Echo", interface: "org.example.Echo", member: "Later",
+                        [.string("x")], timeout: .seconds(5)) { result = $0 }
+        try Self.pump(client, server) { kept != nil }
+        try kept?.reply([.string("done")])
+        kept = nil
+        try Self.pump(client, server) { result != nil }
+        #expect(try result?.get().arguments == [.string("done")])
+    }
+
     @Test("a bus that goes away ends the connection with an error, not a hang")
     func busGone() throws {
         let bus = try PrivateBus()
