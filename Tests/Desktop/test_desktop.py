@@ -337,6 +337,27 @@ def test_no_session_bus_one_line_and_deliveries_as_usual(devices):
     assert wait_until(lambda: devices.sessions() == 2, timeout=30)
 
 
+def test_a_session_bus_that_restarts_is_reached_again(devices):
+    """The session bus itself goes (a person logs out and in again): the agent says so once, keeps
+    its deliveries, connects to the new bus, and shows what is current on its new server."""
+    one, _ = devices.desktops
+    agent = devices.agents[0]
+    devices.clear()
+    posted = devices.post("session-1", "Before the new session")
+    assert wait_until(lambda: devices.popup(one, "Before the new session"), timeout=20)
+    one.restart_session()
+    assert wait_until(lambda: devices.popup(one, "Before the new session"), timeout=30), "current notifications shown on the new bus"
+    assert wait_until(lambda: devices.ready(agent), timeout=20)
+    with open(agent["log"]) as f:
+        log = f.read()
+    assert log.count("desktop session bus connection lost") == 1, log[-3000:]
+    devices.post("session-2", "After the new session")
+    assert wait_until(lambda: devices.popup(one, "After the new session"), timeout=20)
+    one.dunstctl("close-all")
+    assert wait_until(lambda: devices.stored(posted)[1] == "dismissed", timeout=20)
+    devices.clear()
+
+
 def test_a_burst_of_200_is_shown_once_with_no_session_ended(devices):
     one, two = devices.desktops
     devices.clear()

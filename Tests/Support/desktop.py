@@ -145,13 +145,9 @@ class Desktop:
         with open(config, "w") as f:
             f.write(BUS_CONFIG.format(path=self.socket))
         self.address = f"unix:path={self.socket}"
-        self.start_process("dbus", ["dbus-daemon", f"--config-file={config}", "--nofork", "--nopidfile"])
-        deadline = time.time() + 20
-        while not os.path.exists(self.socket):
-            if time.time() > deadline:
-                raise RuntimeError("dbus-daemon did not start")
-            time.sleep(0.05)
+        self.bus_config = config
         self.env = {"DISPLAY": f":{self.display}", "DBUS_SESSION_BUS_ADDRESS": self.address}
+        self.start_bus()
         self.dmenu = os.path.join(self.dir, "dmenu")
         with open(self.dmenu, "w") as f:
             f.write("#!/bin/sh\ngrep -m1 -i snooze\n")
@@ -159,14 +155,7 @@ class Desktop:
         self.dunstrc = os.path.join(self.dir, "dunstrc")
         with open(self.dunstrc, "w") as f:
             f.write(DUNST_CONFIG.format(dmenu=self.dmenu))
-        deadline = time.time() + 20
-        while self.monitor is None:
-            try:
-                self.monitor = Monitor(self.address)
-            except ConnectionError:
-                if time.time() > deadline:
-                    raise
-                time.sleep(0.05)
+        self.connect_monitor()
         self.start_dunst()
 
     def start_process(self, key, argv):
@@ -175,6 +164,40 @@ class Desktop:
                **getattr(self, "env", {})}
         self.processes[key] = subprocess.Popen(argv, stdout=log, stderr=log, env=env)
         return self.processes[key]
+
+    def start_bus(self):
+        """Starts the session bus (dbus-daemon) at this desktop's address, and waits for it."""
+        self.start_process("dbus", ["dbus-daemon", f"--config-file={self.bus_config}", "--nofork", "--nopidfile"])
+        deadline = time.time() + 20
+        while not os.path.exists(self.socket):
+            if time.time() > deadline:
+                raise RuntimeError("dbus-daemon did not start")
+            time.sleep(0.05)
+
+    def restart_session(self):
+        """Ends the session bus with its notification server, as when a person logs out, then starts
+        both again (a new monitor with them); returns the new server's unique name."""
+        self.monitor.stop()
+        self.monitor = None
+        for key in ("dunst", "dbus"):
+            process = self.processes.pop(key)
+            process.terminate()
+            process.wait(timeout=10)
+        if os.path.exists(self.socket):
+            os.unlink(self.socket)
+        self.start_bus()
+        self.connect_monitor()
+        return self.start_dunst()
+
+    def connect_monitor(self):
+        deadline = time.time() + 20
+        while self.monitor is None:
+            try:
+                self.monitor = Monitor(self.address)
+            except ConnectionError:
+                if time.time() > deadline:
+                    raise
+                time.sleep(0.05)
 
     def start_dunst(self):
         """Starts dunst and waits until it owns org.freedesktop.Notifications; returns its unique name."""
