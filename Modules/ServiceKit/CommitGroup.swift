@@ -48,10 +48,14 @@ public final class CommitGroup {
         return true
     }
 
+    /// The setting that caps the store's size.
+    static let storeLimit = "limits.storeBytes"
+
     /// The reason a commit failed, in words that say what to do.
     static func describe(_ error: Error) -> String {
         if let storage = error as? StorageError, storage.isFull {
-            return "the store is full (\(storage.message)); nothing was changed: free disk space or raise maxStoreBytes, then retry"
+            return "the store is full (\(storage.message)); nothing was changed: free disk space or raise \(storeLimit) "
+                + "(\(ConfigLoader.variableName(["limits", "storeBytes"])); 0 is as much as the disk has), then retry"
         }
         return "the store could not commit (\(error)); nothing was changed, so the request can be retried"
     }

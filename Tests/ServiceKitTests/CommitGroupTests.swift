@@ -194,4 +194,30 @@ struct CommitGroupTests {
         #expect(accepted["c"].map { $0.0 == nil } == true)
         _ = database
     }
+
+    @Test("a full store's refusal names the setting that raises the cap, as the config and the environment spell it")
+    func fullStoreNamesTheSetting() throws {
+        let folder = FileManager.default.temporaryDirectory.appendingPathComponent("nh-full-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        let database = try SQLiteDatabase(path: folder.appendingPathComponent("f.db").path, options: SQLiteDatabase.Options(maxBytes: 65_536))
+        try database.migrate([Migration(version: 1, "CREATE TABLE filler (value BLOB);")])
+        var full: Error?
+        for _ in 0..<100 where full == nil {
+            do {
+                try database.run("INSERT INTO filler (value) VALUES (?)", [Data(repeating: 1, count: 8_192)])
+            } catch {
+                full = error
+            }
+        }
+        let error = try #require(full as? StorageError)
+        #expect(error.isFull)
+        let message = CommitGroup.describe(error)
+        #expect(message.contains("limits.storeBytes") && message.contains("NH_LIMITS_STORE_BYTES"), "\(message)")
+        // Both names are the ones the config loader reads.
+        let config = try ConfigLoader.load(file: nil, environment: ["NH_LIMITS_STORE_BYTES": "70000"])
+        #expect(config.limits.storeBytes == 70_000)
+        let file = folder.appendingPathComponent("hub.json")
+        try #"{"limits": {"storeBytes": 80000}}"#.write(to: file, atomically: true, encoding: .utf8)
+        #expect(try ConfigLoader.load(file: file.path, environment: [:]).limits.storeBytes == 80_000)
+    }
 }
