@@ -155,9 +155,15 @@ def test_console_signs_in_checks_input_and_sends_to_a_real_agent(web_hub, agent,
     driver.find_element(By.ID, "send-button").click()
     assert until(lambda: visible(driver, "send-error") and "400 invalid_expression" in text(driver, "send-error"), timeout=10)
 
-    # An empty property name is refused in the page before anything is sent.
+    # The form's default properties fill the agents' default template: the notification shown has
+    # a title and a message.
     type_into(driver, "send-tags", "World")
     assert until(lambda: "tags: World" in text(driver, "tags-check"), timeout=10)
+    driver.find_element(By.ID, "send-button").click()
+    assert until(lambda: any(l.get("payload") == {"title": "Hello", "message": "Hello from the console"}
+                             for l in json_lines(agent["output"])), timeout=15), json_lines(agent["output"])[-3:]
+
+    # An empty property name is refused in the page before anything is sent.
     type_into(driver, "send-properties", "=nameless")
     driver.find_element(By.ID, "send-button").click()
     assert until(lambda: "needs name=value" in text(driver, "send-error"), timeout=10)
