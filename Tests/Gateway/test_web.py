@@ -231,6 +231,13 @@ def test_inbox_syncs_live_with_the_agent_and_resumes(web_hub, agent, browser):
     assert result.returncode == 0, result.stderr
     assert until(lambda: item(driver, first).get_attribute("data-action") == "dismissed", timeout=5)
     assert text(driver, "unread") == "1"
+    # The count and the dots agree: the dismissed one is still unread but has no dot; the other has one.
+    def dot(notification):
+        title = item(driver, notification).find_element(By.CSS_SELECTOR, ".title")
+        return driver.execute_script("return window.getComputedStyle(arguments[0], '::before').content", title)
+    assert item(driver, first).get_attribute("data-read") == "unread"
+    assert dot(first) in ("none", "normal", "")
+    assert "●" in dot(second)
 
     # Dismissed on the page: the agent has it.
     click(lambda: item(driver, second).find_element(By.CSS_SELECTOR, "button.dismiss"))
