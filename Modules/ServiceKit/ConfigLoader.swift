@@ -228,32 +228,42 @@ public enum ConfigLoader {
             throw ConfigError("hub '\(config.hub)' must be a name without '/'")
         }
         for (service, endpoints) in config.serviceEndpoints {
-            for endpoint in [endpoints.requests, endpoints.events].compactMap({ $0 }) {
-                try validateEndpoint(endpoint, of: service)
+            let section = String(service.dropFirst("nh-".count))
+            for (key, endpoint) in [("requests", endpoints.requests), ("events", endpoints.events)] {
+                guard let endpoint else { continue }
+                try validateEndpoint(endpoint, of: service, setting: [section, key])
             }
             if let advertise = endpoints.advertise {
                 guard service == "nh-dispatch" else { throw ConfigError("\(service): advertise is a dispatcher's setting (dispatch.advertise)") }
-                try validateEndpoint(advertise, of: service)
+                try validateEndpoint(advertise, of: service, setting: [section, "advertise"])
             }
             // Agents may be given several dispatchers, separated by commas.
             for endpoint in (endpoints.agents ?? "").split(separator: ",", omittingEmptySubsequences: false).dropFirst(endpoints.agents == nil ? 1 : 0) {
-                try validateEndpoint(endpoint.trimmingCharacters(in: .whitespaces), of: service)
+                try validateEndpoint(endpoint.trimmingCharacters(in: .whitespaces), of: service, setting: [section, "agents"], list: true)
             }
         }
     }
 
-    static func validateEndpoint(_ endpoint: String, of service: String) throws(ConfigError) {
+    /// One ZeroMQ endpoint of `setting` (such as ["dispatch", "requests"]), named in the refusal with
+    /// its environment variable. Only a list setting (dispatch.agents) is split at commas first.
+    static func validateEndpoint(_ endpoint: String, of service: String, setting: [String], list: Bool = false) throws(ConfigError) {
+        let name = "\(setting.joined(separator: ".")) (\(variableName(setting)))"
+        if endpoint.contains(",") || endpoint.contains(where: \.isWhitespace) {
+            throw ConfigError(
+                "\(name) '\(endpoint)' is \(list ? "not one endpoint" : "a list"): it takes one endpoint, such as tcp://HOST:PORT"
+                    + (list ? "" : "; only dispatch.agents takes several, separated by commas"))
+        }
         let schemes = ["tcp://", "ipc://", "inproc://"]
         guard let scheme = schemes.first(where: { endpoint.hasPrefix($0) }) else {
-            throw ConfigError("\(service) endpoint '\(endpoint)' must start with tcp://, ipc:// or inproc://")
+            throw ConfigError("\(name): \(service) endpoint '\(endpoint)' must start with tcp://, ipc:// or inproc://")
         }
         let rest = endpoint.dropFirst(scheme.count)
-        guard !rest.isEmpty else { throw ConfigError("\(service) endpoint '\(endpoint)' has no address") }
+        guard !rest.isEmpty else { throw ConfigError("\(name): \(service) endpoint '\(endpoint)' has no address") }
         if scheme == "tcp://" {
             guard let colon = rest.lastIndex(of: ":"), let port = Int(rest[rest.index(after: colon)...]),
                 (0...65535).contains(port)
             else {
-                throw ConfigError("\(service) endpoint '\(endpoint)' needs a port: tcp://HOST:PORT")
+                throw ConfigError("\(name): \(service) endpoint '\(endpoint)' needs a port: tcp://HOST:PORT")
             }
         }
     }

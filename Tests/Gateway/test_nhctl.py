@@ -6,6 +6,7 @@ import json
 import os
 import re
 import subprocess
+import tempfile
 
 import pytest
 import requests
@@ -197,3 +198,15 @@ def test_the_documented_defaults_are_the_defaults():
     checked = subprocess.run([os.path.join(BIN, "nh-registry"), "--check-config", "--config", path], capture_output=True, text=True, timeout=30)
     assert checked.returncode == 0, checked.stderr
     assert "tcp://127.0.0.1:7722" in printed.stdout and '"store" : null' in printed.stdout
+
+
+def test_a_list_where_one_endpoint_goes_stops_check_and_start_with_the_setting_named():
+    """dispatch.requests takes one endpoint: a comma list (as dispatch.agents takes) fails
+    --check-config and a real start alike, with exit 2 and the setting named."""
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("NH_")},
+           "NH_DISPATCH_REQUESTS": "tcp://127.0.0.1:7721,tcp://127.0.0.1:7723",
+           "NH_DATA_DIR": tempfile.mkdtemp(prefix="nh-check-")}
+    for arguments in (["--check-config"], []):
+        done = subprocess.run([os.path.join(BIN, "nh-gateway"), *arguments], env=env, capture_output=True, text=True, timeout=30)
+        assert done.returncode == 2, (arguments, done.returncode, done.stderr)
+        assert "dispatch.requests (NH_DISPATCH_REQUESTS)" in done.stderr and "is a list" in done.stderr, done.stderr

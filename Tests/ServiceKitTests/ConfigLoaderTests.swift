@@ -49,6 +49,10 @@ struct ConfigLoaderTests {
         ("{}", ["NH_REGISTRY_REQUESTS": "127.0.0.1:7701"], "must start with tcp://"),
         ("{}", ["NH_PUBLISH_REQUESTS": "tcp://127.0.0.1"], "needs a port"),
         ("{}", ["NH_MAX_MESSAGE_BYTES": "10"], "maxMessageBytes"),
+        ("{}", ["NH_DISPATCH_REQUESTS": "tcp://10.0.0.11:7721,tcp://10.0.0.12:7721"],
+         "dispatch.requests (NH_DISPATCH_REQUESTS) 'tcp://10.0.0.11:7721,tcp://10.0.0.12:7721' is a list"),
+        (#"{"publish": {"events": "tcp://a:1 tcp://b:2"}}"#, [:], "publish.events (NH_PUBLISH_EVENTS)"),
+        ("{}", ["NH_DISPATCH_AGENTS": "tcp://a:1,tcp://b"], "dispatch.agents (NH_DISPATCH_AGENTS): nh-dispatch endpoint 'tcp://b' needs a port"),
     ])
     func refused(text: String, environment: [String: String], expected: String) throws {
         let path = try file(text)
