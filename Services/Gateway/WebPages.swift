@@ -59,6 +59,8 @@ struct WebPages: Sendable {
     func serve(_ request: HTTPRequest) throws -> HTTPResponse? {
         var path = request.path
         while path.count > 1 && path.hasSuffix("/") { path.removeLast() }
+        // What a browser asks for by itself, beside the icon the pages name.
+        if path == "/favicon.ico" { path = "/web/favicon.svg" }
         if path == "/" && request.method == "GET" {
             return HTTPResponse(status: 302, headers: [("Location", "/console")])
         }

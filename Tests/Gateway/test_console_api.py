@@ -31,6 +31,11 @@ def test_pages_are_served_with_a_strict_policy(hub):
     missing = requests.get(f"{hub.base}/web/nothing.js")
     assert missing.status_code == 404 and "no page at /web/nothing.js" in missing.text
     assert requests.post(f"{hub.base}/console").status_code == 400
+    # The icon the pages name, also where a browser asks for one by itself.
+    for path in ("/web/favicon.svg", "/favicon.ico"):
+        icon = requests.get(f"{hub.base}{path}")
+        assert icon.status_code == 200 and icon.headers["Content-Type"] == "image/svg+xml" and icon.text.startswith("<svg"), path
+    assert '<link rel="icon" href="/web/favicon.svg"' in page.text and '<link rel="icon" href="/web/favicon.svg"' in inbox.text
 
 
 def test_health_reports_every_service(hub):
