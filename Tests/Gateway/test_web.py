@@ -179,6 +179,11 @@ def test_console_signs_in_checks_input_and_sends_to_a_real_agent(web_hub, agent,
     assert until(lambda: driver.find_elements(By.CSS_SELECTOR, f'#messages tr[data-notification="{notification}"]'), timeout=10)
     assert until(lambda: all(part in driver.find_element(By.CSS_SELECTOR, f'#messages tr[data-notification="{notification}"]').text
                              for part in ["tags World", "Completed", "1 / 1 / 1"]), timeout=10)
+    # The whole id, on one line; the state once, with the way it came only when there was more than it.
+    cell = driver.find_element(By.CSS_SELECTOR, f'#messages tr[data-notification="{notification}"] td.id')
+    assert cell.text == notification and cell.value_of_css_property("white-space") == "nowrap"
+    path = text(driver, "outcome-path")
+    assert path == "" or (" → " in path and path.endswith("Completed")), path
 
     # Installations by tag, then one opened.
     type_into(driver, "search", "World")
@@ -187,6 +192,10 @@ def test_console_signs_in_checks_input_and_sends_to_a_real_agent(web_hub, agent,
     click(lambda: driver.find_element(By.CSS_SELECTOR, '#installations tr[data-installation="web-device"]'))
     assert until(lambda: visible(driver, "installation-detail") and '"installationId" : "web-device"' in text(driver, "installation-detail")
                       or '"installationId": "web-device"' in text(driver, "installation-detail"), timeout=10)
+    # The template body is read whole: the JSON wraps inside the box instead of running past it.
+    detail = driver.find_element(By.ID, "installation-detail")
+    assert detail.value_of_css_property("white-space") == "pre-wrap"
+    assert driver.execute_script("return arguments[0].scrollWidth <= arguments[0].clientWidth", detail)
     type_into(driver, "search", "NoSuchTag")
     driver.find_element(By.ID, "search-button").click()
     assert until(lambda: "no installation has that tag or id" in text(driver, "installations"), timeout=10)

@@ -305,7 +305,8 @@
         if (path[path.length - 1] !== outcome.state) path.push(outcome.state);
         $("outcome-state").textContent = outcome.state;
         $("outcome-state").className = `state-${outcome.state}`;
-        $("outcome-path").textContent = path.join(" → ");
+        // The way it came, once there is more than the state shown beside it.
+        $("outcome-path").textContent = path.length > 1 ? path.join(" → ") : "";
         const counts = Object.fromEntries((outcome.outcomeCounts || []).map((c) => [c.name, c.count]));
         $("outcome-counts").textContent = `targets ${counts.Targets ?? 0} · delivered ${counts.Delivered ?? 0} · acknowledged ${counts.Success ?? 0} · expired ${counts.Expired ?? 0} · failed ${counts.Failed ?? 0}`;
         if (finalStates.has(outcome.state) && (outcome.state !== "Completed" || (counts.Success ?? 0) >= (counts.Targets ?? 0))) break;
@@ -325,7 +326,7 @@
         const target = message.tags ? `tags ${message.tags}` : message.installationId ? `device ${message.installationId}`
           : message.userId ? `user ${message.userId}` : "everyone";
         return el("tr", { "data-notification": message.notificationId },
-          el("td", { class: "mono" }, message.notificationId.slice(0, 12)),
+          el("td", { class: "mono id" }, message.notificationId),
           el("td", {}, `${message.format} · ${target}`),
           el("td", { class: `state-${message.state}` }, message.state),
           el("td", {}, `${counts.Targets ?? 0} / ${counts.Delivered ?? 0} / ${counts.Success ?? 0}`),
