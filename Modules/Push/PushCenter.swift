@@ -74,7 +74,25 @@ public final class PushCenter: @unchecked Sendable {
 
     // MARK: Credentials
 
+    /// Everything the start checks, with nothing started and nothing written: the CA file, and every
+    /// push service's credentials (the configuration's, then those set over the bus), each loaded
+    /// as a start loads it. A VAPID key the data folder does not have yet counts as one to be made.
+    public static func check(settings: PushSettings, dataDir: String) throws(PushConfigurationError) {
+        if let caFile = settings.caFile, !FileManager.default.isReadableFile(atPath: caFile) {
+            throw PushConfigurationError("push.caFile '\(caFile)' cannot be read")
+        }
+        let folder = URL(fileURLWithPath: dataDir)
+        _ = try senders(configured: settings, saved: try loadSaved(folder.appendingPathComponent(savedFile)), dataDir: folder, create: false)
+    }
+
     private func apply(configured: PushSettings, saved: PushSettings) throws(PushConfigurationError) {
+        (senders, sources) = try Self.senders(configured: configured, saved: saved, dataDir: dataDir, create: true)
+    }
+
+    /// A sender for each push service with credentials, and where they came from.
+    private static func senders(
+        configured: PushSettings, saved: PushSettings, dataDir: URL, create: Bool
+    ) throws(PushConfigurationError) -> ([PushService: any PushSender], [PushService: String]) {
         var senders: [PushService: any PushSender] = [:]
         var sources: [PushService: String] = [:]
         let read = Self.readFile
@@ -87,21 +105,24 @@ public final class PushCenter: @unchecked Sendable {
             sources[.fcm] = saved.fcm == nil ? "config" : "set"
         }
         if let browser = saved.browser ?? configured.browser {
-            senders[.browser] = try WebPushSender(browser, key: try vapidKey(browser))
+            let key = try vapidKey(browser, dataDir: dataDir, create: create) ?? P256Key.generate()
+            senders[.browser] = try WebPushSender(browser, key: key)
             sources[.browser] = saved.browser == nil ? "config" : "set"
         }
-        self.senders = senders
-        self.sources = sources
+        return (senders, sources)
     }
 
-    /// The hub's VAPID key: the configured file, or one made once in the data folder and kept there.
-    private func vapidKey(_ settings: WebPushSettings) throws(PushConfigurationError) -> P256Key {
+    /// The hub's VAPID key: the configured file, or one made once in the data folder and kept there
+    /// (nil when it is not there yet and `create` is false).
+    private static func vapidKey(_ settings: WebPushSettings, dataDir: URL, create: Bool) throws(PushConfigurationError) -> P256Key? {
         do {
             let pem: Data
             if let file = settings.keyFile {
                 pem = Data(try Self.readFile(file).utf8)
             } else {
-                pem = try SecretFile.loadOrCreate(dataDir.appendingPathComponent(Self.vapidFile)) { Data(P256Key.generate().privateKeyPEM.utf8) }
+                let kept = dataDir.appendingPathComponent(Self.vapidFile)
+                if !create && !FileManager.default.fileExists(atPath: kept.path) { return nil }
+                pem = try SecretFile.loadOrCreate(kept) { Data(P256Key.generate().privateKeyPEM.utf8) }
             }
             return try P256Key(pem: String(decoding: pem, as: UTF8.self))
         } catch let error as PushConfigurationError {

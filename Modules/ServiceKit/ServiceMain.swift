@@ -13,6 +13,7 @@ public enum ServiceMain {
         arguments: [String] = Array(CommandLine.arguments.dropFirst()),
         environment: [String: String] = ProcessInfo.processInfo.environment,
         dataFolder: ((HubConfig) -> URL)? = nil,
+        check: ((HubConfig) throws -> Void)? = nil,
         setUp: (ServiceContext) throws -> Void
     ) -> Never {
         let parsed: Arguments
@@ -39,6 +40,12 @@ public enum ServiceMain {
             fail(name, "config error: \(error)")
         }
         if parsed.has("check-config") {
+            // What the service's start reads beyond the config itself, such as key files.
+            do {
+                try check?(config)
+            } catch {
+                fail(name, "config error: \(error)")
+            }
             print("\(name): config ok")
             exit(0)
         }

@@ -14,7 +14,10 @@ import Storage
 // Two I/O threads share the agents' CURVE handshakes and encryption; set before any socket exists.
 ZMQContext.shared.setIOThreads(2)
 
-ServiceMain.run(name: "nh-dispatch", summary: "the dispatcher: resolves targets and delivers to client agents") { context in
+ServiceMain.run(
+    name: "nh-dispatch", summary: "the dispatcher: resolves targets and delivers to client agents",
+    check: { config in try PushCenter.check(settings: config.push, dataDir: config.dataDir) }
+) { context in
     let config = context.config
     context.prepareKeys()
     let logger = context.logger

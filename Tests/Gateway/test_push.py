@@ -432,14 +432,30 @@ def test_nhctl_pns_set_reads_the_key_file_and_refuses_a_bad_one(hub, standins, t
     (lambda push: push["apple"].update(colour="red"), "unknown setting 'push.apple.colour'"),
 ])
 def test_a_bad_push_configuration_stops_the_dispatcher_with_what_to_fix(standins, change, words):
+    """Refused alike by --check-config and by a real start: exit 2, with what to fix."""
     hub = Hub(prefix="nh-push-config-")
     try:
         push = push_config(standins)
         change(push)
         path = write_config(hub, push)
-        result = subprocess.run([os.path.join(BIN, "nh-dispatch"), "--config", path], env=hub.env, capture_output=True, text=True, timeout=30)
-        assert result.returncode == 2, result.stderr
-        assert words in result.stderr, result.stderr
+        for check in ([], ["--check-config"]):
+            result = subprocess.run([os.path.join(BIN, "nh-dispatch"), "--config", path, *check], env=hub.env, capture_output=True,
+                                    text=True, timeout=30)
+            assert result.returncode == 2, (check, result.stderr)
+            assert words in result.stderr, (check, result.stderr)
+    finally:
+        hub.stop_all()
+
+
+def test_check_config_passes_good_push_credentials_and_writes_nothing(standins):
+    hub = Hub(prefix="nh-push-config-")
+    try:
+        path = write_config(hub, push_config(standins))
+        before = sorted(os.listdir(hub.data))
+        result = subprocess.run([os.path.join(BIN, "nh-dispatch"), "--config", path, "--check-config"], env=hub.env, capture_output=True,
+                                text=True, timeout=30)
+        assert result.returncode == 0 and "config ok" in result.stdout, result.stderr
+        assert sorted(os.listdir(hub.data)) == before, "a check makes no key file"
     finally:
         hub.stop_all()
 
@@ -453,9 +469,10 @@ def test_a_malformed_key_file_stops_the_dispatcher(standins, tmp_path):
         push["apple"] = {**push["apple"], "keyFile": str(garbage)}
         account = tmp_path / "service-account.json"
         account.write_text('{"type": "service_account"}')
-        result = subprocess.run([os.path.join(BIN, "nh-dispatch"), "--config", write_config(hub, push)], env=hub.env,
-                                capture_output=True, text=True, timeout=30)
-        assert result.returncode == 2 and "AuthKey_GARBAGE.p8" in result.stderr and ".p8" in result.stderr, result.stderr
+        for check in ([], ["--check-config"]):
+            result = subprocess.run([os.path.join(BIN, "nh-dispatch"), "--config", write_config(hub, push), *check], env=hub.env,
+                                    capture_output=True, text=True, timeout=30)
+            assert result.returncode == 2 and "AuthKey_GARBAGE.p8" in result.stderr and ".p8" in result.stderr, (check, result.stderr)
         push = push_config(standins)
         push["fcm"] = {"serviceAccountFile": str(account)}
         result = subprocess.run([os.path.join(BIN, "nh-dispatch"), "--config", write_config(hub, push, "hub2.json")], env=hub.env,
