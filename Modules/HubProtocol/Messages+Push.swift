@@ -32,16 +32,21 @@ public struct AppleSettings: Codable, Sendable, Equatable {
     public var teamId: String
     /// The app's bundle id, sent as `apns-topic` unless a send names another.
     public var bundleId: String
-    /// `production`, `sandbox`, or an https:// URL.
-    public var endpoint: String = "production"
+    /// `production`, `sandbox`, or an https:// URL; `production` when none was given.
+    public var endpoint: String {
+        get { givenEndpoint ?? "production" }
+        set { givenEndpoint = newValue }
+    }
+    /// The endpoint as given; nil when it was left out, so that new credentials keep the one in force.
+    public var givenEndpoint: String?
 
-    public init(keyFile: String? = nil, key: String? = nil, keyId: String, teamId: String, bundleId: String, endpoint: String = "production") {
+    public init(keyFile: String? = nil, key: String? = nil, keyId: String, teamId: String, bundleId: String, endpoint: String? = nil) {
         self.keyFile = keyFile
         self.key = key
         self.keyId = keyId
         self.teamId = teamId
         self.bundleId = bundleId
-        self.endpoint = endpoint
+        givenEndpoint = endpoint
     }
 }
 
@@ -51,12 +56,17 @@ public struct FCMSettings: Codable, Sendable, Equatable {
     public var serviceAccountFile: String?
     public var serviceAccount: String?
     /// Where `messages:send` is, `https://fcm.googleapis.com` unless set.
-    public var endpoint: String = "https://fcm.googleapis.com"
+    public var endpoint: String {
+        get { givenEndpoint ?? "https://fcm.googleapis.com" }
+        set { givenEndpoint = newValue }
+    }
+    /// The endpoint as given; nil when it was left out, so that new credentials keep the one in force.
+    public var givenEndpoint: String?
 
-    public init(serviceAccountFile: String? = nil, serviceAccount: String? = nil, endpoint: String = "https://fcm.googleapis.com") {
+    public init(serviceAccountFile: String? = nil, serviceAccount: String? = nil, endpoint: String? = nil) {
         self.serviceAccountFile = serviceAccountFile
         self.serviceAccount = serviceAccount
-        self.endpoint = endpoint
+        givenEndpoint = endpoint
     }
 }
 
@@ -159,7 +169,10 @@ extension PushSettings {
 }
 
 extension AppleSettings {
-    enum CodingKeys: String, CodingKey { case keyFile, key, keyId, teamId, bundleId, endpoint }
+    enum CodingKeys: String, CodingKey {
+        case keyFile, key, keyId, teamId, bundleId
+        case givenEndpoint = "endpoint"
+    }
     public init(from decoder: Decoder) throws {
         let c = try decoder.container(keyedBy: CodingKeys.self)
         keyFile = try c.decodeIfPresent(String.self, forKey: .keyFile)
@@ -167,17 +180,20 @@ extension AppleSettings {
         keyId = try c.decodeIfPresent(String.self, forKey: .keyId) ?? ""
         teamId = try c.decodeIfPresent(String.self, forKey: .teamId) ?? ""
         bundleId = try c.decodeIfPresent(String.self, forKey: .bundleId) ?? ""
-        endpoint = try c.decodeIfPresent(String.self, forKey: .endpoint) ?? "production"
+        givenEndpoint = try c.decodeIfPresent(String.self, forKey: .givenEndpoint)
     }
 }
 
 extension FCMSettings {
-    enum CodingKeys: String, CodingKey { case serviceAccountFile, serviceAccount, endpoint }
+    enum CodingKeys: String, CodingKey {
+        case serviceAccountFile, serviceAccount
+        case givenEndpoint = "endpoint"
+    }
     public init(from decoder: Decoder) throws {
         let c = try decoder.container(keyedBy: CodingKeys.self)
         serviceAccountFile = try c.decodeIfPresent(String.self, forKey: .serviceAccountFile)
         serviceAccount = try c.decodeIfPresent(String.self, forKey: .serviceAccount)
-        endpoint = try c.decodeIfPresent(String.self, forKey: .endpoint) ?? "https://fcm.googleapis.com"
+        givenEndpoint = try c.decodeIfPresent(String.self, forKey: .givenEndpoint)
     }
 }
 

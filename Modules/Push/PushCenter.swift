@@ -152,6 +152,7 @@ public final class PushCenter: @unchecked Sendable {
     public func set(_ request: PushCredentialsSetRequest) throws(PushConfigurationError) -> [PushServiceInfo] {
         let url = dataDir.appendingPathComponent(Self.savedFile)
         var saved = try Self.loadSaved(url)
+        let saved0 = saved
         for name in request.remove ?? [] {
             switch PushService(rawValue: name) {
             case .apple: saved.apple = nil
@@ -164,6 +165,8 @@ public final class PushCenter: @unchecked Sendable {
             guard apple.key != nil else { throw PushConfigurationError("apple credentials set over the bus carry the .p8 key's text in 'key'") }
             saved.apple = apple
             saved.apple?.keyFile = nil
+            // Credentials without an endpoint keep the one in force (set before, or configured).
+            saved.apple?.givenEndpoint = apple.givenEndpoint ?? (saved0.apple ?? configured.apple)?.givenEndpoint
         }
         if let fcm = request.fcm {
             guard fcm.serviceAccount != nil else {
@@ -171,6 +174,7 @@ public final class PushCenter: @unchecked Sendable {
             }
             saved.fcm = fcm
             saved.fcm?.serviceAccountFile = nil
+            saved.fcm?.givenEndpoint = fcm.givenEndpoint ?? (saved0.fcm ?? configured.fcm)?.givenEndpoint
         }
         if let browser = request.browser { saved.browser = browser }
         let previous = (senders, sources)

@@ -382,9 +382,11 @@ def test_bad_apple_credentials_are_refused_with_what_to_fix(hub, standins, body,
 def test_credentials_set_over_rest_are_checked_kept_0600_and_used(hub, standins):
     config = standins.config()
     account = json.load(open(config["fcm"]["serviceAccountFile"]))
-    r = requests.put(f"{hub.base}/hub/pns/fcm", headers=headers(hub), json={"serviceAccount": account, "endpoint": config["fcm"]["endpoint"]})
+    # No endpoint in the body: the configured one (the stand-in's) stays in force.
+    r = requests.put(f"{hub.base}/hub/pns/fcm", headers=headers(hub), json={"serviceAccount": account})
     assert r.status_code == 200, r.text
     assert {s["service"]: s["source"] for s in r.json()["services"]}["fcm"] == "set"
+    assert {s["service"]: s["endpoint"] for s in r.json()["services"]}["fcm"] == config["fcm"]["endpoint"], r.text
     saved = os.path.join(hub.data, "push-credentials.json")
     assert stat.S_IMODE(os.stat(saved).st_mode) == 0o600
     assert json.loads(json.load(open(saved))["fcm"]["serviceAccount"])["private_key"] == account["private_key"]
