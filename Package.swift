@@ -26,7 +26,7 @@ let serviceDependencies: [Target.Dependency] = ["Auth", "Bus", "HubProtocol", "S
 /// Extra modules per executable, beside the shared ones.
 let extraDependencies: [String: [Target.Dependency]] = [
     "Gateway": ["HTTPServer"], "Registry": ["Postgres"], "Publish": ["Postgres"], "SyncStore": ["Postgres"],
-    "Dispatch": ["DispatchCore", "Push", "Postgres"], "Agent": ["DBus"],
+    "Dispatch": ["DispatchCore", "Push", "Postgres"], "Agent": ["DBus", "DispatchCore"],
     "Bench": ["CLibZMQ", "CMosquitto", "DispatchCore", "Postgres", "Push"],
 ]
 

@@ -344,6 +344,8 @@ public struct Dispatcher {
     public var inFlightCount: Int { inFlight.count }
     public var backlogCount: Int { backlog.count }
     public func route(of installationId: String) -> Route? { routes[installationId] }
+    /// Whether a session is open on `route`.
+    public func isConnected(_ route: Route) -> Bool { sessions[route] != nil }
     public func installation(on route: Route) -> String? { sessions[route]?.installationId }
 }
 

@@ -196,3 +196,33 @@ public struct TestResults: HubMessage {
     public var results: [TestResult]
     public init(results: [TestResult]) { self.results = results }
 }
+
+/// Where an installation is served: its shard, the dispatcher holding that shard, and whether its
+/// agent is connected to the dispatcher asked.
+public struct PlacementRequest: HubRequest {
+    public typealias Reply = Placement
+    public static let messageType: MessageType = "dispatch.placement"
+    public var installationId: String
+    public init(installationId: String) { self.installationId = installationId }
+}
+
+public struct Placement: HubMessage {
+    public static let messageType: MessageType = "dispatch.placement.reply"
+    public var installationId: String
+    /// 0 to 63, from a hash of the id; it never changes.
+    public var shard: Int
+    /// The agent endpoint of the dispatcher holding the shard; nil while none is known to hold it.
+    public var servedBy: String?
+    /// The agent endpoint of the dispatcher that answered.
+    public var askedDispatcher: String
+    /// Whether the installation's agent has a session with the dispatcher that answered.
+    public var connected: Bool
+
+    public init(installationId: String, shard: Int, servedBy: String?, askedDispatcher: String, connected: Bool) {
+        self.installationId = installationId
+        self.shard = shard
+        self.servedBy = servedBy
+        self.askedDispatcher = askedDispatcher
+        self.connected = connected
+    }
+}

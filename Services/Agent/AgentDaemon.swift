@@ -1,5 +1,6 @@
 import Auth
 import Bus
+import DispatchCore
 import Foundation
 import HubProtocol
 import ServiceKit
@@ -86,6 +87,11 @@ final class AgentDaemon {
             admitted.formUnion(try BusSecurity.admitted(by: keys))
         }
         return BusSecurity(serverKeys: device, clientKeys: clientKeys, serverPublicKey: serverKey, admitted: admitted)
+    }
+
+    /// Where this installation is served: its shard, and the dispatcher the channel is connected to.
+    var placement: [String: String] {
+        ["shard": String(Shards.of(installationId)), "dispatcher": connectedTo, "dispatcherWelcomed": String(core.welcomed)]
     }
 
     /// The user this agent signs in as: the one its credential names, once a token confirmed it.

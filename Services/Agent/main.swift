@@ -73,7 +73,7 @@ if command == "run" {
         var endpoints: [String: String] = [:]
         let control = try context.bindRequests(context.config.agent.requests, endpoints: { endpoints }) {
             ["installationId": daemon.installationId, "registered": String(daemon.registered)]
-                .merging(daemon.desktop.health) { $1 }
+                .merging(daemon.desktop.health) { $1 }.merging(daemon.placement) { $1 }
         }
         endpoints["requests"] = control.endpoint
         control.on(AgentUserAction.self) { request in

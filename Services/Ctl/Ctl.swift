@@ -28,6 +28,8 @@ enum Ctl {
           cancel ID                   cancel a scheduled send that has not fired
           outcome ID                  what became of a notification
           installations list [--tag T] [--channel HANDLE] [--top N] | show ID | delete ID
+                                      show ID adds "placement": its shard, the dispatcher holding it,
+                                      and whether its agent is connected to the dispatcher asked
           user credential USER [--lifetime SECONDS]
                                       enroll a device of USER: prints the credential for nh-agent login,
                                       valid for SECONDS (60 s to 5 years; default: 365 days)

@@ -34,7 +34,14 @@ enum CtlInstallations {
                 return 0
             case ("show", 2):
                 let reply = try registry.call(InstallationGet(installationId: words[1]))
-                print(String(decoding: try encoder.encode(reply.installation), as: UTF8.self))
+                // The installation, with where it is served beside it when a dispatcher answers.
+                var object = try JSONSerialization.jsonObject(with: try encoder.encode(reply.installation)) as? [String: Any] ?? [:]
+                switch placement(words[1], parsed, config, environment) {
+                case .success(let placement): object["placement"] = try JSONSerialization.jsonObject(with: try encoder.encode(placement))
+                case .failure(let error): FileHandle.standardError.write(Data("nhctl: where it is served is not known: \(error)\n".utf8))
+                }
+                let text = try JSONSerialization.data(withJSONObject: object, options: [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes])
+                print(String(decoding: text, as: UTF8.self))
                 return 0
             case ("delete", 2):
                 _ = try registry.call(InstallationDelete(installationId: words[1]))
@@ -45,6 +52,15 @@ enum CtlInstallations {
             }
         } catch {
             return CtlSend.report(error)
+        }
+    }
+
+    /// Where the installation is served, as the configured dispatcher knows it.
+    static func placement(_ id: String, _ parsed: Arguments, _ config: HubConfig, _ environment: [String: String]) -> Result<Placement, Error> {
+        Result {
+            let dispatcher = try CtlSend.client(config.dispatch.requests, try CtlSend.credential(parsed, config: config, environment: environment), config)
+            defer { dispatcher.close() }
+            return try dispatcher.call(PlacementRequest(installationId: id))
         }
     }
 }

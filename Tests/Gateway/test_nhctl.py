@@ -38,6 +38,14 @@ def agent(hub):
     return output
 
 
+def shard_of(installation):
+    """The shard of an installation id, as the dispatchers compute it: FNV-1a (64-bit) modulo 64."""
+    value = 0xcbf29ce484222325
+    for byte in installation.encode():
+        value = ((value ^ byte) * 0x100000001b3) % (1 << 64)
+    return value % 64
+
+
 def outcome(hub, notification):
     result = nhctl(hub, "outcome", notification)
     return json.loads(result.stdout) if result.returncode == 0 else {}
@@ -66,6 +74,16 @@ def test_send_outcome_schedule_direct_list_delete(hub, agent):
     direct = nhctl(hub, "send", "--direct", "ctl-device", "--native", '{"message":"just you"}')
     assert direct.returncode == 0, direct.stderr
     assert wait_until(lambda: any(l.get("payload", {}).get("message") == "just you" for l in json_lines(agent)))
+
+    # Where it is served: its shard (FNV-1a of the id, modulo 64) and the dispatcher, in nhctl and in the agent's health.
+    shown = json.loads(nhctl(hub, "installations", "show", "ctl-device").stdout)
+    assert shown["tags"] == ["World"] or "World" in shown["tags"]
+    assert shown["placement"] == {"installationId": "ctl-device", "shard": shard_of("ctl-device"), "connected": True,
+                                  "servedBy": hub.env["NH_DISPATCH_AGENTS"], "askedDispatcher": hub.env["NH_DISPATCH_AGENTS"]}
+    health = subprocess.run([os.path.join(BIN, "nh-agent"), "health"], env={**hub.env, "NH_AGENT_HOME": os.path.join(hub.data, "ctl-agent")},
+                            capture_output=True, text=True, timeout=30)
+    details = dict(line.split(": ", 1) for line in health.stdout.splitlines() if ": " in line)
+    assert details.get("shard") == str(shard_of("ctl-device")) and details.get("dispatcher") == hub.env["NH_DISPATCH_AGENTS"], health.stdout
 
     listed = [json.loads(line) for line in nhctl(hub, "installations", "list", "--tag", "World").stdout.splitlines()]
     assert [i["installationId"] for i in listed] == ["ctl-device"]

@@ -161,6 +161,15 @@ def test_breaking_news_and_user_sync_survive_a_dispatcher_kill_and_a_cut_link(ho
 
     # Both dispatchers hold shards, and every agent is served by the one that holds its shard.
     assert wait_until(connected, timeout=60, interval=1), [hosts.health(name) for name in hosts.dispatchers]
+    # Where each is served can be seen: nhctl asks one dispatcher, which knows the holder of every
+    # shard; each agent's health names the dispatcher it is connected to. The two agree.
+    for name, env in agent_env.items():
+        placement = json.loads(hosts.ctl("installations", "show", name).stdout)["placement"]
+        health = hosts.net.run(name.rsplit("-", 1)[0], [os.path.join(BIN, "nh-agent"), "health"], env={**hosts.env, **env},
+                               capture_output=True, text=True, timeout=30)
+        details = dict(line.split(": ", 1) for line in health.stdout.splitlines() if ": " in line)
+        assert placement["servedBy"] == details.get("dispatcher") and details.get("shard") == str(placement["shard"]), (placement, health.stdout)
+        assert placement["connected"] == (placement["servedBy"] == placement["askedDispatcher"]), placement
 
     sent = []
 
