@@ -16,6 +16,10 @@ public final class HubClient: ServiceCalling {
     /// Makes the envelope's `auth` for every call that passes none of its own; called per call,
     /// so a provider can hand out fresh tokens as old ones expire.
     public var auth: () -> String?
+    /// The hub's `maxMessageBytes`, when known: a request too large for any service's socket to
+    /// read (more than `HubServer.socketLimit` of it) would close the connection unanswered, so it
+    /// is refused here with `payload_too_large` instead of being sent.
+    public var maxMessageBytes: Int?
 
     public init(
         context: ZMQContext = .shared, connect endpoint: String, policy: RetryPolicy = RetryPolicy(),
@@ -33,6 +37,12 @@ public final class HubClient: ServiceCalling {
     public func call<R: HubRequest>(_ request: R, auth: String? = nil) throws -> R.Reply {
         let id = HubClient.nextCorrelationID()
         let data = HubCodec.encode(request, id: id, auth: auth ?? self.auth())
+        if let maxMessageBytes, data.count > HubServer.socketLimit(maxMessageBytes: maxMessageBytes) {
+            throw HubError(
+                .payloadTooLarge,
+                "\(R.messageType): a request of \(data.count) bytes is over what a service reads (maxMessageBytes \(maxMessageBytes)); "
+                    + "nothing was sent")
+        }
         var parsed: HubCodec.Parsed?
         let reply: [Data]
         do {

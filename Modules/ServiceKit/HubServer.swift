@@ -27,13 +27,17 @@ public final class HubServer {
     public init(context: ZMQContext = .shared, bind endpoint: String, logger: Logger, maxMessageBytes: Int) throws(ZMQError) {
         // The socket limit is a backstop well above the checked limit, so that an oversized request
         // still gets a readable error reply instead of a dropped connection.
-        var options = RequestServer.Options(maxMessageSize: maxMessageBytes * 4 + 4096, curve: BusSecurity.current?.serverKeys)
+        var options = RequestServer.Options(maxMessageSize: Self.socketLimit(maxMessageBytes: maxMessageBytes), curve: BusSecurity.current?.serverKeys)
         options.sendHighWaterMark = 100_000
         options.receiveHighWaterMark = 100_000
         server = try RequestServer(context: context, bind: [endpoint], options: options)
         self.logger = logger
         self.maxMessageBytes = maxMessageBytes
     }
+
+    /// The most a request socket reads: a frame larger than this closes the connection at libzmq
+    /// (ZMQ_MAXMSGSIZE) before any reply can be made, so the hub's clients do not send one.
+    public static func socketLimit(maxMessageBytes: Int) -> Int { maxMessageBytes * 4 + 4096 }
 
     public var endpoint: String { server.endpoints.first ?? "" }
     public var socket: ZMQSocket { server.socket }

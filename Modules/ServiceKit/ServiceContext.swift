@@ -138,6 +138,7 @@ public final class ServiceContext {
             connect: endpoint,
             policy: policy ?? RetryPolicy(timeout: config.requestTimeoutMs, attempts: config.requestAttempts),
             auth: { [unowned self] in self.serviceToken() })
+        client.maxMessageBytes = config.maxMessageBytes
         onShutdown { client.close() }
         return client
     }

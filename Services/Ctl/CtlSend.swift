@@ -19,9 +19,11 @@ enum CtlSend {
     }
 
     static func client(_ endpoint: String, _ credential: ConnectionString, _ config: HubConfig) throws -> HubClient {
-        try HubClient(
+        let client = try HubClient(
             connect: endpoint, policy: RetryPolicy(timeout: config.requestTimeoutMs, attempts: config.requestAttempts),
             auth: { credential.token(for: config.hubResource) })
+        client.maxMessageBytes = config.maxMessageBytes
+        return client
     }
 
     /// A rich send: the file's bytes are stored by the hub and the targets get a silent notification.

@@ -53,6 +53,26 @@ struct HubServerTests {
         #expect(error.payload.message.contains("4096"))
     }
 
+    @Test("a request too large for the socket is refused by the client with payload_too_large, not sent into a timeout")
+    func tooLargeForTheSocket() throws {
+        let endpoint = "inproc://too-large-\(UUID().uuidString)"
+        let server = try HubServer(bind: endpoint, logger: Logger(service: "nh-test", level: .error), maxMessageBytes: 4096)
+        defer { server.close() }
+        server.on(InstallationGet.self) { _ in throw HubError(.notFound, "none") }
+        let client = try HubClient(connect: endpoint, policy: RetryPolicy(timeout: 500, attempts: 1))
+        defer { client.close() }
+        let huge = InstallationGet(installationId: String(repeating: "x", count: HubServer.socketLimit(maxMessageBytes: 4096) + 1))
+        // Over TCP the socket would drop such a frame and the call would time out; the client does not send it.
+        client.maxMessageBytes = 4096
+        do {
+            _ = try client.call(huge)
+            Issue.record("a frame over the socket's limit was sent")
+        } catch let error as HubError {
+            #expect(error.code == .payloadTooLarge)
+            #expect(error.message.contains("maxMessageBytes 4096") && error.message.contains("nothing was sent"))
+        }
+    }
+
     @Test("a good request gets its typed reply with the same correlation id")
     func goodRequest() throws {
         let server = try makeServer()
