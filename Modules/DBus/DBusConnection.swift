@@ -28,6 +28,11 @@ public struct DBusError: Error, Equatable, CustomStringConvertible, Sendable {
         name == "org.freedesktop.DBus.Error.ServiceUnknown" || name == "org.freedesktop.DBus.Error.NameHasNoOwner"
     }
 
+    /// The peer left the bus while the call waited for its answer (the bus says so with NoReply).
+    public var isPeerGone: Bool {
+        name == "org.freedesktop.DBus.Error.NoReply" && message.contains("disconnected from message bus")
+    }
+
     public var isTimeout: Bool {
         name == "org.freedesktop.DBus.Error.Timeout" || name == "org.freedesktop.DBus.Error.NoReply"
     }
@@ -88,13 +93,19 @@ public final class DBusConnection {
     /// Reads, writes and dispatches what is ready, running reply and signal callbacks; throws once
     /// the connection is closed (the bus went away).
     public func process() throws(DBusError) {
-        guard let bus else { throw DBusError(name: "local.closed", message: "the connection is closed") }
+        guard bus != nil else { throw DBusError(name: "local.closed", message: "the connection is closed") }
+        // The bus is read again each time round, and held for each step: a callback may close it.
         for _ in 0..<10_000 {
+            guard let bus else { throw DBusError(name: "local.closed", message: "the connection was closed") }
+            sd_bus_ref(bus)
             let result = sd_bus_process(bus, nil)
+            sd_bus_unref(bus)
             if result < 0 { throw DBusError(function: "sd_bus_process", code: result) }
             if result == 0 { break }
         }
-        if sd_bus_is_open(bus) <= 0 { throw DBusError(name: "local.disconnected", message: "the bus closed the connection") }
+        guard let bus, sd_bus_is_open(bus) > 0 else {
+            throw DBusError(name: "local.disconnected", message: "the bus closed the connection")
+        }
     }
 
     /// Calls a method; `reply` gets its answer, the peer's error, or a timeout after `timeout`.
@@ -112,15 +123,19 @@ public final class DBusConnection {
         let box = Unmanaged.passRetained(ReplyHandler(reply))
         let (seconds, attoseconds) = timeout.components
         let usec = UInt64(max(1, seconds * 1_000_000 + attoseconds / 1_000_000_000_000))
-        let result = sd_bus_call_async(bus, nil, message, { message, userdata, _ in
-            let handler = Unmanaged<ReplyHandler>.fromOpaque(userdata!).takeRetainedValue()
-            handler.reply(DBusConnection.read(message!))
+        var slot: OpaquePointer?
+        let result = sd_bus_call_async(bus, &slot, message, { message, userdata, _ in
+            Unmanaged<ReplyHandler>.fromOpaque(userdata!).takeUnretainedValue().reply(DBusConnection.read(message!))
             return 1
         }, box.toOpaque(), usec)
         if result < 0 {
             box.release()
             throw DBusError(function: "sd_bus_call_async", code: result)
         }
+        // The handler goes with the slot: after its reply, or with the bus when it is closed first.
+        sd_bus_slot_set_destroy_callback(slot) { userdata in Unmanaged<ReplyHandler>.fromOpaque(userdata!).release() }
+        sd_bus_slot_set_floating(slot, 1)
+        sd_bus_slot_unref(slot)
     }
 
     /// Calls `handler` for each message that matches `rule` (a D-Bus match rule, such as

@@ -122,13 +122,24 @@ final class AgentUserSync {
         var popups: [Popup] = []
         // Every kept id is adopted before anything is shown, so that nothing waiting goes out first
         // as a second popup beside one still up.
-        for notification in try cache.all().filter({ Popup.isCurrent($0, now: now) }).suffix(Self.reshowLimit) {
+        let all = try cache.all()
+        let current = all.filter { Popup.isCurrent($0, now: now) }.suffix(Self.reshowLimit)
+        for notification in current {
             let kept = try cache.popup(notification.id)
             if kept.owner == owner {
                 guard let id = kept.id else { continue }
                 desktop.adopt(.user(notification.id), id: id, owner: owner)
             }
             if let popup = Popup(user: notification) { popups.append(popup) }
+        }
+        // A popup this agent opened on this server that is no longer current (acted on elsewhere
+        // while the agent was down, or expired) is withdrawn.
+        let shown = Set(current.map(\.id))
+        for notification in all where !shown.contains(notification.id) {
+            let kept = try cache.popup(notification.id)
+            guard kept.owner == owner, let id = kept.id else { continue }
+            desktop.adopt(.user(notification.id), id: id, owner: owner)
+            desktop.withdraw(.user(notification.id))
         }
         for popup in popups { desktop.show(popup) }
     }

@@ -187,7 +187,9 @@ struct DesktopCore {
             actions.append(.askServer)
             return actions
         case .show(let popup):
-            if let token = inFlightToken(popup.key) {
+            // Merged only with a call to the current server; one to a server that has gone is left
+            // to its answer.
+            if let token = inFlight.first(where: { $0.value.popup.key == popup.key && $0.value.generation == generation })?.key {
                 // The same content on its way already needs nothing more.
                 if inFlight[token]?.popup == popup {
                     after.removeValue(forKey: popup.key)
@@ -211,6 +213,7 @@ struct DesktopCore {
             }
             guard let id = popups.removeValue(forKey: key), let server else { return [] }
             keys[id] = nil
+            acted.remove(id)
             return [.close(id), .gone(key, owner: server.owner)]
         case .adopt(let key, let id, let owner):
             guard let server, server.owner == owner, popups[key] == nil, keys[id] == nil else { return [] }
@@ -224,17 +227,30 @@ struct DesktopCore {
             var actions: [Action] = []
             switch result {
             case .success(let id):
-                // An answer from a server that has since gone means nothing now; what is current
-                // is shown again on the next one.
-                guard let server, sentTo == generation else { return flush(now: now) }
+                // An answer from a server that has since gone means nothing now: the popup (or its
+                // newer content) goes to the current one, unless it was withdrawn or is on its way.
+                guard let server, sentTo == generation else {
+                    if pendingNow(popup.key) { return flush(now: now) }
+                    switch next {
+                    case .some(.some(let newer)): return on(.show(newer), now: now)
+                    case .some(.none): return flush(now: now)
+                    case .none: return on(.show(popup), now: now)
+                    }
+                }
                 if let previous = popups[popup.key], previous != id { keys[previous] = nil }
                 popups[popup.key] = id
                 keys[id] = popup.key
                 actions.append(.shown(popup.key, id: id, owner: server.owner))
             case .failure(.noServer):
-                // The popup waits for a server; asking again finds out when one is there.
-                queue.insert(popup, at: 0)
-                if let next { after[popup.key] = next }
+                // The popup (or its newer content) waits for a server, unless it was withdrawn;
+                // asking again finds out when one is there.
+                if !pendingNow(popup.key) {
+                    switch next {
+                    case .some(.some(let newer)): queue.insert(newer, at: 0)
+                    case .some(.none): break
+                    case .none: queue.insert(popup, at: 0)
+                    }
+                }
                 actions += on(.serverAbsent, now: now)
                 return actions
             case .failure(.failed(let reason)):
@@ -317,6 +333,11 @@ struct DesktopCore {
     }
 
     private func inFlightToken(_ key: Popup.Key) -> Int? { inFlight.first { $0.value.popup.key == key }?.key }
+
+    /// Whether the key waits in the queue, or is on its way to the current server.
+    private func pendingNow(_ key: Popup.Key) -> Bool {
+        queue.contains { $0.key == key } || inFlight.values.contains { $0.popup.key == key && $0.generation == generation }
+    }
 }
 
 extension Popup {

@@ -158,7 +158,9 @@ final class DesktopNotifications {
             case .notify(let token, let popup, let replaces, let offered, let timeout):
                 notify(token: token, popup, replaces: replaces, actions: offered, timeout: timeout)
             case .close(let id):
-                call("CloseNotification", [.uint32(id)], timeout: .seconds(10)) { _ in }
+                // To the server instance the id belongs to: if it has gone, nothing else is closed.
+                guard let owner = core.server?.owner else { break }
+                call("CloseNotification", [.uint32(id)], to: owner, timeout: .seconds(10)) { _ in }
             case .userAction(let id, let userAction):
                 onUserAction(id, userAction)
             case .shown(.user(let id), let popupId, let owner):
@@ -213,15 +215,25 @@ final class DesktopNotifications {
     }
 
     private func notify(token: Int, _ popup: Popup, replaces: UInt32, actions: [String], timeout: Int32) {
+        // To the server instance the popup's ids belong to, never to whichever owns the name next.
+        guard let server = core.server else {
+            handle(.notified(token: token, .failure(.noServer)))
+            return
+        }
+        // A server that reads markup in the body gets it escaped, so "a < b" and "Tom & Jerry" show as written.
+        let body = server.capabilities.contains("body-markup") ? Self.escapeMarkup(popup.body) : popup.body
         var hints: [(String, DBusValue)] = [
             ("urgency", .byte(popup.urgency)), ("category", .string(popup.category)), ("desktop-entry", .string(Self.appName)),
         ]
         if let icon = popup.icon { hints.append(("image-path", .string(icon))) }
         let arguments: [DBusValue] = [
-            .string(Self.appName), .uint32(replaces), .string(popup.icon ?? ""), .string(popup.title), .string(popup.body),
+            .string(Self.appName), .uint32(replaces), .string(popup.icon ?? ""), .string(popup.title), .string(body),
             .strings(actions), .stringVariants(hints), .int32(timeout),
         ]
-        call("Notify", arguments, timeout: Self.notifyTimeout) { [unowned self] result in
+        call("Notify", arguments, to: server.owner, timeout: Self.notifyTimeout) { [unowned self] result in
+            // A connection that is closing answers every call with an error: those popups stay on
+            // their way, and the disconnect puts them back in the queue for the next connection.
+            guard self.connection?.isOpen == true else { return }
             switch result {
             case .success(let message):
                 if let id = message.arguments.first?.uint32 {
@@ -230,13 +242,16 @@ final class DesktopNotifications {
                     self.handle(.notified(token: token, .failure(.failed("an answer without an id"))))
                 }
             case .failure(let error):
-                self.handle(.notified(token: token, .failure(error.isNoPeer ? .noServer : .failed("\(error)"))))
+                // No server now, or it left while the call waited: the popup waits for the next one.
+                self.handle(.notified(token: token, .failure(error.isNoPeer || error.isPeerGone ? .noServer : .failed("\(error)"))))
             }
         }
     }
 
+    /// Calls the notification server: `to` a unique name (an instance), or the well-known name.
     private func call(
-        _ member: String, _ arguments: [DBusValue] = [], timeout: Duration, reply: @escaping (Result<DBusMessage, DBusError>) -> Void
+        _ member: String, _ arguments: [DBusValue] = [], to destination: String = service, timeout: Duration,
+        reply: @escaping (Result<DBusMessage, DBusError>) -> Void
     ) {
         guard let connection else {
             reply(.failure(DBusError(name: "local.closed", message: "no session bus connection")))
@@ -244,10 +259,17 @@ final class DesktopNotifications {
         }
         do {
             try connection.call(
-                destination: Self.service, path: Self.path, interface: Self.service, member: member, arguments, timeout: timeout,
+                destination: destination, path: Self.path, interface: Self.service, member: member, arguments, timeout: timeout,
                 reply: reply)
         } catch {
+            // A connection that is closing: the disconnect that follows deals with what was on its way.
+            if !connection.isOpen { return }
             reply(.failure(error))
         }
+    }
+
+    /// The body with `&`, `<` and `>` escaped, for a server with the `body-markup` capability.
+    static func escapeMarkup(_ text: String) -> String {
+        text.replacingOccurrences(of: "&", with: "&amp;").replacingOccurrences(of: "<", with: "&lt;").replacingOccurrences(of: ">", with: "&gt;")
     }
 }

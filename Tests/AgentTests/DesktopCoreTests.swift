@@ -146,9 +146,10 @@ struct DesktopCoreTests {
         _ = core.on(.show(Self.popup("b")), now: Self.t0)  // token 2, on its way to :1.7
         #expect(core.on(.ownerChanged(nil), now: Self.t0).contains { if case .log = $0 { true } else { false } })
         #expect(core.server == nil)
-        // Nothing of the old server is closed or replaced.
+        // Nothing of the old server is closed or replaced; a popup it answered for waits for the next.
         #expect(core.on(.withdraw(.user("a")), now: Self.t0) == [])
-        #expect(core.on(.notified(token: 2, .success(11)), now: Self.t0) == [])
+        #expect(core.on(.notified(token: 2, .success(11)), now: Self.t0) == [.askServer])
+        #expect(core.id(of: .user("b")) == nil && core.pending == 1)
         #expect(core.on(.closed(id: 10, reason: 2, sender: ":1.7"), now: Self.t0) == [])
         #expect(core.on(.ownerChanged(":1.8"), now: Self.t0) == [.askServer])
         var next = Self.dunst
@@ -157,8 +158,41 @@ struct DesktopCoreTests {
         // The reshow adopts what this agent opened on this very server, and only that.
         _ = core.on(.adopt(.user("c"), id: 3, owner: ":1.7"), now: Self.t0)
         _ = core.on(.adopt(.user("d"), id: 4, owner: ":1.8"), now: Self.t0)
-        #expect(core.on(.show(Self.popup("c")), now: Self.t0) == [.notify(token: 3, Self.popup("c"), replaces: 0, actions: Self.buttons, timeout: 60_000)])
-        #expect(core.on(.show(Self.popup("d")), now: Self.t0) == [.notify(token: 4, Self.popup("d"), replaces: 4, actions: Self.buttons, timeout: 60_000)])
+        #expect(core.on(.resume, now: Self.t0) == [.notify(token: 3, Self.popup("b"), replaces: 0, actions: Self.buttons, timeout: 60_000)])
+        #expect(core.on(.show(Self.popup("c")), now: Self.t0) == [.notify(token: 4, Self.popup("c"), replaces: 0, actions: Self.buttons, timeout: 60_000)])
+        #expect(core.on(.show(Self.popup("d")), now: Self.t0) == [.notify(token: 5, Self.popup("d"), replaces: 4, actions: Self.buttons, timeout: 60_000)])
+    }
+
+    @Test("a call to a server that has gone: its newer content goes to the next server, a withdrawal is kept, and nothing is sent twice")
+    func answersAcrossServers() {
+        var core = Self.ready()
+        _ = core.on(.show(Self.popup("a")), now: Self.t0)  // token 1, to :1.7
+        _ = core.on(.show(Self.popup("b")), now: Self.t0)  // token 2, to :1.7
+        _ = core.on(.withdraw(.user("b")), now: Self.t0)
+        _ = core.on(.ownerChanged(":1.8"), now: Self.t0)
+        var next = Self.dunst
+        next.owner = ":1.8"
+        _ = core.on(.server(next), now: Self.t0)
+        // While the old call is unanswered, newer content goes to the new server at once.
+        let newer = Self.popup("a", title: "Newer")
+        #expect(core.on(.show(newer), now: Self.t0) == [.notify(token: 3, newer, replaces: 0, actions: Self.buttons, timeout: 60_000)])
+        // The old answers: one whose key is on its way already adds nothing; a withdrawn one stays withdrawn.
+        #expect(core.on(.notified(token: 1, .success(40)), now: Self.t0) == [])
+        #expect(core.on(.notified(token: 2, .success(41)), now: Self.t0) == [])
+        #expect(core.pending == 1 && core.id(of: .user("a")) == nil)
+    }
+
+    @Test("a Notify that finds no server: the newest content waits, and a withdrawal while it was on its way is kept")
+    func noServerWithChanges() {
+        var core = Self.ready()
+        _ = core.on(.show(Self.popup("a")), now: Self.t0)
+        let newer = Self.popup("a", title: "Newer")
+        _ = core.on(.show(newer), now: Self.t0)
+        _ = core.on(.show(Self.popup("b")), now: Self.t0)
+        _ = core.on(.withdraw(.user("b")), now: Self.t0)
+        _ = core.on(.notified(token: 1, .failure(.noServer)), now: Self.t0)
+        _ = core.on(.notified(token: 2, .failure(.noServer)), now: Self.t0)
+        #expect(core.queue.map(\.key) == [.user("a")] && core.queue.first?.title == "Newer")
     }
 
     @Test("no server: one line, popups wait; a Notify that finds none puts its popup back")

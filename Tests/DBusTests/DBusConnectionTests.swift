@@ -142,7 +142,26 @@ struct DBusConnectionTests {
             return
         }
         #expect(error.isTimeout, "\(error)")
+        #expect(!error.isPeerGone)
+        // The peer leaves while a call waits: the bus answers for it, and says so.
+        var gone: Result<DBusMessage, DBusError>?
+        try caller.call(
+            destination: "org.example.Silent", path: "/", interface: "org.example.Silent", member: "Hang", timeout: .seconds(10)
+        ) { gone = $0 }
+        // A few rounds for the call to go out; the silent peer never reads it (it would refuse it).
+        for _ in 0..<5 {
+            try caller.process()
+            usleep(10_000)
+        }
+        silent.close()
+        try Self.pump(caller) { gone != nil }
+        guard case .failure(let left)? = gone else {
+            Issue.record("no answer when the peer left: \(String(describing: gone))")
+            return
+        }
+        #expect(left.isPeerGone, "\(left)")
     }
+
 
     @Test("an exported object answers calls: every type round trips, errors carry their names, an unanswered call is refused")
     func serve() throws {

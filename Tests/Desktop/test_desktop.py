@@ -278,6 +278,31 @@ def test_a_restarted_server_closes_nothing_it_did_not_open_and_shows_what_is_cur
     two.dunstctl("close-all")
 
 
+def test_a_restarted_agent_takes_its_popups_back_and_withdraws_what_was_handled_meanwhile(devices):
+    one, two = devices.desktops
+    agent = devices.agents[1]
+    devices.clear()
+    kept = devices.post("agent-restart-1", "Kept across the restart")
+    handled = devices.post("agent-restart-2", "Handled while the agent was down")
+    for title in ("Kept across the restart", "Handled while the agent was down"):
+        assert wait_until(lambda: devices.popup(two, title) and devices.popup(one, title), timeout=20)
+    ids = {title: devices.popup(two, title)["id"] for title in ("Kept across the restart", "Handled while the agent was down")}
+    assert devices.hub.stop(agent["name"]) == 0
+    # Dismissed on device 1 while device 2's agent is down.
+    subprocess.run([os.path.join(BIN, "nh-agent"), "dismiss", handled], env=devices.agents[0]["env"], check=True,
+                   capture_output=True, timeout=30)
+    restarted = time.time()
+    devices.hub.start(agent["name"], "nh-agent", env=agent["env"], stdout=open(agent["output"], "ab"))
+    # The popup still current is taken back in place (so what is done to it reaches this agent);
+    # the one handled elsewhere is withdrawn.
+    assert wait_until(lambda: [p for p in two.popups() if p["summary"] == "Kept across the restart" and p["at"] >= restarted
+                               and p["replaces"] == ids["Kept across the restart"]], timeout=30)
+    assert wait_until(lambda: devices.withdrawn(two, ids["Handled while the agent was down"]), timeout=30)
+    two.dunstctl("close-all")
+    assert wait_until(lambda: devices.stored(kept)[1] == "dismissed", timeout=20), "a close after the restart still dismisses"
+    devices.clear()
+
+
 def test_a_hung_server_delays_only_the_popups(devices):
     one, _ = devices.desktops
     agent = devices.agents[0]
@@ -345,8 +370,15 @@ def test_a_session_bus_that_restarts_is_reached_again(devices):
     devices.clear()
     posted = devices.post("session-1", "Before the new session")
     assert wait_until(lambda: devices.popup(one, "Before the new session"), timeout=20)
+    # A broadcast on its way to a server that does not answer when the bus goes: shown on the next one.
+    one.pause_dunst()
+    devices.nhctl("send", "--tag", "News", "title=Across sessions", "messageParam=still shown")
+    assert wait_until(lambda: any((l.get("payload") or {}).get("title") == "Across sessions" for l in json_lines(agent["output"])),
+                      timeout=20)
+    assert wait_until(lambda: any(p["summary"] == "Across sessions" for p in one.popups()), timeout=10), "the Notify went out"
     one.restart_session()
     assert wait_until(lambda: devices.popup(one, "Before the new session"), timeout=30), "current notifications shown on the new bus"
+    assert wait_until(lambda: devices.popup(one, "Across sessions"), timeout=30), "the broadcast on its way is shown on the new bus"
     assert wait_until(lambda: devices.ready(agent), timeout=20)
     with open(agent["log"]) as f:
         log = f.read()

@@ -181,7 +181,8 @@ class Desktop:
         self.monitor = None
         for key in ("dunst", "dbus"):
             process = self.processes.pop(key)
-            process.terminate()
+            # SIGKILL reaches a server stopped with SIGSTOP too, which then shows nothing more.
+            process.kill() if key == "dunst" else process.terminate()
             process.wait(timeout=10)
         if os.path.exists(self.socket):
             os.unlink(self.socket)
