@@ -134,11 +134,13 @@ final class AgentDaemon {
         let logger = context.logger
         desktop.onUserAction = { id, action in
             do {
-                try userSync.act(id, action)
-                logger.info("popup", ("notification", id), ("action", action.rawValue))
+                try userSync.queueAction(id, action)
             } catch {
-                logger.warning("could not record what was done to a popup", ("notification", id), ("action", action.rawValue), ("error", "\(error)"))
+                logger.warning("could not keep what was done to a popup", ("notification", id), ("action", action.rawValue), ("error", "\(error)"))
             }
+        }
+        context.loop.every(milliseconds: 1_000) {
+            if try userSync.pendingActions > 0 { userSync.sendActionsIfDue() }
         }
         desktop.onPopup = { id, popup, owner in
             do {

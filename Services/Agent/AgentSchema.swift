@@ -18,5 +18,9 @@ enum AgentSchema {
         // The notification server instance (its unique bus name) a user's notification's popup was
         // shown on: its popup id means something only there.
         Migration(version: 2, "ALTER TABLE user_cache ADD COLUMN desktop_owner TEXT;"),
+        // What a person did to popups, in order, until the sync store has taken it.
+        Migration(
+            version: 3,
+            "CREATE TABLE pending_actions (seq INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT NOT NULL, action TEXT NOT NULL, at REAL NOT NULL);"),
     ]
 }

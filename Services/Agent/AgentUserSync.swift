@@ -92,6 +92,57 @@ final class AgentUserSync {
         }
     }
 
+    /// Since when the sync store has not taken a queued action; nil while it takes them.
+    private var actionsFailingSince: Date?
+    /// How long to wait after a failed try before the next, so a sync store that is down costs the
+    /// loop one call's timeout now and then, however many popups are closed meanwhile.
+    static let actionRetry: TimeInterval = 5
+
+    /// What a person did to a popup: kept in the agent's store at once, then sent in order (now, or
+    /// when the sync store answers again), so neither a slow store nor a restart loses it.
+    func queueAction(_ id: String, _ action: AgentUserAction.Action, now: Date = Date()) throws {
+        try cache.database.run(
+            "INSERT INTO pending_actions (id, action, at) VALUES (?, ?, ?)", [id, action.rawValue, now.timeIntervalSince1970])
+        sendActionsIfDue(now: now)
+    }
+
+    /// Sends what is queued, unless the last try failed less than `actionRetry` ago.
+    func sendActionsIfDue(now: Date = Date()) {
+        if let since = actionsFailingSince, now.timeIntervalSince(since) < Self.actionRetry { return }
+        sendActions(now: now)
+    }
+
+    var pendingActions: Int {
+        get throws { try cache.database.queryOne("SELECT count(*) FROM pending_actions")?[0].int ?? 0 }
+    }
+
+    /// Sends the queued actions in order until one cannot reach the sync store. One the store
+    /// refuses for good (the notification was deleted meanwhile) is dropped with a log line.
+    func sendActions(now: Date = Date()) {
+        do {
+            let rows = try cache.database.query("SELECT seq, id, action FROM pending_actions ORDER BY seq LIMIT 100")
+            for row in rows {
+                guard let seq = row[0].int, let id = row[1].string, let action = row[2].string.flatMap(AgentUserAction.Action.init) else {
+                    continue
+                }
+                do {
+                    try act(id, action)
+                    logger.info("popup", ("notification", id), ("action", action.rawValue))
+                } catch let error as HubError where ![.timeout, .unavailable, .unauthorized].contains(error.code) {
+                    logger.warning("the sync store refused what was done to a popup", ("notification", id), ("action", action.rawValue),
+                                   ("error", error.message))
+                }
+                try cache.database.run("DELETE FROM pending_actions WHERE seq = ?", [seq])
+            }
+            actionsFailingSince = nil
+        } catch {
+            if actionsFailingSince == nil {
+                logger.warning("what was done to popups waits for the sync store", ("error", "\(error)"))
+            }
+            actionsFailingSince = now
+        }
+    }
+
     /// Marks a notification read, dismissed, activated or snoozed, or deletes it, for this user everywhere.
     func act(_ id: String, _ action: AgentUserAction.Action) throws {
         switch action {

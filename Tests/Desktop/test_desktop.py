@@ -303,6 +303,31 @@ def test_a_restarted_agent_takes_its_popups_back_and_withdraws_what_was_handled_
     devices.clear()
 
 
+def test_what_is_done_to_popups_while_the_sync_store_is_down_is_kept_and_sent_later(devices):
+    one, two = devices.desktops
+    agent = devices.agents[0]
+    devices.clear()
+    posted = [devices.post(f"sync-down-{i}", f"Sync down {i}") for i in range(5)]
+    for i in range(5):
+        assert wait_until(lambda: devices.popup(one, f"Sync down {i}") and devices.popup(two, f"Sync down {i}"), timeout=20)
+    assert devices.hub.stop("nh-sync") == 0
+    try:
+        one.dunstctl("close-all")  # five dismissals, none of which can reach the store now
+        assert wait_until(lambda: one.displayed() == 0, timeout=10)
+        # The agent keeps answering: the store's absence costs it one call now and then, not one per popup.
+        for _ in range(4):
+            health = devices.health(agent, timeout=5)
+            assert health is not None and health["agent"].startswith("ok"), "the agent answers while the sync store is down"
+            time.sleep(0.5)
+    finally:
+        devices.hub.start("nh-sync")
+    # Sent in order once the store is back: dismissed everywhere, and device 2's popups withdrawn.
+    assert wait_until(lambda: all((devices.stored(n) or ("", ""))[1] == "dismissed" for n in posted), timeout=40), \
+        [devices.stored(n) for n in posted]
+    assert wait_until(lambda: two.displayed() == 0, timeout=20)
+    devices.clear()
+
+
 def test_a_hung_server_delays_only_the_popups(devices):
     one, _ = devices.desktops
     agent = devices.agents[0]
