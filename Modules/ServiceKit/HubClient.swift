@@ -16,9 +16,11 @@ public final class HubClient: ServiceCalling {
     /// Makes the envelope's `auth` for every call that passes none of its own; called per call,
     /// so a provider can hand out fresh tokens as old ones expire.
     public var auth: () -> String?
-    /// The hub's `maxMessageBytes`, when known: a request too large for any service's socket to
-    /// read (more than `HubServer.socketLimit` of it) would close the connection unanswered, so it
-    /// is refused here with `payload_too_large` instead of being sent.
+    /// The largest request a service of the hub checks (`HubConfig.publishRequestBytes`), when
+    /// known: a request too large for any service's socket to read (more than
+    /// `HubServer.socketLimit` of it) would close the connection unanswered, so it is refused here
+    /// with `payload_too_large` instead of being sent. Anything smaller is sent, and a service
+    /// answers it with its own limit.
     public var maxMessageBytes: Int?
 
     public init(
@@ -40,8 +42,8 @@ public final class HubClient: ServiceCalling {
         if let maxMessageBytes, data.count > HubServer.socketLimit(maxMessageBytes: maxMessageBytes) {
             throw HubError(
                 .payloadTooLarge,
-                "\(R.messageType): a request of \(data.count) bytes is over what a service reads (maxMessageBytes \(maxMessageBytes)); "
-                    + "nothing was sent")
+                "\(R.messageType): a request of \(data.count) bytes is over what any service reads "
+                    + "(\(HubServer.socketLimit(maxMessageBytes: maxMessageBytes)) bytes; see maxMessageBytes and maxRichBytes); nothing was sent")
         }
         var parsed: HubCodec.Parsed?
         let reply: [Data]

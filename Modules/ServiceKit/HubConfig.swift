@@ -15,6 +15,10 @@ public struct HubConfig: Codable, Sendable, Equatable {
     public var maxMessageBytes: Int = 1 << 20
     /// The largest rich payload a backend may send.
     public var maxRichBytes: Int = 4 << 20
+
+    /// The most a request to the publish service may hold, the largest any service reads: a rich
+    /// payload in base64 with room for its envelope, or `maxMessageBytes` if that is more.
+    public var publishRequestBytes: Int { max(maxMessageBytes, maxRichBytes / 3 * 4 + 65_536) }
     /// Milliseconds a bus client waits for each reply attempt.
     public var requestTimeoutMs: Int = 2_000
     /// Attempts a bus client makes before giving up.

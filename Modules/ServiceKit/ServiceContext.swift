@@ -138,7 +138,7 @@ public final class ServiceContext {
             connect: endpoint,
             policy: policy ?? RetryPolicy(timeout: config.requestTimeoutMs, attempts: config.requestAttempts),
             auth: { [unowned self] in self.serviceToken() })
-        client.maxMessageBytes = config.maxMessageBytes
+        client.maxMessageBytes = config.publishRequestBytes
         onShutdown { client.close() }
         return client
     }

@@ -22,7 +22,7 @@ enum CtlSend {
         let client = try HubClient(
             connect: endpoint, policy: RetryPolicy(timeout: config.requestTimeoutMs, attempts: config.requestAttempts),
             auth: { credential.token(for: config.hubResource) })
-        client.maxMessageBytes = config.maxMessageBytes
+        client.maxMessageBytes = config.publishRequestBytes
         return client
     }
 

@@ -37,7 +37,7 @@ ServiceMain.run(name: "nh-publish", summary: "the publish service: accepts notif
     var endpoints: [String: String] = ["events": events.endpoints.first ?? ""]
     // Rich payloads travel base64 in the envelope, so this socket takes a third more than the payload limit.
     let server = try context.bindRequests(
-        config.publish.requests, group: group, maxMessageBytes: max(config.maxMessageBytes, config.maxRichBytes / 3 * 4 + 65_536),
+        config.publish.requests, group: group, maxMessageBytes: config.publishRequestBytes,
         endpoints: { endpoints }
     ) {
         ["latest": String(events.sequence), "richPayloads": String(rich.count)]

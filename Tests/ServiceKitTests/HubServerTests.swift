@@ -69,7 +69,7 @@ struct HubServerTests {
             Issue.record("a frame over the socket's limit was sent")
         } catch let error as HubError {
             #expect(error.code == .payloadTooLarge)
-            #expect(error.message.contains("maxMessageBytes 4096") && error.message.contains("nothing was sent"))
+            #expect(error.message.contains("\(HubServer.socketLimit(maxMessageBytes: 4096)) bytes") && error.message.contains("nothing was sent"))
         }
     }
 
