@@ -223,7 +223,7 @@ public final class DBusConnection {
         init(_ handler: @escaping (OpaquePointer) -> Int32) { self.handler = handler }
     }
 
-    static func text(_ pointer: UnsafePointer<CChar>?) -> String { pointer.map { String(cString: $0) } ?? "" }
+    private static func text(_ pointer: UnsafePointer<CChar>?) -> String { pointer.map { String(cString: $0) } ?? "" }
 
     /// The message's header and body, or the error it carries.
     static func read(_ message: OpaquePointer) -> Result<DBusMessage, DBusError> {

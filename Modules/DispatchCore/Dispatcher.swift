@@ -344,8 +344,15 @@ public struct Dispatcher {
     public var inFlightCount: Int { inFlight.count }
     public var backlogCount: Int { backlog.count }
     public func route(of installationId: String) -> Route? { routes[installationId] }
-    /// Whether a session is open on `route`.
-    public func isConnected(_ route: Route) -> Bool { sessions[route] != nil }
+
+    /// Where an installation is served, as this dispatcher (its agent endpoint `advertised`) knows
+    /// it: one dispatcher with no shard map serves every shard; with one, the lease holder does.
+    public func placement(of installationId: String, advertised: String) -> Placement {
+        let shard = Shards.of(installationId)
+        let servedBy = shards.map { $0.owned.contains(shard) ? advertised : $0.owners[shard] } ?? advertised
+        let connected = routes[installationId].map { sessions[$0] != nil } ?? false
+        return Placement(installationId: installationId, shard: shard, servedBy: servedBy, askedDispatcher: advertised, connected: connected)
+    }
     public func installation(on route: Route) -> String? { sessions[route]?.installationId }
 }
 

@@ -206,7 +206,7 @@ public struct PlacementRequest: HubRequest {
     public init(installationId: String) { self.installationId = installationId }
 }
 
-public struct Placement: HubMessage {
+public struct Placement: HubMessage, Equatable {
     public static let messageType: MessageType = "dispatch.placement.reply"
     public var installationId: String
     /// 0 to 63, from a hash of the id; it never changes.

@@ -116,8 +116,8 @@ struct DesktopCore {
     private var asking = false
     private var popups: [Popup.Key: UInt32] = [:]
     private var keys: [UInt32: Popup.Key] = [:]
-    /// Notify calls awaiting their answer, by token, with the server generation they went to.
-    private var inFlight: [Int: (popup: Popup, generation: Int)] = [:]
+    /// Notify calls awaiting their answer, by token: the server generation they went to, and when.
+    private var inFlight: [Int: (popup: Popup, generation: Int, sentAt: Date)] = [:]
     /// Moves on whenever the server is forgotten: answers from an earlier one are not kept.
     private var generation = 0
     private var announcedAbsent = false
@@ -128,14 +128,12 @@ struct DesktopCore {
     private var acted: Set<UInt32> = []
     private var nextToken = 1
     private var dropped = 0
-    /// Since when the oldest call in flight has waited, for health.
-    private var waitingSince: [Int: Date] = [:]
 
     var shownCount: Int { popups.count }
     var pending: Int { queue.count + inFlight.count }
 
     /// How long the oldest Notify has waited for its answer.
-    func oldestWait(now: Date) -> TimeInterval { waitingSince.values.min().map { now.timeIntervalSince($0) } ?? 0 }
+    func oldestWait(now: Date) -> TimeInterval { inFlight.values.map(\.sentAt).min().map { now.timeIntervalSince($0) } ?? 0 }
 
     func id(of key: Popup.Key) -> UInt32? { popups[key] }
 
@@ -150,46 +148,44 @@ struct DesktopCore {
             asking = false
             // Calls in flight get no answer now; their popups wait for the next server.
             requeueInFlight()
-            return forgetServer()
+            forgetServer()
+            return []
         case .server(let server):
             asking = false
-            let changed = self.server?.owner != server.owner
-            var actions: [Action] = []
-            if changed { actions += forgetServer() }
+            guard self.server?.owner != server.owner else { return flush(now: now) }
+            forgetServer()
             self.server = server
             announcedAbsent = false
-            if changed {
-                actions.append(.log("notification server: \(server.summary), capabilities \(server.capabilities.joined(separator: ","))", warning: false))
-                // The reshow adopts kept ids before anything waiting is sent, so that a popup still
-                // up is replaced rather than shown twice; `resume` sends.
-                actions.append(.reshow(owner: server.owner))
-                return actions
-            }
-            return actions + flush(now: now)
+            // The reshow adopts kept ids before anything waiting is sent, so that a popup still up
+            // is replaced rather than shown twice; `resume` sends.
+            return [
+                .log("notification server: \(server.summary), capabilities \(server.capabilities.joined(separator: ","))", warning: false),
+                .reshow(owner: server.owner),
+            ]
         case .resume:
             return flush(now: now)
         case .serverAbsent:
             asking = false
-            let actions = forgetServer()
-            if announcedAbsent { return actions }
+            forgetServer()
+            if announcedAbsent { return [] }
             announcedAbsent = true
-            return actions + [.log("no notification server on the session bus; popups wait for one", warning: true)]
+            return [.log("no notification server on the session bus; popups wait for one", warning: true)]
         case .ownerChanged(let owner):
             guard connected else { return [] }
             if owner == nil {
                 guard server != nil else { return [] }
                 announcedAbsent = true
-                return forgetServer() + [.log("the notification server left the session bus; popups wait for the next", warning: true)]
+                forgetServer()
+                return [.log("the notification server left the session bus; popups wait for the next", warning: true)]
             }
             if owner == server?.owner { return [] }
-            var actions = forgetServer()
+            forgetServer()
             asking = true
-            actions.append(.askServer)
-            return actions
+            return [.askServer]
         case .show(let popup):
             // Merged only with a call to the current server; one to a server that has gone is left
             // to its answer.
-            if let token = inFlight.first(where: { $0.value.popup.key == popup.key && $0.value.generation == generation })?.key {
+            if let token = inFlightToken(popup.key, currentOnly: true) {
                 // The same content on its way already needs nothing more.
                 if inFlight[token]?.popup == popup {
                     after.removeValue(forKey: popup.key)
@@ -221,8 +217,7 @@ struct DesktopCore {
             keys[id] = key
             return []
         case .notified(let token, let result):
-            guard let (popup, sentTo) = inFlight.removeValue(forKey: token) else { return [] }
-            waitingSince[token] = nil
+            guard let (popup, sentTo, _) = inFlight.removeValue(forKey: token) else { return [] }
             let next = after.removeValue(forKey: popup.key)
             var actions: [Action] = []
             switch result {
@@ -299,8 +294,7 @@ struct DesktopCore {
             guard let timeout = popup.timeout(now: now) else { continue }
             let token = nextToken
             nextToken += 1
-            inFlight[token] = (popup, generation)
-            waitingSince[token] = now
+            inFlight[token] = (popup, generation, now)
             let offered = popup.offersActions && server.hasActions ? Self.actions.flatMap { [$0.key, $0.label] } : []
             actions.append(.notify(token: token, popup, replaces: popups[popup.key] ?? 0, actions: offered, timeout: timeout))
         }
@@ -308,13 +302,12 @@ struct DesktopCore {
     }
 
     /// Forgets the popup ids of the server that was: they mean nothing to the next one.
-    private mutating func forgetServer() -> [Action] {
+    private mutating func forgetServer() {
         server = nil
         generation += 1
         popups = [:]
         keys = [:]
         acted = []
-        return []
     }
 
     private mutating func requeueInFlight() {
@@ -328,15 +321,17 @@ struct DesktopCore {
             }
         }
         inFlight = [:]
-        waitingSince = [:]
         after = [:]
     }
 
-    private func inFlightToken(_ key: Popup.Key) -> Int? { inFlight.first { $0.value.popup.key == key }?.key }
+    /// The call on its way for `key`; `currentOnly`: only one to the current server.
+    private func inFlightToken(_ key: Popup.Key, currentOnly: Bool = false) -> Int? {
+        inFlight.first { $0.value.popup.key == key && (!currentOnly || $0.value.generation == generation) }?.key
+    }
 
     /// Whether the key waits in the queue, or is on its way to the current server.
     private func pendingNow(_ key: Popup.Key) -> Bool {
-        queue.contains { $0.key == key } || inFlight.values.contains { $0.popup.key == key && $0.generation == generation }
+        queue.contains { $0.key == key } || inFlightToken(key, currentOnly: true) != nil
     }
 }
 

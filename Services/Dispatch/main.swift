@@ -452,12 +452,7 @@ ServiceMain.run(
     }
     server.on(PlacementRequest.self) { request in
         try context.authorize(request.auth, needs: .manage)
-        let id = request.payload.installationId
-        let shard = Shards.of(id)
-        // One dispatcher on SQLite serves every shard; on a shared store, the lease holder does.
-        let servedBy = core.shards.map { $0.owned.contains(shard) ? advertise : $0.owners[shard] } ?? advertise
-        let connected = core.route(of: id).map { core.isConnected($0) } ?? false
-        return Placement(installationId: id, shard: shard, servedBy: servedBy, askedDispatcher: advertise, connected: connected)
+        return core.placement(of: request.payload.installationId, advertised: advertise)
     }
     server.on(OutcomeRequest.self) { request in
         try context.authorize(request.auth, needs: .send)

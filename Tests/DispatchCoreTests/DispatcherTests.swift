@@ -37,6 +37,25 @@ struct DispatcherTests {
         return dispatcher
     }
 
+    @Test("placement: the shard, the dispatcher holding it, and whether the agent is connected here")
+    func placement() {
+        let here = "tcp://10.0.0.1:7722", there = "tcp://10.0.0.2:7722"
+        var dispatcher = Self.dispatcher(
+            [Self.installation("a", key: Self.keyA), Self.installation("b", key: Self.keyB)], connected: [(Self.routeA, "a", Self.keyA)])
+        // With no shard map (one dispatcher), it serves every shard.
+        #expect(dispatcher.placement(of: "a", advertised: here)
+            == Placement(installationId: "a", shard: Shards.of("a"), servedBy: here, askedDispatcher: here, connected: true))
+        #expect(dispatcher.placement(of: "b", advertised: here).connected == false)
+        // With one, the holder of the shard: this dispatcher, another, or none known.
+        let a = Shards.of("a"), b = Shards.of("b")
+        _ = dispatcher.on(.shards(ShardMap(owned: [a], owners: b == a ? [:] : [b: there])), now: Self.t0)
+        #expect(dispatcher.placement(of: "a", advertised: here).servedBy == here)
+        if b != a { #expect(dispatcher.placement(of: "b", advertised: here).servedBy == there) }
+        let unheld = (0..<Shards.count).first { $0 != a && $0 != b }!
+        let id = (0..<10_000).map { "x\($0)" }.first { Shards.of($0) == unheld }!
+        #expect(dispatcher.placement(of: id, advertised: here).servedBy == nil)
+    }
+
     static func sends(_ actions: [DispatchAction]) -> [(Route, String)] {
         actions.compactMap { if case .send(let route, let delivery) = $0 { return (route, delivery.deliveryId) } else { return nil } }
     }
