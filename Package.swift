@@ -25,7 +25,7 @@ let serviceDependencies: [Target.Dependency] = ["Auth", "Bus", "HubProtocol", "S
 
 /// Extra modules per executable, beside the shared ones.
 let extraDependencies: [String: [Target.Dependency]] = [
-    "Gateway": ["HTTPServer"], "Registry": ["Postgres"], "Publish": ["Postgres"], "SyncStore": ["Postgres"],
+    "Gateway": ["HTTPServer", "Push"], "Registry": ["Postgres"], "Publish": ["Postgres"], "SyncStore": ["Postgres"],
     "Dispatch": ["DispatchCore", "Push", "Postgres"], "Agent": ["DBus", "DispatchCore"],
     "Bench": ["CLibZMQ", "CMosquitto", "DispatchCore", "Postgres", "Push"],
 ]
@@ -108,7 +108,7 @@ let package = Package(
             tests("AgentTests", dependencies: ["NHAgent", "HubProtocol"]),
             tests("CtlTests", dependencies: ["NHCtl"]),
             tests("BenchTests", dependencies: ["NHBench"]),
-            tests("GatewayTests", dependencies: ["NHGateway", "HTTPServer", "HubProtocol", "ServiceKit", "Auth"]),
+            tests("GatewayTests", dependencies: ["NHGateway", "HTTPServer", "HubProtocol", "ServiceKit", "Auth", "Push"]),
             tests("EndToEndTests", dependencies: ["Auth", "Bus", "HubProtocol", "ServiceKit"]),
         ]
 )

@@ -48,3 +48,12 @@ public enum Crypto {
 extension Data {
     public var hexString: String { map { String(format: "%02x", $0) }.joined() }
 }
+
+/// Push endpoints' secrets (UnifiedPush, Web Push): the last segment of an endpoint URL.
+public enum PushEndpointSecret {
+    /// A new secret: 160 random bits, base64url.
+    public static func make() -> String { Crypto.randomBytes(20).base64URL }
+
+    /// The endpoint id the hub keeps for `secret`: its SHA-256, base64url. The secret itself is never stored by the hub.
+    public static func id(of secret: String) -> String { Crypto.sha256(Data(secret.utf8)).base64URL }
+}

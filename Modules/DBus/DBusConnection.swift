@@ -138,6 +138,20 @@ public final class DBusConnection {
         sd_bus_slot_unref(slot)
     }
 
+    /// Calls a method without waiting for an answer (for methods marked NoReply); the peer is
+    /// started for it when it may be activated. Errors, even the peer's absence, are not reported.
+    public func send(
+        destination: String, path: String, interface: String, member: String, _ arguments: [DBusValue] = []
+    ) throws(DBusError) {
+        guard let bus else { throw DBusError(name: "local.closed", message: "the connection is closed") }
+        var message: OpaquePointer?
+        try check("sd_bus_message_new_method_call", sd_bus_message_new_method_call(bus, &message, destination, path, interface, member))
+        defer { sd_bus_message_unref(message) }
+        try check("sd_bus_message_set_expect_reply", sd_bus_message_set_expect_reply(message, 0))
+        for argument in arguments { try Self.append(argument, to: message!) }
+        try check("sd_bus_send", sd_bus_send(bus, message, nil))
+    }
+
     /// Calls `handler` for each message that matches `rule` (a D-Bus match rule, such as
     /// `type='signal',interface='org.freedesktop.Notifications'`), for as long as the connection lives.
     public func addMatch(_ rule: String, _ handler: @escaping (DBusMessage) -> Void) throws(DBusError) {

@@ -32,12 +32,17 @@ public struct Installation: Codable, Sendable, Equatable {
     public var lastSeen: Date?
     /// Set by the registry: the change-stream sequence of the write that stored this version. The ETag.
     public var version: UInt64?
+    /// A linux installation's push endpoints (UnifiedPush and Web Push, RFC 8030), one per app
+    /// registered with its agent, by endpoint id (`PushEndpoint.id(secret:)`). The agent sends them
+    /// whole; a write that leaves them out (nil) keeps the stored ones.
+    public var endpoints: [String: PushEndpoint]?
 
     public init(
         installationId: String, platform: String = "linux", pushChannel: String, tags: [String] = [],
         userId: String? = nil, templates: [String: InstallationTemplate]? = nil, expirationTime: Date? = nil,
-        createdAt: Date? = nil, lastSeen: Date? = nil
+        createdAt: Date? = nil, lastSeen: Date? = nil, endpoints: [String: PushEndpoint]? = nil
     ) {
+        self.endpoints = endpoints
         self.installationId = installationId
         self.platform = platform
         self.pushChannel = pushChannel
@@ -48,6 +53,16 @@ public struct Installation: Codable, Sendable, Equatable {
         self.createdAt = createdAt
         self.lastSeen = lastSeen
     }
+}
+
+/// An app's push endpoint on an installation. Its URL ends in a secret that only the agent and the
+/// app's server know; the hub keeps the secret's SHA-256 alone, which is the endpoint's id.
+public struct PushEndpoint: Codable, Sendable, Equatable {
+    /// The app's VAPID public key (RFC 8292): an uncompressed P-256 point, base64url. When set, a
+    /// push must be signed with its private key.
+    public var vapid: String?
+
+    public init(vapid: String? = nil) { self.vapid = vapid }
 }
 
 /// Creates an installation or replaces it whole.

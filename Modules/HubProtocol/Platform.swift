@@ -54,6 +54,8 @@ public enum Platform: String, CaseIterable, Codable, Sendable {
         case .apns: return ["apns-", "servicebusnotification-apns-"]
         case .wns: return ["x-wns-"]
         case .browser: return ["urgency", "topic"]
+        // A newer send with the same topic replaces one not yet delivered (AppPushMessage.topicHeader).
+        case .linux: return ["x-nh-topic"]
         default: return []
         }
     }

@@ -119,3 +119,87 @@ public enum VAPID {
         return "\(scheme)://\(host):\(port)"
     }
 }
+
+extension VAPID {
+    /// Why a push was refused: 401 for a missing or invalid signature, 403 for a valid one by
+    /// another key than the endpoint's.
+    public struct Refusal: Error, Equatable, Sendable {
+        public let status: Int
+        public let message: String
+    }
+
+    /// Checks an application server's identification (RFC 8292) against the key an endpoint was
+    /// registered with: `Authorization: vapid t=JWT, k=KEY`, or the older `WebPush JWT` with
+    /// `Crypto-Key: p256ecdsa=KEY`. The JWT must be ES256, signed by KEY, for one of `audiences`
+    /// (the push service's origins), and unexpired, no more than 24 hours ahead.
+    public static func verify(
+        authorization: String?, cryptoKey: String?, registered: String, audiences: [String], now: Date = Date()
+    ) throws(Refusal) {
+        func refuse(_ status: Int, _ message: String) -> Refusal { Refusal(status: status, message: message) }
+        guard let authorization, !authorization.isEmpty else {
+            throw refuse(401, "this endpoint takes only pushes signed with its app's VAPID key: send Authorization: vapid t=JWT, k=KEY")
+        }
+        let (scheme, rest) = split(authorization)
+        var token: String?
+        var key: String?
+        switch scheme.lowercased() {
+        case "vapid":
+            for part in rest.split(separator: ",") {
+                let pair = part.trimmingCharacters(in: .whitespaces)
+                if pair.hasPrefix("t=") { token = String(pair.dropFirst(2)) }
+                if pair.hasPrefix("k=") { key = String(pair.dropFirst(2)) }
+            }
+        case "webpush":
+            token = rest.trimmingCharacters(in: .whitespaces)
+            for part in (cryptoKey ?? "").split(whereSeparator: { $0 == ";" || $0 == "," }) {
+                let pair = part.trimmingCharacters(in: .whitespaces)
+                if pair.hasPrefix("p256ecdsa=") { key = String(pair.dropFirst(10)) }
+            }
+        default:
+            throw refuse(401, "Authorization '\(scheme.prefix(20))' is not VAPID: send Authorization: vapid t=JWT, k=KEY")
+        }
+        guard let token, !token.isEmpty, let key, !key.isEmpty else {
+            throw refuse(401, "the VAPID Authorization needs both t= (the JWT) and k= (the public key)")
+        }
+        guard let presented = Data(base64URL: key.trimmingCharacters(in: CharacterSet(charactersIn: "\""))),
+            let expected = Data(base64URL: registered)
+        else {
+            throw refuse(401, "the VAPID k= is not base64url")
+        }
+        guard presented == expected else {
+            throw refuse(403, "the push is signed with another VAPID key than the one its app registered")
+        }
+        let parts = token.split(separator: ".", omittingEmptySubsequences: false)
+        guard parts.count == 3, let headerData = Data(base64URL: String(parts[0])), let claimsData = Data(base64URL: String(parts[1])),
+            let signature = Data(base64URL: String(parts[2]))
+        else {
+            throw refuse(401, "the VAPID t= is not a JWT (three base64url parts)")
+        }
+        guard let header = try? JSONDecoder().decode([String: JSONValue].self, from: headerData), header["alg"] == .string("ES256") else {
+            throw refuse(401, "the VAPID JWT must be signed with ES256")
+        }
+        guard let publicKey = try? P256Key(publicPoint: presented),
+            publicKey.verifyES256(signature, for: Data("\(parts[0]).\(parts[1])".utf8))
+        else {
+            throw refuse(401, "the VAPID JWT's signature does not verify with k=")
+        }
+        guard let claims = try? JSONDecoder().decode([String: JSONValue].self, from: claimsData) else {
+            throw refuse(401, "the VAPID JWT's claims are not a JSON object")
+        }
+        guard case .string(let audience)? = claims["aud"], audiences.contains(audience.lowercased()) else {
+            throw refuse(401, "the VAPID JWT's aud must be this push service's origin, \(audiences.first ?? "")")
+        }
+        guard case .number(let expiry)? = claims["exp"] else { throw refuse(401, "the VAPID JWT has no exp") }
+        let seconds = now.timeIntervalSince1970
+        guard expiry > seconds else { throw refuse(401, "the VAPID JWT expired; sign a fresh one") }
+        guard expiry <= seconds + maxLifetime + 60 else {
+            throw refuse(401, "the VAPID JWT's exp is more than 24 hours ahead")
+        }
+    }
+
+    private static func split(_ header: String) -> (String, String) {
+        let trimmed = header.trimmingCharacters(in: .whitespaces)
+        guard let space = trimmed.firstIndex(of: " ") else { return (trimmed, "") }
+        return (String(trimmed[..<space]), String(trimmed[trimmed.index(after: space)...]))
+    }
+}

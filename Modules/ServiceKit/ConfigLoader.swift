@@ -145,7 +145,7 @@ public enum ConfigLoader {
 
     static let limitKeys = [
         "tagsPerInstallation", "expressionBytes", "requestsPerSecondPerKey", "agentMessagesPerSecond", "agents", "storeBytes",
-        "httpThreads", "httpConnections", "httpConnectionsPerAddress", "httpIdleSeconds",
+        "httpThreads", "httpConnections", "httpConnectionsPerAddress", "httpIdleSeconds", "pushesPerSecondPerEndpoint",
     ]
 
     static func leafPaths() -> [[String]] {
@@ -204,6 +204,7 @@ public enum ConfigLoader {
             throw ConfigError("limits.httpConnections and limits.httpConnectionsPerAddress must be at least 1")
         }
         guard (1...3_600).contains(limits.httpIdleSeconds) else { throw ConfigError("limits.httpIdleSeconds must be 1 to 3600") }
+        guard limits.pushesPerSecondPerEndpoint >= 1 else { throw ConfigError("limits.pushesPerSecondPerEndpoint must be at least 1") }
         guard limits.storeBytes == 0 || limits.storeBytes >= 65_536 else {
             throw ConfigError("limits.storeBytes must be 0 (as much as the disk has) or at least 65536")
         }

@@ -88,6 +88,9 @@ public struct HubConfig: Codable, Sendable, Equatable {
         public var httpConnectionsPerAddress: Int = 256
         /// Seconds an HTTP connection may stay idle before the gateway closes it.
         public var httpIdleSeconds: Int = 30
+        /// Pushes per second that one push endpoint (an app's, UnifiedPush or Web Push) takes, with
+        /// bursts of twice as many; beyond it the gateway answers 429 with Retry-After.
+        public var pushesPerSecondPerEndpoint: Int = 100
 
         public init() {}
     }

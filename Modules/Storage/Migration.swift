@@ -23,6 +23,8 @@ extension SQLiteDatabase {
         }
         for migration in ordered where migration.version > current {
             try transaction {
+                // Another process opening the same fresh store may have taken this step meanwhile.
+                guard try schemaVersion < migration.version else { return }
                 try execute(migration.sql)
                 try execute("PRAGMA user_version = \(migration.version)")
             }

@@ -75,6 +75,8 @@ enum AgentCommands {
                 print("agent: \(reply.status), pid \(reply.pid), up \(Int(reply.uptimeSeconds)) s")
                 for (name, value) in (reply.details ?? [:]).sorted(by: { $0.key < $1.key }) { print("\(name): \(value)") }
                 return reply.status == "ok" ? 0 : 1
+            case "apps":
+                return apps(parsed.positionals, config: config, identity: identity, store: store)
             case "id":
                 print(try environment["NH_AGENT_INSTALLATION_ID"] ?? store.installationId())
                 return 0
@@ -119,6 +121,55 @@ enum AgentCommands {
         } catch {
             FileHandle.standardError.write(Data("nh-agent: \(error)\n".utf8))
             return 1
+        }
+    }
+
+    /// `nh-agent apps` lists the apps registered for push; `nh-agent apps remove APP` unregisters
+    /// one through the running agent, which tells the hub and the app. Without a running agent the
+    /// list comes from the store.
+    static func apps(_ positionals: [String], config: HubConfig, identity: AgentIdentity, store: AgentStore) -> Int32 {
+        let client = try? HubClient(
+            connect: config.agent.requests, policy: RetryPolicy(timeout: 5_000, attempts: 1), curve: localCurve(identity, store))
+        defer { client?.close() }
+        switch positionals.first {
+        case nil:
+            var apps: [AgentApp]
+            do {
+                guard let client else { throw HubError(.unavailable, "no agent") }
+                apps = try client.call(AgentAppsRequest()).apps
+            } catch {
+                let base = AgentDaemon.endpointBase(
+                    namespace: config.namespace, installationId: (try? store.installationId()) ?? "")
+                let appStore = AppStore(database: store.database)
+                apps = ((try? appStore.apps()) ?? []).map {
+                    AgentApp(service: $0.service, description: $0.description, endpoint: base + $0.secret, connector: String($0.connector),
+                             waiting: (try? appStore.waiting(endpointId: $0.endpointId)) ?? 0, vapid: $0.vapid != nil)
+                }
+            }
+            if apps.isEmpty { print("(no apps registered)") }
+            for app in apps {
+                var line = "\(app.service)  \(app.endpoint)"
+                if let description = app.description { line += "  \"\(description)\"" }
+                line += "  connector \(app.connector)\(app.vapid ? ", VAPID" : "")\(app.waiting > 0 ? ", \(app.waiting) waiting" : "")"
+                print(line)
+            }
+            return 0
+        case "remove":
+            guard positionals.count == 2 else { return fail("usage: nh-agent apps remove APP (its service name, or an endpoint)") }
+            guard let client else { return fail("no agent runs with home \(identity.home.path); start it to unregister an app") }
+            do {
+                _ = try client.call(AgentAppRemove(app: positionals[1]))
+            } catch let error as HubError where error.code == .timeout {
+                return fail("no agent answered at \(config.agent.requests); start it to unregister an app")
+            } catch let error as HubError {
+                return fail("\(error.code.rawValue): \(error.message)")
+            } catch {
+                return fail("\(error)")
+            }
+            print("unregistered: \(positionals[1]); its endpoints answer 410")
+            return 0
+        default:
+            return fail("usage: nh-agent apps [remove APP]")
         }
     }
 

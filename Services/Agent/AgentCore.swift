@@ -30,6 +30,9 @@ struct AgentCore {
         case acknowledge(String)
         /// Keep a silent rich delivery until its payload is fetched; only then is it shown.
         case holdForFetch(AgentDelivery)
+        /// A push message for an app registered with the agent: hand it to the app, and acknowledge
+        /// it only once the app has it (or the agent keeps it for an app that cannot be reached).
+        case handToApp(AgentDelivery, AppPushMessage)
         /// The user's notifications changed past what this agent has.
         case syncUser(sequence: UInt64)
         case log(String, code: ErrorCode)
@@ -97,6 +100,7 @@ struct AgentCore {
                 refusals = 0
                 if seen { return [.acknowledge(delivery.deliveryId)] }
                 if delivery.rich != nil { return [.holdForFetch(delivery)] }
+                if let message = AppPushMessage.from(payload: delivery.payload) { return [.handToApp(delivery, message)] }
                 return [.show(delivery), .acknowledge(delivery.deliveryId)]
             case .signal(let signal):
                 welcomed = true

@@ -18,6 +18,8 @@ final class AgentDaemon {
     let userSync: AgentUserSync?
     let rich: RichFetcher
     let desktop: DesktopNotifications
+    let distributor: UnifiedPushDistributor
+    private let bus: SessionBus
     private let registry: HubClient
     private let channel: ZMQSocket
     private let monitor: SocketMonitor
@@ -36,8 +38,12 @@ final class AgentDaemon {
         installationId = try environment["NH_AGENT_INSTALLATION_ID"] ?? store.installationId()
         template = environment["NH_AGENT_TEMPLATE"] ?? #"{"title":"$(title)","message":"$(messageParam)"}"#
         output = AgentOutput(hook: environment["NH_AGENT_HOOK"], logger: context.logger)
-        desktop = DesktopNotifications(environment: environment, logger: context.logger, loop: context.loop)
+        bus = SessionBus(environment: environment, logger: context.logger, loop: context.loop)
+        desktop = DesktopNotifications(environment: environment, bus: bus, logger: context.logger)
         output.desktop = desktop
+        distributor = UnifiedPushDistributor(
+            environment: environment, bus: bus, store: AppStore(database: store.database),
+            endpointBase: Self.endpointBase(namespace: context.config.namespace, installationId: installationId), logger: context.logger)
         // Every socket of the agent is CURVE: to the services with a key derived from its listen
         // key, and its own control socket with its device key, admitting the same listen key.
         keys = try store.channelKeys()
@@ -89,6 +95,14 @@ final class AgentDaemon {
         return BusSecurity(serverKeys: device, clientKeys: clientKeys, serverPublicKey: serverKey, admitted: admitted)
     }
 
+    /// Apps' push endpoints start with the gateway's address, then `up/` and the installation id.
+    static func endpointBase(namespace: String, installationId: String) -> String {
+        var allowed = CharacterSet.alphanumerics
+        allowed.insert(charactersIn: "-._~")
+        let id = installationId.addingPercentEncoding(withAllowedCharacters: allowed) ?? installationId
+        return (namespace.hasSuffix("/") ? namespace : namespace + "/") + "up/\(id)/"
+    }
+
     /// Where this installation is served: its shard, and the dispatcher the channel is connected to.
     var placement: [String: String] {
         ["shard": String(Shards.of(installationId)), "dispatcher": connectedTo, "dispatcherWelcomed": String(core.welcomed)]
@@ -99,7 +113,16 @@ final class AgentDaemon {
 
     func start() throws {
         if let userSync { wire(desktop, to: userSync) }
-        desktop.start()
+        distributor.registerEndpoints = { [unowned self] in try self.registerNow() }
+        distributor.acknowledge = { [unowned self] ids, failures in
+            do {
+                try self.acknowledge(ids, failures: failures)
+            } catch {
+                self.context.logger.warning("could not acknowledge push messages; they come again", ("error", "\(error)"))
+            }
+        }
+        bus.start()
+        context.loop.every(milliseconds: 1_000) { [unowned self] in try self.distributor.tick(now: Date()) }
         if let userSync {
             _ = userSync.accessToken()
             userSync.syncNow()
@@ -165,7 +188,7 @@ final class AgentDaemon {
             return
         }
         do {
-            try register(categories: try store.categories)
+            try registerNow()
         } catch {
             registered = false
             let text = "\(error)"
@@ -176,11 +199,20 @@ final class AgentDaemon {
         }
     }
 
+    /// Registers with the stored categories now, throwing what the registry answered.
+    func registerNow() throws {
+        if let userSync, userSync.userId == nil, userSync.accessToken() == nil {
+            registered = false
+            throw HubError(.unavailable, "the user's token is not here yet; registering when it is")
+        }
+        try register(categories: try store.categories)
+    }
+
     /// Registers with `categories`, throwing what the registry answered when it refused.
     func register(categories: [String]) throws {
         let installation = Installation(
             installationId: installationId, platform: "linux", pushChannel: keys.publicKey, tags: categories,
-            userId: userId, templates: ["default": InstallationTemplate(body: template)])
+            userId: userId, templates: ["default": InstallationTemplate(body: template)], endpoints: try distributor.store.endpoints())
         _ = try registry.call(InstallationUpsert(installation: installation, userToken: userSync?.accessToken()))
         registered = true
         lastRegistrationError = ""
@@ -237,6 +269,12 @@ final class AgentDaemon {
                 case .acknowledge: acknowledged.append(delivery.deliveryId)
                 case .fail(let failure): failures.append(failure)
                 case .wait: break
+                }
+            case .handToApp(let delivery, let message):
+                switch try distributor.received(delivery, message, now: Date()) {
+                case .wait: break
+                case .acknowledge: acknowledged.append(delivery.deliveryId)
+                case .fail(let reason): failures.append(DeliveryFailure(deliveryId: delivery.deliveryId, reason: reason))
                 }
             case .syncUser(let sequence):
                 if let userSync, sequence > (try userSync.cache.cursor) { userSync.syncNow() }

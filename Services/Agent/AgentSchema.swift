@@ -22,5 +22,22 @@ enum AgentSchema {
         Migration(
             version: 3,
             "CREATE TABLE pending_actions (seq INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT NOT NULL, action TEXT NOT NULL, at REAL NOT NULL);"),
+        // Apps registered with the agent as their UnifiedPush distributor, each by its connection
+        // token, with its endpoint's secret; and the push messages on their way to them, in order.
+        // `held`: acknowledged to the hub while the app could not be reached; it is the agent's to hand over.
+        Migration(
+            version: 4,
+            """
+            CREATE TABLE apps (
+                token TEXT PRIMARY KEY, service TEXT NOT NULL, description TEXT, vapid TEXT, connector INTEGER NOT NULL,
+                secret TEXT NOT NULL, endpoint_id TEXT NOT NULL UNIQUE, registered_at REAL NOT NULL
+            );
+            CREATE TABLE app_messages (
+                seq INTEGER PRIMARY KEY AUTOINCREMENT, delivery_id TEXT NOT NULL UNIQUE, notification_id TEXT NOT NULL,
+                endpoint_id TEXT NOT NULL, message BLOB NOT NULL, topic TEXT, expires_at REAL NOT NULL,
+                held INTEGER NOT NULL DEFAULT 0
+            );
+            CREATE INDEX app_messages_by_endpoint ON app_messages(endpoint_id, seq);
+            """),
     ]
 }

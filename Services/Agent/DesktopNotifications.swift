@@ -15,7 +15,6 @@ final class DesktopNotifications {
     /// How long a Notify may wait for its answer: long, since a server stopped for a while still
     /// shows what it was sent, and only an answer says under which id.
     static let notifyTimeout = Duration.seconds(300)
-    static let reconnectEvery: TimeInterval = 5
 
     /// What the person did to a popup of a user's notification.
     var onUserAction: (String, AgentUserAction.Action) -> Void = { _, _ in }
@@ -25,38 +24,23 @@ final class DesktopNotifications {
     var onReshow: (String) -> Void = { _ in }
 
     let enabled: Bool
-    private let address: String?
+    private let bus: SessionBus
     private let logger: Logger
-    private let loop: EventLoop
     private var core = DesktopCore()
-    private var connection: DBusConnection?
-    private var watch: Int?
-    private var lastAttempt: Date?
-    private var unreachable: String?
+    private var connection: DBusConnection? { bus.connection }
 
-    init(environment: [String: String], logger: Logger, loop: EventLoop) {
+    init(environment: [String: String], bus: SessionBus, logger: Logger) {
         self.logger = logger
-        self.loop = loop
+        self.bus = bus
         enabled = environment["NH_AGENT_DESKTOP"] != "0"
-        address = DBusConnection.sessionAddress(environment: environment)
         guard enabled else { return }
-        if address == nil {
+        if bus.address == nil {
             let display = environment["DISPLAY"] != nil || environment["WAYLAND_DISPLAY"] != nil
             let line = "no desktop session bus (DBUS_SESSION_BUS_ADDRESS is not set, nor $XDG_RUNTIME_DIR/bus); popups are off"
             // A headless host has no desktop to tell about; a display without a bus is worth a warning.
             if display { logger.warning(line) } else { logger.info(line) }
         }
-    }
-
-    /// Connects, and keeps the connection: processed when readable, and every 100 ms for timeouts,
-    /// queued writes and reconnecting.
-    func start() {
-        guard enabled, address != nil else { return }
-        watch = loop.watch(fileDescriptor: -1) { [unowned self] in self.pump() }
-        connect()
-        loop.every(milliseconds: 100) { [unowned self] in
-            if self.connection == nil { self.connect() } else { self.pump() }
-        }
+        bus.use(connected: { [unowned self] in try self.connected($0) }, disconnected: { [unowned self] in self.handle(.disconnected) })
     }
 
     func show(_ popup: Popup) { handle(.show(popup)) }
@@ -68,8 +52,8 @@ final class DesktopNotifications {
     /// For health: whether the desktop is reachable, and which server it uses.
     var health: [String: String] {
         guard enabled else { return ["desktop": "off (NH_AGENT_DESKTOP=0)"] }
-        guard address != nil else { return ["desktop": "no session bus"] }
-        guard connection != nil else { return ["desktop": "unreachable: \(unreachable ?? "connecting")"] }
+        guard bus.address != nil else { return ["desktop": "no session bus"] }
+        guard connection != nil else { return ["desktop": "unreachable: \(bus.unreachable ?? "connecting")"] }
         guard let server = core.server else { return ["desktop": "no notification server", "desktopPending": String(core.pending)] }
         let wait = core.oldestWait(now: Date())
         return [
@@ -81,53 +65,19 @@ final class DesktopNotifications {
 
     // MARK: The connection
 
-    private func connect() {
-        guard let address else { return }
-        let now = Date()
-        if let lastAttempt, now.timeIntervalSince(lastAttempt) < Self.reconnectEvery { return }
-        lastAttempt = now
-        do {
-            let connection = try DBusConnection(address: address)
-            try connection.addMatch(
-                "type='signal',sender='org.freedesktop.DBus',path='/org/freedesktop/DBus',interface='org.freedesktop.DBus',"
-                    + "member='NameOwnerChanged',arg0='\(Self.service)'"
-            ) { [unowned self] message in
-                guard message.arguments.count == 3, let owner = message.arguments[2].string else { return }
-                self.handle(.ownerChanged(owner.isEmpty ? nil : owner))
-            }
-            try connection.addMatch("type='signal',path='\(Self.path)',interface='\(Self.service)'") { [unowned self] message in
-                self.signal(message)
-            }
-            self.connection = connection
-            loop.rewatch(watch!, fileDescriptor: connection.fileDescriptor)
-            if unreachable != nil { logger.notice("desktop session bus reachable again", ("address", address)) }
-            unreachable = nil
-            handle(.connected)
-        } catch {
-            if unreachable == nil {
-                logger.warning("desktop session bus not reachable; trying again every 5 s", ("address", address), ("error", "\(error)"))
-            }
-            unreachable = "\(error)"
+    /// A new connection: follow the server's name and its signals, then ask who it is.
+    private func connected(_ connection: DBusConnection) throws {
+        try connection.addMatch(
+            "type='signal',sender='org.freedesktop.DBus',path='/org/freedesktop/DBus',interface='org.freedesktop.DBus',"
+                + "member='NameOwnerChanged',arg0='\(Self.service)'"
+        ) { [unowned self] message in
+            guard message.arguments.count == 3, let owner = message.arguments[2].string else { return }
+            self.handle(.ownerChanged(owner.isEmpty ? nil : owner))
         }
-    }
-
-    private func pump() {
-        guard let connection else { return }
-        do {
-            try connection.process()
-        } catch {
-            disconnected("\(error)")
+        try connection.addMatch("type='signal',path='\(Self.path)',interface='\(Self.service)'") { [unowned self] message in
+            self.signal(message)
         }
-    }
-
-    private func disconnected(_ reason: String) {
-        guard let connection else { return }
-        logger.warning("desktop session bus connection lost; reconnecting", ("error", reason))
-        unreachable = reason
-        self.connection = nil
-        loop.rewatch(watch!, fileDescriptor: -1)
-        connection.close()
-        handle(.disconnected)
+        handle(.connected)
     }
 
     private func signal(_ message: DBusMessage) {

@@ -25,6 +25,9 @@ let usage = """
                                            change a notification for the user on every device
       nh-agent health                      whether the running agent is up, registered, and reaches
                                            the desktop's notification server (which one, and what it can do)
+      nh-agent apps                        the apps registered for push (UnifiedPush), with their endpoints
+      nh-agent apps remove APP             unregister an app (its service name, or an endpoint): its
+                                           endpoints answer 410 from then on
       nh-agent help | --help | -h          this text
 
     Each notification is written to standard output as one JSON line, passed to the command in
@@ -32,6 +35,11 @@ let usage = """
     desktop's notification server (org.freedesktop.Notifications) on the session bus. Closing a
     user's notification's popup dismisses it on every device; clicking it (or Open) activates it;
     Snooze snoozes it.
+
+    The agent is also a UnifiedPush distributor on the session bus (org.unifiedpush.Distributor.nh):
+    an app registers there and is given an endpoint URL at the hub's gateway; what its server posts
+    to that URL is handed to the app's connector, acknowledged once the app has it, and kept for an
+    app that is not running until it registers again or the message's TTL ends.
 
     Environment:
       NH_AGENT_HOME               the agent's folder: its store, device key and rich-payload cache
@@ -46,7 +54,10 @@ let usage = """
       NH_AGENT_HOOK               a command run for each notification
       NH_AGENT_INSTALLATION_ID    the installation id (default: one made at the first start and kept)
       NH_AGENT_RICH_ATTEMPTS      tries to fetch a rich payload before it is reported failed (default: 8)
-      NH_AGENT_DESKTOP            0: no popups (the session bus is never contacted)
+      NH_AGENT_DESKTOP            0: no popups
+      NH_AGENT_UNIFIEDPUSH        0: no UnifiedPush distributor (with NH_AGENT_DESKTOP=0 too, the
+                                  session bus is never contacted)
+      NH_AGENT_UNIFIEDPUSH_NAME   the distributor's bus name (default: org.unifiedpush.Distributor.nh)
       DBUS_SESSION_BUS_ADDRESS    the desktop session's bus (default: $XDG_RUNTIME_DIR/bus when it
                                   exists); with neither, there are no popups. A bus is never started.
 
@@ -73,7 +84,7 @@ if command == "run" {
         var endpoints: [String: String] = [:]
         let control = try context.bindRequests(context.config.agent.requests, endpoints: { endpoints }) {
             ["installationId": daemon.installationId, "registered": String(daemon.registered)]
-                .merging(daemon.desktop.health) { $1 }.merging(daemon.placement) { $1 }
+                .merging(daemon.desktop.health) { $1 }.merging(daemon.distributor.health) { $1 }.merging(daemon.placement) { $1 }
         }
         endpoints["requests"] = control.endpoint
         control.on(AgentUserAction.self) { request in
@@ -81,6 +92,11 @@ if command == "run" {
                 throw HubError(.invalidArgument, "this agent is not signed in as a user; run nh-agent login CREDENTIAL")
             }
             try userSync.act(request.payload.id, request.payload.action)
+            return Ack()
+        }
+        control.on(AgentAppsRequest.self) { _ in AgentApps(apps: try daemon.distributor.apps()) }
+        control.on(AgentAppRemove.self) { request in
+            try daemon.distributor.remove(request.payload.app)
             return Ack()
         }
         // New categories are kept only once the registry took them; a refusal goes back to the

@@ -129,6 +129,11 @@ struct DeliverySQL: Sendable {
     var insertDelivery: String
     /// (delivery_id, notification_id, installation_id, platform, push_channel, outcome): unless there.
     var insertTestResult: String
+    /// (now, installation_id, topic, delivery_id): a newer delivery with a topic replaces the
+    /// installation's open ones with that topic not yet sent, which expire now; then it takes the topic.
+    var replaceTopic: String
+    /// (topic, delivery_id).
+    var setTopic: String
     /// (now, delivery_id): the first send time, where there is none.
     var markDelivered: String
     /// (delivery_id, installation_id) → notification_id: deletes a delivery still open.
@@ -471,6 +476,11 @@ extension DeliveryEngine {
                 sql.insertDelivery,
                 delivery + [payloadId, plan.expiresAt.timeIntervalSince1970, rich, wentOut ? now.timeIntervalSince1970 : nil, nil, nil] + push)
             guard inserted > 0 else { continue }
+            if let topic = plan.headers?[AppPushMessage.topicHeader] {
+                // The replaced ones are counted expired by the next sweep, as their expiry has come.
+                try run(sql.replaceTopic, [now.timeIntervalSince1970, plan.installationId, topic, plan.deliveryId])
+                try run(sql.setTopic, [topic, plan.deliveryId])
+            }
             stored += 1
             platformCounts[PlatformCountKey(notificationId: id, platform: plan.platform, outcome: "Targets"), default: 0] += 1
             if wentOut { ledger.tally.add(id) { $0.delivered += 1 } }

@@ -88,6 +88,13 @@ final class PostgresDeliveryStore: DeliveryEngine {
             """),
         // Each lease's fencing token: moved on by every claim, checked by every write.
         Migration(version: 2, "ALTER TABLE dispatch.leases ADD COLUMN epoch BIGINT NOT NULL DEFAULT 0;"),
+        // A topic (RFC 8030 §5.4): a newer delivery with the same one replaces an open one not yet sent.
+        Migration(
+            version: 3,
+            """
+            ALTER TABLE dispatch.deliveries ADD COLUMN topic TEXT;
+            CREATE INDEX deliveries_by_topic ON dispatch.deliveries(installation_id, topic) WHERE topic IS NOT NULL AND acked_at IS NULL;
+            """),
     ]
 
     /// Lists of shards are int[] literals. Each read of a few shards is a statement of its own, so
@@ -109,6 +116,12 @@ final class PostgresDeliveryStore: DeliveryEngine {
             INSERT INTO dispatch.test_results (delivery_id, notification_id, installation_id, platform, push_channel, outcome)
             VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (delivery_id) DO NOTHING
             """,
+        replaceTopic: """
+            UPDATE dispatch.deliveries SET expires_at = $1
+            WHERE installation_id = $2 AND topic = $3 AND acked_at IS NULL AND delivered_at IS NULL
+              AND delivery_id <> $4 AND expires_at > $1
+            """,
+        setTopic: "UPDATE dispatch.deliveries SET topic = $1 WHERE delivery_id = $2",
         markDelivered: "UPDATE dispatch.deliveries SET delivered_at = $1 WHERE delivery_id = $2 AND delivered_at IS NULL",
         removeDelivery: """
             DELETE FROM dispatch.deliveries WHERE delivery_id = $1 AND installation_id = $2 AND acked_at IS NULL

@@ -108,6 +108,13 @@ final class SQLiteDeliveryStore: DeliveryEngine {
             """),
         // Each lease's fencing token: moved on by every claim, checked by every write.
         Migration(version: 8, "ALTER TABLE leases ADD COLUMN epoch INTEGER NOT NULL DEFAULT 0;"),
+        // A topic (RFC 8030 §5.4): a newer delivery with the same one replaces an open one not yet sent.
+        Migration(
+            version: 9,
+            """
+            ALTER TABLE deliveries ADD COLUMN topic TEXT;
+            CREATE INDEX deliveries_by_topic ON deliveries(installation_id, topic) WHERE topic IS NOT NULL AND acked_at IS NULL;
+            """),
     ]
 
     /// Lists of shards are JSON arrays, read with json_each.
@@ -127,6 +134,12 @@ final class SQLiteDeliveryStore: DeliveryEngine {
             INSERT OR IGNORE INTO test_results (delivery_id, notification_id, installation_id, platform, push_channel, outcome)
             VALUES (?1, ?2, ?3, ?4, ?5, ?6)
             """,
+        replaceTopic: """
+            UPDATE deliveries SET expires_at = ?1
+            WHERE installation_id = ?2 AND topic = ?3 AND acked_at IS NULL AND delivered_at IS NULL
+              AND delivery_id <> ?4 AND expires_at > ?1
+            """,
+        setTopic: "UPDATE deliveries SET topic = ?1 WHERE delivery_id = ?2",
         markDelivered: "UPDATE deliveries SET delivered_at = ?1 WHERE delivery_id = ?2 AND delivered_at IS NULL",
         removeDelivery: "DELETE FROM deliveries WHERE delivery_id = ?1 AND installation_id = ?2 AND acked_at IS NULL RETURNING notification_id",
         closeDelivery: """

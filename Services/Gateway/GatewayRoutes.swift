@@ -26,9 +26,12 @@ final class GatewayRoutes: @unchecked Sendable {
     let web: WebPages
     /// Absent when the routes run in process, without the loop that feeds event streams.
     let streams: UserStreams?
+    /// Pushes per apps' endpoint, shared by every worker's routes.
+    let pushRate: RateLimiter
 
     init(context: ServiceContext, registry: any ServiceCalling, publish: any ServiceCalling, dispatch: any ServiceCalling,
-         sync: any ServiceCalling, counts: HTTPCounts, web: WebPages, streams: UserStreams?) {
+         sync: any ServiceCalling, counts: HTTPCounts, web: WebPages, streams: UserStreams?, pushRate: RateLimiter? = nil) {
+        self.pushRate = pushRate ?? RateLimiter(perSecond: context.config.limits.pushesPerSecondPerEndpoint)
         self.counts = counts
         self.web = web
         self.streams = streams
@@ -60,6 +63,7 @@ final class GatewayRoutes: @unchecked Sendable {
         let segments = request.path.split(separator: "/").map { $0.removingPercentEncoding ?? String($0) }
         guard let first = segments.first else { throw HubError(.notFound, "no resource at '/'; hub resources are under /\(hub)/") }
         if first == "metrics", segments.count == 1, request.method == "GET" { return metrics() }
+        if first == "up" { return pushEndpoint(request, Array(segments.dropFirst())) }
         guard first == hub else { throw HubError(.notFound, "no hub '\(first)'; this namespace has '\(hub)'") }
         let rest = Array(segments.dropFirst())
         // The hub's own resources (users, health, expressions) take api-version but do not need it;
@@ -177,6 +181,9 @@ final class GatewayRoutes: @unchecked Sendable {
         for (key, count) in counts.snapshot.sorted(by: { $0.key < $1.key }) {
             let parts = key.split(separator: " ")
             lines.append("nh_http_requests_total{service=\"nh-gateway\",method=\"\(parts[0])\",status=\"\(parts[1])\"} \(count)")
+        }
+        for (status, count) in counts.pushSnapshot.sorted(by: { $0.key < $1.key }) {
+            lines.append("nh_push_endpoint_requests_total{service=\"nh-gateway\",status=\"\(status)\"} \(count)")
         }
         for (service, isUp) in up { lines.append("nh_up{service=\"\(service)\"} \(isUp ? 1 : 0)") }
         lines.append("nh_user_streams{service=\"nh-gateway\"} \(streams?.openCount.load(ordering: .relaxed) ?? 0)")
@@ -601,9 +608,14 @@ final class GatewayRoutes: @unchecked Sendable {
 /// HTTP responses counted by method and status, from every HTTP thread.
 final class HTTPCounts: Sendable {
     private let counts = Mutex<[String: Int]>([:])
+    private let pushes = Mutex<[Int: Int]>([:])
 
     func add(_ key: String) { counts.withLock { $0[key, default: 0] += 1 } }
     var snapshot: [String: Int] { counts.withLock { $0 } }
+
+    /// Pushes to apps' endpoints, by the status answered.
+    func add(push status: Int) { pushes.withLock { $0[status, default: 0] += 1 } }
+    var pushSnapshot: [Int: Int] { pushes.withLock { $0 } }
 }
 
 extension ServiceCalling {

@@ -17,12 +17,14 @@ ServiceMain.run(name: "nh-gateway", summary: "the HTTP gateway: the Notification
         context.logger.warning("the web console and inbox are not installed", ("looked in", web.folder.path))
     }
     let streams = try UserStreams(context: context)
+    let pushRate = RateLimiter(perSecond: config.limits.pushesPerSecondPerEndpoint)
     let workers = try (0..<config.limits.httpThreads).map { _ in
         GatewayRoutes(
             context: context, registry: try context.client(config.registry.requests, policy: policy),
             publish: try context.client(config.publish.requests, policy: policy),
             dispatch: try context.client(config.dispatch.requests, policy: policy),
-            sync: try context.client(config.sync.requests, policy: policy), counts: counts, web: web, streams: streams)
+            sync: try context.client(config.sync.requests, policy: policy), counts: counts, web: web, streams: streams,
+            pushRate: pushRate)
     }
     var tls: (key: String, certificate: String)?
     if let certificatePath = config.gatewayCertificate, let keyPath = config.gatewayKey {

@@ -42,6 +42,32 @@ enum InstallationRules {
         for (name, template) in templates.sorted(by: { $0.key < $1.key }) {
             try validateTemplate(name: name, template, maxTags: maxTags, platform: installation.platform)
         }
+        try validateEndpoints(installation)
+    }
+
+    static let maxEndpoints = 100
+
+    /// Push endpoints belong to agents (linux installations), at most 100; each id is a SHA-256 in
+    /// base64url (43 characters), and a VAPID key an uncompressed P-256 point in base64url (87, from 0x04).
+    static func validateEndpoints(_ installation: Installation) throws(HubError) {
+        guard let endpoints = installation.endpoints, !endpoints.isEmpty else { return }
+        guard installation.platform == Platform.linux.rawValue else {
+            throw HubError(.invalidArgument, "endpoints are an agent's apps' push endpoints: a linux installation's, not \(installation.platform)'s")
+        }
+        guard endpoints.count <= maxEndpoints else {
+            throw HubError(.invalidArgument, "an installation has at most \(maxEndpoints) push endpoints; this one has \(endpoints.count)")
+        }
+        func isBase64URL(_ text: String, count: Int) -> Bool {
+            text.utf8.count == count && text.utf8.allSatisfy { ($0 >= 0x41 && $0 <= 0x5A) || ($0 >= 0x61 && $0 <= 0x7A) || ($0 >= 0x30 && $0 <= 0x39) || $0 == 0x2D || $0 == 0x5F }
+        }
+        for (id, endpoint) in endpoints.sorted(by: { $0.key < $1.key }) {
+            guard isBase64URL(id, count: 43) else {
+                throw HubError(.invalidArgument, "endpoint id '\(id.prefix(50))' is not a SHA-256 in base64url (43 characters)")
+            }
+            if let vapid = endpoint.vapid, !(isBase64URL(vapid, count: 87) && vapid.hasPrefix("B")) {
+                throw HubError(.invalidArgument, "endpoint '\(id)': vapid must be an uncompressed P-256 public key in base64url (87 characters)")
+            }
+        }
     }
 
     /// A `linux` installation is a hub agent, and its push channel is the agent's CURVE public key:

@@ -43,6 +43,10 @@ ServiceMain.run(name: "nh-registry", summary: "the registration service: install
         installation.platform = Platform(name: given.platform)?.rawValue ?? given.platform
         try InstallationRules.validate(installation, now: now, maxTags: config.limits.tagsPerInstallation)
         let current = try store.get(installation.installationId, now: now)
+        // Push endpoints are the agent's to give; a write without them (REST, a patch) keeps them.
+        if installation.endpoints == nil, installation.platform == Platform.linux.rawValue, current?.platform == installation.platform {
+            installation.endpoints = current?.endpoints
+        }
         try InstallationRules.checkBinding(installation, current: current, mayRebind: rights.contains(.manage))
         try InstallationRules.checkUser(installation, current: current, mayClaim: rights.contains(.manage)) { () throws(HubError) in
             try context.authorizeUser(userToken)

@@ -13,7 +13,8 @@ enum Samples {
             "news": InstallationTemplate(
                 body: #"{"aps":{"alert":"$(messageParam)"}}"#, expiry: "$(expiry)", tags: ["World"],
                 headers: ["X-Priority": "high"])
-        ], expirationTime: later, createdAt: instant, lastSeen: instant)
+        ], expirationTime: later, createdAt: instant, lastSeen: instant,
+        endpoints: ["q1Fo3-uw8XlE8Nk3yXcdnXGdPU0mxJyrwZ6pYmVDXtU": PushEndpoint(vapid: "BDd3_hVL9fZi9Ybo2UUzA284WG5FZR30_95YeZJsiApwXKpNcF1rRPF3foIiBHXRdJI2Qhumhf6_LFTeZaNndIo")])
 
     static let userNotification = UserNotification(
         id: "un-1", appNotificationId: "app-1", userId: "alice", visual: VisualContent(title: "Hi", body: "There"),
@@ -83,6 +84,12 @@ enum Samples {
         UserToken(userId: "alice", token: "nhu1.e30.c2ln", expiresAt: later),
         AgentSignal(userId: "alice", sequence: 9),
         AgentUserAction(id: "un-1", action: .dismiss),
+        AgentAppsRequest(),
+        AgentApps(apps: [
+            AgentApp(service: "org.example.Chat", description: "alice@chat.example", endpoint: "https://hub.example/up/inst-1/c2VjcmV0",
+                     connector: "2", waiting: 1, vapid: true)
+        ]),
+        AgentAppRemove(app: "org.example.Chat"),
         UserNotificationsChanged(userId: "alice", sequence: 9, origin: "inst-1"),
         PendingNotificationsRequest(after: 4, limit: 100),
         PendingNotifications(

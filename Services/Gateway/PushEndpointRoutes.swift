@@ -1,0 +1,154 @@
+import Auth
+import Foundation
+import HTTPServer
+import HubProtocol
+import Push
+import ServiceKit
+
+/// The push service side of UnifiedPush and Web Push (RFC 8030) at each app's endpoint,
+/// `/up/{installation}/{secret}`: an application server POSTs an encrypted message there, and it
+/// becomes a durable delivery to that installation's agent, which hands it to the app.
+/// The secret is the capability: the hub keeps only its SHA-256, in the installation's `endpoints`.
+extension GatewayRoutes {
+    /// The most a push message may carry (UnifiedPush; the Web Push record size).
+    static let pushMessageBytes = 4_096
+    /// The longest a topic may be (RFC 8030 §5.4).
+    static let pushTopicLength = 32
+
+    /// Answers a request under `/up`; `segments` follow it.
+    func pushEndpoint(_ request: HTTPRequest, _ segments: [String]) -> HTTPResponse {
+        let response: HTTPResponse
+        do {
+            response = try routePush(request, segments)
+        } catch let refusal as PushRefusal {
+            response = refusal.response
+        } catch let error as HubError {
+            // The hub's own refusals (the publish service's, a service that did not answer) keep their status.
+            response = PushRefusal(GatewayResponse.status(for: error.code), error.code.rawValue, error.message).response
+        } catch {
+            response = PushRefusal(500, ErrorCode.internal.rawValue, "\(error)").response
+        }
+        counts.add(push: response.status)
+        return response
+    }
+
+    private func routePush(_ request: HTTPRequest, _ segments: [String]) throws -> HTTPResponse {
+        if segments.isEmpty, request.method == "GET" { return Self.discovery }
+        guard segments.count == 2 else {
+            throw PushRefusal(404, "not_found", "a push endpoint is /up/{installation}/{secret}, as its app was given it")
+        }
+        let (installationId, secret) = (segments[0], segments[1])
+        let endpointId = PushEndpointSecret.id(of: secret)
+        switch request.method {
+        case "GET":
+            _ = try endpoint(installationId, endpointId)
+            return Self.discovery
+        case "POST":
+            return try push(request, installationId: installationId, endpointId: endpointId)
+        default:
+            throw PushRefusal(405, "invalid_argument", "a push endpoint takes POST (a message) and GET (discovery), not \(request.method)")
+        }
+    }
+
+    /// `{"unifiedpush":{"version":1}}`: what a UnifiedPush gateway looks for to know the server.
+    static let discovery = GatewayResponse.json(200, Data(#"{"unifiedpush":{"version":1}}"#.utf8))
+
+    private func push(_ request: HTTPRequest, installationId: String, endpointId: String) throws -> HTTPResponse {
+        guard !request.bodyTooLarge, request.body.count <= Self.pushMessageBytes else {
+            throw PushRefusal(413, ErrorCode.payloadTooLarge.rawValue, "a push message carries at most \(Self.pushMessageBytes) bytes; this one has more")
+        }
+        guard !request.body.isEmpty else {
+            throw PushRefusal(400, ErrorCode.invalidPayload.rawValue, "a push message carries 1 to \(Self.pushMessageBytes) bytes, encrypted for the app (RFC 8291); this one is empty")
+        }
+        let timeToLive = try Self.timeToLive(request.header("ttl"), default: context.config.defaultTimeToLive)
+        var urgency: PushUrgency?
+        if let text = request.header("urgency") {
+            guard let value = PushUrgency(rawValue: text.trimmingCharacters(in: .whitespaces).lowercased()) else {
+                throw PushRefusal(400, ErrorCode.invalidArgument.rawValue, "Urgency '\(text.prefix(20))' is not one of very-low, low, normal, high")
+            }
+            urgency = value
+        }
+        let topic = try request.header("topic").map(Self.checkTopic)
+        guard pushRate.allow(endpointId) else {
+            throw PushRefusal(
+                429, ErrorCode.rateLimited.rawValue,
+                "this endpoint takes \(context.config.limits.pushesPerSecondPerEndpoint) pushes a second (limits.pushesPerSecondPerEndpoint); retry after a second",
+                retryAfter: 1)
+        }
+        let registered = try endpoint(installationId, endpointId)
+        if let key = registered.vapid {
+            do {
+                try VAPID.verify(
+                    authorization: request.header("authorization"), cryptoKey: request.header("crypto-key"), registered: key,
+                    audiences: audiences(request))
+            } catch {
+                throw PushRefusal(error.status, error.status == 403 ? ErrorCode.forbidden.rawValue : ErrorCode.unauthorized.rawValue, error.message)
+            }
+        }
+        let message = AppPushMessage(endpoint: endpointId, message: request.body, urgency: urgency, topic: topic)
+        var send = SendNotification(format: .native, body: message.payload, installationId: installationId, timeToLive: timeToLive)
+        if let topic { send.headers = [AppPushMessage.topicHeader: "\(endpointId):\(topic)"] }
+        let accepted = try publish.call(send)
+        return GatewayResponse.empty(201, headers: [
+            ("Location", "\(context.config.hubResource)/messages/\(accepted.notificationId)"), ("TTL", String(timeToLive)),
+        ])
+    }
+
+    /// The endpoint `endpointId` of the installation, or 410: an endpoint unregistered, of an
+    /// installation deleted, or never given out, so that the application server drops it.
+    private func endpoint(_ installationId: String, _ endpointId: String) throws -> PushEndpoint {
+        let gone = PushRefusal(410, ErrorCode.notFound.rawValue, "this push endpoint is not registered (any more); its app must register again for a new one")
+        let installation: Installation
+        do {
+            installation = try registry.call(InstallationGet(installationId: installationId)).installation
+        } catch let error as HubError where error.code == .notFound || error.code == .invalidArgument {
+            throw gone
+        }
+        guard installation.platform == Platform.linux.rawValue, let endpoint = installation.endpoints?[endpointId] else { throw gone }
+        return endpoint
+    }
+
+    /// The origins a VAPID token may be for: the namespace's, and the one the request came to.
+    private func audiences(_ request: HTTPRequest) -> [String] {
+        [VAPID.origin(of: context.config.namespace), VAPID.origin(of: baseURL(request))].compactMap { $0 }
+    }
+
+    /// Seconds to keep the message, from `TTL`: 0 keeps it a second (for an agent connected now),
+    /// and the hub keeps it at most 30 days. Absent, the hub's default.
+    static func timeToLive(_ header: String?, default fallback: Int) throws -> Int {
+        guard let header else { return fallback }
+        guard let seconds = Int(header.trimmingCharacters(in: .whitespaces)), seconds >= 0 else {
+            throw PushRefusal(400, ErrorCode.invalidArgument.rawValue, "TTL must be whole seconds, 0 or more, not '\(header.prefix(20))'")
+        }
+        return min(max(seconds, 1), 30 * 86_400)
+    }
+
+    /// A topic is at most 32 characters of the base64url alphabet (RFC 8030 §5.4).
+    static func checkTopic(_ topic: String) throws -> String {
+        let allowed = Set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_".utf8)
+        guard !topic.isEmpty, topic.utf8.count <= pushTopicLength, topic.utf8.allSatisfy(allowed.contains) else {
+            throw PushRefusal(400, ErrorCode.invalidArgument.rawValue, "Topic must be 1 to \(pushTopicLength) characters of A–Z a–z 0–9 - _")
+        }
+        return topic
+    }
+}
+
+/// A push endpoint's refusal, as JSON: `{"code":410,"error":"not_found","message":"…"}`.
+struct PushRefusal: Error {
+    let status: Int
+    let code: String
+    let message: String
+    var retryAfter: Int?
+
+    init(_ status: Int, _ code: String, _ message: String, retryAfter: Int? = nil) {
+        self.status = status
+        self.code = code
+        self.message = message
+        self.retryAfter = retryAfter ?? ([429, 503].contains(status) ? 1 : nil)
+    }
+
+    var response: HTTPResponse {
+        let body = (try? JSONSerialization.data(withJSONObject: ["code": status, "error": code, "message": message], options: [.sortedKeys])) ?? Data()
+        return GatewayResponse.json(status, body, headers: retryAfter.map { [("Retry-After", String($0))] } ?? [])
+    }
+}

@@ -1,0 +1,184 @@
+"""UnifiedPush apps for the tests and the benchmark: a private session bus (dbus-daemon from
+Debian, with a folder of .service files for D-Bus activation) and app connectors on it
+(upconnector.py), each started here and ended by its process id.
+
+    bus = SessionBus()                       # dbus-daemon at a private address
+    app = bus.app("org.example.Chat")        # a connector process, not registered yet
+    app.register("token-1", vapid=key)       # Register; the endpoint comes by NewEndpoint
+    app.wait_for("NewEndpoint")["endpoint"]
+    bus.activatable("org.example.Later")     # started by the bus when a call comes for it
+    bus.stop()
+"""
+import base64
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CONNECTOR = os.path.join(HERE, "upconnector.py")
+
+BUS_CONFIG = """<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
+ "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
+<busconfig>
+  <type>session</type>
+  <listen>unix:path={path}</listen>
+  <auth>EXTERNAL</auth>
+  <servicedir>{services}</servicedir>
+  <policy context="default">
+    <allow send_destination="*" eavesdrop="true"/>
+    <allow eavesdrop="true"/>
+    <allow own="*"/>
+  </policy>
+</busconfig>
+"""
+
+
+def missing():
+    absent = [] if shutil.which("dbus-daemon") else ["dbus-daemon (Debian package dbus-daemon)"]
+    for module, package in [("jeepney", "jeepney"), ("pywebpush", "pywebpush"), ("http_ece", "http-ece")]:
+        try:
+            __import__(module)
+        except ImportError:
+            absent.append(f"{package} (PyPI)")
+    return absent
+
+
+def read_events(path):
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.endswith("\n")]
+
+
+class SessionBus:
+    def __init__(self, root=None):
+        self.dir = tempfile.mkdtemp(prefix="nh-up-bus-", dir=root)
+        self.services = os.path.join(self.dir, "services")
+        os.makedirs(self.services)
+        self.socket = os.path.join(self.dir, "bus")
+        self.config = os.path.join(self.dir, "bus.conf")
+        with open(self.config, "w") as f:
+            f.write(BUS_CONFIG.format(path=self.socket, services=self.services))
+        self.address = f"unix:path={self.socket}"
+        self.env = {"DBUS_SESSION_BUS_ADDRESS": self.address}
+        self.apps = []
+        self.process = None
+        self.start()
+
+    def start(self):
+        log = open(os.path.join(self.dir, "dbus.log"), "ab")
+        self.process = subprocess.Popen(["dbus-daemon", f"--config-file={self.config}", "--nofork", "--nopidfile"],
+                                        stdout=log, stderr=log)
+        deadline = time.time() + 20
+        while not os.path.exists(self.socket):
+            if time.time() > deadline:
+                raise RuntimeError("dbus-daemon did not start")
+            time.sleep(0.05)
+
+    def app(self, service, v1=False, out=None):
+        """An app whose connector runs now (not registered yet)."""
+        app = App(self, service, v1=v1, out=out)
+        app.start()
+        self.apps.append(app)
+        return app
+
+    def activatable(self, service, v1=False, exit_idle=2.0):
+        """An app that is not running; the bus starts its connector when a call comes for it."""
+        app = App(self, service, v1=v1)
+        argv = [sys.executable, CONNECTOR, "--service", service, "--out", app.out, "--exit-idle", str(exit_idle)]
+        if v1:
+            argv.append("--v1")
+        with open(os.path.join(self.services, f"{service}.service"), "w") as f:
+            f.write(f"[D-BUS Service]\nName={service}\nExec={' '.join(argv)}\n")
+        self.apps.append(app)
+        return app
+
+    def stop(self):
+        for app in self.apps:
+            app.stop()
+        if self.process and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(timeout=10)
+
+
+class App:
+    def __init__(self, bus, service, v1=False, out=None):
+        self.bus = bus
+        self.service = service
+        self.v1 = v1
+        self.out = out or os.path.join(bus.dir, f"{service}.jsonl")
+        self.process = None
+        self.helpers = []
+
+    def _run(self, *extra, background=True):
+        argv = [sys.executable, CONNECTOR, "--service", self.service, "--out", self.out, *extra]
+        if self.v1:
+            argv.append("--v1")
+        env = {**os.environ, **self.bus.env}
+        log = open(os.path.join(self.bus.dir, f"{self.service}.log"), "ab")
+        return subprocess.Popen(argv, env=env, stdout=log, stderr=log)
+
+    def start(self):
+        """Runs the connector (its name owned, serving calls) until stop()."""
+        self.process = self._run()
+        deadline = time.time() + 20
+        while not any(e["event"] == "ready" and e["pid"] == self.process.pid for e in self.events()):
+            if time.time() > deadline or self.process.poll() is not None:
+                raise RuntimeError(f"connector {self.service} did not start")
+            time.sleep(0.05)
+
+    def register(self, token, vapid=None, description=None):
+        """Calls Register from a second connection of the app (the running connector receives
+        NewEndpoint); returns the answer's fields."""
+        extra = ["--register", token, "--exit-after-register", "--distributor", "org.unifiedpush.Distributor.nh"]
+        if vapid:
+            extra += ["--vapid", vapid]
+        if description:
+            extra += ["--description", description]
+        before = len([e for e in self.events() if e["event"] == "registered"])
+        helper = self._run_helper(extra)
+        helper.wait(timeout=60)
+        answers = [e for e in self.events() if e["event"] == "registered"]
+        assert len(answers) > before, f"no answer to Register for {self.service}"
+        return answers[-1]
+
+    def unregister(self, token):
+        helper = self._run_helper(["--unregister", token, "--exit-idle", "1"])
+        helper.wait(timeout=60)
+
+    def _run_helper(self, extra):
+        # A helper owns no name: a second connection of the app, as a library's would be.
+        argv = [sys.executable, CONNECTOR, "--service", f"{self.service}.Helper{len(self.helpers)}", "--app", self.service,
+                "--out", self.out, *extra]
+        if self.v1:
+            argv.append("--v1")
+        log = open(os.path.join(self.bus.dir, f"{self.service}.log"), "ab")
+        helper = subprocess.Popen(argv, env={**os.environ, **self.bus.env}, stdout=log, stderr=log)
+        self.helpers.append(helper)
+        return helper
+
+    def events(self, name=None):
+        return [e for e in read_events(self.out) if name is None or e["event"] == name]
+
+    def messages(self):
+        return [base64.b64decode(e["message"]) for e in self.events("Message")]
+
+    def wait_for(self, name, count=1, timeout=30):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            found = self.events(name)
+            if len(found) >= count:
+                return found[count - 1]
+            time.sleep(0.05)
+        raise AssertionError(f"{self.service}: no {count}× {name} in {timeout} s; events: {self.events()[-5:]}")
+
+    def stop(self):
+        for process in [self.process, *self.helpers]:
+            if process and process.poll() is None:
+                process.kill()
+                process.wait(timeout=10)
+        self.process = None

@@ -1,0 +1,284 @@
+"""UnifiedPush as an app and its server meet it. One hub; an agent on a private session bus
+(dbus-daemon from Debian) is the distributor; each app is a real connector process on that bus
+(Tests/Support/upconnector.py, jeepney); each application server is pywebpush, a real Web Push
+server that encrypts (RFC 8291) and signs (VAPID, RFC 8292). What the app gets is decrypted with
+its own keys (http_ece) and compared byte for byte.
+
+- register (Distributor2 with a VAPID key, and Distributor1): NewEndpoint, and `nh-agent apps`;
+- a push: 201 with Location and TTL, the Message to the app, decrypted; the outcome, /metrics;
+- refusals: unknown and unregistered endpoints 410, oversize 413, no or the wrong VAPID key
+  401/403, bad TTL, Urgency and Topic 400;
+- the agent offline, then back: each message once, and of two with one Topic only the newer;
+- an app not running: started by D-Bus activation; an app that cannot be started: kept, and given
+  on its next Register;
+- 1,000 messages to one app: each once, in order;
+- the endpoint still works after the gateway, dispatcher, registry, publish service and agent restart;
+- Unregister and `nh-agent apps remove`: Unregistered, then 410.
+
+Skipped, with the reason, only where dbus-daemon, jeepney, pywebpush or http_ece cannot be had."""
+import base64
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+import requests
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "Support"))
+
+import unifiedpush  # noqa: E402
+from hubharness import BIN, Hub, free_port, wait_until  # noqa: E402
+
+pytestmark = pytest.mark.skipif(bool(unifiedpush.missing()), reason=f"cannot run UnifiedPush here: missing {', '.join(unifiedpush.missing())}")
+
+AGENT = "up-device"
+
+
+def b64url(data):
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+class Keys:
+    """An app's subscription keys (what it decrypts with) and its server's VAPID key pair."""
+
+    def __init__(self):
+        from cryptography.hazmat.primitives.asymmetric import ec
+        from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+        from py_vapid import Vapid
+        self.private = ec.generate_private_key(ec.SECP256R1())
+        self.p256dh = b64url(self.private.public_key().public_bytes(Encoding.X962, PublicFormat.UncompressedPoint))
+        self.auth = os.urandom(16)
+        self.vapid = Vapid()
+        self.vapid.generate_keys()
+        self.vapid_public = b64url(self.vapid.public_key.public_bytes(Encoding.X962, PublicFormat.UncompressedPoint))
+
+    def subscription(self, endpoint):
+        return {"endpoint": endpoint, "keys": {"p256dh": self.p256dh, "auth": b64url(self.auth)}}
+
+    def push(self, endpoint, data, vapid=True, ttl=60, headers=None):
+        """pywebpush's POST; the response whatever its status."""
+        from pywebpush import WebPushException, webpush
+        try:
+            return webpush(self.subscription(endpoint), data, vapid_private_key=self.vapid if vapid else None,
+                           vapid_claims={"sub": "mailto:ops@example.org"} if vapid else None,
+                           ttl=0 if "TTL" in (headers or {}) else ttl, headers=headers or {},
+                           content_encoding="aes128gcm", timeout=30)
+        except WebPushException as error:
+            return error.response
+
+    def decrypt(self, body):
+        import http_ece
+        return http_ece.decrypt(body, private_key=self.private, auth_secret=self.auth, version="aes128gcm")
+
+
+class Setup:
+    def __init__(self):
+        self.hub = Hub(prefix="nh-up-", settings={"NH_LIMITS_PUSHES_PER_SECOND_PER_ENDPOINT": "5000"})
+        assert self.hub.start_services()
+        self.bus = unifiedpush.SessionBus(root=self.hub.data)
+        self.agent_env = {"NH_AGENT_HOME": os.path.join(self.hub.data, AGENT), "NH_AGENT_INSTALLATION_ID": AGENT,
+                          "NH_AGENT_DESKTOP": "0", **self.bus.env}
+        self.start_agent()
+
+    def start_agent(self):
+        self.hub.start(AGENT, "nh-agent", env=self.agent_env)
+        assert wait_until(lambda: (self.health() or {}).get("unifiedpush", "").startswith("serving"), timeout=60), self.health()
+        assert wait_until(lambda: (self.health() or {}).get("dispatcherWelcomed") == "true", timeout=60), self.health()
+
+    def agent(self, *arguments, check=True):
+        done = subprocess.run([os.path.join(BIN, "nh-agent"), *arguments], env={**self.hub.env, **self.agent_env},
+                              capture_output=True, text=True, timeout=60)
+        if check:
+            assert done.returncode == 0, done.stderr
+        return done
+
+    def health(self):
+        done = self.agent("health", check=False)
+        return dict(line.split(": ", 1) for line in done.stdout.splitlines() if ": " in line) if done.returncode in (0, 1) else None
+
+    def app(self, v1=False, keys=True, running=True):
+        service = f"org.example.App{uuid.uuid4().hex[:8]}"
+        app = self.bus.app(service, v1=v1) if running else self.bus.activatable(service, v1=v1)
+        app.keys = Keys() if keys else None
+        app.token = str(uuid.uuid4())
+        return app
+
+    def register(self, app, vapid=True):
+        answer = app.register(app.token, vapid=app.keys.vapid_public if vapid and app.keys else None, description="alice@example.org")
+        success = answer.get("success")
+        assert success in ("REGISTRATION_SUCCEEDED", "NEW_ENDPOINT"), answer
+        endpoint = app.wait_for("NewEndpoint")["endpoint"]
+        assert endpoint.startswith(self.hub.base + "/up/"), endpoint
+        return endpoint
+
+    def outcome(self, location):
+        response = requests.get(location, params={"api-version": "2015-04"},
+                                headers={"Authorization": self.hub.token(resource=location.split("?")[0])}, timeout=10)
+        return response
+
+    def stop(self):
+        self.bus.stop()
+        self.hub.stop_all()
+
+
+@pytest.fixture(scope="module")
+def setup():
+    s = Setup()
+    yield s
+    s.stop()
+
+
+def test_register_push_and_decrypt(setup):
+    app = setup.app()
+    endpoint = setup.register(app)
+    assert requests.get(endpoint, timeout=10).json() == {"unifiedpush": {"version": 1}}
+    assert requests.get(setup.hub.base + "/up", timeout=10).json() == {"unifiedpush": {"version": 1}}
+    listed = setup.agent("apps").stdout
+    assert app.service in listed and endpoint in listed and "VAPID" in listed, listed
+
+    data = os.urandom(1000) + "über".encode()
+    response = app.keys.push(endpoint, data, ttl=120, headers={"Urgency": "high"})
+    assert response.status_code == 201, response.text
+    assert response.headers["TTL"] == "120"
+    location = response.headers["Location"]
+    message = app.wait_for("Message")
+    assert app.keys.decrypt(base64.b64decode(message["message"])) == data
+    assert message["token"] == app.token and message["id"]
+
+    # Counted: the notification's outcome says acknowledged once it is, and /metrics counts the push.
+    def acknowledged():
+        reply = setup.outcome(location)
+        return (reply.status_code == 200 and "<State>Completed</State>" in reply.text
+                and "<Name>Success</Name><Count>1</Count>" in reply.text)
+    assert wait_until(acknowledged, timeout=20), setup.outcome(location).text
+    metrics = requests.get(setup.hub.base + "/metrics", timeout=10).text
+    assert 'nh_push_endpoint_requests_total{service="nh-gateway",status="201"}' in metrics
+    time.sleep(1)
+    assert len(app.events("Message")) == 1
+
+
+def test_connector_v1(setup):
+    app = setup.app(v1=True)
+    endpoint = setup.register(app, vapid=False)
+    response = app.keys.push(endpoint, b"over Connector1", vapid=False)
+    assert response.status_code == 201, response.text
+    message = app.wait_for("Message")
+    assert app.keys.decrypt(base64.b64decode(message["message"])) == b"over Connector1"
+
+
+def test_refusals(setup):
+    app = setup.app()
+    endpoint = setup.register(app)
+    # Unknown endpoints: another secret, another installation, a malformed path.
+    assert requests.post(endpoint[:-4] + "AAAA", data=b"x", timeout=10).status_code == 410
+    assert requests.post(f"{setup.hub.base}/up/nobody/{endpoint.rsplit('/', 1)[1]}", data=b"x", timeout=10).status_code == 410
+    assert requests.post(f"{setup.hub.base}/up/only-one-part", data=b"x", timeout=10).status_code == 404
+    # 4,096 bytes of body pass the size check (and are refused for their missing signature); 4,097 do not.
+    assert requests.post(endpoint, data=b"x" * 4096, headers={"TTL": "60"}, timeout=10).status_code == 401
+    too_big = requests.post(endpoint, data=b"x" * 4097, headers={"TTL": "60"}, timeout=10)
+    assert too_big.status_code == 413 and too_big.json()["error"] == "payload_too_large"
+    # VAPID: none, and another server's key.
+    unsigned = app.keys.push(endpoint, b"hello", vapid=False)
+    assert unsigned.status_code == 401, unsigned.text
+    stranger = Keys()
+    stranger.p256dh, stranger.auth = app.keys.p256dh, app.keys.auth
+    forged = stranger.push(endpoint, b"hello")
+    assert forged.status_code == 403 and "another VAPID key" in forged.text
+    for headers, what in [({"TTL": "soon"}, "TTL"), ({"TTL": "60", "Urgency": "urgent"}, "Urgency"),
+                          ({"TTL": "60", "Topic": "not a topic!"}, "Topic")]:
+        refused = app.keys.push(endpoint, b"hello", headers=headers)
+        assert refused.status_code == 400 and what in refused.json()["message"], refused.text
+    time.sleep(1)
+    assert app.events("Message") == []
+
+
+def test_offline_agent_and_topics(setup):
+    app = setup.app()
+    endpoint = setup.register(app)
+    setup.hub.stop(AGENT)
+    first = app.keys.push(endpoint, b"plain")
+    old = app.keys.push(endpoint, b"score 1-0", headers={"Topic": "score"})
+    new = app.keys.push(endpoint, b"score 2-0", headers={"Topic": "score"})
+    assert [r.status_code for r in (first, old, new)] == [201, 201, 201]
+    setup.start_agent()
+    app.wait_for("Message", count=2)
+    time.sleep(2)
+    got = [app.keys.decrypt(m) for m in app.messages()]
+    assert got == [b"plain", b"score 2-0"], got
+
+
+def test_activation_and_an_app_that_cannot_start(setup):
+    # Registered while running, then it exits: the bus starts it again for the message.
+    app = setup.app(running=False)
+    app.start()
+    endpoint = setup.register(app)
+    app.stop()
+    assert app.keys.push(endpoint, b"wake up").status_code == 201
+    message = app.wait_for("Message", timeout=60)
+    assert app.keys.decrypt(base64.b64decode(message["message"])) == b"wake up"
+    assert message["pid"] != app.events("ready")[0]["pid"], "the message came to a connector started by the bus"
+
+    # No .service file: it cannot be started, so the agent keeps what comes until it registers again.
+    gone = setup.app()
+    endpoint = setup.register(gone)
+    gone.stop()
+    for i in range(3):
+        assert gone.keys.push(endpoint, f"kept {i}".encode()).status_code == 201
+    assert wait_until(lambda: f"{gone.service}" in setup.agent("apps").stdout and "3 waiting" in setup.agent("apps").stdout, timeout=30), \
+        setup.agent("apps").stdout
+    gone.start()
+    setup.register(gone)
+    gone.wait_for("Message", count=3)
+    time.sleep(1)
+    assert [gone.keys.decrypt(m) for m in gone.messages()] == [b"kept 0", b"kept 1", b"kept 2"]
+
+
+def test_thousand_messages_in_order(setup):
+    app = setup.app(keys=True)
+    endpoint = setup.register(app, vapid=False)
+    session = requests.Session()
+    for i in range(1000):
+        response = session.post(endpoint, data=f"m{i:04d}".encode(), headers={"TTL": "600"}, timeout=30)
+        assert response.status_code == 201, response.text
+    app.wait_for("Message", count=1000, timeout=120)
+    time.sleep(2)
+    got = [m.decode() for m in app.messages()]
+    assert got == [f"m{i:04d}" for i in range(1000)], (len(got), len(set(got)))
+
+
+def test_endpoint_survives_restarts(setup):
+    app = setup.app()
+    endpoint = setup.register(app)
+    for name in ["nh-gateway", "nh-dispatch", "nh-registry", "nh-publish"]:
+        setup.hub.stop(name)
+        setup.hub.start(name)
+    setup.hub.stop(AGENT)
+    setup.start_agent()
+    assert wait_until(lambda: requests.get(endpoint, timeout=5).status_code == 200, timeout=30)
+    response = app.keys.push(endpoint, b"after restarts")
+    assert response.status_code == 201, response.text
+    assert app.keys.decrypt(base64.b64decode(app.wait_for("Message")["message"])) == b"after restarts"
+    # Registering again with the same token keeps the endpoint.
+    app.register(app.token, vapid=app.keys.vapid_public)
+    assert app.wait_for("NewEndpoint", count=2)["endpoint"] == endpoint
+
+
+def test_unregister_then_gone(setup):
+    app = setup.app()
+    endpoint = setup.register(app)
+    app.unregister(app.token)
+    app.wait_for("Unregistered")
+    assert wait_until(lambda: app.keys.push(endpoint, b"late").status_code == 410, timeout=10)
+    assert app.service not in setup.agent("apps").stdout
+
+    other = setup.app()
+    endpoint = setup.register(other)
+    removed = setup.agent("apps", "remove", other.service)
+    assert "410" in removed.stdout
+    other.wait_for("Unregistered")
+    assert other.keys.push(endpoint, b"late").status_code == 410
+    refused = setup.agent("apps", "remove", "org.example.Nobody", check=False)
+    assert refused.returncode == 2 and "no app" in refused.stderr
