@@ -6,7 +6,7 @@ DATA_DIR     ?= $(CURDIR)/data
 APT_PACKAGES := libzmq3-dev libsqlite3-dev libssl-dev libcurl4-openssl-dev libmicrohttpd-dev libmosquitto-dev libpq-dev pkg-config openssl curl mosquitto mosquitto-clients postgresql \
                 chromium chromium-driver \
                 libsystemd-dev xvfb dunst libnotify-bin
-PY_PACKAGES  := pytest requests pyzmq selenium matplotlib h2 http-ece py-vapid cryptography jeepney
+PY_PACKAGES  := pytest requests pyzmq selenium matplotlib h2 http-ece py-vapid cryptography jeepney pywebpush
 SUDO         := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 RELEASE_BIN   = $(CURDIR)/.build/release
 DEBUG_BIN     = $(CURDIR)/.build/debug
@@ -20,7 +20,7 @@ all: build
 help:
 	@echo "make deps     install missing Debian and Python packages"
 	@echo "make build    debug build of every module and service"
-	@echo "make test     deps, then the whole test suite beside a throwaway PostgreSQL server (Swift with a short parser fuzz; then the REST tests, a one-minute soak, a short socket fuzz and the desktop tests with Xvfb, dbus-daemon and dunst in Python)"
+	@echo "make test     deps, then the whole test suite beside a throwaway PostgreSQL server (Swift with a short parser fuzz; then the REST tests, a one-minute soak, a short socket fuzz, the desktop tests with Xvfb, dbus-daemon and dunst, and the UnifiedPush tests with app connectors and pywebpush in Python)"
 	@echo "make soak     deps, debug build, then ten minutes of mixed load while services and agents are killed"
 	@echo "make run      deps, release build, then every service on loopback (Ctrl-C stops them)"
 	@echo "make bench    deps, release build, then throughput against raw libzmq and Mosquitto; writes $(BENCH_DIR)/results.json"
@@ -38,7 +38,7 @@ deps:
 	  echo "installing:$$missing"; \
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
 	fi
-	@python3 -c "import pytest, requests, zmq, selenium, matplotlib, h2, http_ece, py_vapid, cryptography, jeepney" 2>/dev/null || python3 -m pip install -q $(PY_PACKAGES) 2>&1 | grep -v "Running pip as the 'root'" || true
+	@python3 -c "import pytest, requests, zmq, selenium, matplotlib, h2, http_ece, py_vapid, cryptography, jeepney, pywebpush" 2>/dev/null || python3 -m pip install -q $(PY_PACKAGES) 2>&1 | grep -v "Running pip as the 'root'" || true
 
 build: deps
 	$(SWIFT) build
@@ -50,7 +50,7 @@ release: deps
 test: deps
 	$(SWIFT) build --build-tests
 	python3 Tests/Support/pgserver.py run --require -- $(SWIFT) test --skip-build
-	NH_BIN_DIR="$(DEBUG_BIN)" python3 Tests/Support/pgserver.py run --require -- python3 -m pytest -q Tests/Gateway Tests/Hardening Tests/Desktop
+	NH_BIN_DIR="$(DEBUG_BIN)" python3 Tests/Support/pgserver.py run --require -- python3 -m pytest -q Tests/Gateway Tests/Hardening Tests/Desktop Tests/UnifiedPush
 
 # Ten minutes of sends, posts and state changes while services and agents are killed with SIGKILL and
 # started again; fails when anything accepted was lost, shown twice or misdelivered, or devices disagree.

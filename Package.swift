@@ -105,7 +105,7 @@ let package = Package(
             tests("PublishTests", dependencies: ["NHPublish", "HubProtocol", "Storage", "Postgres"]),
             tests("SyncStoreTests", dependencies: ["NHSyncStore", "HubProtocol", "Storage", "Postgres", "ServiceKit"]),
             tests("DispatchTests", dependencies: ["NHDispatch", "DispatchCore", "HubProtocol", "Push", "Storage", "Postgres"]),
-            tests("AgentTests", dependencies: ["NHAgent", "HubProtocol"]),
+            tests("AgentTests", dependencies: ["NHAgent", "HubProtocol", "DBus", "Storage"]),
             tests("CtlTests", dependencies: ["NHCtl"]),
             tests("BenchTests", dependencies: ["NHBench"]),
             tests("GatewayTests", dependencies: ["NHGateway", "HTTPServer", "HubProtocol", "ServiceKit", "Auth", "Push"]),

@@ -124,6 +124,32 @@ struct DeliveryStoreContractTests {
         #expect(try store.pending(for: "late", now: now.addingTimeInterval(11)).count == 1)
     }
 
+    @Test("a newer delivery with a topic replaces the installation's open ones with that topic not yet sent; they count expired",
+          arguments: StoreEngine.available)
+    func topics(engine: StoreEngine) throws {
+        let store = try engine.makeStore()
+        func plan(_ notification: String, _ installation: String, topic: String?) -> PlannedDelivery {
+            var plan = Fixture.plan(notification, installation, payload: notification)
+            plan.headers = topic.map { [AppPushMessage.topicHeader: $0] }
+            return plan
+        }
+        let first = plan("n1", "a", topic: "e1:score"), sentOne = plan("n2", "a", topic: "e1:score")
+        try store.record(Fixture.notification("n1", sequence: 1), plans: [first], sent: [], now: now)
+        try store.record(Fixture.notification("n2", sequence: 2), plans: [sentOne], sent: [sentOne.deliveryId], now: now)
+        // Other topics, another installation and a delivery without a topic stay.
+        try store.record(Fixture.notification("n3", sequence: 3), plans: [
+            plan("n3", "a", topic: "e1:weather"), plan("n3", "a2", topic: "e1:score"), plan("n3", "b", topic: nil),
+        ], sent: [], now: now)
+        let newer = plan("n4", "a", topic: "e1:score")
+        try store.record(Fixture.notification("n4", sequence: 4), plans: [newer], sent: [], now: now)
+        // n1 was replaced; n2 was sent already, so it is the agent's and stays open.
+        #expect(try store.pending(for: "a", now: now).map(\.notificationId) == ["n2", "n3", "n4"])
+        #expect(try store.pending(for: "a2", now: now).count == 1)
+        #expect(try store.expire(now: now) == 1)
+        #expect(try store.outcome("n1")?.expired == 1)
+        #expect(try store.outcome("n4")?.expired == 0)
+    }
+
     @Test("pending deliveries come oldest first, up to a limit; the backlog names agents with open deliveries",
           arguments: StoreEngine.available)
     func pendingAndBacklog(engine: StoreEngine) throws {

@@ -75,6 +75,15 @@ struct InstallationPatcherTests {
         (Installation(installationId: "i", pushChannel: "c", templates: ["t": InstallationTemplate(body: "{}", expiry: "$(x")]), .invalidTemplate),
         (Installation(installationId: "i", pushChannel: "c", templates: ["t": InstallationTemplate(body: "{}", tags: ["a b"])]), .invalidTag),
         (Installation(installationId: "i", pushChannel: "c", expirationTime: Date(timeIntervalSince1970: 0)), .invalidArgument),
+        // Push endpoints: an agent's only, ids that are SHA-256s in base64url, VAPID keys that are P-256 points, at most 100.
+        (Installation(installationId: "i", platform: "apns", pushChannel: "c", endpoints: [String(repeating: "a", count: 43): PushEndpoint()]),
+         .invalidArgument),
+        (Installation(installationId: "i", pushChannel: "c", endpoints: ["short": PushEndpoint()]), .invalidArgument),
+        (Installation(installationId: "i", pushChannel: "c", endpoints: [String(repeating: "a", count: 43): PushEndpoint(vapid: "key")]),
+         .invalidArgument),
+        (Installation(installationId: "i", pushChannel: "c", endpoints: Dictionary(uniqueKeysWithValues: (0..<101).map {
+            (String(format: "%043d", $0), PushEndpoint())
+        })), .invalidArgument),
     ])
     func rules(installation: Installation, expected: ErrorCode) {
         do {

@@ -1,0 +1,113 @@
+import DBus
+import Foundation
+import HubProtocol
+import Storage
+import Testing
+
+@testable import NHAgent
+
+/// The agent as a UnifiedPush distributor, without a bus: the calls read and checked, what it
+/// answers and sends, the channel's decision for a push message, and the store that keeps messages
+/// for apps until they have them.
+@Suite("UnifiedPush distributor")
+struct UnifiedPushTests {
+    static let vapid = "BDd3_hVL9fZi9Ybo2UUzA284WG5FZR30_95YeZJsiApwXKpNcF1rRPF3foIiBHXRdJI2Qhumhf6_LFTeZaNndIo"
+
+    static func parse(_ interface: String, _ member: String, _ arguments: [DBusValue]) -> UnifiedPushRequest {
+        UnifiedPushRequest.parse(interface: interface, member: member, arguments: arguments)
+    }
+
+    @Test("Register and Unregister of Distributor2 (a{sv}) and Distributor1 are read, with their connector's version")
+    func reads() {
+        let v2 = Self.parse(UnifiedPushRequest.distributor2, "Register", [.stringVariants([
+            ("service", .string("org.example.Chat")), ("token", .string("t-1")), ("description", .string("alice")),
+            ("vapid", .string(Self.vapid)), ("unknown", .uint32(1)),
+        ])])
+        #expect(v2 == .register(UnifiedPushRegistration(service: "org.example.Chat", token: "t-1", description: "alice", vapid: Self.vapid, connector: 2)))
+        let v1 = Self.parse(UnifiedPushRequest.distributor1, "Register", [.string("org.example.Chat"), .string("t-1"), .string("")])
+        #expect(v1 == .register(UnifiedPushRegistration(service: "org.example.Chat", token: "t-1", description: nil, vapid: nil, connector: 1)))
+        #expect(Self.parse(UnifiedPushRequest.distributor2, "Unregister", [.stringVariants([("token", .string("t-1"))])])
+            == .unregister(token: "t-1", connector: 2))
+        #expect(Self.parse(UnifiedPushRequest.distributor1, "Unregister", [.string("t-1")]) == .unregister(token: "t-1", connector: 1))
+        #expect(Self.parse("org.freedesktop.DBus.Introspectable", "Introspect", []) == .introspect)
+        #expect(Self.parse(UnifiedPushRequest.distributor2, "Other", []) == .unknown)
+    }
+
+    @Test("arguments that do not follow the spec are refused with what is wrong")
+    func refusals() {
+        func refused(_ fields: [(String, DBusValue)]) -> Bool {
+            if case .invalid = Self.parse(UnifiedPushRequest.distributor2, "Register", [.stringVariants(fields)]) { return true }
+            return false
+        }
+        #expect(refused([("token", .string("t"))]))
+        #expect(refused([("service", .string("nodots")), ("token", .string("t"))]))
+        #expect(refused([("service", .string("org.1example.App")), ("token", .string("t"))]))
+        #expect(refused([("service", .string("org.example.App")), ("token", .string(""))]))
+        #expect(refused([("service", .string("org.example.App")), ("token", .string(String(repeating: "t", count: 101)))]))
+        #expect(refused([("service", .string("org.example.App")), ("token", .string("t")), ("description", .string(String(repeating: "d", count: 101)))]))
+        #expect(refused([("service", .string("org.example.App")), ("token", .string("t")), ("vapid", .string("not-a-key"))]))
+        #expect(refused([("service", .string("org.example.App")), ("token", .string("t")), ("vapid", .string("A" + Self.vapid.dropFirst()))]))
+        if case .invalid = Self.parse(UnifiedPushRequest.distributor1, "Register", [.string("org.example.App")]) {} else {
+            Issue.record("Distributor1 Register with one argument")
+        }
+    }
+
+    @Test("answers and connector calls carry what each interface version expects")
+    func writes() {
+        #expect(UnifiedPushRequest.registerReply(failure: nil, connector: 2) == [.stringVariants([("success", .string("REGISTRATION_SUCCEEDED"))])])
+        #expect(UnifiedPushRequest.registerReply(failure: "NETWORK", connector: 2)
+            == [.stringVariants([("success", .string("REGISTRATION_FAILED")), ("reason", .string("NETWORK"))])])
+        #expect(UnifiedPushRequest.registerReply(failure: nil, connector: 1) == [.string("NEW_ENDPOINT"), .string("")])
+        let (interface, arguments) = UnifiedPushRequest.message(token: "t", bytes: Data([1, 2]), id: "d1", connector: 2)
+        #expect(interface == "org.unifiedpush.Connector2")
+        #expect(arguments.first?["message"]?.bytes == [1, 2] && arguments.first?["token"]?.string == "t" && arguments.first?["id"]?.string == "d1")
+        #expect(UnifiedPushRequest.message(token: "t", bytes: Data([1]), id: "d1", connector: 1).1 == [.string("t"), .bytes([1]), .string("d1")])
+        #expect(UnifiedPushRequest.newEndpoint(token: "t", endpoint: "https://e", connector: 1).1 == [.string("t"), .string("https://e")])
+    }
+
+    @Test("a delivery carrying a push message goes to its app, never to a popup; seen before, it is only acknowledged")
+    func channel() {
+        var core = AgentCore()
+        let message = AppPushMessage(endpoint: "e1", message: Data([9, 8]), urgency: .low, topic: "t")
+        #expect(AppPushMessage.from(payload: message.payload) == message)
+        #expect(AppPushMessage.from(payload: #"{"title":"hi"}"#) == nil)
+        let delivery = AgentDelivery(deliveryId: "d1", notificationId: "n1", installationId: "me", payload: message.payload,
+                                     expiresAt: AgentCoreTests.t0.addingTimeInterval(60))
+        #expect(core.on(.received(.deliver(delivery), seen: false), now: AgentCoreTests.t0) == [.handToApp(delivery, message)])
+        #expect(core.on(.received(.deliver(delivery), seen: true), now: AgentCoreTests.t0) == [.acknowledge("d1")])
+    }
+
+    @Test("the store keeps messages in order until handed; holding takes those not in a call, once; a handed one is seen")
+    func store() throws {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("nh-apps-\(UUID().uuidString).db").path
+        let database = try SQLiteDatabase(path: path)
+        try database.migrate(AgentSchema.migrations)
+        let store = AppStore(database: database)
+        let app = RegisteredApp(token: "t", service: "org.example.App", description: nil, vapid: Self.vapid, connector: 2, secret: "s3cret")
+        try store.save(app, now: AgentCoreTests.t0)
+        #expect(try store.endpoints() == [app.endpointId: PushEndpoint(vapid: Self.vapid)])
+        let later = AgentCoreTests.t0.addingTimeInterval(60)
+        for id in ["d1", "d2", "d3"] {
+            #expect(try store.keep(AppMessage(deliveryId: id, notificationId: "n", endpointId: app.endpointId, message: Data(id.utf8), expiresAt: later, held: false)))
+        }
+        #expect(try !store.keep(AppMessage(deliveryId: "d1", notificationId: "n", endpointId: app.endpointId, message: Data(), expiresAt: later, held: false)))
+        #expect(try store.messages(endpointId: app.endpointId, now: AgentCoreTests.t0, limit: 10).map(\.deliveryId) == ["d1", "d2", "d3"])
+        #expect(try store.hold(endpointId: app.endpointId, except: ["d2"]) == ["d1", "d3"])
+        #expect(try store.hold(endpointId: app.endpointId, except: []) == ["d2"])
+        #expect(try store.hold(endpointId: app.endpointId, except: []) == [])
+        let first = try #require(try store.message(deliveryId: "d1"))
+        try store.handed(first, now: AgentCoreTests.t0)
+        #expect(try AgentStore(database: database).isSeen("d1"))
+        #expect(try store.waiting(endpointId: app.endpointId) == 2)
+        _ = try store.purge(now: later)
+        #expect(try store.waiting(endpointId: app.endpointId) == 0)
+        try store.remove(token: "t")
+        #expect(try store.apps().isEmpty && store.app(endpointId: app.endpointId) == nil)
+    }
+
+    @Test("endpoint URLs start with the gateway's address and the installation id, escaped")
+    func endpointBase() {
+        #expect(AgentDaemon.endpointBase(namespace: "https://hub.example.org", installationId: "dev#1") == "https://hub.example.org/up/dev%231/")
+        #expect(AgentDaemon.endpointBase(namespace: "http://127.0.0.1:7780/", installationId: "a") == "http://127.0.0.1:7780/up/a/")
+    }
+}

@@ -1,0 +1,111 @@
+import Auth
+import Foundation
+import HTTPServer
+import HubProtocol
+import Push
+import ServiceKit
+import Testing
+
+@testable import NHGateway
+
+/// The push server side of UnifiedPush and Web Push, in process: `/up/{installation}/{secret}`
+/// against a stand-in registry (the installation and its endpoints) and publish service.
+@Suite("Push endpoints, in process")
+struct PushEndpointRoutesTests {
+    static let secret = PushEndpointSecret.make()
+    static let signed = PushEndpointSecret.make()
+    let vapidKey = P256Key.generate()
+    let routes: GatewayRoutes
+    let registry = StandIn(), publish = StandIn()
+    let counts = HTTPCounts()
+
+    init() throws {
+        var config = HubConfig()
+        config.dataDir = FileManager.default.temporaryDirectory.appendingPathComponent("nh-push-endpoint-tests-\(UUID().uuidString)").path
+        try FileManager.default.createDirectory(atPath: config.dataDir, withIntermediateDirectories: true)
+        let context = ServiceContext.detached(name: "nh-gateway", config: config)
+        let web = WebPages(folder: URL(fileURLWithPath: config.dataDir).appendingPathComponent("no-pages"), hub: config.hub)
+        routes = GatewayRoutes(
+            context: context, registry: registry, publish: publish, dispatch: StandIn(), sync: StandIn(), counts: counts, web: web,
+            streams: nil, pushRate: RateLimiter(perSecond: 1, burst: 3))
+        let installation = Installation(
+            installationId: "dev-1", pushChannel: "key", endpoints: [
+                PushEndpointSecret.id(of: Self.secret): PushEndpoint(),
+                PushEndpointSecret.id(of: Self.signed): PushEndpoint(vapid: vapidKey.publicPoint.base64URL),
+            ])
+        registry.on(InstallationGet.self) { request, _ in
+            guard request.installationId == "dev-1" else { throw HubError(.notFound, "no installation") }
+            return InstallationReply(installation: installation)
+        }
+        publish.on(SendNotification.self) { _, _ in SendAccepted(notificationId: "n-\(UUID().uuidString.prefix(4))", state: .enqueued) }
+    }
+
+    func post(_ path: String, _ body: Data = Data("hello".utf8), headers: [String: String] = ["ttl": "60"], tooLarge: Bool = false) -> HTTPResponse {
+        routes.handle(HTTPRequest(method: "POST", path: path, headers: headers.merging(["host": "127.0.0.1:7780"]) { a, _ in a },
+                                  body: body, bodyTooLarge: tooLarge))
+    }
+
+    func error(_ response: HTTPResponse) -> [String: Any] {
+        (try? JSONSerialization.jsonObject(with: response.body) as? [String: Any]) ?? [:]
+    }
+
+    @Test("a push becomes a durable direct send to the installation: the bytes, TTL, Urgency and Topic; 201 with Location and TTL")
+    func accepted() throws {
+        let bytes = Data((0..<255).map { UInt8($0) })
+        let response = post("/up/dev-1/\(Self.secret)", bytes, headers: ["ttl": "0", "urgency": "High", "topic": "score_1-2"])
+        #expect(response.status == 201)
+        #expect(response.header("TTL") == "1")
+        #expect(response.header("Location")?.hasPrefix("http://127.0.0.1:7780/hub/messages/n-") == true)
+        let send = try #require(publish.requests(SendNotification.self).first)
+        #expect(send.installationId == "dev-1" && send.format == .native && send.platform == nil && send.timeToLive == 1)
+        let message = try #require(AppPushMessage.from(payload: send.body ?? ""))
+        #expect(message.bytes == bytes && message.urgency == .high && message.topic == "score_1-2")
+        #expect(message.endpoint == PushEndpointSecret.id(of: Self.secret))
+        #expect(send.headers == [AppPushMessage.topicHeader: "\(message.endpoint):score_1-2"])
+
+        #expect(post("/up/dev-1/\(Self.secret)", headers: ["ttl": "99999999"]).header("TTL") == String(30 * 86_400))
+        #expect(post("/up/dev-1/\(Self.secret)", headers: [:]).header("TTL") == String(HubConfig().defaultTimeToLive))
+        let discovery = routes.handle(HTTPRequest(method: "GET", path: "/up/dev-1/\(Self.secret)"))
+        #expect(discovery.status == 200 && discovery.text == #"{"unifiedpush":{"version":1}}"#)
+    }
+
+    @Test("unknown endpoints are 410, a malformed path 404; bad size, TTL, Urgency and Topic are 400 or 413 with what to fix")
+    func refusals() throws {
+        #expect(post("/up/dev-1/\(PushEndpointSecret.make())").status == 410)
+        #expect(post("/up/nobody/\(Self.secret)").status == 410)
+        #expect(routes.handle(HTTPRequest(method: "GET", path: "/up/dev-1/unknown")).status == 410)
+        #expect(post("/up/dev-1").status == 404)
+        #expect(routes.handle(HTTPRequest(method: "DELETE", path: "/up/dev-1/\(Self.secret)")).status == 405)
+        let big = post("/up/dev-1/\(Self.secret)", Data(count: 4_097))
+        #expect(big.status == 413 && error(big)["error"] as? String == "payload_too_large")
+        #expect(post("/up/dev-1/\(Self.secret)", Data(count: 10), tooLarge: true).status == 413)
+        #expect(post("/up/dev-1/\(Self.secret)", Data()).status == 400)
+        for (headers, what) in [(["ttl": "-1"], "TTL"), (["urgency": "now"], "Urgency"), (["topic": "has space"], "Topic"),
+                                (["topic": String(repeating: "a", count: 33)], "Topic")] {
+            let refused = post("/up/dev-1/\(Self.secret)", headers: headers)
+            #expect(refused.status == 400 && (error(refused)["message"] as? String)?.contains(what) == true, "\(headers)")
+        }
+        #expect(publish.calls.isEmpty)
+    }
+
+    @Test("an endpoint with a VAPID key takes only pushes signed with it")
+    func vapid() throws {
+        let path = "/up/dev-1/\(Self.signed)"
+        #expect(post(path).status == 401)
+        let good = try VAPID.authorization(origin: "http://127.0.0.1:7780", subject: "mailto:a@b.c", key: vapidKey)
+        #expect(post(path, headers: ["ttl": "60", "authorization": good]).status == 201)
+        let stranger = try VAPID.authorization(origin: "http://127.0.0.1:7780", subject: "mailto:a@b.c", key: P256Key.generate())
+        #expect(post(path, headers: ["ttl": "60", "authorization": stranger]).status == 403)
+        #expect(publish.calls.count == 1)
+    }
+
+    @Test("each endpoint has its own rate: beyond it, 429 with Retry-After, and others still pass; /metrics counts by status")
+    func rate() throws {
+        let statuses = (0..<5).map { _ in post("/up/dev-1/\(Self.secret)").status }
+        #expect(statuses.prefix(3).allSatisfy { $0 == 201 } && statuses.suffix(2).allSatisfy { $0 == 429 })
+        let limited = post("/up/dev-1/\(Self.secret)")
+        #expect(limited.status == 429 && limited.header("Retry-After") == "1")
+        #expect(post("/up/dev-1/\(PushEndpointSecret.make())").status == 410)
+        #expect(counts.pushSnapshot[201] == 3 && counts.pushSnapshot[429] == 3 && counts.pushSnapshot[410] == 1)
+    }
+}
