@@ -24,7 +24,8 @@ enum AgentSchema {
             "CREATE TABLE pending_actions (seq INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT NOT NULL, action TEXT NOT NULL, at REAL NOT NULL);"),
         // Apps registered with the agent as their UnifiedPush distributor, each by its connection
         // token, with its endpoint's secret; and the push messages on their way to them, in order.
-        // `held`: acknowledged to the hub while the app could not be reached; it is the agent's to hand over.
+        // `held`: acknowledged to the hub while the app could not be reached (or the device's power
+        // asks for more urgency than it has); it is the agent's to hand over. `urgency`: 0 very-low to 3 high.
         Migration(
             version: 4,
             """
@@ -34,7 +35,7 @@ enum AgentSchema {
             );
             CREATE TABLE app_messages (
                 seq INTEGER PRIMARY KEY AUTOINCREMENT, delivery_id TEXT NOT NULL UNIQUE, notification_id TEXT NOT NULL,
-                endpoint_id TEXT NOT NULL, message BLOB NOT NULL, topic TEXT, expires_at REAL NOT NULL,
+                endpoint_id TEXT NOT NULL, message BLOB NOT NULL, urgency INTEGER NOT NULL DEFAULT 2, expires_at REAL NOT NULL,
                 held INTEGER NOT NULL DEFAULT 0
             );
             CREATE INDEX app_messages_by_endpoint ON app_messages(endpoint_id, seq);

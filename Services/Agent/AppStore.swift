@@ -28,6 +28,7 @@ struct AppMessage: Equatable {
     var expiresAt: Date
     /// Acknowledged to the hub already: the app could not be reached, so the agent keeps it.
     var held: Bool
+    var urgency: PushUrgency = .normal
 }
 
 /// The apps and their messages, in the agent's store (`agent.db`).
@@ -79,35 +80,38 @@ struct AppStore {
     func keep(_ message: AppMessage) throws -> Bool {
         try database.run(
             """
-            INSERT OR IGNORE INTO app_messages (delivery_id, notification_id, endpoint_id, message, expires_at, held)
-            VALUES (?, ?, ?, ?, ?, ?)
+            INSERT OR IGNORE INTO app_messages (delivery_id, notification_id, endpoint_id, message, expires_at, held, urgency)
+            VALUES (?, ?, ?, ?, ?, ?, ?)
             """,
             [message.deliveryId, message.notificationId, message.endpointId, message.message, message.expiresAt.timeIntervalSince1970,
-             message.held]) > 0
+             message.held, Self.rank(message.urgency)]) > 0
     }
 
     func message(deliveryId: String) throws -> AppMessage? {
         try database.queryOne(
-            "SELECT delivery_id, notification_id, endpoint_id, message, expires_at, held FROM app_messages WHERE delivery_id = ?",
+            "SELECT delivery_id, notification_id, endpoint_id, message, expires_at, held, urgency FROM app_messages WHERE delivery_id = ?",
             [deliveryId]
         ).map(Self.message)
     }
 
-    /// An app's messages in the order they came, unexpired.
-    func messages(endpointId: String, now: Date, limit: Int) throws -> [AppMessage] {
+    /// An app's unexpired messages of at least `urgency`, in the order they came.
+    func messages(endpointId: String, now: Date, limit: Int, urgency: PushUrgency = .veryLow) throws -> [AppMessage] {
         try database.query(
             """
-            SELECT delivery_id, notification_id, endpoint_id, message, expires_at, held FROM app_messages
-            WHERE endpoint_id = ? AND expires_at > ? ORDER BY seq LIMIT ?
+            SELECT delivery_id, notification_id, endpoint_id, message, expires_at, held, urgency FROM app_messages
+            WHERE endpoint_id = ? AND expires_at > ? AND urgency >= ? ORDER BY seq LIMIT ?
             """,
-            [endpointId, now.timeIntervalSince1970, limit]
+            [endpointId, now.timeIntervalSince1970, Self.rank(urgency), limit]
         ).map(Self.message)
     }
+
+    static func rank(_ urgency: PushUrgency) -> Int { PushUrgency.allCases.firstIndex(of: urgency) ?? 2 }
 
     private static func message(_ row: Row) -> AppMessage {
         AppMessage(
             deliveryId: row[0].string ?? "", notificationId: row[1].string ?? "", endpointId: row[2].string ?? "",
-            message: row[3].data ?? Data(), expiresAt: Date(timeIntervalSince1970: row[4].double ?? 0), held: (row[5].int ?? 0) != 0)
+            message: row[3].data ?? Data(), expiresAt: Date(timeIntervalSince1970: row[4].double ?? 0), held: (row[5].int ?? 0) != 0,
+            urgency: PushUrgency.allCases[max(0, min(3, row[6].int ?? 2))])
     }
 
     /// The app has it: forgotten, and the delivery noted as shown, so a resend is acknowledged without a second hand-over.
@@ -120,12 +124,14 @@ struct AppStore {
         }
     }
 
-    /// Takes the app's unheld messages, but those `except`, into the agent's keeping; returns their
-    /// delivery ids, to acknowledge.
-    func hold(endpointId: String, except: Set<String>) throws -> [String] {
+    /// Takes the app's unheld messages (those below `urgency`, or all), but those `except`, into the
+    /// agent's keeping; returns their delivery ids, to acknowledge.
+    func hold(endpointId: String, except: Set<String>, below urgency: PushUrgency? = nil) throws -> [String] {
         try database.transaction {
-            let ids = try database.query("SELECT delivery_id FROM app_messages WHERE endpoint_id = ? AND held = 0 ORDER BY seq", [endpointId])
-                .compactMap { $0[0].string }.filter { !except.contains($0) }
+            let ids = try database.query(
+                "SELECT delivery_id FROM app_messages WHERE endpoint_id = ? AND held = 0 AND urgency < ? ORDER BY seq",
+                [endpointId, urgency.map(Self.rank) ?? 4]
+            ).compactMap { $0[0].string }.filter { !except.contains($0) }
             for id in ids { try database.run("UPDATE app_messages SET held = 1 WHERE delivery_id = ?", [id]) }
             return ids
         }

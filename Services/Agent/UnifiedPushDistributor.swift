@@ -45,6 +45,10 @@ final class UnifiedPushDistributor {
     private var unreachable: [String: (reason: String, at: Date)] = [:]
     private var owner: Bool?
     private(set) var handed = 0
+    /// Where the power supplies are read, for the urgency a message needs.
+    private let powerSupplies: URL
+    /// The least urgency handed to apps now; less urgent messages are kept until the power allows.
+    private(set) var minimumUrgency: PushUrgency = .veryLow
 
     init(environment: [String: String], bus: SessionBus, store: AppStore, endpointBase: String, logger: Logger) {
         enabled = environment["NH_AGENT_UNIFIEDPUSH"] != "0"
@@ -53,6 +57,8 @@ final class UnifiedPushDistributor {
         self.store = store
         self.endpointBase = endpointBase
         self.logger = logger
+        powerSupplies = URL(fileURLWithPath: environment["NH_AGENT_POWER_SUPPLY"] ?? "/sys/class/power_supply", isDirectory: true)
+        minimumUrgency = PowerState.read(root: powerSupplies).minimumUrgency
         guard enabled else { return }
         bus.use(connected: { [unowned self] in try self.connected($0) }, disconnected: { [unowned self] in self.disconnected() })
     }
@@ -73,6 +79,7 @@ final class UnifiedPushDistributor {
         return [
             "unifiedpush": state, "unifiedpushApps": String((try? store.apps().count) ?? 0),
             "unifiedpushHanded": String(handed), "unifiedpushUnreachable": String(unreachable.count),
+            "unifiedpushMinimumUrgency": minimumUrgency.rawValue,
         ]
     }
 
@@ -242,14 +249,22 @@ final class UnifiedPushDistributor {
         if let kept = try store.message(deliveryId: delivery.deliveryId) { return kept.held ? .acknowledge : .wait }
         _ = try store.keep(AppMessage(
             deliveryId: delivery.deliveryId, notificationId: delivery.notificationId, endpointId: message.endpoint, message: bytes,
-            expiresAt: delivery.expiresAt, held: false))
+            expiresAt: delivery.expiresAt, held: false, urgency: message.urgency ?? .normal))
         flush(app)
         return .wait
     }
 
-    /// Every second: forgets what expired, and tries again the apps that could not be reached.
+    /// Every second: forgets what expired, follows the power (what it now allows goes at once), and
+    /// tries again the apps that could not be reached.
     func tick(now: Date) throws {
         _ = try store.purge(now: now)
+        let minimum = PowerState.read(root: powerSupplies).minimumUrgency
+        if minimum != minimumUrgency {
+            logger.info("push messages handed to apps from this urgency up, for the power supply", ("urgency", minimum.rawValue))
+            let lowered = minimum < minimumUrgency
+            minimumUrgency = minimum
+            if lowered, enabled { for app in try store.apps() { flush(app) } }
+        }
         for (endpointId, state) in unreachable where now.timeIntervalSince(state.at) >= Self.retryEvery {
             unreachable[endpointId] = nil
             if let app = try store.app(endpointId: endpointId) { flush(app) }
@@ -265,8 +280,11 @@ final class UnifiedPushDistributor {
                 return
             }
             let inHand = handing[app.endpointId, default: []]
+            // Less urgent than the power allows: kept, and acknowledged, until it allows them.
+            let kept = try store.hold(endpointId: app.endpointId, except: inHand, below: minimumUrgency)
+            if !kept.isEmpty { acknowledge(kept, []) }
             guard inHand.count < Self.pipeline else { return }
-            let waiting = try store.messages(endpointId: app.endpointId, now: Date(), limit: Self.pipeline + inHand.count)
+            let waiting = try store.messages(endpointId: app.endpointId, now: Date(), limit: Self.pipeline + inHand.count, urgency: minimumUrgency)
             for message in waiting.filter({ !inHand.contains($0.deliveryId) }).prefix(Self.pipeline - inHand.count) {
                 handing[app.endpointId, default: []].insert(message.deliveryId)
                 hand(message, to: app, over: connection)

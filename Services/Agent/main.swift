@@ -58,6 +58,8 @@ let usage = """
       NH_AGENT_UNIFIEDPUSH        0: no UnifiedPush distributor (with NH_AGENT_DESKTOP=0 too, the
                                   session bus is never contacted)
       NH_AGENT_UNIFIEDPUSH_NAME   the distributor's bus name (default: org.unifiedpush.Distributor.nh)
+      NH_AGENT_POWER_SUPPLY       where the power supplies are read, for the urgency push messages
+                                  need (default: /sys/class/power_supply)
       DBUS_SESSION_BUS_ADDRESS    the desktop session's bus (default: $XDG_RUNTIME_DIR/bus when it
                                   exists); with neither, there are no popups. A bus is never started.
 

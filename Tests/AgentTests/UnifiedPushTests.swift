@@ -111,3 +111,48 @@ struct UnifiedPushTests {
         #expect(AgentDaemon.endpointBase(namespace: "http://127.0.0.1:7780/", installationId: "a") == "http://127.0.0.1:7780/up/a/")
     }
 }
+
+@Suite("Power supply and urgency")
+struct PowerSupplyTests {
+    func supplies(_ folders: [String: [String: String]]) throws -> URL {
+        let root = FileManager.default.temporaryDirectory.appendingPathComponent("nh-power-\(UUID().uuidString)")
+        for (name, files) in folders {
+            let folder = root.appendingPathComponent(name)
+            try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+            for (file, value) in files { try (value + "\n").write(to: folder.appendingPathComponent(file), atomically: true, encoding: .utf8) }
+        }
+        return root
+    }
+
+    @Test("mains or no battery: everything; on battery: low and up; at 15% or less: only high")
+    func urgency() throws {
+        #expect(PowerState.read(root: URL(fileURLWithPath: "/nonexistent")).minimumUrgency == .veryLow)
+        #expect(PowerState.read(root: try supplies(["AC": ["type": "Mains", "online": "1"]])).minimumUrgency == .veryLow)
+        let battery = ["type": "Battery", "status": "Discharging", "capacity": "40"]
+        #expect(PowerState.read(root: try supplies(["AC": ["type": "Mains", "online": "0"], "BAT0": battery])).minimumUrgency == .low)
+        #expect(PowerState.read(root: try supplies(["AC": ["type": "Mains", "online": "1"], "BAT0": battery])).minimumUrgency == .veryLow)
+        var low = battery
+        low["capacity"] = "15"
+        #expect(PowerState.read(root: try supplies(["BAT0": low])) == PowerState(onMains: false, batteryPercent: 15))
+        #expect(PowerState.read(root: try supplies(["BAT0": low])).minimumUrgency == .high)
+        // A wireless mouse's battery says nothing about the device's power.
+        #expect(PowerState.read(root: try supplies(["hid-mouse": ["type": "Battery", "scope": "Device", "status": "Discharging", "capacity": "5"]]))
+            .minimumUrgency == .veryLow)
+    }
+
+    @Test("the store hands over what is urgent enough and holds the rest, in order")
+    func storeByUrgency() throws {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("nh-apps-\(UUID().uuidString).db").path
+        let database = try SQLiteDatabase(path: path)
+        try database.migrate(AgentSchema.migrations)
+        let store = AppStore(database: database)
+        let later = AgentCoreTests.t0.addingTimeInterval(60)
+        for (id, urgency) in [("d1", PushUrgency.veryLow), ("d2", .high), ("d3", .low), ("d4", .normal)] {
+            _ = try store.keep(AppMessage(deliveryId: id, notificationId: "n", endpointId: "e", message: Data(), expiresAt: later, held: false, urgency: urgency))
+        }
+        #expect(try store.messages(endpointId: "e", now: AgentCoreTests.t0, limit: 9, urgency: .normal).map(\.deliveryId) == ["d2", "d4"])
+        #expect(try store.hold(endpointId: "e", except: [], below: .normal) == ["d1", "d3"])
+        #expect(try store.messages(endpointId: "e", now: AgentCoreTests.t0, limit: 9).map(\.deliveryId) == ["d1", "d2", "d3", "d4"])
+        #expect(try store.message(deliveryId: "d3")?.urgency == .low)
+    }
+}

@@ -79,9 +79,20 @@ class Setup:
         self.hub = Hub(prefix="nh-up-", settings={"NH_LIMITS_PUSHES_PER_SECOND_PER_ENDPOINT": "5000"})
         assert self.hub.start_services()
         self.bus = unifiedpush.SessionBus(root=self.hub.data)
+        # The device's power supplies, as the kernel shows them: on mains power to begin with.
+        self.power = os.path.join(self.hub.data, "power_supply")
+        self.set_power(mains=True)
         self.agent_env = {"NH_AGENT_HOME": os.path.join(self.hub.data, AGENT), "NH_AGENT_INSTALLATION_ID": AGENT,
-                          "NH_AGENT_DESKTOP": "0", **self.bus.env}
+                          "NH_AGENT_DESKTOP": "0", "NH_AGENT_POWER_SUPPLY": self.power, **self.bus.env}
         self.start_agent()
+
+    def set_power(self, mains, battery=80):
+        for name, files in [("AC", {"type": "Mains", "online": "1" if mains else "0"}),
+                            ("BAT0", {"type": "Battery", "status": "Charging" if mains else "Discharging", "capacity": str(battery)})]:
+            os.makedirs(os.path.join(self.power, name), exist_ok=True)
+            for key, value in files.items():
+                with open(os.path.join(self.power, name, key), "w") as f:
+                    f.write(value + "\n")
 
     def start_agent(self):
         self.hub.start(AGENT, "nh-agent", env=self.agent_env)
@@ -208,6 +219,29 @@ def test_offline_agent_and_topics(setup):
     time.sleep(2)
     got = [app.keys.decrypt(m) for m in app.messages()]
     assert got == [b"plain", b"score 2-0"], got
+
+
+def test_urgency_follows_the_power_supply(setup):
+    app = setup.app()
+    endpoint = setup.register(app)
+    try:
+        setup.set_power(mains=False, battery=50)
+        assert wait_until(lambda: setup.health().get("unifiedpushMinimumUrgency") == "low", timeout=10), setup.health()
+        for data, urgency in [(b"advert", "very-low"), (b"topic update", "low"), (b"chat", "normal")]:
+            assert app.keys.push(endpoint, data, headers={"TTL": "600", "Urgency": urgency}).status_code == 201
+        app.wait_for("Message", count=2)
+        setup.set_power(mains=False, battery=10)
+        assert wait_until(lambda: setup.health().get("unifiedpushMinimumUrgency") == "high", timeout=10), setup.health()
+        assert app.keys.push(endpoint, b"later", headers={"TTL": "600", "Urgency": "normal"}).status_code == 201
+        assert app.keys.push(endpoint, b"call", headers={"TTL": "600", "Urgency": "high"}).status_code == 201
+        app.wait_for("Message", count=3)
+        time.sleep(1.5)
+        assert [app.keys.decrypt(m) for m in app.messages()] == [b"topic update", b"chat", b"call"]
+    finally:
+        setup.set_power(mains=True)
+    # Back on mains power: what was kept goes, in the order it came.
+    app.wait_for("Message", count=5)
+    assert [app.keys.decrypt(m) for m in app.messages()][3:] == [b"advert", b"later"]
 
 
 def test_activation_and_an_app_that_cannot_start(setup):
