@@ -177,7 +177,7 @@ enum AgentCommands {
     /// bus keys, and the agent's device key as the server's; nil when either is missing.
     static func localCurve(_ identity: AgentIdentity, _ store: AgentStore) -> (keys: CurveKeyPair, serverPublicKey: String)? {
         guard let listen = identity.credential, let keys = try? BusSecurity.clientKeys(for: listen),
-            let device = try? store.channelKeys()
+            let device = try? store.existingChannelKeys()
         else { return nil }
         return (keys, device.publicKey)
     }

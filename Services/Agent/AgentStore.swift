@@ -42,22 +42,35 @@ final class AgentStore {
     }
 
     /// This agent's installation id, made once and kept.
+    /// This agent's installation id, made once and kept. Made and kept in one write, so that two
+    /// processes opening a fresh store (the daemon and a command) agree on it.
     func installationId() throws -> String {
         if let id = try setting("installationId") { return id }
-        let id = "linux-" + UUID().uuidString.lowercased()
-        try set("installationId", id)
-        return id
+        return try database.transaction {
+            if let id = try setting("installationId") { return id }
+            let id = "linux-" + UUID().uuidString.lowercased()
+            try set("installationId", id)
+            return id
+        }
     }
 
-    /// This agent's own CURVE key pair, made once and kept.
+    /// This agent's own CURVE key pair, made once and kept, both halves in one write.
     func channelKeys() throws -> CurveKeyPair {
-        if let publicKey = try setting("curvePublicKey"), let secretKey = try setting("curveSecretKey") {
-            return try CurveKeyPair(publicKey: publicKey, secretKey: secretKey)
+        if let pair = try existingChannelKeys() { return pair }
+        return try database.transaction {
+            if let pair = try existingChannelKeys() { return pair }
+            let pair = try CurveKeyPair.generate()
+            try set("curvePublicKey", pair.publicKey)
+            try set("curveSecretKey", pair.secretKey)
+            return pair
         }
-        let pair = try CurveKeyPair.generate()
-        try set("curvePublicKey", pair.publicKey)
-        try set("curveSecretKey", pair.secretKey)
-        return pair
+    }
+
+    /// The key pair when the agent has made it; nil before its first start. Commands use this, and
+    /// never make one: a key they made would not be the one the running agent serves with.
+    func existingChannelKeys() throws -> CurveKeyPair? {
+        guard let publicKey = try setting("curvePublicKey"), let secretKey = try setting("curveSecretKey") else { return nil }
+        return try CurveKeyPair(publicKey: publicKey, secretKey: secretKey)
     }
 
     /// Records a delivery as shown. Returns false when it was shown before.

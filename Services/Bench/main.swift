@@ -11,7 +11,7 @@ let usage = """
     Usage: nh-bench [--messages N] [--round-trips N] [--size BYTES] [--sends N] [--posts N] [--dismisses N]
                     [--fanout N,N...] [--broadcasts B] [--rate SENDS/S] [--latency-count C]
                     [--push N] [--standins PATH] [--popups N] [--tries N] [--no-mosquitto] [--no-services]
-                    [--no-fanout] [--no-push] [--no-postgres] [--no-desktop] [--json] [--output FILE]
+                    [--no-fanout] [--no-push] [--no-postgres] [--no-desktop] [--no-unifiedpush] [--json] [--output FILE]
            nh-bench http [--sends N]
            nh-bench postgres [--sends N] [--json] [--output FILE]
            nh-bench push [--push N] [--standins PATH] [--json] [--output FILE]
@@ -19,6 +19,7 @@ let usage = """
            nh-bench fanout-mqtt [--fanout N,N...] [--broadcasts B] [--rate SENDS/S] [--latency-count C] [--json] [--output FILE]
            nh-bench fanout-shards [--fanout N] [--broadcasts B] [--json] [--output FILE]
            nh-bench desktop [--popups N] [--tries N] [--json] [--output FILE]
+           nh-bench unifiedpush [--pushes N] [--json] [--output FILE]
 
     The service figures start the real executables from nh-bench's own folder on free loopback ports.
     The fan-out figures (at N = 1,000 and 10,000 unless --fanout says otherwise) broadcast B times
@@ -57,6 +58,14 @@ let usage = """
     beside a plain D-Bus client calling Notify, all against the same dunst; a burst of N posts until
     both desktops show it; and from a close on device 1 until device 2's popup is withdrawn, p50
     and p99 over --tries (default 100). Without Xvfb, dbus-daemon, dunst or jeepney they are skipped.
+
+    The UnifiedPush figures (`unifiedpush`, and part of the whole run unless --no-unifiedpush) run
+    Tests/Support/upbench.py: a hub, agents on private session buses (dbus-daemon) and app
+    connectors in the script's own process. From an application server's POST to an endpoint until
+    the connector gets Message, p50 and p99 over N sequential pushes (--pushes, default 300), beside
+    the same for a plain hub notification to that agent (until its output line); messages per
+    second into one endpoint, beside plain notifications to the agent; and into 1,000 endpoints
+    (10 agents with 100 apps each). Without dbus-daemon or jeepney they are skipped.
 
     --output FILE also writes every figure to FILE as one JSON document: {"machine": {"cores",
     "date", "host", "os", "memoryBytes"}, "settings": {...}, "results": [{"name", "unit", "rate",
@@ -116,9 +125,9 @@ do {
         Array(CommandLine.arguments.dropFirst()),
         valued: [
             "messages", "round-trips", "size", "posts", "dismisses", "sends", "fanout", "broadcasts", "rate", "latency-count", "output", "push",
-            "standins", "popups", "tries",
+            "standins", "popups", "tries", "pushes",
         ],
-        flags: ["no-mosquitto", "no-services", "no-fanout", "no-push", "no-postgres", "no-desktop", "json"])
+        flags: ["no-mosquitto", "no-services", "no-fanout", "no-push", "no-postgres", "no-desktop", "no-unifiedpush", "json"])
     if parsed.has("help") {
         print(usage)
         exit(0)
@@ -146,6 +155,7 @@ do {
     let sends = parsed[option: "sends"].flatMap(Int.init) ?? 1_000
     let popups = parsed[option: "popups"].flatMap(Int.init) ?? 200
     let tries = parsed[option: "tries"].flatMap(Int.init) ?? 100
+    let pushes = parsed[option: "pushes"].flatMap(Int.init) ?? 300
     switch parsed.positionals.first {
     case nil:
         break
@@ -165,6 +175,9 @@ do {
         exit(0)
     case "desktop":
         try report(try DesktopBench.run(popups: popups, tries: tries), settings: BenchSettings(messages: 0, roundTrips: 0, size: 0), parsed)
+        exit(0)
+    case "unifiedpush":
+        try report(try UnifiedPushBench.run(messages: pushes), settings: BenchSettings(messages: 0, roundTrips: 0, size: 0), parsed)
         exit(0)
     case "fanout-shards":
         let agents = try shardedFanoutAgents(parsed)
@@ -210,6 +223,13 @@ do {
                 results += try DesktopBench.run(popups: popups, tries: tries)
             } catch let error as BenchUnavailable {
                 FileHandle.standardError.write(Data("nh-bench: desktop figures skipped: \(error)\n".utf8))
+            }
+        }
+        if !parsed.has("no-unifiedpush") {
+            do {
+                results += try UnifiedPushBench.run(messages: pushes)
+            } catch let error as BenchUnavailable {
+                FileHandle.standardError.write(Data("nh-bench: UnifiedPush figures skipped: \(error)\n".utf8))
             }
         }
         if !parsed.has("no-push") {

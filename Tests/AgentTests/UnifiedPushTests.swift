@@ -77,12 +77,17 @@ struct UnifiedPushTests {
         #expect(core.on(.received(.deliver(delivery), seen: true), now: AgentCoreTests.t0) == [.acknowledge("d1")])
     }
 
-    @Test("the store keeps messages in order until handed; holding takes those not in a call, once; a handed one is seen")
-    func store() throws {
+    /// A fresh agent store, as the agent opens it.
+    static func appStore() throws -> (SQLiteDatabase, AppStore) {
         let path = FileManager.default.temporaryDirectory.appendingPathComponent("nh-apps-\(UUID().uuidString).db").path
         let database = try SQLiteDatabase(path: path)
         try database.migrate(AgentSchema.migrations)
-        let store = AppStore(database: database)
+        return (database, AppStore(database: database))
+    }
+
+    @Test("the store keeps messages in order until handed; holding takes those not in a call, once; a handed one is seen")
+    func store() throws {
+        let (database, store) = try UnifiedPushTests.appStore()
         let app = RegisteredApp(token: "t", service: "org.example.App", description: nil, vapid: Self.vapid, connector: 2, secret: "s3cret")
         try store.save(app, now: AgentCoreTests.t0)
         #expect(try store.endpoints() == [app.endpointId: PushEndpoint(vapid: Self.vapid)])
@@ -142,10 +147,7 @@ struct PowerSupplyTests {
 
     @Test("the store hands over what is urgent enough and holds the rest, in order")
     func storeByUrgency() throws {
-        let path = FileManager.default.temporaryDirectory.appendingPathComponent("nh-apps-\(UUID().uuidString).db").path
-        let database = try SQLiteDatabase(path: path)
-        try database.migrate(AgentSchema.migrations)
-        let store = AppStore(database: database)
+        let (_, store) = try UnifiedPushTests.appStore()
         let later = AgentCoreTests.t0.addingTimeInterval(60)
         for (id, urgency) in [("d1", PushUrgency.veryLow), ("d2", .high), ("d3", .low), ("d4", .normal)] {
             _ = try store.keep(AppMessage(deliveryId: id, notificationId: "n", endpointId: "e", message: Data(), expiresAt: later, held: false, urgency: urgency))
@@ -154,5 +156,22 @@ struct PowerSupplyTests {
         #expect(try store.hold(endpointId: "e", except: [], below: .normal) == ["d1", "d3"])
         #expect(try store.messages(endpointId: "e", now: AgentCoreTests.t0, limit: 9).map(\.deliveryId) == ["d1", "d2", "d3", "d4"])
         #expect(try store.message(deliveryId: "d3")?.urgency == .low)
+    }
+}
+
+@Suite("Agent store identity")
+struct AgentStoreIdentityTests {
+    @Test("a command never makes the device key; the daemon and a command opening one store agree on the key and the id")
+    func oneIdentity() throws {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("nh-agent-\(UUID().uuidString).db").path
+        let command = AgentStore(database: try SQLiteDatabase(path: path))
+        try command.database.migrate(AgentSchema.migrations)
+        let daemon = AgentStore(database: try SQLiteDatabase(path: path))
+        try daemon.database.migrate(AgentSchema.migrations)
+        #expect(try command.existingChannelKeys() == nil)
+        let keys = try daemon.channelKeys()
+        #expect(try command.existingChannelKeys()?.publicKey == keys.publicKey)
+        #expect(try command.channelKeys().secretKey == keys.secretKey)
+        #expect(try command.installationId() == daemon.installationId())
     }
 }

@@ -329,8 +329,30 @@ class Agent:
         return health.get("unifiedpush", "").startswith("serving") and health.get("dispatcherWelcomed") == "true"
 
     def wait_ready(self, timeout=60):
-        if not wait_until(self.ready, timeout=timeout, interval=0.2):
-            raise BenchError(f"{self.name} did not come up in {timeout} s: {self.health()}; see {self.log}")
+        # Not one `nh-agent health` before the agent wrote device.pub: the command takes the
+        # agent's channel keys from its store and makes new ones when there are none yet, so run
+        # while the agent makes its own it may overwrite them, and no command reaches it again.
+        home = self.env["NH_AGENT_HOME"]
+        deadline = time.time() + timeout
+        if not wait_until(lambda: os.path.exists(os.path.join(home, "device.pub")), timeout=timeout, interval=0.05):
+            raise BenchError(f"{self.name} wrote no device.pub in {timeout} s; see {self.log}")
+        if not wait_until(self.ready, timeout=max(1, deadline - time.time()), interval=0.2):
+            raise BenchError(f"{self.name} did not come up in {timeout} s: {self.health()}{self.keys_differ()}; see {self.log}")
+
+    def keys_differ(self):
+        """Why no command reaches the agent, when its store holds other keys than it serves with."""
+        import sqlite3
+        home = self.env["NH_AGENT_HOME"]
+        try:
+            with open(os.path.join(home, "device.pub")) as f:
+                served = f.read().strip()
+            with sqlite3.connect(f"file:{os.path.join(home, 'agent.db')}?mode=ro", uri=True) as db:
+                stored = db.execute("SELECT value FROM settings WHERE key = 'curvePublicKey'").fetchone()
+        except (OSError, sqlite3.Error):
+            return ""
+        if stored and stored[0] != served:
+            return f" (the agent serves with key {served}, its store holds {stored[0]})"
+        return ""
 
     @property
     def log(self):
@@ -403,13 +425,17 @@ class Bench:
     # Figure 1: one at a time.
 
     def sequential(self, arrivals, send, n, what, timeout=30):
+        """Sends one at a time, each once the one before arrived; the milliseconds from each POST
+        until its arrival. Each may take `timeout` seconds, all together 60 s + 0.5 s each."""
         latencies = []
+        deadline = time.perf_counter() + 60 + 0.5 * n
         for i in range(n):
             seq = self.next_seq()
             started = time.perf_counter()
             send(seq)
-            if not arrivals.wait(lambda: seq in arrivals.times, timeout):
-                raise BenchError(f"{what}: #{seq} ({i + 1} of {n}) did not arrive in {timeout} s")
+            wait = max(0.1, min(timeout, deadline - time.perf_counter()))
+            if not arrivals.wait(lambda: seq in arrivals.times, wait):
+                raise BenchError(f"{what}: #{seq} ({i + 1} of {n}) did not arrive in {wait:.1f} s{self.connector_errors()}")
             latencies.append((arrivals.first(seq) - started) * 1000)
         return latencies
 
@@ -422,11 +448,11 @@ class Bench:
         for p in (50, 99):
             plain_name = f"plain hub notification POST to agent stdout, p{p}"
             emit(plain_name, "ms", n, 0, value=round(percentile(plain, p), 2),
-                 note=f"{n} direct sends (?direct, format linux) to one agent, one after another; from the POST until the "
-                      f"agent's JSON line on its stdout; mean {sum(plain) / n:.2f} ms")
+                 note=f"{n} direct sends (?direct, format linux) to one agent, one after another, after {warmup} not timed; from "
+                      f"the POST until the agent's JSON line on its stdout; mean {sum(plain) / n:.2f} ms")
             emit(f"unifiedpush POST to connector Message, p{p}", "ms", n, 0, baseline=plain_name, value=round(percentile(up, p), 2),
-                 note=f"{n} pushes ({PADDING + 10} bytes, TTL 600) to one endpoint, one after another; from the POST until the "
-                      f"app's connector (jeepney, in the bench process) read Message off its session bus; mean {sum(up) / n:.2f} ms")
+                 note=f"{n} pushes ({PADDING + 10} bytes, TTL 600) to one endpoint, one after another, after {warmup} not timed; "
+                      f"from the POST until the app's connector (jeepney, in the bench process) read Message off its session bus; mean {sum(up) / n:.2f} ms")
 
     # Figures 2 and 3: many at once.
 
@@ -434,36 +460,68 @@ class Bench:
         """Runs the sends from POSTERS clients at once; the seconds from the first POST until the
         last arrival, and the seconds the posting alone took."""
         target = arrivals.distinct + len(sends)
+        before = self.cpu()
         started = time.perf_counter()
+        failed = []
+
+        def run(send):
+            if failed:
+                return  # one POST failed: the rest are not sent, the error is raised below
+            try:
+                send()
+            except Exception as error:  # noqa: BLE001 - raised in the main thread
+                failed.append(error)
         with ThreadPoolExecutor(POSTERS) as pool:
-            list(pool.map(lambda send: send(), sends))
+            list(pool.map(run, sends))
+        if failed:
+            raise failed[0] if isinstance(failed[0], BenchError) else BenchError(f"{what}: {type(failed[0]).__name__}: {failed[0]}")
         posted = time.perf_counter() - started
         if not arrivals.wait(lambda: arrivals.distinct >= target, timeout):
-            raise BenchError(f"{what}: {len(sends) - (target - arrivals.distinct)} of {len(sends)} arrived in {timeout:.0f} s")
+            raise BenchError(f"{what}: {len(sends) - (target - arrivals.distinct)} of {len(sends)} arrived in {timeout:.0f} s"
+                             f"{self.connector_errors()}")
         with arrivals.cond:
             last = max(times[0] for times in arrivals.times.values())
-        return last - started, posted
+        after = self.cpu()
+        used = {k: after[k] - before.get(k, 0) for k in after}
+        shown = ", ".join(f"{k} {v:.1f}" for k, v in used.items() if v >= 0.05)
+        return last - started, posted, f"; CPU seconds meanwhile ({os.cpu_count()} cores): {shown}"
+
+    def cpu(self):
+        """CPU seconds so far of the services, the agents (together) and this process."""
+        tick = os.sysconf("SC_CLK_TCK")
+        used = {}
+        for name, process in list(self.hub.processes.items()):
+            try:
+                with open(f"/proc/{process.pid}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            key = "agents" if name.startswith("up-agent-") else name
+            used[key] = used.get(key, 0) + (int(fields[11]) + int(fields[12])) / tick
+        times = os.times()
+        used["this bench"] = times.user + times.system
+        return used
 
     def one_endpoint(self, n):
         say(f"one endpoint: {n} plain notifications, then {n} pushes, from {POSTERS} clients")
         timeout = max(60, n / 20)
         plain_seqs = [self.next_seq() for _ in range(n)]
-        plain_seconds, plain_posted = self.burst(self.plain, [lambda s=s: self.notify(self.main, s) for s in plain_seqs],
+        plain_seconds, plain_posted, plain_cpu = self.burst(self.plain, [lambda s=s: self.notify(self.main, s) for s in plain_seqs],
                                                  "plain burst", timeout)
         self.settle()
         self.plain.check({s: self.main.name for s in plain_seqs}, "the plain burst")
         up_seqs = [self.next_seq() for _ in range(n)]
-        up_seconds, up_posted = self.burst(self.up, [lambda s=s: self.push(self.endpoint, "a0-t0", s) for s in up_seqs],
+        up_seconds, up_posted, up_cpu = self.burst(self.up, [lambda s=s: self.push(self.endpoint, "a0-t0", s) for s in up_seqs],
                                            "push burst", timeout)
         self.settle()
         self.up.check({s: "a0-t0" for s in up_seqs}, "the push burst")
         plain_name = "plain hub notifications to one agent"
         emit(plain_name, "notifications/s", n, plain_seconds,
              note=f"{n} direct sends to one agent from {POSTERS} clients at once; from the first POST until the agent printed "
-                  f"the last; each once; posting alone took {plain_posted:.2f} s")
+                  f"the last; each once; posting alone took {plain_posted:.2f} s{plain_cpu}")
         emit("unifiedpush messages into one endpoint", "messages/s", n, up_seconds, baseline=plain_name,
              note=f"{n} pushes to one app's endpoint from {POSTERS} clients at once; from the first POST until the connector "
-                  f"had the last Message; each once; posting alone took {up_posted:.2f} s")
+                  f"had the last Message; each once; posting alone took {up_posted:.2f} s{up_cpu}")
 
     def many_endpoints(self, agents, per_agent, rounds):
         total = agents * per_agent
@@ -473,15 +531,17 @@ class Bench:
             agent = Agent(self, i)
             self.agents.append(agent)
             agent.start()
+        deadline = time.perf_counter() + 120
         for agent in self.agents[1:]:
-            agent.wait_ready()
+            agent.wait_ready(timeout=max(1, deadline - time.perf_counter()))
             agent.connect()
         for agent in self.agents:
             first = 1 if agent is self.main else 0
             agent.connector.register([f"a{agent.index}-t{j}" for j in range(first, per_agent)])
+        deadline = time.perf_counter() + 180
         for agent in self.agents:
             tokens = [f"a{agent.index}-t{j}" for j in range(per_agent)]
-            agent.endpoints.update(agent.connector.wait_endpoints(tokens, timeout=180))
+            agent.endpoints.update(agent.connector.wait_endpoints(tokens, timeout=max(1, deadline - time.perf_counter())))
         say(f"{total} endpoints registered in {time.perf_counter() - started:.1f} s; {rounds} rounds of one push to each")
         targets = [(agent.endpoints[f"a{agent.index}-t{j}"], f"a{agent.index}-t{j}") for agent in self.agents for j in range(per_agent)]
         sends, expected = [], {}
@@ -491,13 +551,17 @@ class Bench:
                 expected[seq] = token
                 sends.append(lambda e=endpoint, t=token, s=seq: self.push(e, t, s))
         n = len(sends)
-        seconds, posted = self.burst(self.up, sends, "the pushes to many endpoints", timeout=max(90, n / 20))
+        seconds, posted, used = self.burst(self.up, sends, "the pushes to many endpoints", timeout=max(90, n / 20))
         self.settle()
         self.up.check(expected, f"the pushes to {total} endpoints")
         emit(f"unifiedpush messages into {total:,} endpoints", "messages/s", n, seconds, baseline="unifiedpush messages into one endpoint",
              note=f"{agents} agents, each on its own session bus with {per_agent} endpoints of one app (a connector thread per bus); "
                   f"one push to each of the {total} endpoints, {rounds} rounds, {n} in all, from {POSTERS} clients at once; from "
-                  f"the first POST until the last Message; each once; posting alone took {posted:.2f} s")
+                  f"the first POST until the last Message; each once; posting alone took {posted:.2f} s{used}")
+
+    def connector_errors(self):
+        failed = [f"{a.name}: {a.connector.errors[0]}" for a in self.agents if a.connector and a.connector.errors]
+        return f" (a connector failed: {failed[0]})" if failed else ""
 
     def settle(self, seconds=1.0):
         """A moment for a repeat to show."""
@@ -514,22 +578,19 @@ class Bench:
                 raise BenchError(f"{agent.name}: the connector failed: {agent.connector.errors[0]}")
 
     def complaints(self):
-        """Warnings and errors in the logs, counted on standard error."""
+        """Notices, warnings and errors in the services' and agents' logs, counted on standard error."""
         for name in sorted(os.listdir(self.hub.data)):
             if not name.endswith(".log"):
                 continue
-            counts = {}
-            sample = {}
+            counts, sample = {}, {}
             with open(os.path.join(self.hub.data, name), errors="replace") as f:
                 for line in f:
-                    lowered = line.lower()
-                    for level in ("error", "warning"):
-                        if f'"level":"{level}"' in lowered.replace(" ", "") or f" {level} " in lowered or f"[{level}]" in lowered:
+                    for level in ("error", "warning", "notice"):
+                        if f" level={level} " in line:
                             counts[level] = counts.get(level, 0) + 1
-                            sample.setdefault(level, line.strip()[:300])
-                            break
+                            sample.setdefault(level, line.strip()[:400])
             for level, count in counts.items():
-                say(f"{name}: {count} {level} line(s), such as: {sample[level]}")
+                say(f"{name}: {count} {level} line(s), the first: {sample[level]}")
 
     def stop(self):
         for agent in self.agents:
