@@ -131,8 +131,7 @@ enum AgentCommands {
         let client = try? HubClient(
             connect: config.agent.requests, policy: RetryPolicy(timeout: 5_000, attempts: 1), curve: localCurve(identity, store))
         defer { client?.close() }
-        switch positionals.first {
-        case nil:
+        if positionals.isEmpty {
             var apps: [AgentApp]
             do {
                 guard let client else { throw HubError(.unavailable, "no agent") }
@@ -154,23 +153,21 @@ enum AgentCommands {
                 print(line)
             }
             return 0
-        case "remove":
-            guard positionals.count == 2 else { return fail("usage: nh-agent apps remove APP (its service name, or an endpoint)") }
-            guard let client else { return fail("no agent runs with home \(identity.home.path); start it to unregister an app") }
-            do {
-                _ = try client.call(AgentAppRemove(app: positionals[1]))
-            } catch let error as HubError where error.code == .timeout {
-                return fail("no agent answered at \(config.agent.requests); start it to unregister an app")
-            } catch let error as HubError {
-                return fail("\(error.code.rawValue): \(error.message)")
-            } catch {
-                return fail("\(error)")
-            }
-            print("unregistered: \(positionals[1]); its endpoints answer 410")
-            return 0
-        default:
-            return fail("usage: nh-agent apps [remove APP]")
         }
+        guard positionals.first == "remove" else { return fail("usage: nh-agent apps [remove APP]") }
+        guard positionals.count == 2 else { return fail("usage: nh-agent apps remove APP (its service name, or an endpoint)") }
+        guard let client else { return fail("no agent runs with home \(identity.home.path); start it to unregister an app") }
+        do {
+            _ = try client.call(AgentAppRemove(app: positionals[1]))
+        } catch let error as HubError where error.code == .timeout {
+            return fail("no agent answered at \(config.agent.requests); start it to unregister an app")
+        } catch let error as HubError {
+            return fail("\(error.code.rawValue): \(error.message)")
+        } catch {
+            return fail("\(error)")
+        }
+        print("unregistered: \(positionals[1]); its endpoints answer 410")
+        return 0
     }
 
     /// The curve settings for the running agent's control socket on this host: the listen key's

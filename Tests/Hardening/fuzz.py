@@ -86,7 +86,7 @@ TEMPLATE = struct({"body": "str"}, {"expiry": "str", "tags": ("list", "str"), "h
 INSTALLATION = struct(
     {"installationId": "str", "platform": "str", "pushChannel": "str", "tags": ("list", "str")},
     {"userId": "str", "templates": ("map", TEMPLATE), "expirationTime": "date", "createdAt": "date", "lastSeen": "date",
-     "version": "uint"})
+     "version": "uint", "endpoints": ("map", struct(None, {"vapid": "str"}))})
 PATCH_OPERATION = struct({"op": "str", "path": "str"}, {"value": "json"})
 RICH_REFERENCE = struct({"richId": "str", "richType": "str", "message": "str", "contentType": "str", "size": "int"})
 VISUAL = struct({"title": "str", "body": "str"})
@@ -134,6 +134,8 @@ PAYLOADS = {
     "user.token": struct({"credential": "str"}),
     "agent.user.action": struct({"id": "str", "action": ("enum", {"read", "dismiss", "activate", "snooze", "delete"})}),
     "agent.categories": struct({"categories": ("list", "str")}),
+    "agent.apps": struct(),
+    "agent.apps.remove": struct({"app": "str"}),
 }
 
 REPLY_TYPES = {
@@ -149,6 +151,7 @@ REPLY_TYPES = {
     "user.post": "user.notification", "user.changes": "user.changes.reply", "user.history": "user.history.reply",
     "user.state": "user.notification", "user.delete": "ack", "user.credential": "user.credential.reply",
     "user.token": "user.token.reply", "agent.user.action": "ack", "agent.categories": "ack",
+    "agent.apps": "agent.apps.reply", "agent.apps.remove": "ack",
 }
 
 COMMON_TYPES = {"health", "metrics"}
@@ -164,7 +167,7 @@ SERVICE_TYPES = {
     "nh-publish": COMMON_TYPES | {"notification.send", "notification.cancel", "rich.send", "rich.fetch",
                                   "notification.pending", "notification.outcome", "user.post"},
     "nh-gateway": set(COMMON_TYPES),
-    "nh-agent": COMMON_TYPES | {"agent.user.action", "agent.categories"},
+    "nh-agent": COMMON_TYPES | {"agent.user.action", "agent.categories", "agent.apps", "agent.apps.remove"},
 }
 SECTIONS = {"nh-registry": "REGISTRY", "nh-sync": "SYNC", "nh-dispatch": "DISPATCH", "nh-publish": "PUBLISH",
             "nh-gateway": "GATEWAY", "nh-agent": "AGENT"}
@@ -706,6 +709,8 @@ def request_verdict(service, frames, credentials, semantic=None, unique_keys=Fal
         return error({"unauthorized"}, "forged rich ticket", expected_id, kind)
     if kind == "agent.user.action":
         return error({"invalid_argument"}, "the fuzzed agent is signed in as no user", expected_id, kind)
+    if kind == "agent.apps.remove":
+        return error({"not_found"}, "no app is registered with the fuzzed agent", expected_id, kind)
     if kind == "agent.categories":
         categories = payload["categories"]
         if len(set(categories)) > 60 or not all(valid_tag(c) for c in categories):
@@ -947,6 +952,10 @@ class Generator:
             return {"id": "fz-missing", "action": r.choice(["read", "dismiss", "activate", "snooze", "delete"])}
         if kind == "agent.categories":
             return {"categories": r.sample(["fz-a", "fz-b", "fz-c"], r.randint(0, 2))}
+        if kind == "agent.apps":
+            return {}
+        if kind == "agent.apps.remove":
+            return {"app": f"org.example.Fz{r.randrange(10)}"}
         raise AssertionError(kind)
 
     def valid_auth(self, kind):
