@@ -209,6 +209,9 @@ public struct Dispatcher {
                 plans[i].unreachable = Platform(name: plans[i].platform) == nil ? "UnknownPlatform" : "PnsUnavailable"
                 counters.failed += 1
             }
+            if plans.isEmpty, let reason = TargetResolver.unplannable(notification.send) {
+                actions.append(.note(.unplanned(notification.notificationId, reason)))
+            }
             actions.append(.record(notification, plans, shards: planning))
             counters.planned += plans.count
             guard notification.expiresAt > now else { continue }
@@ -385,6 +388,21 @@ public struct DispatcherSettings: Sendable, Equatable {
 
     public init() {}
 
+    /// Agent heartbeats without an acknowledgement before a delivery is sent again. A live
+    /// connection loses nothing (a closed one ends its session, and the next one loads what is
+    /// pending), so a resend is only for a delivery dropped at a full queue or an acknowledgement
+    /// the agent could not send: it waits long enough for a slow agent.
+    public static let resendHeartbeats = 6
+    /// Agent heartbeats of silence before a session ends (at least 2 s).
+    public static let silenceHeartbeats = 3
+
+    /// The settings for agents that say hello every `agentHeartbeat` seconds.
+    public init(agentHeartbeat: TimeInterval, maxAgents: Int) {
+        resendAfter = agentHeartbeat * Double(Self.resendHeartbeats)
+        silenceAfter = max(2.0, agentHeartbeat * Double(Self.silenceHeartbeats))
+        self.maxAgents = maxAgents
+    }
+
     public init(resendAfter: TimeInterval, silenceAfter: TimeInterval) {
         self.resendAfter = resendAfter
         self.silenceAfter = silenceAfter
@@ -451,6 +469,8 @@ public enum DispatchNote: Equatable, Sendable {
 
     case connected(String)
     case dropped(String, DropReason)
+    /// A notification that reaches no one for a reason in it (an expression this build cannot read).
+    case unplanned(String, String)
 }
 
 /// Totals since start, for metrics.

@@ -53,7 +53,8 @@ public struct TargetResolver {
         var expression: TagExpression?
         var candidates: [Installation]
         if let text = send.tagExpression {
-            // The publish service checked it; a failure here means a newer sender, so nothing matches.
+            // The publish service checked it; a failure here means a newer sender, so nothing
+            // matches, and `unplannable` says why.
             guard let parsed = try? TagExpression.parse(text) else { return [] }
             expression = parsed
             candidates = index.candidates(for: parsed)
@@ -122,6 +123,17 @@ public struct TargetResolver {
             }
         }
         return plans
+    }
+
+    /// Why `send` can reach no one whatever the installations: its tag expression does not parse here.
+    public static func unplannable(_ send: SendNotification) -> String? {
+        guard let text = send.tagExpression else { return nil }
+        do {
+            _ = try TagExpression.parse(text)
+            return nil
+        } catch {
+            return "its tag expression '\(text.prefix(200))' does not parse here (\(error.message)), so it reaches no one"
+        }
     }
 
     private func lowercased(_ properties: [String: String]) -> [String: String] {

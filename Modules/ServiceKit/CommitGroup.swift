@@ -11,6 +11,9 @@ public final class CommitGroup {
     private var open = false
     /// Why the last group failed, as the message every request of that group gets.
     public private(set) var failureMessage = ""
+    /// Hears an effect that failed after its group committed (a publish, an announcement): what
+    /// was committed stands, and the failure is reported rather than lost.
+    public var onEffectError: (Error) -> Void = { _ in }
 
     public convenience init(database: SQLiteDatabase) {
         self.init { body in try database.transaction { body() } }
@@ -44,7 +47,13 @@ public final class CommitGroup {
             failureMessage = CommitGroup.describe(error)
             return false
         }
-        for effect in effects { try? effect() }
+        for effect in effects {
+            do {
+                try effect()
+            } catch {
+                onEffectError(error)
+            }
+        }
         return true
     }
 

@@ -71,6 +71,9 @@ public final class ServiceContext {
         let server = try HubServer(
             bind: endpoint, logger: logger, maxMessageBytes: maxMessageBytes ?? config.maxMessageBytes)
         servers.append(server)
+        group?.onEffectError = { [logger] error in
+            logger.error("a step after a commit failed; what was committed stands", ("error", "\(error)"))
+        }
         server.on(HealthRequest.self) { [unowned self] _ in self.health(endpoints(), details: details()) }
         server.on(MetricsRequest.self) { [unowned self, unowned server] _ in
             var samples = server.samples

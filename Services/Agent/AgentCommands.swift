@@ -33,7 +33,14 @@ enum AgentCommands {
                         return fail("category '\(category)': \(error.message)")
                     }
                 }
-                var categories = try store.categories
+                var categories: [String]
+                do {
+                    categories = try store.categories
+                } catch {
+                    // A value that cannot be read is replaced by what this command makes.
+                    FileHandle.standardError.write(Data("nh-agent: \(error); starting from no categories\n".utf8))
+                    categories = []
+                }
                 if command == "subscribe" {
                     categories += parsed.positionals.filter { !categories.contains($0) }
                 } else {

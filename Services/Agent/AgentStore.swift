@@ -31,7 +31,13 @@ final class AgentStore {
     var categories: [String] {
         get throws {
             guard let text = try setting("categories") else { return [] }
-            return (try? JSONDecoder().decode([String].self, from: Data(text.utf8))) ?? []
+            do {
+                return try JSONDecoder().decode([String].self, from: Data(text.utf8))
+            } catch {
+                throw StorageError(
+                    code: 1, message: "the stored categories are not a JSON list of strings (\(text.prefix(60))); choose them again with nh-agent subscribe",
+                    operation: "read categories")
+            }
         }
     }
 

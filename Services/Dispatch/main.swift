@@ -21,13 +21,7 @@ ServiceMain.run(
     let config = context.config
     context.prepareKeys()
     let logger = context.logger
-    var settings = DispatcherSettings()
-    // A live connection loses nothing (a closed one ends its session, and the next one loads what
-    // is pending), so a resend is only for a delivery dropped at a full queue or an acknowledgement
-    // the agent could not send: it waits six agent heartbeats, longer for a slow agent.
-    settings.resendAfter = Double(config.agentHeartbeatMs) * 6 / 1000
-    settings.silenceAfter = max(2.0, Double(config.agentHeartbeatMs) * 3 / 1000)
-    settings.maxAgents = config.limits.agents
+    var settings = DispatcherSettings(agentHeartbeat: Double(config.agentHeartbeatMs) / 1000, maxAgents: config.limits.agents)
     // Each agent may send so many messages a second; beyond that they are refused, not read.
     let agentRate = RateLimiter(perSecond: config.limits.agentMessagesPerSecond)
     // Phones and browsers: each platform's push service, on a thread of its own for HTTP, with
@@ -122,6 +116,8 @@ ServiceMain.run(
                 logger.debug("agent connected", ("installation", id))
             case .note(.dropped(let id, let reason)):
                 logger.info("agent session ended", ("installation", id), ("reason", reason.rawValue))
+            case .note(.unplanned(let id, let reason)):
+                logger.warning("a notification reaches no one", ("notification", id), ("reason", reason))
             }
         }
     }

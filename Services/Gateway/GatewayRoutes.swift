@@ -249,9 +249,10 @@ final class GatewayRoutes: @unchecked Sendable {
     func saveRegistration(_ id: String, _ request: HTTPRequest) throws -> HTTPResponse {
         let key = try authorize(request, .listen)
         var installation = try RegistrationXML.installation(RegistrationXML.parse(request.body), id: id)
-        if let current = try? registry.call(InstallationGet(installationId: id)).installation {
-            installation.userId = current.userId
-        }
+        // Only a registration that is not there has no user to keep; a failed read fails the save.
+        do {
+            installation.userId = try registry.call(InstallationGet(installationId: id)).installation.userId
+        } catch let error as HubError where error.code == .notFound {}
         let saved = try registry.call(
             InstallationUpsert(installation: installation, ifMatch: request.header("if-match")), auth: context.token(for: key))
         return RegistrationFeed.entry(saved.installation, base: baseURL(request) + "/" + hub)

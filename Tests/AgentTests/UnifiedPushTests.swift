@@ -173,5 +173,10 @@ struct AgentStoreIdentityTests {
         #expect(try command.existingChannelKeys()?.publicKey == keys.publicKey)
         #expect(try command.channelKeys().secretKey == keys.secretKey)
         #expect(try command.installationId() == daemon.installationId())
+        // A stored value that cannot be read is an error that says so, never "no categories".
+        try daemon.set("categories", "World,Sports")
+        #expect(throws: StorageError.self) { try command.categories }
+        try daemon.setCategories(["World"])
+        #expect(try command.categories == ["World"])
     }
 }

@@ -119,6 +119,21 @@ struct DispatcherTests {
         #expect(dispatcher.inFlightCount == 0)
     }
 
+    @Test("a notification whose expression does not parse reaches no one, and says why")
+    func unplanned() {
+        var dispatcher = Self.dispatcher([Self.installation("i1", key: Self.keyA)])
+        let broken = Self.send(1, tag: "World &&")
+        let actions = dispatcher.on(.accepted([broken]), now: Self.t0)
+        guard case .note(.unplanned(let id, let reason)) = actions.first else {
+            Issue.record("no note: \(actions)")
+            return
+        }
+        #expect(id == "n1" && reason.contains("World &&"))
+        #expect(actions.contains(.record(broken, [], shards: nil)))
+        // A notification that matches no one, but parses, is no news.
+        #expect(!dispatcher.on(.accepted([Self.send(2, tag: "Nobody")]), now: Self.t0).contains { if case .note = $0 { true } else { false } })
+    }
+
     @Test("a healthy exchange has no resends")
     func noResendsWhenAcknowledged() {
         var dispatcher = Self.dispatcher([Self.installation("a", key: Self.keyA)], connected: [(Self.routeA, "a", Self.keyA)])

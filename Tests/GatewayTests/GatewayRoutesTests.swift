@@ -186,6 +186,12 @@ struct GatewayRoutesTests {
         #expect(upsert.installation.templates == ["Alert": InstallationTemplate(body: #"{"aps":{"alert":"$(m)"}}"#)])
         #expect(response.text.contains("<AppleTemplateRegistrationDescription "))
         #expect(response.text.contains("<ETag>7</ETag><RegistrationId>reg-1</RegistrationId><Tags>a,b</Tags><DeviceToken>AABB</DeviceToken>"))
+
+        // A registry that cannot be read fails the save, rather than saving without the user the registration has.
+        let unread = try Gateway()
+        unread.registry.on(InstallationGet.self) { _, _ in throw HubError(.unavailable, "the registry did not answer") }
+        let failed = unread.request("PUT", "/hub/registrations/reg-1", body: body)
+        #expect(failed.status == 503 && unread.registry.requests(InstallationUpsert.self).isEmpty)
     }
 
     @Test("$filter reaches the registry as a push-channel match; one it does not understand is refused before")

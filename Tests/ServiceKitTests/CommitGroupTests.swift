@@ -17,6 +17,22 @@ struct CommitGroupTests {
         return (database, path)
     }
 
+    @Test("an effect that fails after the commit is reported, and the others still run")
+    func effectFailures() throws {
+        let (database, _) = try database()
+        let group = CommitGroup(database: database)
+        var reported: [String] = []
+        var ran: [Int] = []
+        group.onEffectError = { reported.append("\($0)") }
+        #expect(group.run {
+            try? group.afterCommit { ran.append(1) }
+            try? group.afterCommit { throw HubError(.unavailable, "the publisher is gone") }
+            try? group.afterCommit { ran.append(3) }
+        })
+        #expect(ran == [1, 3])
+        #expect(reported.count == 1 && reported[0].contains("the publisher is gone"))
+    }
+
     @Test("waiting requests share one commit; a failing one is rolled back alone; effects run after the commit")
     func groupCommit() throws {
         let (database, path) = try database()
