@@ -23,7 +23,7 @@ ServiceMain.run(
     let logger = context.logger
     var settings = DispatcherSettings(agentHeartbeat: Double(config.agentHeartbeatMs) / 1000, maxAgents: config.limits.agents)
     // Each agent may send so many messages a second; beyond that they are refused, not read.
-    let agentRate = RateLimiter(perSecond: config.limits.agentMessagesPerSecond)
+    let inbox = AgentInbox(messagesPerSecond: config.limits.agentMessagesPerSecond)
     // Phones and browsers: each platform's push service, on a thread of its own for HTTP, with
     // its answers handled on this loop after the writes of the turn they come in.
     var afterAnswers: () -> Void = {}
@@ -220,16 +220,13 @@ ServiceMain.run(
     }
     if !shared { perform(core.on(.backlog(try store.backlog(now: Date())), now: Date())) }
 
-    // What push services had not taken when the dispatcher last stopped goes to them again, a
-    // page at a time: the next page once most of the last one is done (the push center takes
-    // each delivery once, however often it is handed in).
-    let resumePage = 100_000
-    var resuming = true
+    // What push services had not taken when the dispatcher last stopped goes to them again, a page at a time.
+    var resume = PushResume()
     func resumePush() throws {
-        guard resuming, push.pending < resumePage / 2 else { return }
-        let unsent = try store.pendingPush(now: Date(), limit: resumePage, shards: core.shards?.owned)
+        guard let limit = resume.limit(pushPending: push.pending) else { return }
+        let unsent = try store.pendingPush(now: Date(), limit: limit, shards: core.shards?.owned)
         for message in unsent { push.submit(message) }
-        resuming = unsent.count == resumePage
+        resume.read(unsent.count)
         if !unsent.isEmpty { logger.info("push deliveries resumed", ("count", unsent.count)) }
     }
     if !shared { try resumePush() }
@@ -257,50 +254,16 @@ ServiceMain.run(
     var totals: [String: String] = [:]
     var totalsAt = ContinuousClock.now - .seconds(60)
     let server = try context.bindRequests(config.dispatch.requests, endpoints: { endpoints }) {
-        let counters = core.counters
-        var details: [String: String] = [:]
-        details["installations"] = String(core.index.count)
-        details["registrySequence"] = replica.tracker.position.map(String.init) ?? "none"
-        details["cursor"] = String(pullCursor() ?? 0)
-        if let shards = core.shards {
-            details["shards"] = String(shards.owned.count)
-            details["redirectedTotal"] = String(core.counters.redirected)
-        }
-        details["agents"] = String(core.sessionCount)
-        details["inFlight"] = String(core.inFlightCount)
-        details["backlogInstallations"] = String(core.backlogCount)
-        details["sentTotal"] = String(counters.sent)
-        details["resentTotal"] = String(counters.resent)
-        details["ackedTotal"] = String(counters.acknowledged)
-        details["unknownAcksTotal"] = String(counters.unknownAcks)
-        details["refusedTotal"] = String(counters.refused)
-        details["signalsTotal"] = String(counters.signals)
-        details["sessionsStartedTotal"] = String(counters.connected)
-        details["sendsBlockedTotal"] = String(sendsBlocked)
-        details["zapAcceptedTotal"] = String(context.handshakes.accepted)
-        details["zapRefusedTotal"] = String(context.handshakes.refused)
-        for reason in DispatchNote.DropReason.allCases {
-            details["sessionsEnded\(reason.rawValue.capitalized)Total"] = String(counters.dropped[reason] ?? 0)
-        }
-        details["pushPending"] = String(push.pending)
-        details["pushInFlight"] = String(push.inFlight)
-        for (service, counters) in push.counters {
-            let name = "push" + service.platform.rawValue.capitalized
-            details[name + "SentTotal"] = String(counters.sent)
-            details[name + "DeliveredTotal"] = String(counters.delivered)
-            details[name + "RetriedTotal"] = String(counters.retried)
-            details[name + "ExpiredChannelsTotal"] = String(counters.expiredChannels)
-            details[name + "FailedTotal"] = String(counters.failed)
-            details[name + "TokenRequestsTotal"] = String(counters.tokenRequests)
-            // By the service's own error code, such as Unregistered or 503.
-            for (code, count) in counters.errors {
-                let word = code.filter { $0.isASCII && ($0.isLetter || $0.isNumber) }
-                if !word.isEmpty { details[name + "Error" + word.prefix(1).uppercased() + word.dropFirst().lowercased() + "Total"] = String(count) }
-            }
-        }
+        let details = DispatchHealth.details(core, DispatchHealth.Inputs(
+            registrySequence: replica.tracker.position, cursor: pullCursor(), sendsBlocked: sendsBlocked,
+            handshakes: context.handshakes, pushPending: push.pending, pushInFlight: push.inFlight, pushCounters: push.counters))
         // The store's totals scan its tables: taken at most once a second, however often health is asked.
         if totalsAt.duration(to: .now) > .seconds(1) {
-            totals = (try? store.totals()) ?? totals
+            do {
+                totals = try store.totals()
+            } catch {
+                logger.warning("cannot read the store's totals for health", ("error", "\(error)"))
+            }
             totalsAt = .now
         }
         return details.merging(totals) { $1 }
@@ -312,8 +275,7 @@ ServiceMain.run(
     // Its stream only says when there is more, so a lost hint costs a tick's delay, never a send.
     let publish = try HubForwarder(connect: config.publish.requests, timeoutMs: config.requestTimeoutMs) { context.serviceToken() }
     context.onShutdown { publish.close() }
-    var pulling = false
-    var pullLimit = 100
+    var pulls = PullControl()
     /// Where the next pull starts: the stored cursor, or with shards the least of the owned shards'
     /// cursors (each shard then plans only what is past its own). Nil while no shard is held.
     func pullCursor() -> UInt64? {
@@ -328,25 +290,24 @@ ServiceMain.run(
         return shards.owned.map { shards.cursors[$0] ?? 0 }.min()
     }
     func pull() {
-        guard !pulling, replica.tracker.position != nil, let after = pullCursor() else { return }
-        pulling = true
-        publish.forward(PendingNotificationsRequest(after: after, limit: pullLimit)) { result in
-            pulling = false
+        guard let request = pulls.next(after: pullCursor(), registryReady: replica.tracker.position != nil) else { return }
+        publish.forward(request) { result in
             switch result {
             case .success(let batch):
-                guard !batch.notifications.isEmpty else { return }
+                guard !batch.notifications.isEmpty else {
+                    _ = pulls.answered(count: 0, planned: 0)
+                    return
+                }
                 FaultPoint.reach(.pulled)
                 do { try replica.pump() } catch { logger.warning("registry stream", ("error", "\(error)")) }
                 let before = core.counters.planned
                 // The batch holds everything after `after`: shards taken over since the pull went
                 // out, and so behind it, are planned by a pull from their own cursor.
-                perform(core.on(.accepted(batch.notifications, after: after), now: Date()))
+                perform(core.on(.accepted(batch.notifications, after: request.after), now: Date()))
                 commit()
-                // Large fan-outs come a few notifications at a time, so that one turn stays short.
-                let perNotification = (core.counters.planned - before) / batch.notifications.count
-                pullLimit = max(1, min(100, 20_000 / max(1, perNotification)))
-                pull()
+                if pulls.answered(count: batch.notifications.count, planned: core.counters.planned - before) { pull() }
             case .failure(let error):
+                pulls.failed()
                 logger.warning("pull from the publish service failed; trying again", ("error", error.message))
             }
         }
@@ -366,7 +327,7 @@ ServiceMain.run(
         while let frames = try hints.receive(wait: false) {
             if let message = try? SequencedMessage(frames: frames) { latest = max(latest, message.sequence) }
         }
-        if let cursor = pullCursor(), latest > cursor { pull() }
+        if PullControl.hinted(latest: latest, cursor: pullCursor()) { pull() }
     }
 
     // The sync store's stream: a user's notifications changed, so signal that user's other devices.
@@ -386,38 +347,10 @@ ServiceMain.run(
         var handled = 0
         while handled < 2_000, let (frames, peer) = try agents.receiveFromPeer(wait: false) {
             handled += 1
-            guard frames.count >= 2 else { continue }
-            let route = frames[0]
-            let body = Array(frames.dropFirst())
-            // Acknowledgements are not counted: each answers a delivery this dispatcher sent, and a
-            // busy agent sends as many as it receives.
-            let isAck = body.count == 1 && body[0].starts(with: Data("ack\n".utf8))
-            guard isAck || agentRate.allow(peer ?? route.base64EncodedString()) else {
-                let error = HubError(
-                    .rateLimited, "more than \(config.limits.agentMessagesPerSecond) messages a second from this agent (limits.agentMessagesPerSecond)")
-                _ = deliver(route, [AgentWire.encode(.error(ErrorReply(code: error.code, message: error.message)))])
-                continue
-            }
-            if body[0].isEmpty {
-                // A JSON envelope behind a delimiter: a client of the older protocol.
-                let error = HubError(.unsupportedVersion, "the agent channel speaks compact frames (see HubProtocol's README); upgrade the agent")
-                _ = deliver(route, [Data(), HubCodec.encodeError(error, id: "")])
-                continue
-            }
-            do {
-                guard body.count == 1 else {
-                    throw HubError(.malformedFrames, "the message has \(body.count) frames; each agent-channel message is one frame")
-                }
-                switch try AgentWire.decode(body[0]) {
-                case .hello(let hello):
-                    perform(core.on(.hello(route: route, peerKey: peer, installationId: hello.installationId), now: Date()))
-                case .ack(let ack):
-                    perform(core.on(.ack(route: route, ack), now: Date()))
-                case .welcome, .deliver, .signal, .error, .redirect:
-                    throw HubError(.unknownType, "agents send only 'hello' and 'ack' on this channel")
-                }
-            } catch let error as HubError {
-                _ = deliver(route, [AgentWire.encode(.error(ErrorReply(code: error.code, message: error.message)))])
+            switch inbox.read(frames, peer: peer) {
+            case .event(let event)?: perform(core.on(event, now: Date()))
+            case .refuse(let reply)?: _ = deliver(frames[0], reply)
+            case nil: break
             }
         }
         commit()
@@ -476,7 +409,7 @@ ServiceMain.run(
         guard !change.gained.isEmpty else { return }
         do {
             perform(core.on(.backlog(try store.backlog(now: Date(), shards: change.gained)), now: Date()))
-            for message in try store.pendingPush(now: Date(), limit: resumePage, shards: change.gained) { push.submit(message) }
+            for message in try store.pendingPush(now: Date(), limit: PushResume.page, shards: change.gained) { push.submit(message) }
         } catch {
             logger.error("cannot load the waiting deliveries of shards taken", ("error", "\(error)"))
         }

@@ -1,0 +1,173 @@
+import DispatchCore
+import Foundation
+import HubProtocol
+import Push
+import ServiceKit
+
+/// Pulling accepted notifications from the publish service: one request in flight at a time, and
+/// a page size that adapts so that one turn stays short. Plain logic; the shell sends the requests.
+struct PullControl: Equatable {
+    /// The most notifications one pull asks for, and the deliveries one pulled page should plan at most.
+    static let maxPage = 100
+    static let deliveriesPerPage = 20_000
+
+    private(set) var pulling = false
+    private(set) var limit = PullControl.maxPage
+
+    /// The request to send now, or nil: one is on its way, the registry is not read yet, or no cursor is known.
+    mutating func next(after cursor: UInt64?, registryReady: Bool) -> PendingNotificationsRequest? {
+        guard !pulling, registryReady, let cursor else { return nil }
+        pulling = true
+        return PendingNotificationsRequest(after: cursor, limit: limit)
+    }
+
+    /// A page came back with `count` notifications that planned `planned` deliveries; true when
+    /// another pull should follow at once. Large fan-outs come a few notifications at a time.
+    mutating func answered(count: Int, planned: Int) -> Bool {
+        pulling = false
+        guard count > 0 else { return false }
+        let perNotification = planned / count
+        limit = max(1, min(Self.maxPage, Self.deliveriesPerPage / max(1, perNotification)))
+        return true
+    }
+
+    /// The pull failed; the next tick or hint tries again.
+    mutating func failed() { pulling = false }
+
+    /// A hint on the publish service's stream says there is more past `latest`.
+    static func hinted(latest: UInt64, cursor: UInt64?) -> Bool {
+        guard let cursor else { return false }
+        return latest > cursor
+    }
+}
+
+/// Resuming what push services had not taken when the dispatcher stopped, a page at a time: the
+/// next page once most of the last one is done (the push center takes each delivery once,
+/// however often it is handed in).
+struct PushResume: Equatable {
+    static let page = 100_000
+    private(set) var resuming = true
+
+    /// The page to read now, or nil.
+    func limit(pushPending: Int) -> Int? {
+        resuming && pushPending < Self.page / 2 ? Self.page : nil
+    }
+
+    /// A page of `count` was read: a full page means there may be more.
+    mutating func read(_ count: Int) { resuming = count == Self.page }
+}
+
+/// What comes in on the agent channel, read: a hello or an acknowledgement for the core, or a
+/// refusal to send back. Agents are rate limited per connection, except for acknowledgements: each
+/// answers a delivery this dispatcher sent, and a busy agent sends as many as it receives.
+struct AgentInbox {
+    enum Input {
+        case event(DispatchEvent)
+        /// Frames to send back on the route, the message unread.
+        case refuse([Data])
+    }
+
+    let rate: RateLimiter
+    let rateSetting: Int
+
+    init(messagesPerSecond: Int) {
+        rate = RateLimiter(perSecond: messagesPerSecond)
+        rateSetting = messagesPerSecond
+    }
+
+    /// `frames`: the route, then the message's frames; `peer`: the connection's CURVE key.
+    func read(_ frames: [Data], peer: String?, now: TimeInterval = ProcessInfo.processInfo.systemUptime) -> Input? {
+        guard frames.count >= 2 else { return nil }
+        let route = frames[0]
+        let body = Array(frames.dropFirst())
+        let isAck = body.count == 1 && body[0].starts(with: Data("ack\n".utf8))
+        guard isAck || rate.allow(peer ?? route.base64EncodedString(), now: now) else {
+            return refusal(HubError(.rateLimited, "more than \(rateSetting) messages a second from this agent (limits.agentMessagesPerSecond)"))
+        }
+        if body[0].isEmpty {
+            // A JSON envelope behind a delimiter: a client of the older protocol.
+            let error = HubError(.unsupportedVersion, "the agent channel speaks compact frames (see HubProtocol's README); upgrade the agent")
+            return .refuse([Data(), HubCodec.encodeError(error, id: "")])
+        }
+        do {
+            guard body.count == 1 else {
+                throw HubError(.malformedFrames, "the message has \(body.count) frames; each agent-channel message is one frame")
+            }
+            switch try AgentWire.decode(body[0]) {
+            case .hello(let hello):
+                return .event(.hello(route: route, peerKey: peer, installationId: hello.installationId))
+            case .ack(let ack):
+                return .event(.ack(route: route, ack))
+            case .welcome, .deliver, .signal, .error, .redirect:
+                throw HubError(.unknownType, "agents send only 'hello' and 'ack' on this channel")
+            }
+        } catch let error as HubError {
+            return refusal(error)
+        } catch {
+            return refusal(HubError(.malformedFrames, "\(error)"))
+        }
+    }
+
+    private func refusal(_ error: HubError) -> Input {
+        .refuse([AgentWire.encode(.error(ErrorReply(code: error.code, message: error.message)))])
+    }
+}
+
+/// The dispatcher's health details: the core's state and totals, the pull, the push services'.
+enum DispatchHealth {
+    struct Inputs {
+        var registrySequence: UInt64?
+        var cursor: UInt64?
+        var sendsBlocked = 0
+        var handshakes: (accepted: Int, refused: Int) = (0, 0)
+        var pushPending = 0
+        var pushInFlight = 0
+        var pushCounters: [PushService: PushCounters] = [:]
+    }
+
+    static func details(_ core: Dispatcher, _ inputs: Inputs) -> [String: String] {
+        let counters = core.counters
+        var details: [String: String] = [
+            "installations": String(core.index.count),
+            "registrySequence": inputs.registrySequence.map(String.init) ?? "none",
+            "cursor": String(inputs.cursor ?? 0),
+            "agents": String(core.sessionCount),
+            "inFlight": String(core.inFlightCount),
+            "backlogInstallations": String(core.backlogCount),
+            "sentTotal": String(counters.sent),
+            "resentTotal": String(counters.resent),
+            "ackedTotal": String(counters.acknowledged),
+            "unknownAcksTotal": String(counters.unknownAcks),
+            "refusedTotal": String(counters.refused),
+            "signalsTotal": String(counters.signals),
+            "sessionsStartedTotal": String(counters.connected),
+            "sendsBlockedTotal": String(inputs.sendsBlocked),
+            "zapAcceptedTotal": String(inputs.handshakes.accepted),
+            "zapRefusedTotal": String(inputs.handshakes.refused),
+            "pushPending": String(inputs.pushPending),
+            "pushInFlight": String(inputs.pushInFlight),
+        ]
+        if let shards = core.shards {
+            details["shards"] = String(shards.owned.count)
+            details["redirectedTotal"] = String(counters.redirected)
+        }
+        for reason in DispatchNote.DropReason.allCases {
+            details["sessionsEnded\(reason.rawValue.capitalized)Total"] = String(counters.dropped[reason] ?? 0)
+        }
+        for (service, counters) in inputs.pushCounters {
+            let name = "push" + service.platform.rawValue.capitalized
+            details[name + "SentTotal"] = String(counters.sent)
+            details[name + "DeliveredTotal"] = String(counters.delivered)
+            details[name + "RetriedTotal"] = String(counters.retried)
+            details[name + "ExpiredChannelsTotal"] = String(counters.expiredChannels)
+            details[name + "FailedTotal"] = String(counters.failed)
+            details[name + "TokenRequestsTotal"] = String(counters.tokenRequests)
+            // By the service's own error code, such as Unregistered or 503.
+            for (code, count) in counters.errors {
+                let word = code.filter { $0.isASCII && ($0.isLetter || $0.isNumber) }
+                if !word.isEmpty { details[name + "Error" + word.prefix(1).uppercased() + word.dropFirst().lowercased() + "Total"] = String(count) }
+            }
+        }
+        return details
+    }
+}

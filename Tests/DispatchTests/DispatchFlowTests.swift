@@ -1,0 +1,93 @@
+import DispatchCore
+import Foundation
+import HubProtocol
+import Push
+import Testing
+
+@testable import NHDispatch
+
+/// The dispatcher shell's decisions, in plain types: pulling, resuming push deliveries, reading
+/// the agent channel, and health.
+@Suite("Dispatcher flow")
+struct DispatchFlowTests {
+    @Test("one pull at a time, from the cursor, once the registry is read; the page shrinks for large fan-outs and grows back")
+    func pulls() {
+        var pulls = PullControl()
+        #expect(pulls.next(after: 5, registryReady: false) == nil)
+        #expect(pulls.next(after: nil, registryReady: true) == nil)
+        #expect(pulls.next(after: 5, registryReady: true) == PendingNotificationsRequest(after: 5, limit: 100))
+        #expect(pulls.next(after: 5, registryReady: true) == nil, "one in flight")
+        // 10 notifications of 10,000 deliveries each: 2 a page from now on, and pull again at once.
+        let again = pulls.answered(count: 10, planned: 100_000)
+        #expect(again)
+        #expect(pulls.next(after: 15, registryReady: true)?.limit == 2)
+        let more = pulls.answered(count: 0, planned: 0)
+        #expect(!more, "nothing more")
+        #expect(pulls.next(after: 15, registryReady: true)?.limit == 2)
+        _ = pulls.answered(count: 2, planned: 10)
+        #expect(pulls.limit == 100)
+        _ = pulls.next(after: 17, registryReady: true)
+        pulls.failed()
+        #expect(pulls.next(after: 17, registryReady: true) != nil, "a failure frees the next pull")
+        #expect(PullControl.hinted(latest: 18, cursor: 17) && !PullControl.hinted(latest: 17, cursor: 17) && !PullControl.hinted(latest: 9, cursor: nil))
+    }
+
+    @Test("push deliveries resume a page at a time, each once most of the last is done, until a page is not full")
+    func resume() {
+        var resume = PushResume()
+        #expect(resume.limit(pushPending: 0) == PushResume.page)
+        resume.read(PushResume.page)
+        #expect(resume.limit(pushPending: PushResume.page / 2) == nil)
+        #expect(resume.limit(pushPending: PushResume.page / 2 - 1) == PushResume.page)
+        resume.read(12)
+        #expect(resume.limit(pushPending: 0) == nil)
+    }
+
+    @Test("the agent channel: hello and ack for the core; old envelopes, extra frames and wrong messages refused with their code")
+    func inbox() throws {
+        let inbox = AgentInbox(messagesPerSecond: 1)
+        let route = Data("r".utf8)
+        func code(_ input: AgentInbox.Input?) -> ErrorCode? {
+            guard case .refuse(let frames)? = input else { return nil }
+            if frames.count == 2 { return (try? HubCodec.decode(ErrorReply.self, from: frames[1]).payload.code) ?? .internal }
+            guard case .error(let error)? = try? AgentWire.decode(frames[0]) else { return nil }
+            return error.code
+        }
+        guard case .event(.hello(let helloRoute, let key, let id))? = inbox.read([route, AgentWire.encode(.hello(AgentHello(installationId: "i1")))], peer: "K", now: 0)
+        else {
+            Issue.record("hello")
+            return
+        }
+        #expect(helloRoute == route && key == "K" && id == "i1")
+        // The rate (1 a second, bursts of 2) counts hellos, never acknowledgements.
+        let ack = AgentWire.encode(.ack(AgentAck(deliveryIds: ["d1"])))
+        for _ in 0..<5 {
+            guard case .event(.ack(_, let read))? = inbox.read([route, ack], peer: "K", now: 0) else { Issue.record("ack"); return }
+            #expect(read.deliveryIds == ["d1"])
+        }
+        #expect(code(inbox.read([route, AgentWire.encode(.hello(AgentHello(installationId: "i1")))], peer: "K", now: 0)) == nil)
+        #expect(code(inbox.read([route, AgentWire.encode(.hello(AgentHello(installationId: "i1")))], peer: "K", now: 0)) == .rateLimited)
+        #expect(code(inbox.read([route, Data(), Data("{}".utf8)], peer: "L", now: 0)) == .unsupportedVersion)
+        #expect(code(inbox.read([route, Data("hello".utf8), Data("x".utf8)], peer: "M", now: 0)) == .malformedFrames)
+        #expect(code(inbox.read([route, AgentWire.encode(.welcome(AgentWelcome(installationId: "i", pending: 0)))], peer: "N", now: 0)) == .unknownType)
+        #expect(inbox.read([route], peer: "O", now: 0) == nil)
+    }
+
+    @Test("health names the core's state and totals, the cursor and the push services' counts")
+    func health() {
+        var core = Dispatcher()
+        _ = core.on(.snapshot(RegistrySnapshot(sequence: 1, installations: [Installation(installationId: "i", pushChannel: "k")])), now: Date())
+        var counters = PushCounters()
+        counters.sent = 3
+        counters.errors = ["BadDeviceToken": 2]
+        let details = DispatchHealth.details(core, DispatchHealth.Inputs(
+            registrySequence: 9, cursor: 4, sendsBlocked: 1, handshakes: (5, 6), pushPending: 7, pushInFlight: 8,
+            pushCounters: [PushService.apple: counters]))
+        #expect(details["installations"] == "1" && details["registrySequence"] == "9" && details["cursor"] == "4")
+        #expect(details["zapAcceptedTotal"] == "5" && details["zapRefusedTotal"] == "6" && details["sendsBlockedTotal"] == "1")
+        #expect(details["pushPending"] == "7" && details["pushInFlight"] == "8")
+        #expect(details["pushApnsSentTotal"] == "3" && details["pushApnsErrorBaddevicetokenTotal"] == "2")
+        #expect(details["sessionsEndedSilentTotal"] == "0" && details["shards"] == nil)
+        #expect(DispatchHealth.details(core, DispatchHealth.Inputs())["registrySequence"] == "none")
+    }
+}
