@@ -171,3 +171,15 @@ enum DispatchHealth {
         return details
     }
 }
+
+/// A push service said a device's channel is gone: its installation goes, as Notification Hubs
+/// removes registrations with expired channels, unless the device has registered another channel
+/// since (the delete is conditional on the version that had the old one).
+enum ChannelExpiry {
+    static func deletion(for message: PushMessage, _ result: PushResult, index: InstallationIndex) -> InstallationDelete? {
+        guard case .channelExpired = result, let installation = index.installation(message.installationId),
+            installation.pushChannel == message.pushChannel
+        else { return nil }
+        return InstallationDelete(installationId: message.installationId, ifMatch: installation.etag)
+    }
+}

@@ -240,10 +240,9 @@ ServiceMain.run(
     push.note = { message, fields in logger.log(.warning, message, fields.map { ($0.0, $0.1) }) }
     push.report = { message, result in
         turn.pushResults.append((message, result))
-        guard case .channelExpired(let reason) = result else { return }
-        guard let installation = core.index.installation(message.installationId), installation.pushChannel == message.pushChannel else { return }
-        logger.info("push channel expired; removing its installation", ("installation", message.installationId), ("reason", reason))
-        registryWrites.forward(InstallationDelete(installationId: message.installationId, ifMatch: installation.etag)) { result in
+        guard let deletion = ChannelExpiry.deletion(for: message, result, index: core.index) else { return }
+        logger.info("push channel expired; removing its installation", ("installation", message.installationId), ("result", "\(result)"))
+        registryWrites.forward(deletion) { result in
             if case .failure(let error) = result, error.code != .notFound, error.code != .preconditionFailed {
                 logger.warning("cannot remove an installation whose channel expired", ("installation", message.installationId), ("error", error.message))
             }
@@ -356,40 +355,10 @@ ServiceMain.run(
         commit()
     }
 
-    server.on(PushCredentialsRequest.self) { request in
-        try context.authorize(request.auth, needs: .manage)
-        return PushCredentialsReply(services: push.info())
-    }
-    server.on(PushCredentialsSetRequest.self) { request in
-        try context.authorize(request.auth, needs: .manage)
-        let services: [PushServiceInfo]
-        do {
-            services = try push.set(request.payload)
-        } catch {
-            throw HubError(.invalidArgument, "\(error)")
-        }
-        core.setPlatforms(Set(push.platforms.map(\.rawValue)))
-        logger.notice("push credentials set", ("services", services.map(\.service).joined(separator: ",")))
-        return PushCredentialsReply(services: services)
-    }
-    server.on(TestResultsRequest.self) { request in
-        try context.authorize(request.auth, needs: .send)
-        guard let results = try store.testResults(request.payload.notificationId) else {
-            throw HubError(.notFound, "the dispatcher has no test send '\(request.payload.notificationId)' yet")
-        }
-        return results
-    }
-    server.on(PlacementRequest.self) { request in
-        try context.authorize(request.auth, needs: .manage)
-        return core.placement(of: request.payload.installationId, advertised: advertise)
-    }
-    server.on(OutcomeRequest.self) { request in
-        try context.authorize(request.auth, needs: .send)
-        guard let outcome = try store.outcome(request.payload.notificationId) else {
-            throw HubError(.notFound, "the dispatcher has no notification '\(request.payload.notificationId)' yet")
-        }
-        return outcome
-    }
+    DispatchHandlers(
+        context: context, store: store, push: push, placement: { core.placement(of: $0, advertised: advertise) },
+        setPlatforms: { core.setPlatforms($0) }
+    ).install(on: server)
 
     // Resends and silence are decided often; expiry and the pull safety net once a heartbeat.
     context.loop.every(milliseconds: 100) {

@@ -91,3 +91,25 @@ struct DispatchFlowTests {
         #expect(DispatchHealth.details(core, DispatchHealth.Inputs())["registrySequence"] == "none")
     }
 }
+
+@Suite("Expired push channels")
+struct ChannelExpiryTests {
+    @Test("an expired channel removes its installation, on the version that had it; a new channel or another answer keeps it")
+    func deletion() {
+        var index = InstallationIndex()
+        var installation = Installation(installationId: "p1", platform: "apns", pushChannel: "old")
+        installation.version = 4
+        index.replace(with: RegistrySnapshot(sequence: 1, installations: [installation]))
+        let message = PushMessage(
+            deliveryId: "d", notificationId: "n", installationId: "p1", platform: .apns, pushChannel: "old", payload: "{}", headers: [:],
+            expiresAt: Date().addingTimeInterval(60))
+        #expect(ChannelExpiry.deletion(for: message, .channelExpired(reason: "Unregistered"), index: index)
+            == InstallationDelete(installationId: "p1", ifMatch: "4"))
+        #expect(ChannelExpiry.deletion(for: message, .delivered, index: index) == nil)
+        var moved = message
+        moved.pushChannel = "older"
+        #expect(ChannelExpiry.deletion(for: moved, .channelExpired(reason: "Unregistered"), index: index) == nil)
+        moved.installationId = "gone"
+        #expect(ChannelExpiry.deletion(for: moved, .channelExpired(reason: "Unregistered"), index: index) == nil)
+    }
+}
