@@ -101,7 +101,7 @@ let package = Package(
             tests("PushTests", dependencies: ["Push", "Auth"]),
             tests("ServiceKitTests", dependencies: ["ServiceKit"]),
             tests("DispatchCoreTests", dependencies: ["DispatchCore", "HubProtocol"]),
-            tests("RegistryTests", dependencies: ["NHRegistry", "HubProtocol", "Storage", "Postgres"]),
+            tests("RegistryTests", dependencies: ["NHRegistry", "HubProtocol", "Storage", "Postgres", "ServiceKit", "Auth", "Bus"]),
             tests("PublishTests", dependencies: ["NHPublish", "HubProtocol", "Storage", "Postgres"]),
             tests("SyncStoreTests", dependencies: ["NHSyncStore", "HubProtocol", "Storage", "Postgres", "ServiceKit"]),
             tests("DispatchTests", dependencies: ["NHDispatch", "DispatchCore", "HubProtocol", "Push", "Storage", "Postgres"]),

@@ -1,0 +1,104 @@
+import Auth
+import Foundation
+import HubProtocol
+import ServiceKit
+
+/// The registry's requests: installations written, patched, read, deleted and listed, and the
+/// snapshot the dispatchers start from. Listen may create, read and delete installations; Manage
+/// may do everything. Each handler is a method, reachable in process; `install(on:)` serves them.
+struct RegistryHandlers {
+    let context: ServiceContext
+    let store: any InstallationStore
+    /// Publishes the change log beyond what was published, after each write.
+    let publishChanges: () throws -> Void
+
+    func install(on server: HubServer) {
+        server.on(InstallationUpsert.self) { try upsert($0) }
+        server.on(InstallationPatch.self) { try patch($0) }
+        server.on(InstallationGet.self) { try get($0) }
+        server.on(InstallationDelete.self) { try delete($0) }
+        server.on(InstallationList.self) { try list($0) }
+        server.on(RegistrySnapshotRequest.self) { try snapshot($0) }
+    }
+
+    func upsert(_ request: Envelope<InstallationUpsert>) throws -> InstallationReply {
+        let key = try context.authorize(request.auth, needs: .listen)
+        if let ifMatch = request.payload.ifMatch {
+            let id = request.payload.installation.installationId
+            guard let current = try store.get(id, now: Date()) else {
+                throw HubError(.notFound, "no registration '\(id)' to update; leave out If-Match to create it")
+            }
+            try Self.check(current, ifMatch: ifMatch)
+        }
+        return try save(request.payload.installation, rights: key.rights, userToken: request.payload.userToken)
+    }
+
+    func patch(_ request: Envelope<InstallationPatch>) throws -> InstallationReply {
+        let key = try context.authorize(request.auth, needs: .listen)
+        let current = try found(request.payload.installationId)
+        return try save(
+            try InstallationPatcher.apply(request.payload.operations, to: current), rights: key.rights, userToken: request.payload.userToken)
+    }
+
+    func get(_ request: Envelope<InstallationGet>) throws -> InstallationReply {
+        try context.authorize(request.auth, needs: .listen)
+        return InstallationReply(installation: try found(request.payload.installationId))
+    }
+
+    func delete(_ request: Envelope<InstallationDelete>) throws -> Ack {
+        try context.authorize(request.auth, needs: .listen)
+        let id = request.payload.installationId
+        if let ifMatch = request.payload.ifMatch, let current = try store.get(id, now: Date()) { try Self.check(current, ifMatch: ifMatch) }
+        guard try store.delete(id) != nil else { throw HubError(.notFound, "no installation '\(id)'") }
+        try publishChanges()
+        return Ack()
+    }
+
+    func list(_ request: Envelope<InstallationList>) throws -> InstallationPage {
+        try context.authorize(request.auth, needs: .manage)
+        let limit = request.payload.limit ?? 100
+        guard (1...1000).contains(limit) else { throw HubError(.invalidArgument, "limit must be 1 to 1000") }
+        return try store.list(
+            tag: request.payload.tag, pushChannel: request.payload.pushChannel, after: request.payload.after, limit: limit, now: Date())
+    }
+
+    func snapshot(_ request: Envelope<RegistrySnapshotRequest>) throws -> RegistrySnapshot {
+        try context.authorize(request.auth, needs: .manage)
+        return try store.snapshot(now: Date())
+    }
+
+    // MARK: Shared steps
+
+    private static func check(_ current: Installation, ifMatch: String) throws {
+        guard current.matches(ifMatch: ifMatch) else {
+            throw HubError(
+                .preconditionFailed, "'\(current.installationId)' has changed: its ETag is \(current.etag), not \(ifMatch); read it again")
+        }
+    }
+
+    private func found(_ id: String) throws -> Installation {
+        guard let installation = try store.get(id, now: Date()) else { throw HubError(.notFound, "no installation '\(id)'") }
+        return installation
+    }
+
+    private func save(_ given: Installation, rights: AccessRights, userToken: String?) throws -> InstallationReply {
+        let now = Date()
+        var installation = given
+        // Platform names come in any case (fcmV1, APNS); they are kept as the hub names them.
+        installation.platform = Platform(name: given.platform)?.rawValue ?? given.platform
+        try InstallationRules.validate(installation, now: now, maxTags: context.config.limits.tagsPerInstallation)
+        let current = try store.get(installation.installationId, now: now)
+        // Push endpoints are the agent's to give; a write without them (REST, a patch) keeps them.
+        if installation.endpoints == nil, installation.platform == Platform.linux.rawValue, current?.platform == installation.platform {
+            installation.endpoints = current?.endpoints
+        }
+        try InstallationRules.checkBinding(installation, current: current, mayRebind: rights.contains(.manage))
+        try InstallationRules.checkUser(installation, current: current, mayClaim: rights.contains(.manage)) { () throws(HubError) in
+            try context.authorizeUser(userToken)
+        }
+        let (stored, _) = try store.upsert(installation, now: now)
+        try publishChanges()
+        context.logger.debug("installation saved", ("id", stored.installationId), ("tags", stored.tags.joined(separator: ",")))
+        return InstallationReply(installation: stored)
+    }
+}
