@@ -33,66 +33,11 @@ ServiceMain.run(name: "nh-sync", summary: "the sync store: per-user notification
         }
     }
 
-    /// Tells the dispatcher, and through it the user's other devices, that something changed —
-    /// once the change is committed, so that a device that fetches at once finds it.
+    /// Announced once the change is committed, so that a device that fetches at once finds it.
     func announce() throws {
         try store.afterCommit(publishChanges)
     }
-
-    server.on(PostUserNotification.self) { request in
-        try context.authorize(request.auth, needs: .send)
-        let now = Date()
-        let expiresAt = try UserNotificationRules.validate(request.payload, defaultLifetime: config.defaultTimeToLive, now: now)
-        let (notification, _) = try store.post(request.payload, expiresAt: expiresAt, now: now)
-        try announce()
-        return UserNotificationReply(notification: notification)
-    }
-    server.on(UserChangesRequest.self) { request in
-        let user = try context.authorizeUser(request.auth)
-        let limit = request.payload.limit ?? 100
-        guard (1...100).contains(limit) else { throw HubError(.invalidArgument, "limit must be 1 to 100") }
-        return try store.changes(user: user, after: request.payload.cursor, limit: limit)
-    }
-    server.on(UserHistoryRequest.self) { request in
-        try store.history(user: try context.authorizeUser(request.auth), now: Date())
-    }
-    server.on(UpdateUserNotificationState.self) { request in
-        let user = try context.authorizeUser(request.auth)
-        let payload = request.payload
-        guard payload.readState != nil || payload.userActionState != nil else {
-            throw HubError(.invalidArgument, "give readState, userActionState or both")
-        }
-        let (notification, change) = try store.update(
-            payload.id, user: user, read: payload.readState, action: payload.userActionState, origin: payload.device, now: Date())
-        if change != nil { try announce() }
-        return UserNotificationReply(notification: notification)
-    }
-    server.on(DeleteUserNotification.self) { request in
-        let user = try context.authorizeUser(request.auth)
-        _ = try store.delete(request.payload.id, user: user, origin: request.payload.device, now: Date())
-        try announce()
-        return Ack()
-    }
-    server.on(IssueUserCredential.self) { request in
-        try context.authorize(request.auth, needs: .manage)
-        try UserNotificationRules.identifier(request.payload.userId, "userId")
-        let lifetime = request.payload.lifetime ?? 365 * 86_400
-        guard (60...5 * 365 * 86_400).contains(lifetime) else {
-            throw HubError(.invalidArgument, "lifetime must be 60 seconds to 5 years")
-        }
-        let (credential, expiresAt) = context.userTokens.issue(user: request.payload.userId, kind: .credential, lifetime: lifetime)
-        return UserCredential(userId: request.payload.userId, credential: credential, expiresAt: expiresAt)
-    }
-    server.on(UserTokenRequest.self) { request in
-        let claims: UserTokens.Claims
-        do {
-            claims = try context.userTokens.verify(request.payload.credential, kind: .credential)
-        } catch let error as AuthError {
-            throw HubError(.unauthorized, error.message)
-        }
-        let (token, expiresAt) = context.userTokens.issue(user: claims.user, kind: .token, lifetime: config.userTokenLifetime)
-        return UserToken(userId: claims.user, token: token, expiresAt: expiresAt)
-    }
+    SyncHandlers(context: context, store: store, announce: announce).install(on: server)
 
     // Other sync processes sharing the store: PostgreSQL announces their changes (LISTEN/NOTIFY),
     // read here without waiting every 50 ms, and they are published in order. Every heartbeat
