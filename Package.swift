@@ -102,7 +102,7 @@ let package = Package(
             tests("ServiceKitTests", dependencies: ["ServiceKit"]),
             tests("DispatchCoreTests", dependencies: ["DispatchCore", "HubProtocol"]),
             tests("RegistryTests", dependencies: ["NHRegistry", "HubProtocol", "Storage", "Postgres", "ServiceKit", "Auth", "Bus"]),
-            tests("PublishTests", dependencies: ["NHPublish", "HubProtocol", "Storage", "Postgres"]),
+            tests("PublishTests", dependencies: ["NHPublish", "HubProtocol", "Storage", "Postgres", "ServiceKit", "Auth"]),
             tests("SyncStoreTests", dependencies: ["NHSyncStore", "HubProtocol", "Storage", "Postgres", "ServiceKit", "Auth"]),
             tests("DispatchTests", dependencies: ["NHDispatch", "DispatchCore", "HubProtocol", "Push", "Storage", "Postgres"]),
             tests("AgentTests", dependencies: ["NHAgent", "HubProtocol", "DBus", "Storage"]),

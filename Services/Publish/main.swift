@@ -77,22 +77,8 @@ ServiceMain.run(name: "nh-publish", summary: "the publish service: accepts notif
         return accepted
     }
 
-    server.on(SendNotification.self) { request in
-        try context.authorize(request.auth, needs: .send)
-        guard request.payload.rich == nil else {
-            throw HubError(.invalidArgument, "'rich' is set by the hub; send rich payloads with rich.send")
-        }
-        let timeToLive = try SendRules.validate(request.payload, defaultTimeToLive: config.defaultTimeToLive, maxExpressionBytes: config.limits.expressionBytes)
-        if let fireAt = request.payload.scheduledAt {
-            return SendAccepted(notificationId: try store.schedule(request.payload, fireAt: fireAt, now: Date()), state: .scheduled)
-        }
-        return SendAccepted(notificationId: try accept(request.payload, timeToLive: timeToLive).notificationId, state: .enqueued)
-    }
-    server.on(CancelScheduledNotification.self) { request in
-        try context.authorize(request.auth, needs: .send)
-        try store.cancel(request.payload.notificationId)
-        return Ack()
-    }
+    PublishHandlers(context: context, store: store, rich: rich, accept: accept, latest: { events.sequence }).install(on: server)
+
     // Scheduled sends fire from the store, so one survives any restart and fires once.
     context.loop.every(milliseconds: 500) {
         let fired = try store.fireDue(now: Date()) {
@@ -120,55 +106,9 @@ ServiceMain.run(name: "nh-publish", summary: "the publish service: accepts notif
         }
     }
 
-    // Rich push: the payload is stored first, then the targets get a silent notification that
-    // carries only its id, type and message; they fetch the bytes with the ticket their delivery holds.
-    server.on(SendRichNotification.self) { request in
-        try context.authorize(request.auth, needs: .send)
-        let send = try RichRules.validate(request.payload, maxBytes: config.maxRichBytes)
-        let timeToLive = try SendRules.validate(send, defaultTimeToLive: config.defaultTimeToLive, maxExpressionBytes: config.limits.expressionBytes)
-        let expiresAt = Date().addingTimeInterval(TimeInterval(timeToLive))
-        let richId = try rich.store(request.payload.payload, contentType: request.payload.contentType, expiresAt: expiresAt)
-        var silent = send
-        silent.rich = RichReference(
-            richId: richId, richType: request.payload.richType, message: request.payload.message,
-            contentType: request.payload.contentType, size: request.payload.payload.count)
-        return RichAccepted(notificationId: try accept(silent, timeToLive: timeToLive).notificationId, richId: richId)
-    }
-    server.on(RichFetchRequest.self) { request in
-        try context.authorize(request.auth, needs: .listen)
-        let claims: UserTokens.Claims
-        do {
-            claims = try context.userTokens.verify(request.payload.ticket, kind: .ticket)
-        } catch let error as AuthError {
-            throw HubError(.unauthorized, error.message)
-        }
-        guard claims.resource == request.payload.richId else {
-            throw HubError(.forbidden, "this ticket is for another rich payload; only a notification's targets may fetch its payload")
-        }
-        guard let payload = try rich.fetch(request.payload.richId, now: Date()) else {
-            throw HubError(.notFound, "no rich payload '\(request.payload.richId)'; it may have expired")
-        }
-        return payload
-    }
     context.loop.every(milliseconds: 1_000) {
         let purged = try rich.purge(now: Date())
         if purged > 0 { context.logger.info("rich payloads expired", ("count", purged)) }
-    }
-    server.on(PendingNotificationsRequest.self) { request in
-        try context.authorize(request.auth, needs: .manage)
-        let limit = min(max(request.payload.limit ?? 100, 1), 1_000)
-        return PendingNotifications(
-            notifications: try store.pending(after: request.payload.after, limit: limit), latest: events.sequence)
-    }
-    server.on(OutcomeRequest.self) { request in
-        try context.authorize(request.auth, needs: .send)
-        if let (state, enqueuedAt) = try store.scheduledState(request.payload.notificationId) {
-            return NotificationOutcome(notificationId: request.payload.notificationId, state: state, enqueuedAt: enqueuedAt)
-        }
-        guard let accepted = try store.find(request.payload.notificationId) else {
-            throw HubError(.notFound, "no notification '\(request.payload.notificationId)'")
-        }
-        return NotificationOutcome(notificationId: accepted.notificationId, state: .enqueued, enqueuedAt: accepted.enqueuedAt)
     }
     // A user notification is stored by the sync store, and the reply comes once it is persisted
     // there. Posts are forwarded without waiting, so many can be in flight while this loop goes on.

@@ -1,0 +1,88 @@
+import Auth
+import Foundation
+import HubProtocol
+import ServiceKit
+import Storage
+import Testing
+
+@testable import NHPublish
+
+/// The publish service's request handlers in process, on SQLite, with the hub's own keys.
+@Suite("Publish request handlers")
+final class PublishHandlersTests {
+    let context: ServiceContext
+    let store: SQLitePublishStore
+    let handlers: PublishHandlers
+
+    init() throws {
+        var config = HubConfig()
+        config.dataDir = FileManager.default.temporaryDirectory.appendingPathComponent("nh-publish-handlers-\(UUID().uuidString)").path
+        try FileManager.default.createDirectory(atPath: config.dataDir, withIntermediateDirectories: true)
+        context = ServiceContext.detached(name: "nh-publish", config: config)
+        let database = try SQLiteDatabase(path: config.dataDir + "/publish.db")
+        try database.migrate(PublishSchema.migrations)
+        let store = SQLitePublishStore(database: database)
+        self.store = store
+        let rich = try SQLiteRichStore(database: database, directory: URL(fileURLWithPath: config.dataDir).appendingPathComponent("rich"))
+        handlers = PublishHandlers(
+            context: context, store: store, rich: rich, accept: { try store.accept($0, timeToLive: $1, now: Date()).0 }, latest: { 42 })
+    }
+
+    func sas(_ name: String) -> String { context.token(for: context.keys.key(named: name)!) }
+
+    func envelope<R: HubRequest>(_ payload: R, auth: String?) -> Envelope<R> { Envelope(id: "1", auth: auth, payload: payload) }
+
+    func code(_ body: () throws -> Any) -> ErrorCode? {
+        do {
+            _ = try body()
+            return nil
+        } catch {
+            return (error as? HubError)?.code ?? .internal
+        }
+    }
+
+    @Test("a send needs Send and passes the rules; it is enqueued, scheduled or cancelled, and its outcome is known before planning")
+    func sends() throws {
+        let full = sas(AccessKey.defaultFullName), listen = sas(AccessKey.defaultListenName)
+        let send = SendNotification(format: .template, properties: ["m": "hi"], tagExpression: "World")
+        #expect(code { try self.handlers.send(self.envelope(send, auth: listen)) } == .forbidden)
+        #expect(code { try self.handlers.send(self.envelope(SendNotification(format: .template, properties: ["m": "hi"], tagExpression: "a &&"), auth: full)) }
+            == .invalidExpression)
+        var forged = send
+        forged.rich = RichReference(richId: "x", richType: "image", message: "m", contentType: "image/png", size: 1)
+        #expect(code { try self.handlers.send(self.envelope(forged, auth: full)) } == .invalidArgument)
+        let accepted = try handlers.send(envelope(send, auth: full))
+        #expect(accepted.state == .enqueued)
+        #expect(try handlers.outcome(envelope(OutcomeRequest(notificationId: accepted.notificationId), auth: full)).state == .enqueued)
+        var later = send
+        later.scheduledAt = Date().addingTimeInterval(3_600)
+        let scheduled = try handlers.send(envelope(later, auth: full))
+        #expect(scheduled.state == .scheduled)
+        #expect(try handlers.outcome(envelope(OutcomeRequest(notificationId: scheduled.notificationId), auth: full)).state == .scheduled)
+        _ = try handlers.cancel(envelope(CancelScheduledNotification(notificationId: scheduled.notificationId), auth: full))
+        #expect(try handlers.outcome(envelope(OutcomeRequest(notificationId: scheduled.notificationId), auth: full)).state == .canceled)
+        #expect(code { try self.handlers.outcome(self.envelope(OutcomeRequest(notificationId: "missing"), auth: full)) } == .notFound)
+        // The dispatchers' pull needs Manage, and gives the stream's position.
+        #expect(code { try self.handlers.pending(self.envelope(PendingNotificationsRequest(after: 0), auth: listen)) } == .forbidden)
+        let pulled = try handlers.pending(envelope(PendingNotificationsRequest(after: 0, limit: 0), auth: full))
+        #expect(pulled.notifications.map(\.notificationId) == [accepted.notificationId] && pulled.latest == 42)
+    }
+
+    @Test("a rich payload is stored, then fetched only with a ticket for it")
+    func rich() throws {
+        let full = sas(AccessKey.defaultFullName), listen = sas(AccessKey.defaultListenName)
+        let bytes = Data("png bytes".utf8)
+        let accepted = try handlers.sendRich(envelope(
+            SendRichNotification(message: "New photo", richType: "image", contentType: "image/png", payload: bytes, userId: "alice"), auth: full))
+        let pulled = try handlers.pending(envelope(PendingNotificationsRequest(after: 0), auth: full))
+        #expect(pulled.notifications.first?.send.rich?.richId == accepted.richId)
+        let ticket = context.userTokens.issue(user: "dev-1", kind: .ticket, lifetime: 60, resource: accepted.richId).token
+        #expect(try handlers.fetchRich(envelope(RichFetchRequest(richId: accepted.richId, ticket: ticket), auth: listen)).data == bytes)
+        let other = context.userTokens.issue(user: "dev-1", kind: .ticket, lifetime: 60, resource: "another").token
+        #expect(code { try self.handlers.fetchRich(self.envelope(RichFetchRequest(richId: accepted.richId, ticket: other), auth: listen)) } == .forbidden)
+        #expect(code { try self.handlers.fetchRich(self.envelope(RichFetchRequest(richId: accepted.richId, ticket: "forged"), auth: listen)) }
+            == .unauthorized)
+        let missing = context.userTokens.issue(user: "dev-1", kind: .ticket, lifetime: 60, resource: "nothing").token
+        #expect(code { try self.handlers.fetchRich(self.envelope(RichFetchRequest(richId: "nothing", ticket: missing), auth: listen)) } == .notFound)
+    }
+}
