@@ -45,19 +45,11 @@ ServiceMain.run(name: "nh-publish", summary: "the publish service: accepts notif
     endpoints["requests"] = server.endpoint
     server.sizeHint = "a rich payload may be at most \(config.maxRichBytes) bytes (maxRichBytes), which travel base64-encoded"
 
-    func announce(_ accepted: AcceptedNotification) throws {
-        try events.publish(topic: "notification", sequence: accepted.sequence, body: Data(accepted.notificationId.utf8))
-    }
-
     /// Announces, in order, what the store accepted beyond what the stream has announced: this
     /// process's sends and, on PostgreSQL, those of every other process sharing the store.
-    func announceAccepted() throws {
-        while true {
-            let batch = try store.pending(after: events.sequence, limit: 100)
-            for accepted in batch { try announce(accepted) }
-            if batch.count < 100 { return }
-        }
-    }
+    let log = ChangeLog(
+        events, topic: "notification", page: 100, read: { try store.pending(after: $0, limit: $1) }, sequence: \.sequence,
+        body: { Data($0.notificationId.utf8) })
 
     func accept(_ send: SendNotification, timeToLive: Int) throws -> AcceptedNotification {
         let (accepted, isNew) = try store.accept(send, timeToLive: timeToLive, now: Date())
@@ -67,7 +59,7 @@ ServiceMain.run(name: "nh-publish", summary: "the publish service: accepts notif
                 // One announcement covers every send of the group: the later ones find theirs made.
                 guard events.sequence < accepted.sequence else { return }
                 do {
-                    try announceAccepted()
+                    try log.publish()
                 } catch {
                     context.logger.warning("cannot announce accepted notifications yet", ("error", "\(error)"))
                 }
@@ -85,7 +77,7 @@ ServiceMain.run(name: "nh-publish", summary: "the publish service: accepts notif
             (try? SendRules.validate($0, defaultTimeToLive: config.defaultTimeToLive)) ?? config.defaultTimeToLive
         }
         for accepted in fired { context.logger.info("scheduled send fired", ("id", accepted.notificationId)) }
-        if !fired.isEmpty { try announceAccepted() }
+        if !fired.isEmpty { try log.publish() }
     }
 
     // Other publish processes sharing the store: PostgreSQL tells of their accepts (LISTEN/NOTIFY),
@@ -96,14 +88,10 @@ ServiceMain.run(name: "nh-publish", summary: "the publish service: accepts notif
         let listener = try PostgresConnection(url: url)
         try listener.listen(PostgresPublishStore.notifyChannel)
         context.onShutdown { listener.close() }
-        context.loop.every(milliseconds: 50) {
-            if listener.pollNotifications() { try announceAccepted() }
-        }
-        context.loop.every(milliseconds: config.heartbeatMs) {
-            // The store's connection too comes back after the server went away.
-            guard postgres.connection.reconnectIfNeeded() else { return }
-            try announceAccepted()
-        }
+        // The store's connection too comes back after the server went away.
+        log.follow(
+            notices: listener.pollNotifications, loop: context.loop, heartbeatMs: config.heartbeatMs,
+            beforeBeat: postgres.connection.reconnectIfNeeded)
     }
 
     context.loop.every(milliseconds: 1_000) {

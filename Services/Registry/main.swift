@@ -17,34 +17,22 @@ ServiceMain.run(name: "nh-registry", summary: "the registration service: install
     }
     endpoints["requests"] = server.endpoint
 
-    /// Publishes what the log holds beyond what was published, in order: this process's changes
-    /// and any other's that shares the store.
-    func publishChanges() throws {
-        while true {
-            let changes = try store.changes(after: events.sequence, limit: 1_000)
-            for change in changes {
-                try events.publish(topic: "installation", sequence: change.sequence, body: HubCodec.encode(change.message, id: String(change.sequence)))
-            }
-            if changes.count < 1_000 { return }
-        }
-    }
+    let log = ChangeLog(
+        events, topic: "installation", read: { try store.changes(after: $0, limit: $1) }, sequence: \.sequence,
+        body: { HubCodec.encode($0.message, id: String($0.sequence)) })
+    RegistryHandlers(context: context, store: store, publishChanges: log.publish).install(on: server)
 
-    RegistryHandlers(context: context, store: store, publishChanges: publishChanges).install(on: server)
-
-    // Other registry processes sharing the store: PostgreSQL announces their changes (LISTEN/
-    // NOTIFY), read here without waiting every 50 ms, and they are published in order. Every
-    // heartbeat publishes whatever the log holds beyond the stream, in case a notice was missed.
+    // Other registry processes sharing the store: PostgreSQL announces their changes (LISTEN/NOTIFY).
     if store is PostgresInstallationStore, let url = config.store {
         let listener = try PostgresListener(url: url, channel: PostgresInstallationStore.notifyChannel)
         context.onShutdown { listener.close() }
-        context.loop.every(milliseconds: 50) { if listener.poll() { try publishChanges() } }
-        context.loop.every(milliseconds: config.heartbeatMs) { try publishChanges() }
+        log.follow(notices: listener.poll, loop: context.loop, heartbeatMs: config.heartbeatMs)
     }
 
     // Expired installations stop receiving at once (reads skip them) and are purged here.
     context.loop.every(milliseconds: 5_000) {
         for (id, _) in try store.purgeExpired(now: Date()) { context.logger.info("installation expired", ("id", id)) }
-        try publishChanges()
+        try log.publish()
         // A reader further behind than this takes a snapshot, as after any gap.
         try store.pruneChanges(keeping: 100_000)
     }

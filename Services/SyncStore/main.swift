@@ -19,34 +19,20 @@ ServiceMain.run(name: "nh-sync", summary: "the sync store: per-user notification
     }
     endpoints["requests"] = server.endpoint
 
-    /// Publishes what the log holds beyond what was published, in order: this process's changes
-    /// and those of any other that shares the store.
-    func publishChanges() throws {
-        while true {
-            let changes = try store.streamChanges(after: events.sequence, limit: 1_000)
-            for change in changes {
-                try events.publish(
-                    topic: "user", sequence: change.streamSequence,
-                    body: HubCodec.encode(change.message, id: String(change.streamSequence)))
-            }
-            if changes.count < 1_000 { return }
-        }
-    }
-
+    let log = ChangeLog(
+        events, topic: "user", read: { try store.streamChanges(after: $0, limit: $1) }, sequence: \.streamSequence,
+        body: { HubCodec.encode($0.message, id: String($0.streamSequence)) })
     /// Announced once the change is committed, so that a device that fetches at once finds it.
     func announce() throws {
-        try store.afterCommit(publishChanges)
+        try store.afterCommit(log.publish)
     }
     SyncHandlers(context: context, store: store, announce: announce).install(on: server)
 
-    // Other sync processes sharing the store: PostgreSQL announces their changes (LISTEN/NOTIFY),
-    // read here without waiting every 50 ms, and they are published in order. Every heartbeat
-    // publishes whatever the log holds beyond the stream, in case a notice was missed.
+    // Other sync processes sharing the store: PostgreSQL announces their changes (LISTEN/NOTIFY).
     if store is PostgresUserNotificationStore, let url = config.store {
         let listener = try PostgresListener(url: url, channel: PostgresUserNotificationStore.notifyChannel)
         context.onShutdown { listener.close() }
-        context.loop.every(milliseconds: 50) { if listener.poll() { try publishChanges() } }
-        context.loop.every(milliseconds: config.heartbeatMs) { try publishChanges() }
+        log.follow(notices: listener.poll, loop: context.loop, heartbeatMs: config.heartbeatMs)
     }
 
     context.loop.every(milliseconds: 1_000) {

@@ -1,0 +1,49 @@
+import Bus
+import Foundation
+
+/// A store's change log published as a service's stream: in order, everything the log holds beyond
+/// what the stream has published, whichever process sharing the store wrote it. Each service reads
+/// its own log (`read`); publishing, paging and following other writers are here, once.
+public final class ChangeLog<Change> {
+    private let events: SequencedPublisher
+    private let topic: String
+    private let page: Int
+    private let read: (_ after: UInt64, _ limit: Int) throws -> [Change]
+    private let sequence: (Change) -> UInt64
+    private let body: (Change) -> Data
+
+    public init(
+        _ events: SequencedPublisher, topic: String, page: Int = 1_000, read: @escaping (_ after: UInt64, _ limit: Int) throws -> [Change],
+        sequence: @escaping (Change) -> UInt64, body: @escaping (Change) -> Data
+    ) {
+        self.events = events
+        self.topic = topic
+        self.page = page
+        self.read = read
+        self.sequence = sequence
+        self.body = body
+    }
+
+    /// Publishes what the log holds beyond the stream, a page at a time.
+    public func publish() throws {
+        while true {
+            let changes = try read(events.sequence, page)
+            for change in changes where sequence(change) > events.sequence {
+                try events.publish(topic: topic, sequence: sequence(change), body: body(change))
+            }
+            if changes.count < page { return }
+        }
+    }
+
+    /// Other processes write to the same store (on PostgreSQL): `notices` says, without waiting,
+    /// whether they announced a change; it is polled every 50 ms, and the log is published whenever
+    /// it says so, and every heartbeat in case a notice was missed (`beforeBeat` may refuse a beat,
+    /// as while the store's server is away).
+    public func follow(notices: @escaping () -> Bool, loop: EventLoop, heartbeatMs: Int, beforeBeat: @escaping () -> Bool = { true }) {
+        loop.every(milliseconds: 50) { [unowned self] in if notices() { try self.publish() } }
+        loop.every(milliseconds: heartbeatMs) { [unowned self] in
+            guard beforeBeat() else { return }
+            try self.publish()
+        }
+    }
+}
