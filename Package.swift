@@ -89,6 +89,7 @@ let package = Package(
                 dependencies: serviceDependencies + (extraDependencies[$0.directory] ?? []))
         }
         + [
+            .target(name: "TestSupport", dependencies: ["ServiceKit", "HubProtocol", "Auth"], path: "Tests/TestSupport"),
             tests("BusTests", dependencies: ["Bus"]),
             tests("DBusTests", dependencies: ["DBus"]),
             tests("HubProtocolTests", dependencies: ["HubProtocol"], exclude: ["Fixtures"]),
@@ -101,10 +102,10 @@ let package = Package(
             tests("PushTests", dependencies: ["Push", "Auth"]),
             tests("ServiceKitTests", dependencies: ["ServiceKit"]),
             tests("DispatchCoreTests", dependencies: ["DispatchCore", "HubProtocol"]),
-            tests("RegistryTests", dependencies: ["NHRegistry", "HubProtocol", "Storage", "Postgres", "ServiceKit", "Auth", "Bus"]),
-            tests("PublishTests", dependencies: ["NHPublish", "HubProtocol", "Storage", "Postgres", "ServiceKit", "Auth"]),
-            tests("SyncStoreTests", dependencies: ["NHSyncStore", "HubProtocol", "Storage", "Postgres", "ServiceKit", "Auth"]),
-            tests("DispatchTests", dependencies: ["NHDispatch", "DispatchCore", "HubProtocol", "Push", "Storage", "Postgres"]),
+            tests("RegistryTests", dependencies: ["NHRegistry", "HubProtocol", "Storage", "Postgres", "ServiceKit", "Auth", "Bus", "TestSupport"]),
+            tests("PublishTests", dependencies: ["NHPublish", "HubProtocol", "Storage", "Postgres", "ServiceKit", "Auth", "TestSupport"]),
+            tests("SyncStoreTests", dependencies: ["NHSyncStore", "HubProtocol", "Storage", "Postgres", "ServiceKit", "Auth", "TestSupport"]),
+            tests("DispatchTests", dependencies: ["NHDispatch", "DispatchCore", "HubProtocol", "Push", "Storage", "Postgres", "TestSupport"]),
             tests("AgentTests", dependencies: ["NHAgent", "HubProtocol", "DBus", "Storage"]),
             tests("CtlTests", dependencies: ["NHCtl"]),
             tests("BenchTests", dependencies: ["NHBench"]),

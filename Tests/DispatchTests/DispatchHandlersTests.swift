@@ -4,6 +4,7 @@ import Foundation
 import HubProtocol
 import Push
 import ServiceKit
+import TestSupport
 import Testing
 
 @testable import NHDispatch
@@ -12,38 +13,27 @@ import Testing
 /// credentials, and tokens signed with the hub's own keys.
 @Suite("Dispatcher request handlers")
 final class DispatchHandlersTests {
-    let context: ServiceContext
+    let harness: ServiceHarness
     let store: any DeliveryStore
     let push: PushCenter
     let handlers: DispatchHandlers
-    let platforms = LockedBox<Set<String>>([])
+    let platforms = Box<Set<String>>([])
 
     init() throws {
-        var config = HubConfig()
-        config.dataDir = FileManager.default.temporaryDirectory.appendingPathComponent("nh-dispatch-handlers-\(UUID().uuidString)").path
-        try FileManager.default.createDirectory(atPath: config.dataDir, withIntermediateDirectories: true)
-        context = ServiceContext.detached(name: "nh-dispatch", config: config)
+        harness = try ServiceHarness(service: "nh-dispatch")
         store = try StoreEngine.sqlite.makeStore()
-        push = try PushCenter(settings: PushSettings(), dataDir: config.dataDir, post: { $0() })
+        push = try PushCenter(settings: PushSettings(), dataDir: harness.dataDir, post: { $0() })
         let platforms = self.platforms
         handlers = DispatchHandlers(
-            context: context, store: store, push: push,
+            context: harness.context, store: store, push: push,
             placement: { Placement(installationId: $0, shard: Shards.of($0), servedBy: "tcp://here:7722", askedDispatcher: "tcp://here:7722", connected: false) },
             setPlatforms: { platforms.value = $0 })
     }
 
     deinit { push.stop() }
 
-    func token(_ name: String) -> String { context.token(for: context.keys.key(named: name)!) }
-
-    func code(_ body: () throws -> Any) -> ErrorCode? {
-        do {
-            _ = try body()
-            return nil
-        } catch {
-            return (error as? HubError)?.code ?? .internal
-        }
-    }
+    func token(_ name: String) -> String { harness.sas(name) }
+    func code(_ body: () throws -> Any) -> ErrorCode? { harness.code(body) }
 
     @Test("each request needs its right: Send for outcomes and test results, Manage for credentials and placement")
     func rights() {
@@ -80,10 +70,4 @@ final class DispatchHandlersTests {
         #expect(reply.services.map(\.service) == ["browser"])
         #expect(platforms.value == [Platform.browser.rawValue])
     }
-}
-
-/// A value the handlers' closures can set from a test.
-final class LockedBox<Value>: @unchecked Sendable {
-    var value: Value
-    init(_ value: Value) { self.value = value }
 }

@@ -3,6 +3,7 @@ import Foundation
 import HubProtocol
 import ServiceKit
 import Storage
+import TestSupport
 import Testing
 
 @testable import NHPublish
@@ -10,36 +11,25 @@ import Testing
 /// The publish service's request handlers in process, on SQLite, with the hub's own keys.
 @Suite("Publish request handlers")
 final class PublishHandlersTests {
-    let context: ServiceContext
+    let harness: ServiceHarness
     let store: SQLitePublishStore
     let handlers: PublishHandlers
 
     init() throws {
-        var config = HubConfig()
-        config.dataDir = FileManager.default.temporaryDirectory.appendingPathComponent("nh-publish-handlers-\(UUID().uuidString)").path
-        try FileManager.default.createDirectory(atPath: config.dataDir, withIntermediateDirectories: true)
-        context = ServiceContext.detached(name: "nh-publish", config: config)
-        let database = try SQLiteDatabase(path: config.dataDir + "/publish.db")
+        harness = try ServiceHarness(service: "nh-publish")
+        let database = try SQLiteDatabase(path: harness.dataDir + "/publish.db")
         try database.migrate(PublishSchema.migrations)
         let store = SQLitePublishStore(database: database)
         self.store = store
-        let rich = try SQLiteRichStore(database: database, directory: URL(fileURLWithPath: config.dataDir).appendingPathComponent("rich"))
+        let rich = try SQLiteRichStore(database: database, directory: URL(fileURLWithPath: harness.dataDir).appendingPathComponent("rich"))
         handlers = PublishHandlers(
-            context: context, store: store, rich: rich, accept: { try store.accept($0, timeToLive: $1, now: Date()).0 }, latest: { 42 })
+            context: harness.context, store: store, rich: rich, accept: { try store.accept($0, timeToLive: $1, now: Date()).0 }, latest: { 42 })
     }
 
-    func sas(_ name: String) -> String { context.token(for: context.keys.key(named: name)!) }
-
-    func envelope<R: HubRequest>(_ payload: R, auth: String?) -> Envelope<R> { Envelope(id: "1", auth: auth, payload: payload) }
-
-    func code(_ body: () throws -> Any) -> ErrorCode? {
-        do {
-            _ = try body()
-            return nil
-        } catch {
-            return (error as? HubError)?.code ?? .internal
-        }
-    }
+    var context: ServiceContext { harness.context }
+    func sas(_ name: String) -> String { harness.sas(name) }
+    func envelope<R: HubRequest>(_ payload: R, auth: String?) -> Envelope<R> { harness.envelope(payload, auth: auth) }
+    func code(_ body: () throws -> Any) -> ErrorCode? { harness.code(body) }
 
     @Test("a send needs Send and passes the rules; it is enqueued, scheduled or cancelled, and its outcome is known before planning")
     func sends() throws {

@@ -3,6 +3,7 @@ import Bus
 import Foundation
 import HubProtocol
 import ServiceKit
+import TestSupport
 import Testing
 
 @testable import NHRegistry
@@ -11,39 +12,28 @@ import Testing
 /// own keys: each right, each refusal, and a change published after each write.
 @Suite("Registry request handlers")
 final class RegistryHandlersTests {
-    let context: ServiceContext
+    let harness: ServiceHarness
     let handlers: RegistryHandlers
-    let published = Counter()
+    let published = Box(0)
 
     init() throws {
-        var config = HubConfig()
-        config.dataDir = FileManager.default.temporaryDirectory.appendingPathComponent("nh-registry-handlers-\(UUID().uuidString)").path
-        try FileManager.default.createDirectory(atPath: config.dataDir, withIntermediateDirectories: true)
-        context = ServiceContext.detached(name: "nh-registry", config: config)
+        harness = try ServiceHarness(service: "nh-registry")
         let published = self.published
-        handlers = RegistryHandlers(context: context, store: try StoreEngine.sqlite.makeStore(), publishChanges: { published.count += 1 })
+        handlers = RegistryHandlers(context: harness.context, store: try StoreEngine.sqlite.makeStore(), publishChanges: { published.value += 1 })
     }
 
-    var full: String { context.token(for: context.keys.key(named: AccessKey.defaultFullName)!) }
-    var listen: String { context.token(for: context.keys.key(named: AccessKey.defaultListenName)!) }
-
-    func envelope<R: HubRequest>(_ payload: R, auth: String?) -> Envelope<R> { Envelope(id: "1", auth: auth, payload: payload) }
-
-    func code(_ body: () throws -> Any) -> ErrorCode? {
-        do {
-            _ = try body()
-            return nil
-        } catch {
-            return (error as? HubError)?.code ?? .internal
-        }
-    }
+    var context: ServiceContext { harness.context }
+    var full: String { harness.full }
+    var listen: String { harness.listen }
+    func envelope<R: HubRequest>(_ payload: R, auth: String?) -> Envelope<R> { harness.envelope(payload, auth: auth) }
+    func code(_ body: () throws -> Any) -> ErrorCode? { harness.code(body) }
 
     @Test("Listen writes, reads and deletes; listing and snapshots need Manage; no token is unauthorized")
     func rights() throws {
         let installation = Installation(installationId: "i1", platform: "APNS", pushChannel: "AABB", tags: ["World"])
         #expect(code { try self.handlers.upsert(self.envelope(InstallationUpsert(installation: installation), auth: nil)) } == .unauthorized)
         let saved = try handlers.upsert(envelope(InstallationUpsert(installation: installation), auth: listen)).installation
-        #expect(saved.platform == "apns" && saved.version != nil && published.count == 1)
+        #expect(saved.platform == "apns" && saved.version != nil && published.value == 1)
         #expect(try handlers.get(envelope(InstallationGet(installationId: "i1"), auth: listen)).installation.tags == ["World"])
         #expect(code { try self.handlers.list(self.envelope(InstallationList(), auth: self.listen)) } == .forbidden)
         #expect(code { try self.handlers.snapshot(self.envelope(RegistrySnapshotRequest(), auth: self.listen)) } == .forbidden)
@@ -51,7 +41,7 @@ final class RegistryHandlersTests {
         #expect(code { try self.handlers.list(self.envelope(InstallationList(limit: 0), auth: self.full)) } == .invalidArgument)
         #expect(try handlers.snapshot(envelope(RegistrySnapshotRequest(), auth: full)).installations.count == 1)
         _ = try handlers.delete(envelope(InstallationDelete(installationId: "i1"), auth: listen))
-        #expect(published.count == 2)
+        #expect(published.value == 2)
         #expect(code { try self.handlers.delete(self.envelope(InstallationDelete(installationId: "i1"), auth: self.listen)) } == .notFound)
         #expect(code { try self.handlers.get(self.envelope(InstallationGet(installationId: "i1"), auth: self.listen)) } == .notFound)
     }
@@ -93,8 +83,4 @@ final class RegistryHandlersTests {
         agent.endpoints = [:]
         #expect(try handlers.upsert(envelope(InstallationUpsert(installation: agent), auth: listen)).installation.endpoints == [:])
     }
-}
-
-final class Counter: @unchecked Sendable {
-    var count = 0
 }

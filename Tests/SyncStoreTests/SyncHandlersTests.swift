@@ -2,6 +2,7 @@ import Auth
 import Foundation
 import HubProtocol
 import ServiceKit
+import TestSupport
 import Testing
 
 @testable import NHSyncStore
@@ -10,31 +11,20 @@ import Testing
 /// what, each refusal, and an announcement after each change.
 @Suite("Sync store request handlers")
 final class SyncHandlersTests {
-    let context: ServiceContext
+    let harness: ServiceHarness
     let handlers: SyncHandlers
-    let announced = Announcements()
+    let announced = Box(0)
 
     init() throws {
-        var config = HubConfig()
-        config.dataDir = FileManager.default.temporaryDirectory.appendingPathComponent("nh-sync-handlers-\(UUID().uuidString)").path
-        try FileManager.default.createDirectory(atPath: config.dataDir, withIntermediateDirectories: true)
-        context = ServiceContext.detached(name: "nh-sync", config: config)
+        harness = try ServiceHarness(service: "nh-sync")
         let announced = self.announced
-        handlers = SyncHandlers(context: context, store: try StoreEngine.sqlite.makeStore(), announce: { announced.count += 1 })
+        handlers = SyncHandlers(context: harness.context, store: try StoreEngine.sqlite.makeStore(), announce: { announced.value += 1 })
     }
 
-    func sas(_ name: String) -> String { context.token(for: context.keys.key(named: name)!) }
-
-    func envelope<R: HubRequest>(_ payload: R, auth: String?) -> Envelope<R> { Envelope(id: "1", auth: auth, payload: payload) }
-
-    func code(_ body: () throws -> Any) -> ErrorCode? {
-        do {
-            _ = try body()
-            return nil
-        } catch {
-            return (error as? HubError)?.code ?? .internal
-        }
-    }
+    var context: ServiceContext { harness.context }
+    func sas(_ name: String) -> String { harness.sas(name) }
+    func envelope<R: HubRequest>(_ payload: R, auth: String?) -> Envelope<R> { harness.envelope(payload, auth: auth) }
+    func code(_ body: () throws -> Any) -> ErrorCode? { harness.code(body) }
 
     @Test("a credential from Manage becomes a token; the token reads and changes only its user's notifications")
     func userFlow() throws {
@@ -49,7 +39,7 @@ final class SyncHandlersTests {
 
         let posted = try handlers.post(envelope(
             PostUserNotification(userId: "alice", appNotificationId: "a1", visual: VisualContent(title: "Hi", body: "There")), auth: full))
-        #expect(announced.count == 1)
+        #expect(announced.value == 1)
         #expect(code { try self.handlers.post(self.envelope(PostUserNotification(userId: "alice", appNotificationId: "a2"), auth: nil)) } == .unauthorized)
         let changes = try handlers.changes(envelope(UserChangesRequest(cursor: 0), auth: token))
         #expect(changes.changes.map(\.id) == [posted.notification.id])
@@ -58,18 +48,14 @@ final class SyncHandlersTests {
 
         #expect(code { try self.handlers.update(self.envelope(UpdateUserNotificationState(id: posted.notification.id), auth: token)) } == .invalidArgument)
         let read = try handlers.update(envelope(UpdateUserNotificationState(id: posted.notification.id, readState: .read, device: "d1"), auth: token))
-        #expect(read.notification.readState == .read && announced.count == 2)
+        #expect(read.notification.readState == .read && announced.value == 2)
         // Another user's token finds nothing of alice's.
         let bob = context.userTokens.issue(user: "bob", kind: .token, lifetime: 600).token
         #expect(code { try self.handlers.update(self.envelope(UpdateUserNotificationState(id: posted.notification.id, readState: .unread), auth: bob)) }
             == .notFound)
         _ = try handlers.delete(envelope(DeleteUserNotification(id: posted.notification.id, device: "d1"), auth: token))
-        #expect(announced.count == 3)
+        #expect(announced.value == 3)
         #expect(code { try self.handlers.history(self.envelope(UserHistoryRequest(), auth: nil)) } == .unauthorized)
         #expect(try handlers.history(envelope(UserHistoryRequest(), auth: bob)).notifications.isEmpty)
     }
-}
-
-final class Announcements: @unchecked Sendable {
-    var count = 0
 }
