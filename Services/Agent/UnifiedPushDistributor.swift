@@ -43,6 +43,8 @@ final class UnifiedPushDistributor {
     private var handing: [String: Set<String>] = [:]
     /// Apps that could not be reached, by endpoint id: why, and when.
     private var unreachable: [String: (reason: String, at: Date)] = [:]
+    /// Apps whose failure was logged, until they take a message again.
+    private var reported: Set<String> = []
     private var owner: Bool?
     private(set) var handed = 0
     /// Where the power supplies are read, for the urgency a message needs.
@@ -138,6 +140,8 @@ final class UnifiedPushDistributor {
 
     /// An app's connector came onto the bus: what waits for it goes now.
     private func appeared(_ service: String) {
+        // Unique names (":1.42") come and go with every connection; only a waiting app's name matters.
+        guard !unreachable.isEmpty, !service.hasPrefix(":") else { return }
         guard let apps = try? store.apps().filter({ $0.service == service }) else { return }
         for app in apps where unreachable.removeValue(forKey: app.endpointId) != nil { flush(app) }
     }
@@ -340,6 +344,9 @@ final class UnifiedPushDistributor {
 
     private func delivered(_ message: AppMessage, _ app: RegisteredApp) {
         do {
+            if reported.remove(app.endpointId) != nil {
+                logger.info("an app takes its push messages again", ("service", app.service))
+            }
             try store.handed(message, now: Date())
             handed += 1
             if !message.held { acknowledge([message.deliveryId], []) }
@@ -351,7 +358,8 @@ final class UnifiedPushDistributor {
     }
 
     private func failed(_ app: RegisteredApp, _ error: DBusError) {
-        if unreachable[app.endpointId] == nil {
+        // Said once per app until it takes a message again, not at every retry.
+        if reported.insert(app.endpointId).inserted {
             logger.notice(
                 "an app cannot take its push messages now; the agent keeps them until it registers again or appears",
                 ("service", app.service), ("error", "\(error)"))
