@@ -1,7 +1,6 @@
 import Foundation
 import HubProtocol
 import ServiceKit
-import Tags
 
 #if canImport(Glibc)
 import Glibc
@@ -89,39 +88,11 @@ if command == "run" {
                 .merging(daemon.desktop.health) { $1 }.merging(daemon.distributor.health) { $1 }.merging(daemon.placement) { $1 }
         }
         endpoints["requests"] = control.endpoint
-        control.on(AgentUserAction.self) { request in
-            guard let userSync = daemon.userSync else {
-                throw HubError(.invalidArgument, "this agent is not signed in as a user; run nh-agent login CREDENTIAL")
-            }
-            try userSync.act(request.payload.id, request.payload.action)
-            return Ack()
-        }
-        control.on(AgentAppsRequest.self) { _ in AgentApps(apps: try daemon.distributor.apps()) }
-        control.on(AgentAppRemove.self) { request in
-            try daemon.distributor.remove(request.payload.app)
-            return Ack()
-        }
-        // New categories are kept only once the registry took them; a refusal goes back to the
-        // command with the registry's words, and the categories in force stay. When the registry
-        // cannot be reached, they are kept and registered as soon as it answers.
-        control.on(AgentCategoriesChanged.self) { request in
-            do {
-                try Tag.validate(all: request.payload.categories, limit: context.config.limits.tagsPerInstallation)
-            } catch {
-                throw HubError(.invalidTag, "categories: \((error as? TagError)?.message ?? "\(error)")")
-            }
-            do {
-                try daemon.register(categories: request.payload.categories)
-            } catch let error as HubError where ![.timeout, .unavailable].contains(error.code) {
-                throw error
-            } catch {
-                try store.setCategories(request.payload.categories)
-                daemon.register()
-                throw HubError(.unavailable, "the registry did not answer (\((error as? HubError)?.message ?? "\(error)")); the categories are kept and registered when it answers")
-            }
-            try store.setCategories(request.payload.categories)
-            return Ack()
-        }
+        AgentControl(
+            store: store, tagLimit: context.config.limits.tagsPerInstallation, act: daemon.userSync.map { sync in { try sync.act($0, $1) } },
+            register: { try daemon.register(categories: $0) }, registerLater: { daemon.register() }, apps: { try daemon.distributor.apps() },
+            removeApp: { try daemon.distributor.remove($0) }
+        ).install(on: control)
         try daemon.start()
     }
 }

@@ -180,3 +180,52 @@ struct AgentStoreIdentityTests {
         #expect(try command.categories == ["World"])
     }
 }
+
+@Suite("Agent control requests")
+struct AgentControlTests {
+    static func control(
+        signedIn: Bool = true, register: @escaping ([String]) throws -> Void = { _ in }, later: @escaping () -> Void = {}
+    ) throws -> (AgentControl, AgentStore) {
+        let (database, _) = try UnifiedPushTests.appStore()
+        let store = AgentStore(database: database)
+        let control = AgentControl(
+            store: store, tagLimit: 3, act: signedIn ? { _, _ in } : nil, register: register, registerLater: later, apps: { [] },
+            removeApp: { throw HubError(.notFound, "no app '\($0)'") })
+        return (control, store)
+    }
+
+    func code(_ body: () throws -> Any) -> ErrorCode? {
+        do {
+            _ = try body()
+            return nil
+        } catch {
+            return (error as? HubError)?.code ?? .internal
+        }
+    }
+
+    @Test("categories are kept once the registry took them; refused, the old ones stay; unanswered, they wait for it")
+    func categories() throws {
+        let (taken, store) = try Self.control()
+        _ = try taken.categoriesChanged(AgentCategoriesChanged(categories: ["World"]))
+        #expect(try store.categories == ["World"])
+        #expect(code { try taken.categoriesChanged(AgentCategoriesChanged(categories: ["a b"])) } == .invalidTag)
+        #expect(code { try taken.categoriesChanged(AgentCategoriesChanged(categories: ["a", "b", "c", "d"])) } == .invalidTag)
+
+        let (refused, refusedStore) = try Self.control(register: { _ in throw HubError(.forbidden, "bound to another key") })
+        try refusedStore.setCategories(["World"])
+        #expect(code { try refused.categoriesChanged(AgentCategoriesChanged(categories: ["Sports"])) } == .forbidden)
+        #expect(try refusedStore.categories == ["World"])
+
+        var later = 0
+        let (waiting, waitingStore) = try Self.control(register: { _ in throw HubError(.timeout, "no reply") }, later: { later += 1 })
+        #expect(code { try waiting.categoriesChanged(AgentCategoriesChanged(categories: ["Sports"])) } == .unavailable)
+        #expect(try waitingStore.categories == ["Sports"] && later == 1)
+    }
+
+    @Test("a user action needs a signed-in agent; an unknown app is not_found")
+    func refusals() throws {
+        #expect(code { try Self.control(signedIn: false).0.userAction(AgentUserAction(id: "n", action: .read)) } == .invalidArgument)
+        #expect(code { try Self.control().0.userAction(AgentUserAction(id: "n", action: .read)) } == nil)
+        #expect(code { try Self.control().0.removeApp("org.example.Nobody") } == .notFound)
+    }
+}
