@@ -91,6 +91,7 @@ let package = Package(
         + [
             .target(name: "TestSupport", dependencies: ["ServiceKit", "HubProtocol", "Auth"], path: "Tests/TestSupport"),
             tests("BusTests", dependencies: ["Bus"]),
+            tests("HTTPServerTests", dependencies: ["HTTPServer"]),
             tests("DBusTests", dependencies: ["DBus"]),
             tests("HubProtocolTests", dependencies: ["HubProtocol"], exclude: ["Fixtures"]),
             tests("StorageTests", dependencies: ["Storage"]),

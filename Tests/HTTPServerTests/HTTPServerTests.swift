@@ -1,0 +1,187 @@
+import Foundation
+import HTTPServer
+import Synchronization
+import Testing
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A plain TCP client on loopback, for requests a library would not send (oversized, malformed)
+/// and for reading exactly what the server writes.
+final class RawClient {
+    let fd: Int32
+
+    init(port: UInt16) throws {
+        fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = port.bigEndian
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var timeout = timeval(tv_sec: 10, tv_usec: 0)
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        let connected = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        guard connected == 0 else { throw POSIXError(.ECONNREFUSED) }
+    }
+
+    deinit { close(fd) }
+
+    func send(_ text: String) { send(Data(text.utf8)) }
+
+    func send(_ data: Data) {
+        _ = data.withUnsafeBytes { Glibc.send(fd, $0.baseAddress, data.count, Int32(MSG_NOSIGNAL)) }
+    }
+
+    /// Reads until `done` says the bytes so far are enough, the peer closes, or 10 s pass.
+    func read(until done: (String) -> Bool = { _ in false }) -> String {
+        var received = Data()
+        var buffer = [UInt8](repeating: 0, count: 65_536)
+        while !done(String(decoding: received, as: UTF8.self)) {
+            let count = recv(fd, &buffer, buffer.count, 0)
+            if count <= 0 { break }
+            received.append(contentsOf: buffer[0..<count])
+        }
+        return String(decoding: received, as: UTF8.self)
+    }
+
+    /// One whole response with a Content-Length body.
+    func response() -> String {
+        read { text in
+            guard let end = text.range(of: "\r\n\r\n") else { return false }
+            let head = text[..<end.lowerBound].lowercased()
+            guard let line = head.split(separator: "\r\n").first(where: { $0.hasPrefix("content-length:") }),
+                let length = Int(line.dropFirst("content-length:".count).trimmingCharacters(in: .whitespaces))
+            else { return true }
+            return text.utf8.count - text[..<end.upperBound].utf8.count >= length
+        }
+    }
+}
+
+/// The HTTP server in process, on a loopback port of its own: what a handler gets, the limits on
+/// what a client may send, connections kept and refused, and streamed answers.
+@Suite("HTTP server")
+struct HTTPServerTests {
+    static func server(maxBodyBytes: Int = 1_024, limits: HTTPServer.Limits = HTTPServer.Limits(workers: 2), handler: @escaping HTTPServer.Handler)
+        throws -> HTTPServer
+    {
+        try HTTPServer(address: "127.0.0.1", port: 0, maxBodyBytes: maxBodyBytes, limits: limits, handler: handler)
+    }
+
+    static func echo(_ request: HTTPRequest, _ worker: Int) -> HTTPResponse {
+        let summary = "\(request.method) \(request.path) q=\(request.query.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: "&")) "
+            + "h=\(request.header("X-Thing") ?? "-") body=\(request.body.count) tooLarge=\(request.bodyTooLarge)"
+        return HTTPResponse(status: 200, headers: [("Content-Type", "text/plain")], body: Data(summary.utf8))
+    }
+
+    @Test("a request reaches the handler whole: method, path, query (a key without value too), headers by any case, body")
+    func request() throws {
+        let server = try Self.server(handler: Self.echo)
+        defer { server.stop() }
+        let client = try RawClient(port: server.port)
+        client.send("POST /hub/messages?direct&api-version=2015-01 HTTP/1.1\r\nHost: x\r\nx-THING: yes\r\nContent-Length: 5\r\n\r\nhello")
+        let answer = client.response()
+        #expect(answer.hasPrefix("HTTP/1.1 200"))
+        #expect(answer.hasSuffix("POST /hub/messages q=api-version=2015-01&direct= h=yes body=5 tooLarge=false"))
+        // The connection is kept for the next request.
+        client.send("GET /again HTTP/1.1\r\nHost: x\r\n\r\n")
+        #expect(client.response().hasSuffix("GET /again q= h=- body=0 tooLarge=false"))
+    }
+
+    @Test("a body over the limit reaches the handler marked, with its start only; oversized heads and bad requests are refused by the server")
+    func limits() throws {
+        let server = try Self.server(maxBodyBytes: 100, handler: Self.echo)
+        defer { server.stop() }
+        let big = try RawClient(port: server.port)
+        big.send("POST /big HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n" + String(repeating: "a", count: 1_000))
+        let answer = big.response()
+        #expect(answer.contains("tooLarge=true"), "\(answer.suffix(80))")
+        #expect(!answer.contains("body=1000"))
+
+        let headers = try RawClient(port: server.port)
+        headers.send("GET / HTTP/1.1\r\nHost: x\r\nX-Huge: \(String(repeating: "h", count: 64_000))\r\n\r\n")
+        let refused = headers.read { $0.contains("\r\n\r\n") }
+        #expect(refused.hasPrefix("HTTP/1.1 431") || refused.hasPrefix("HTTP/1.1 414") || refused.hasPrefix("HTTP/1.1 413"), "\(refused.prefix(40))")
+
+        let garbage = try RawClient(port: server.port)
+        garbage.send("NONSENSE\r\n\r\n")
+        let bad = garbage.read { $0.contains("\r\n\r\n") }
+        #expect(bad.isEmpty || bad.hasPrefix("HTTP/1.1 400") || bad.hasPrefix("HTTP/1.1 505"), "\(bad.prefix(40))")
+    }
+
+    @Test("connections from one address beyond the limit are closed at once; the ones held still answer")
+    func connections() throws {
+        let server = try Self.server(limits: HTTPServer.Limits(workers: 2, connections: 100, connectionsPerAddress: 2), handler: Self.echo)
+        defer { server.stop() }
+        let held = try (0..<2).map { _ in try RawClient(port: server.port) }
+        for client in held { client.send("GET /held HTTP/1.1\r\nHost: x\r\n\r\n") }
+        for client in held { #expect(client.response().hasPrefix("HTTP/1.1 200")) }
+        let third = try RawClient(port: server.port)
+        third.send("GET /third HTTP/1.1\r\nHost: x\r\n\r\n")
+        #expect(third.read().isEmpty, "the third connection is closed without an answer")
+        held[0].send("GET /still HTTP/1.1\r\nHost: x\r\n\r\n")
+        #expect(held[0].response().hasSuffix("GET /still q= h=- body=0 tooLarge=false"))
+    }
+
+    @Test("a handler that waits holds up only its own connection")
+    func workers() throws {
+        let release = Mutex(false)
+        let server = try Self.server(limits: HTTPServer.Limits(workers: 2)) { request, worker in
+            if request.path == "/slow" {
+                let deadline = Date().addingTimeInterval(10)
+                while !release.withLock({ $0 }), Date() < deadline { usleep(1_000) }
+            }
+            return Self.echo(request, worker)
+        }
+        defer { server.stop() }
+        let slow = try RawClient(port: server.port)
+        slow.send("GET /slow HTTP/1.1\r\nHost: x\r\n\r\n")
+        let fast = try RawClient(port: server.port)
+        fast.send("GET /fast HTTP/1.1\r\nHost: x\r\n\r\n")
+        #expect(fast.response().hasSuffix("GET /fast q= h=- body=0 tooLarge=false"))
+        release.withLock { $0 = true }
+        #expect(slow.response().hasSuffix("GET /slow q= h=- body=0 tooLarge=false"))
+    }
+
+    @Test("a streamed answer goes out as it is written, suspended in between; its end is heard when the client leaves")
+    func streams() throws {
+        let stream = HTTPStream()
+        let ended = Atomic<Bool>(false)
+        stream.onEnd { ended.store(true, ordering: .sequentiallyConsistent) }
+        let server = try Self.server { _, _ in
+            HTTPResponse(status: 200, headers: [("Content-Type", "text/event-stream")], stream: stream)
+        }
+        defer { server.stop() }
+        let client = try RawClient(port: server.port)
+        client.send("GET /events HTTP/1.1\r\nHost: x\r\n\r\n")
+        #expect(client.read { $0.contains("\r\n\r\n") }.hasPrefix("HTTP/1.1 200"))
+        #expect(stream.write(Data("data: one\n\n".utf8)))
+        #expect(client.read { $0.contains("data: one") }.contains("data: one"))
+        // Nothing queued: the connection waits, suspended, and wakes for the next write.
+        usleep(100_000)
+        #expect(stream.write(Data("data: two\n\n".utf8)))
+        #expect(client.read { $0.contains("data: two") }.contains("data: two"))
+        let endedEarly = ended.load(ordering: .sequentiallyConsistent)
+        #expect(stream.isOpen && !endedEarly)
+        stream.finish()
+        #expect(!stream.write(Data("late".utf8)), "nothing is taken after finish")
+        // The chunked body's last chunk.
+        #expect(client.read { $0.hasSuffix("0\r\n\r\n") }.hasSuffix("0\r\n\r\n"))
+        let deadline = Date().addingTimeInterval(10)
+        while !ended.load(ordering: .sequentiallyConsistent), Date() < deadline { usleep(10_000) }
+        let endedAtLast = ended.load(ordering: .sequentiallyConsistent)
+        #expect(endedAtLast)
+    }
+
+    @Test("stopping the server ends open streams")
+    func stopEndsStreams() throws {
+        let stream = HTTPStream()
+        let server = try Self.server { _, _ in HTTPResponse(status: 200, stream: stream) }
+        let client = try RawClient(port: server.port)
+        client.send("GET /events HTTP/1.1\r\nHost: x\r\n\r\n")
+        _ = client.read { $0.contains("\r\n\r\n") }
+        server.stop()
+        #expect(!stream.isOpen)
+    }
+}
