@@ -77,6 +77,15 @@ class Keys:
 class Setup:
     def __init__(self):
         self.hub = Hub(prefix="nh-up-", settings={"NH_LIMITS_PUSHES_PER_SECOND_PER_ENDPOINT": "5000"})
+        self.bus = None
+        try:
+            self._start()
+        except BaseException:
+            # What started is ended, by its process id, even when the setup does not finish.
+            self.stop()
+            raise
+
+    def _start(self):
         assert self.hub.start_services()
         self.bus = unifiedpush.SessionBus(root=self.hub.data)
         # The device's power supplies, as the kernel shows them: on mains power to begin with.
@@ -131,7 +140,8 @@ class Setup:
         return response
 
     def stop(self):
-        self.bus.stop()
+        if self.bus:
+            self.bus.stop()
         self.hub.stop_all()
 
 
