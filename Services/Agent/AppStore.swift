@@ -17,6 +17,22 @@ struct RegisteredApp: Equatable {
     /// The endpoint URL's last segment: the capability its server pushes with.
     var secret: String
     var endpointId: String { PushEndpointSecret.id(of: secret) }
+
+    init(token: String, service: String, description: String?, vapid: String?, connector: Int, secret: String) {
+        self.token = token
+        self.service = service
+        self.description = description
+        self.vapid = vapid
+        self.connector = connector
+        self.secret = secret
+    }
+
+    /// The app a Register call names, under `secret`.
+    init(_ registration: UnifiedPushRegistration, secret: String) {
+        self.init(
+            token: registration.token, service: registration.service, description: registration.description, vapid: registration.vapid,
+            connector: registration.connector, secret: secret)
+    }
 }
 
 /// A push message on its way to an app, kept until the app has it or it expires.

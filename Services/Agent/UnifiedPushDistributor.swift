@@ -180,9 +180,7 @@ final class UnifiedPushDistributor {
             logger.warning("an app registered with another app's token; refused", ("service", registration.service))
             return
         }
-        let app = RegisteredApp(
-            token: registration.token, service: registration.service, description: registration.description, vapid: registration.vapid,
-            connector: registration.connector, secret: existing?.secret ?? PushEndpointSecret.make())
+        let app = RegisteredApp(registration, secret: existing?.secret ?? PushEndpointSecret.make())
         try store.save(app, now: Date())
         if existing == nil || existing?.vapid != app.vapid {
             do {
@@ -285,8 +283,11 @@ final class UnifiedPushDistributor {
             }
             let inHand = handing[app.endpointId, default: []]
             // Less urgent than the power allows: kept, and acknowledged, until it allows them.
-            let kept = try store.hold(endpointId: app.endpointId, except: inHand, below: minimumUrgency)
-            if !kept.isEmpty { acknowledge(kept, []) }
+            // On mains power nothing is below it: no store round trip per message.
+            if minimumUrgency > .veryLow {
+                let kept = try store.hold(endpointId: app.endpointId, except: inHand, below: minimumUrgency)
+                if !kept.isEmpty { acknowledge(kept, []) }
+            }
             guard inHand.count < Self.pipeline else { return }
             let waiting = try store.messages(endpointId: app.endpointId, now: Date(), limit: Self.pipeline + inHand.count, urgency: minimumUrgency)
             for message in waiting.filter({ !inHand.contains($0.deliveryId) }).prefix(Self.pipeline - inHand.count) {
