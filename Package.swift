@@ -6,12 +6,16 @@ func module(_ name: String, dependencies: [Target.Dependency] = [], exclude: [St
     .target(name: name, dependencies: dependencies, path: "Modules/\(name)", exclude: exclude)
 }
 
-/// Executable targets are named NH<Directory>, since a module named after its folder ("Dispatch")
-/// would shadow the system module of that name.
-func service(_ directory: String, dependencies: [Target.Dependency]) -> Target {
-    .executableTarget(
-        name: "NH\(directory)", dependencies: dependencies, path: "Services/\(directory)",
-        resources: (webPages[directory] ?? []).map { .copy($0) })
+/// A service is a library, NH<Directory> (a module named after its folder, "Dispatch", would shadow
+/// the system module of that name), with its entry point `<Directory>Main.main`, and an executable
+/// in `Services/Executables/<product>` that only calls it. `nh-services` links them all into one.
+func service(_ directory: String, product: String, dependencies: [Target.Dependency]) -> [Target] {
+    [
+        .target(
+            name: "NH\(directory)", dependencies: dependencies, path: "Services/\(directory)",
+            resources: (webPages[directory] ?? []).map { .copy($0) }),
+        .executableTarget(name: "\(directory)Executable", dependencies: [.target(name: "NH\(directory)")], path: "Services/Executables/\(product)"),
+    ]
 }
 
 /// Files served as they are: the gateway's web console and inbox (HTML, CSS and JavaScript, no build step).
@@ -38,13 +42,17 @@ let executables: [(product: String, directory: String)] = [
     ("nh-agent", "Agent"),
     ("nh-gateway", "Gateway"),
     ("nhctl", "Ctl"),
-    ("nh-bench", "Bench"),
 ]
+
+/// The services and nhctl in one executable that dispatches on the name it is started as: what the
+/// `notification-hub` package installs, with a link per service.
+let multicall = ["Registry", "Publish", "Dispatch", "SyncStore", "Gateway", "Ctl"]
 
 let package = Package(
     name: "NotificationHub",
     platforms: [.macOS(.v14)],
-    products: executables.map { .executable(name: $0.product, targets: ["NH\($0.directory)"]) },
+    products: executables.map { .executable(name: $0.product, targets: ["\($0.directory)Executable"]) }
+        + [.executable(name: "nh-services", targets: ["ServicesExecutable"]), .executable(name: "nh-bench", targets: ["NHBench"])],
     targets: [
         .systemLibrary(
             name: "CLibZMQ", path: "Modules/CLibZMQ", pkgConfig: "libzmq",
@@ -81,13 +89,21 @@ let package = Package(
         module("Templates"),
         module("DispatchCore", dependencies: ["HubProtocol", "Tags", "Templates"]),
         module("Push", dependencies: ["CCurl", "COpenSSL", "Auth", "HubProtocol", "DispatchCore"]),
-        module("ServiceKit", dependencies: ["Bus", "HubProtocol", "Storage", "Auth"]),
+        .target(name: "CBuildInfo", path: "Modules/CBuildInfo"),
+        module("ServiceKit", dependencies: ["Bus", "HubProtocol", "Storage", "Auth", "CBuildInfo"]),
     ]
-        + executables.map {
+        + executables.flatMap {
             service(
-                $0.directory,
+                $0.directory, product: $0.product,
                 dependencies: serviceDependencies + (extraDependencies[$0.directory] ?? []))
         }
+        + [
+            .executableTarget(
+                name: "ServicesExecutable", dependencies: multicall.map { .target(name: "NH\($0)") } + ["ServiceKit"],
+                path: "Services/Executables/nh-services"),
+            .executableTarget(
+                name: "NHBench", dependencies: serviceDependencies + (extraDependencies["Bench"] ?? []), path: "Services/Bench"),
+        ]
         + [
             .target(name: "TestSupport", dependencies: ["ServiceKit", "HubProtocol", "Auth"], path: "Tests/TestSupport"),
             tests("BusTests", dependencies: ["Bus"]),

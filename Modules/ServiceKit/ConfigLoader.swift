@@ -10,6 +10,20 @@ public struct ConfigError: Error, Equatable, CustomStringConvertible {
 /// each overriding the one before. Every leaf field has a variable named after its path:
 /// `dataDir` is `NH_DATA_DIR`, `registry.requests` is `NH_REGISTRY_REQUESTS`.
 public enum ConfigLoader {
+    /// The config file to read: the one named by `--config`, else by `NH_CONFIG` (empty: none),
+    /// else, for an installed executable, `installedName` in its config folder when that exists.
+    public static func file(
+        option: String?, environment: [String: String], installedName: String = "hub.json",
+        layout: InstallLayout? = InstallLayout.current
+    ) -> String? {
+        if let option { return option }
+        if let named = environment["NH_CONFIG"] { return named.isEmpty ? nil : named }
+        guard let installed = layout?.configFolder.appendingPathComponent(installedName).path,
+            FileManager.default.fileExists(atPath: installed)
+        else { return nil }
+        return installed
+    }
+
     public static func load(file: String?, environment: [String: String]) throws(ConfigError) -> HubConfig {
         var tree = try defaultsTree()
         if let file {

@@ -1,5 +1,6 @@
 import Auth
 import Bus
+import CBuildInfo
 import Foundation
 import HubProtocol
 import Storage
@@ -303,6 +304,14 @@ public final class ServiceContext {
     }
 }
 
+/// The release this build belongs to. The packages carry the same version.
 public enum HubVersion {
     public static let current = "0.1.0"
+    /// The git commit the build was made from, as `make` stamps it (nil for a build made otherwise).
+    public static let commit: String? = {
+        let text = String(cString: nh_build_commit())
+        return text.isEmpty ? nil : text
+    }()
+    /// What `--version` prints after the executable's name: `0.1.0 (commit 1a2b3c4d5e6f)`.
+    public static var description: String { commit.map { "\(current) (commit \($0))" } ?? current }
 }

@@ -7,11 +7,14 @@ import Glibc
 /// The start and end every service shares: arguments, config (exit 2 when bad), data folder,
 /// logging, signals, the loop, and a clean exit 0 after SIGINT or SIGTERM.
 public enum ServiceMain {
-    /// - Parameter usage: the text `--help` prints; by default, the options every service takes.
+    /// - Parameters:
+    ///   - usage: the text `--help` prints; by default, the options every service takes.
+    ///   - configName: the file in the installed config folder read when no config is named.
     public static func run(
         name: String, summary: String, usage fullUsage: String? = nil,
         arguments: [String] = Array(CommandLine.arguments.dropFirst()),
         environment: [String: String] = ProcessInfo.processInfo.environment,
+        configName: String = "hub.json",
         dataFolder: ((HubConfig) -> URL)? = nil,
         check: ((HubConfig) throws -> Void)? = nil,
         setUp: (ServiceContext) throws -> Void
@@ -30,12 +33,12 @@ public enum ServiceMain {
             exit(0)
         }
         if parsed.has("version") {
-            print("\(name) \(HubVersion.current)")
+            print("\(name) \(HubVersion.description)")
             exit(0)
         }
         let config: HubConfig
         do {
-            config = try ConfigLoader.load(file: parsed[option: "config"] ?? environment["NH_CONFIG"], environment: environment)
+            config = try ConfigLoader.load(file: ConfigLoader.file(option: parsed[option: "config"], environment: environment, installedName: configName), environment: environment)
         } catch {
             fail(name, "config error: \(error)")
         }
@@ -84,8 +87,9 @@ public enum ServiceMain {
 
         Usage: \(name) [--config FILE] [--check-config] [--version]
 
-        Settings come from their defaults, then the JSON config file (--config or NH_CONFIG),
-        then NH_* environment variables, such as NH_DATA_DIR and NH_REGISTRY_REQUESTS.
+        Settings come from their defaults, then the JSON config file (--config or NH_CONFIG; an
+        installed executable reads /etc/nh/hub.json without either), then NH_* environment
+        variables, such as NH_DATA_DIR and NH_REGISTRY_REQUESTS.
         Exit codes: 0 after SIGINT or SIGTERM, 1 on a runtime failure, 2 on bad arguments or config.
         """
     }

@@ -12,7 +12,8 @@ enum AgentCommands {
         let config: HubConfig
         do {
             parsed = try Arguments(arguments, valued: ["config"], flags: [])
-            config = try ConfigLoader.load(file: parsed[option: "config"] ?? environment["NH_CONFIG"], environment: environment)
+            config = try ConfigLoader.load(
+                file: ConfigLoader.file(option: parsed[option: "config"], environment: environment, installedName: "agent.json"), environment: environment)
         } catch {
             return fail("\(error)")
         }

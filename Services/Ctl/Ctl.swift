@@ -10,7 +10,7 @@ enum Ctl {
         nhctl: operate a notification hub
 
         Usage: nhctl [--config FILE] [--connection-string TEXT] [--json] [--timeout MS] COMMAND
-               nhctl --help | -h
+               nhctl --help | -h | --version
 
         Commands:
           health [--agent]            ask every service whether it is up, one line each; a local agent that
@@ -50,8 +50,9 @@ enum Ctl {
         folder's keys.json. --json prints each result as a JSON line; --timeout is how long health
         waits for each service (default: 1000 ms).
 
-        Settings come from the defaults, the JSON config file (--config or NH_CONFIG) and NH_*
-        environment variables, as for the services.
+        Settings come from the defaults, the JSON config file (--config or NH_CONFIG; installed,
+        /etc/nh/hub.json without either) and NH_* environment variables, as for the services.
+        nhctl --version prints the release and the commit it was built from.
         Exit codes: 0 all good, 1 a service is down or refused, 2 bad arguments or config.
         """
 
@@ -63,7 +64,7 @@ enum Ctl {
         "bundle-id", "endpoint", "service-account", "subject",
     ]
     /// The options that take none; each is named in `usage`, as is --help.
-    static let flagOptions: Set<String> = ["json", "agent", "test", "defaults"]
+    static let flagOptions: Set<String> = ["json", "agent", "test", "defaults", "version"]
 
     static func main(_ arguments: [String], environment: [String: String]) -> Int32 {
         let parsed: Arguments
@@ -72,13 +73,17 @@ enum Ctl {
         } catch {
             return fail("\(error)\n\n\(usage)")
         }
+        if parsed.has("version") {
+            print("nhctl \(HubVersion.description)")
+            return 0
+        }
         if parsed.has("help") || parsed.positionals.isEmpty {
             print(usage)
             return parsed.has("help") ? 0 : 2
         }
         let config: HubConfig
         do {
-            config = try ConfigLoader.load(file: parsed[option: "config"] ?? environment["NH_CONFIG"], environment: environment)
+            config = try ConfigLoader.load(file: ConfigLoader.file(option: parsed[option: "config"], environment: environment), environment: environment)
         } catch {
             return fail("config error: \(error)")
         }

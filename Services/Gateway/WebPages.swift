@@ -1,6 +1,7 @@
 import Foundation
 import HTTPServer
 import HubProtocol
+import ServiceKit
 
 /// The operator console (`/console`) and the user inbox (`/inbox`): plain files read once at start
 /// from `webRoot`, or from the folder installed beside `nh-gateway`, and served from memory.
@@ -25,10 +26,13 @@ struct WebPages: Sendable {
     static let policy = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
         + "base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
 
-    /// The configured folder, else the SwiftPM resource bundle next to the executable.
-    static func folder(webRoot: String?) -> URL {
+    /// The configured folder; else, for an installed gateway, PREFIX/share/nh/web; else the SwiftPM
+    /// resource bundle next to the executable in the build folder.
+    static func folder(webRoot: String?, layout: InstallLayout? = InstallLayout.current) -> URL {
         if let webRoot { return URL(fileURLWithPath: webRoot, isDirectory: true) }
-        let executable = URL(fileURLWithPath: CommandLine.arguments[0]).resolvingSymlinksInPath()
+        if let layout { return layout.webPages }
+        let executable = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe"))
+            .map { URL(fileURLWithPath: $0) } ?? URL(fileURLWithPath: CommandLine.arguments[0]).resolvingSymlinksInPath()
         return executable.deletingLastPathComponent()
             .appendingPathComponent("NotificationHub_NHGateway.resources", isDirectory: true)
             .appendingPathComponent("Web", isDirectory: true)

@@ -1,0 +1,3 @@
+import NHAgent
+
+AgentMain.main()

@@ -1,0 +1,3 @@
+import NHDispatch
+
+DispatchMain.main()

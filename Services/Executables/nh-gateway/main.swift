@@ -1,0 +1,3 @@
+import NHGateway
+
+GatewayMain.main()

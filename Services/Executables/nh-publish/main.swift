@@ -1,0 +1,3 @@
+import NHPublish
+
+PublishMain.main()

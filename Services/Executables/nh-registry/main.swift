@@ -1,0 +1,3 @@
+import NHRegistry
+
+RegistryMain.main()

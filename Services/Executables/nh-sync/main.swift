@@ -1,0 +1,3 @@
+import NHSyncStore
+
+SyncStoreMain.main()

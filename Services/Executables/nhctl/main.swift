@@ -1,0 +1,3 @@
+import NHCtl
+
+CtlMain.main()

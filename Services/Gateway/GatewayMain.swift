@@ -1,0 +1,57 @@
+import Auth
+import Bus
+import Foundation
+import HTTPServer
+import HubProtocol
+import ServiceKit
+
+/// `nh-gateway`'s entry point, called by its executable and by `nh-services` (Services/Executables).
+public enum GatewayMain {
+    public static func main(_ arguments: [String] = Array(CommandLine.arguments.dropFirst())) -> Never {
+        ServiceMain.run(name: "nh-gateway", summary: "the HTTP gateway: the Notification Hubs REST API over the hub's services", arguments: arguments) { context in
+            let config = context.config
+            context.prepareKeys()
+            let policy = RetryPolicy(timeout: config.requestTimeoutMs, attempts: 1)
+            // One set of bus clients per HTTP worker thread, so that a socket is only ever used by its own
+            // thread, and as many requests are handled at once as there are workers.
+            let counts = HTTPCounts()
+            let web = WebPages(folder: WebPages.folder(webRoot: config.webRoot), hub: config.hub)
+            if !web.isInstalled {
+                context.logger.warning("the web console and inbox are not installed", ("looked in", web.folder.path))
+            }
+            let streams = try UserStreams(context: context)
+            let pushRate = RateLimiter(perSecond: config.limits.pushesPerSecondPerEndpoint)
+            let workers = try (0..<config.limits.httpThreads).map { _ in
+                GatewayRoutes(
+                    context: context, registry: try context.client(config.registry.requests, policy: policy),
+                    publish: try context.client(config.publish.requests, policy: policy),
+                    dispatch: try context.client(config.dispatch.requests, policy: policy),
+                    sync: try context.client(config.sync.requests, policy: policy), counts: counts, web: web, streams: streams,
+                    pushRate: pushRate)
+            }
+            var tls: (key: String, certificate: String)?
+            if let certificatePath = config.gatewayCertificate, let keyPath = config.gatewayKey {
+                guard let certificate = try? String(contentsOfFile: certificatePath, encoding: .utf8),
+                    let key = try? String(contentsOfFile: keyPath, encoding: .utf8)
+                else {
+                    throw ConfigError("cannot read gatewayCertificate '\(certificatePath)' or gatewayKey '\(keyPath)'")
+                }
+                tls = (key, certificate)
+            }
+            let parts = config.gatewayListen.split(separator: ":")
+            let limits = config.limits
+            let server = try HTTPServer(
+                address: String(parts[0]), port: UInt16(parts[1]) ?? 7780, tls: tls, maxBodyBytes: config.maxRichBytes / 3 * 4 + 65_536,
+                limits: HTTPServer.Limits(
+                    workers: limits.httpThreads, connections: limits.httpConnections,
+                    connectionsPerAddress: limits.httpConnectionsPerAddress, idleSeconds: limits.httpIdleSeconds)
+            ) { request, worker in workers[worker].handle(request) }
+            context.onShutdown { server.stop() }
+            let listening = "\(tls == nil ? "http" : "https")://\(parts[0]):\(server.port)/"
+            context.logger.info("listening", ("role", "http"), ("url", listening))
+            var endpoints: [String: String] = ["http": listening]
+            let control = try context.bindRequests(config.gateway.requests, endpoints: { endpoints })
+            endpoints["requests"] = control.endpoint
+        }
+    }
+}

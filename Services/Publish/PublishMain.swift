@@ -1,0 +1,125 @@
+import Auth
+import Bus
+import Foundation
+import HubProtocol
+import Postgres
+import ServiceKit
+
+/// `nh-publish`'s entry point, called by its executable and by `nh-services` (Services/Executables).
+public enum PublishMain {
+    public static func main(_ arguments: [String] = Array(CommandLine.arguments.dropFirst())) -> Never {
+        ServiceMain.run(name: "nh-publish", summary: "the publish service: accepts notifications from backends", arguments: arguments) { context in
+            let config = context.config
+            context.prepareKeys()
+            let store: any PublishStore
+            let rich: any RichStore
+            // Sends waiting at once share one commit, on either engine; hints go out, and replies back,
+            // only after it. (On PostgreSQL the sequence row stays locked until the group commits, so
+            // another publish process's sends wait for it, and numbers still commit in order.)
+            let group: CommitGroup
+            if config.storeIsPostgres, let url = config.store {
+                let postgres: PostgresPublishStore
+                do {
+                    postgres = try PostgresPublishStore(url: url)
+                } catch {
+                    throw ConfigError("store: cannot use the PostgreSQL store: \(error)")
+                }
+                context.onShutdown { postgres.connection.close() }
+                group = CommitGroup { body in try postgres.connection.transaction { body() } }
+                store = postgres
+                rich = PostgresRichStore(connection: postgres.connection)
+                context.logger.info("store open", ("engine", "postgresql"), ("schema", PostgresPublishStore.schema))
+            } else {
+                let sqlite = SQLitePublishStore(database: try context.openStore("publish.db", migrations: PublishSchema.migrations))
+                store = sqlite
+                rich = try SQLiteRichStore(database: sqlite.database, directory: context.dataDirectory.appendingPathComponent("rich"))
+                group = CommitGroup(database: sqlite.database)
+            }
+            // The stream tells dispatchers there is something to pull; the store is the truth.
+            let events = try context.bindEvents(config.publish.events ?? "tcp://127.0.0.1:7712", startingAfter: try store.latestSequence())
+            var endpoints: [String: String] = ["events": events.endpoints.first ?? ""]
+            // Rich payloads travel base64 in the envelope, so this socket takes a third more than the payload limit.
+            let server = try context.bindRequests(
+                config.publish.requests, group: group, maxMessageBytes: config.publishRequestBytes,
+                endpoints: { endpoints }
+            ) {
+                ["latest": String(events.sequence), "richPayloads": String(rich.count)]
+            }
+            endpoints["requests"] = server.endpoint
+            server.sizeHint = "a rich payload may be at most \(config.maxRichBytes) bytes (maxRichBytes), which travel base64-encoded"
+
+            /// Announces, in order, what the store accepted beyond what the stream has announced: this
+            /// process's sends and, on PostgreSQL, those of every other process sharing the store.
+            let log = ChangeLog(
+                events, topic: "notification", page: 100, read: { try store.pending(after: $0, limit: $1) }, sequence: \.sequence,
+                body: { Data($0.notificationId.utf8) })
+
+            func accept(_ send: SendNotification, timeToLive: Int) throws -> AcceptedNotification {
+                let (accepted, isNew) = try store.accept(send, timeToLive: timeToLive, now: Date())
+                if isNew {
+                    // Committed by then: the send stands even when the hint has to wait for the next heartbeat.
+                    try group.afterCommit {
+                        // One announcement covers every send of the group: the later ones find theirs made.
+                        guard events.sequence < accepted.sequence else { return }
+                        do {
+                            try log.publish()
+                        } catch {
+                            context.logger.warning("cannot announce accepted notifications yet", ("error", "\(error)"))
+                        }
+                    }
+                    context.logger.debug("accepted", ("id", accepted.notificationId), ("sequence", accepted.sequence))
+                }
+                return accepted
+            }
+
+            PublishHandlers(context: context, store: store, rich: rich, accept: accept, latest: { events.sequence }).install(on: server)
+
+            // Scheduled sends fire from the store, so one survives any restart and fires once.
+            context.loop.every(milliseconds: 500) {
+                let fired = try store.fireDue(now: Date()) {
+                    (try? SendRules.validate($0, defaultTimeToLive: config.defaultTimeToLive)) ?? config.defaultTimeToLive
+                }
+                for accepted in fired { context.logger.info("scheduled send fired", ("id", accepted.notificationId)) }
+                if !fired.isEmpty { try log.publish() }
+            }
+
+            // Other publish processes sharing the store: PostgreSQL tells of their accepts (LISTEN/NOTIFY),
+            // read here without waiting every 50 ms, and they are announced on this stream too, so that a
+            // dispatcher following any one process learns of every send. Every heartbeat announces
+            // whatever the store holds beyond the stream, in case a notice was missed.
+            if let postgres = store as? PostgresPublishStore, let url = config.store {
+                let listener = try PostgresConnection(url: url)
+                try listener.listen(PostgresPublishStore.notifyChannel)
+                context.onShutdown { listener.close() }
+                // The store's connection too comes back after the server went away.
+                log.follow(
+                    notices: listener.pollNotifications, loop: context.loop, heartbeatMs: config.heartbeatMs,
+                    beforeBeat: postgres.connection.reconnectIfNeeded)
+            }
+
+            context.loop.every(milliseconds: 1_000) {
+                let purged = try rich.purge(now: Date())
+                if purged > 0 { context.logger.info("rich payloads expired", ("count", purged)) }
+            }
+            // A user notification is stored by the sync store, and the reply comes once it is persisted
+            // there. Posts are forwarded without waiting, so many can be in flight while this loop goes on.
+            let sync = try HubForwarder(connect: config.sync.requests, timeoutMs: config.requestTimeoutMs) { context.serviceToken() }
+            context.onShutdown { sync.close() }
+            context.loop.watch(sync.socket) { try sync.receive() }
+            context.loop.every(milliseconds: 100) { sync.expire() }
+            server.onDeferred(PostUserNotification.self) { request, respond in
+                try context.authorize(request.auth, needs: .send)
+                sync.forward(request.payload) { result in
+                    if case .failure(let error) = result, error.code == .timeout {
+                        respond(.failure(HubError(.unavailable, "the sync store did not answer in time; posting again with the same appNotificationId is safe")))
+                    } else {
+                        respond(result)
+                    }
+                }
+            }
+            context.loop.every(milliseconds: 60_000) {
+                _ = try store.purge(before: Date().addingTimeInterval(-86_400))
+            }
+        }
+    }
+}

@@ -1,0 +1,44 @@
+import Auth
+import Foundation
+import HubProtocol
+import Postgres
+import ServiceKit
+
+/// `nh-registry`'s entry point, called by its executable and by `nh-services` (Services/Executables).
+public enum RegistryMain {
+    public static func main(_ arguments: [String] = Array(CommandLine.arguments.dropFirst())) -> Never {
+        ServiceMain.run(name: "nh-registry", summary: "the registration service: installations, tags and templates", arguments: arguments) { context in
+            let config = context.config
+            let store: any InstallationStore = try context.chooseStore(
+                schema: PostgresInstallationStore.schema, postgres: { try PostgresInstallationStore(url: $0) },
+                sqlite: { SQLiteInstallationStore(database: try context.openStore("registry.db", migrations: SQLiteInstallationStore.migrations)) })
+            context.prepareKeys()
+            let events = try context.bindEvents(config.registry.events ?? "tcp://127.0.0.1:7702", startingAfter: try store.sequence())
+            var endpoints: [String: String] = ["events": events.endpoints.first ?? ""]
+            let server = try context.bindRequests(config.registry.requests, endpoints: { endpoints }) {
+                ["installations": String((try? store.count(now: Date())) ?? 0), "sequence": String(events.sequence)]
+            }
+            endpoints["requests"] = server.endpoint
+
+            let log = ChangeLog(
+                events, topic: "installation", read: { try store.changes(after: $0, limit: $1) }, sequence: \.sequence,
+                body: { HubCodec.encode($0.message, id: String($0.sequence)) })
+            RegistryHandlers(context: context, store: store, publishChanges: log.publish).install(on: server)
+
+            // Other registry processes sharing the store: PostgreSQL announces their changes (LISTEN/NOTIFY).
+            if store is PostgresInstallationStore, let url = config.store {
+                let listener = try PostgresListener(url: url, channel: PostgresInstallationStore.notifyChannel)
+                context.onShutdown { listener.close() }
+                log.follow(notices: listener.poll, loop: context.loop, heartbeatMs: config.heartbeatMs)
+            }
+
+            // Expired installations stop receiving at once (reads skip them) and are purged here.
+            context.loop.every(milliseconds: 5_000) {
+                for (id, _) in try store.purgeExpired(now: Date()) { context.logger.info("installation expired", ("id", id)) }
+                try log.publish()
+                // A reader further behind than this takes a snapshot, as after any gap.
+                try store.pruneChanges(keeping: 100_000)
+            }
+        }
+    }
+}

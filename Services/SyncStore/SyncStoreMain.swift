@@ -1,0 +1,48 @@
+import Auth
+import Foundation
+import HubProtocol
+import Postgres
+import ServiceKit
+import Storage
+
+/// `nh-sync`'s entry point, called by its executable and by `nh-services` (Services/Executables).
+public enum SyncStoreMain {
+    public static func main(_ arguments: [String] = Array(CommandLine.arguments.dropFirst())) -> Never {
+        ServiceMain.run(name: "nh-sync", summary: "the sync store: per-user notifications and their read and dismiss state", arguments: arguments) { context in
+            let config = context.config
+            context.prepareKeys()
+            _ = context.userTokens
+            let store: any UserNotificationStore = try context.chooseStore(
+                schema: PostgresUserNotificationStore.schema, postgres: { try PostgresUserNotificationStore(url: $0) },
+                sqlite: { SQLiteUserNotificationStore(database: try context.openStore("sync.db", migrations: SQLiteUserNotificationStore.migrations)) })
+            let events = try context.bindEvents(config.sync.events ?? "tcp://127.0.0.1:7732", startingAfter: try store.streamSequence())
+            var endpoints: [String: String] = ["events": events.endpoints.first ?? ""]
+            let server = try context.bindRequests(config.sync.requests, group: store.commitGroup, endpoints: { endpoints }) {
+                ["notifications": String((try? store.liveCount()) ?? 0), "sequence": String(events.sequence)]
+            }
+            endpoints["requests"] = server.endpoint
+
+            let log = ChangeLog(
+                events, topic: "user", read: { try store.streamChanges(after: $0, limit: $1) }, sequence: \.streamSequence,
+                body: { HubCodec.encode($0.message, id: String($0.streamSequence)) })
+            /// Announced once the change is committed, so that a device that fetches at once finds it.
+            func announce() throws {
+                try store.afterCommit(log.publish)
+            }
+            SyncHandlers(context: context, store: store, announce: announce).install(on: server)
+
+            // Other sync processes sharing the store: PostgreSQL announces their changes (LISTEN/NOTIFY).
+            if store is PostgresUserNotificationStore, let url = config.store {
+                let listener = try PostgresListener(url: url, channel: PostgresUserNotificationStore.notifyChannel)
+                context.onShutdown { listener.close() }
+                log.follow(notices: listener.poll, loop: context.loop, heartbeatMs: config.heartbeatMs)
+            }
+
+            context.loop.every(milliseconds: 1_000) {
+                if try !store.expire(now: Date()).isEmpty { try announce() }
+            }
+            // A reader further behind than this sees a gap, and signals every user's devices to fetch.
+            context.loop.every(milliseconds: 60_000) { try store.pruneStream(keeping: 100_000) }
+        }
+    }
+}
