@@ -72,9 +72,9 @@ class Hub:
     data folder, and the processes started, by name."""
     SERVICES = ["nh-registry", "nh-sync", "nh-dispatch", "nh-publish", "nh-gateway"]
 
-    def __init__(self, prefix="nh-gateway-", settings=None, bin_dir=None):
+    def __init__(self, prefix="nh-gateway-", settings=None, bin_dir=None, data=None):
         self.bin = bin_dir or BIN
-        self.data = tempfile.mkdtemp(prefix=prefix)
+        self.data = data or tempfile.mkdtemp(prefix=prefix)
         self.http_port = free_port()
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("NH_")}
         self.env.update({
