@@ -6,12 +6,15 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 
 import pytest
 import requests
 
-from conftest import ROOT, free_port, wait_until
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "Support"))
+
+from hubharness import ROOT, free_port, wait_until  # noqa: E402
 
 SERVICES = ["nh-registry", "nh-publish", "nh-dispatch", "nh-sync", "nh-gateway", "nhctl"]
 UNITS = ["nh-registry", "nh-publish", "nh-dispatch", "nh-sync", "nh-gateway"]

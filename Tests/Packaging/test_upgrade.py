@@ -5,11 +5,14 @@ shown twice. The folders are in Tests/Packaging/upgrade-from-*, each written by
 `upgrade_data.py write` with the build its name gives (make upgrade-test writes one from any commit)."""
 import glob
 import os
+import sys
 
 import pytest
 
-import upgrade_data
-from conftest import BIN, ROOT
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import upgrade_data  # noqa: E402
+from hubharness import BIN, ROOT  # noqa: E402  (upgrade_data puts Tests/Support on the path)
 
 FOLDERS = sorted(glob.glob(os.path.join(ROOT, "Tests/Packaging/upgrade-from-*")))
 
