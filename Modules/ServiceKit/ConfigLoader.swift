@@ -75,7 +75,7 @@ public enum ConfigLoader {
         // (deploy/README.md lists their settings).
         let sectionKeys: [String: [String]] = [
             "registry": ["requests", "events"], "publish": ["requests", "events"], "sync": ["requests", "events"],
-            "dispatch": ["requests", "agents", "advertise"], "agent": ["requests"], "gateway": ["requests"],
+            "dispatch": ["requests", "agents", "advertise", "peers"], "agent": ["requests"], "gateway": ["requests"],
         ]
         for (section, keys) in sectionKeys {
             for key in keys { put([section, key], in: &tree) }
@@ -155,7 +155,7 @@ public enum ConfigLoader {
     ]
     static let stringKeys = ["dataDir", "store", "logLevel", "namespace", "hub", "gatewayListen", "gatewayCertificate", "gatewayKey", "webRoot"]
     static let sections = ["registry", "publish", "dispatch", "sync", "agent", "gateway"]
-    static let sectionKeys = ["requests", "events", "agents", "advertise"]
+    static let sectionKeys = ["requests", "events", "agents", "advertise", "peers"]
 
     static let limitKeys = [
         "tagsPerInstallation", "expressionBytes", "requestsPerSecondPerKey", "agentMessagesPerSecond", "agents", "storeBytes",
@@ -252,9 +252,15 @@ public enum ConfigLoader {
                 guard service == "nh-dispatch" else { throw ConfigError("\(service): advertise is a dispatcher's setting (dispatch.advertise)") }
                 try validateEndpoint(advertise, of: service, setting: [section, "advertise"])
             }
-            // Agents may be given several dispatchers, separated by commas.
+            // Agents may be given several dispatchers, separated by commas; a dispatcher's peers too.
             for endpoint in (endpoints.agents ?? "").split(separator: ",", omittingEmptySubsequences: false).dropFirst(endpoints.agents == nil ? 1 : 0) {
                 try validateEndpoint(endpoint.trimmingCharacters(in: .whitespaces), of: service, setting: [section, "agents"], list: true)
+            }
+            if let peers = endpoints.peers {
+                guard service == "nh-dispatch" else { throw ConfigError("\(service): peers is a dispatcher's setting (dispatch.peers)") }
+                for endpoint in peers.split(separator: ",", omittingEmptySubsequences: false) {
+                    try validateEndpoint(endpoint.trimmingCharacters(in: .whitespaces), of: service, setting: [section, "peers"], list: true)
+                }
             }
         }
     }
@@ -266,7 +272,7 @@ public enum ConfigLoader {
         if endpoint.contains(",") || endpoint.contains(where: \.isWhitespace) {
             throw ConfigError(
                 "\(name) '\(endpoint)' is \(list ? "not one endpoint" : "a list"): it takes one endpoint, such as tcp://HOST:PORT"
-                    + (list ? "" : "; only dispatch.agents takes several, separated by commas"))
+                    + (list ? "" : "; only dispatch.agents and dispatch.peers take several, separated by commas"))
         }
         let schemes = ["tcp://", "ipc://", "inproc://"]
         guard let scheme = schemes.first(where: { endpoint.hasPrefix($0) }) else {

@@ -77,3 +77,33 @@ public final class HubClient: ServiceCalling {
         return "\(prefix)-\(number)"
     }
 }
+
+/// Several processes of one service that answer the same reads from a shared store, such as the
+/// dispatchers for outcomes: a call goes to the one that answered last, and on no answer (a
+/// `timeout` or `unavailable` error) to the next in turn, so a process that is down costs one
+/// request timeout, not one per call. Any other error is the answer. For one thread, as a client is.
+public final class FirstAnswering: ServiceCalling {
+    public let services: [any ServiceCalling]
+    /// The one asked first: the last that answered.
+    public private(set) var current = 0
+
+    public init(_ services: [any ServiceCalling]) {
+        precondition(!services.isEmpty, "FirstAnswering needs at least one service")
+        self.services = services
+    }
+
+    public func call<R: HubRequest>(_ request: R, auth: String?) throws -> R.Reply {
+        var unanswered: HubError?
+        for offset in 0..<services.count {
+            let index = (current + offset) % services.count
+            do {
+                let reply = try services[index].call(request, auth: auth)
+                current = index
+                return reply
+            } catch let error as HubError where error.code == .timeout || error.code == .unavailable {
+                unanswered = error
+            }
+        }
+        throw unanswered!
+    }
+}

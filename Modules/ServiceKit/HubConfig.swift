@@ -105,12 +105,16 @@ public struct HubConfig: Codable, Sendable, Equatable {
         /// For a dispatcher that shares the agents with others: the endpoint agents reach it at,
         /// which the others redirect them to, and which names it among them. Absent: `agents`.
         public var advertise: String?
+        /// For dispatchers that share a store: the request endpoints of the others, separated by
+        /// commas. A gateway and nhctl ask them for an outcome when `requests` does not answer.
+        public var peers: String?
 
-        public init(requests: String, events: String? = nil, agents: String? = nil, advertise: String? = nil) {
+        public init(requests: String, events: String? = nil, agents: String? = nil, advertise: String? = nil, peers: String? = nil) {
             self.requests = requests
             self.events = events
             self.agents = agents
             self.advertise = advertise
+            self.peers = peers
         }
     }
 
@@ -124,6 +128,11 @@ public struct HubConfig: Codable, Sendable, Equatable {
     public static func dispatcherEndpoints(_ setting: String?) -> [String] {
         let list = (setting ?? "tcp://127.0.0.1:7722").split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
         return list.isEmpty ? ["tcp://127.0.0.1:7722"] : list
+    }
+
+    /// Where outcomes are read: this host's dispatcher (`dispatch.requests`), then `dispatch.peers`.
+    public var outcomeEndpoints: [String] {
+        [dispatch.requests] + (dispatch.peers ?? "").split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
     }
 
     /// The request endpoint of each service, by executable name, in start order.

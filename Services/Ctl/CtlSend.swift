@@ -18,6 +18,13 @@ enum CtlSend {
         return ConnectionString(endpoint: config.namespace, keyName: key.name, key: key.key)
     }
 
+    /// The dispatchers outcomes are read from: `dispatch.requests`, then `dispatch.peers`; each
+    /// client is closed by `close`.
+    static func outcomeReader(_ credential: ConnectionString, _ config: HubConfig) throws -> (reader: FirstAnswering, close: () -> Void) {
+        let clients = try config.outcomeEndpoints.map { try client($0, credential, config) }
+        return (FirstAnswering(clients), { clients.forEach { $0.close() } })
+    }
+
     static func client(_ endpoint: String, _ credential: ConnectionString, _ config: HubConfig) throws -> HubClient {
         let client = try HubClient(
             connect: endpoint, policy: RetryPolicy(timeout: config.requestTimeoutMs, attempts: config.requestAttempts),
@@ -115,9 +122,9 @@ enum CtlSend {
             defer { client.close() }
             let accepted = try client.call(request)
             if parsed.has("test") {
-                let dispatcher = try Self.client(config.dispatch.requests, credential, config)
-                defer { dispatcher.close() }
-                let (outcome, results) = OutcomeLookup.waitForTest(accepted.notificationId, dispatch: dispatcher, publish: client, seconds: 10)
+                let dispatchers = try outcomeReader(credential, config)
+                defer { dispatchers.close() }
+                let (outcome, results) = OutcomeLookup.waitForTest(accepted.notificationId, dispatch: dispatchers.reader, publish: client, seconds: 10)
                 return printTest(accepted.notificationId, outcome, results, json: parsed.has("json"))
             }
             if parsed.has("json") {
@@ -166,13 +173,13 @@ enum CtlSend {
         let id = parsed.positionals[1]
         do {
             let credential = try credential(parsed, config: config, environment: environment)
-            let dispatcher = try client(config.dispatch.requests, credential, config)
+            let dispatchers = try outcomeReader(credential, config)
             let publish = try client(config.publish.requests, credential, config)
             defer {
-                dispatcher.close()
+                dispatchers.close()
                 publish.close()
             }
-            let outcome = try OutcomeLookup.find(id, dispatch: dispatcher, publish: publish)
+            let outcome = try OutcomeLookup.find(id, dispatch: dispatchers.reader, publish: publish)
             if parsed.has("json") {
                 let encoder = HubCodec.makeEncoder()
                 print(String(decoding: try encoder.encode(outcome), as: UTF8.self))

@@ -22,10 +22,12 @@ public enum GatewayMain {
             let streams = try UserStreams(context: context)
             let pushRate = RateLimiter(perSecond: config.limits.pushesPerSecondPerEndpoint)
             let workers = try (0..<config.limits.httpThreads).map { _ in
-                GatewayRoutes(
+                let dispatch = try context.client(config.dispatch.requests, policy: policy)
+                let peers = try config.outcomeEndpoints.dropFirst().map { try context.client($0, policy: policy) }
+                return GatewayRoutes(
                     context: context, registry: try context.client(config.registry.requests, policy: policy),
                     publish: try context.client(config.publish.requests, policy: policy),
-                    dispatch: try context.client(config.dispatch.requests, policy: policy),
+                    dispatch: dispatch, outcomes: FirstAnswering([dispatch] + peers),
                     sync: try context.client(config.sync.requests, policy: policy), counts: counts, web: web, streams: streams,
                     pushRate: pushRate)
             }

@@ -15,6 +15,9 @@ final class GatewayRoutes: @unchecked Sendable {
     let registry: any ServiceCalling
     let publish: any ServiceCalling
     let dispatch: any ServiceCalling
+    /// Where outcomes are read: this host's dispatcher, then its peers (`dispatch.peers`), which
+    /// read the same store.
+    let outcomes: any ServiceCalling
     let sync: any ServiceCalling
     static let maxMessageBytes = 64 * 1024
     /// How long a test send (`?test`) waits for its targets' answers before reporting.
@@ -30,7 +33,8 @@ final class GatewayRoutes: @unchecked Sendable {
     let pushRate: RateLimiter
 
     init(context: ServiceContext, registry: any ServiceCalling, publish: any ServiceCalling, dispatch: any ServiceCalling,
-         sync: any ServiceCalling, counts: HTTPCounts, web: WebPages, streams: UserStreams?, pushRate: RateLimiter? = nil) {
+         outcomes: (any ServiceCalling)? = nil, sync: any ServiceCalling, counts: HTTPCounts, web: WebPages, streams: UserStreams?,
+         pushRate: RateLimiter? = nil) {
         self.pushRate = pushRate ?? RateLimiter(perSecond: context.config.limits.pushesPerSecondPerEndpoint)
         self.counts = counts
         self.web = web
@@ -39,6 +43,7 @@ final class GatewayRoutes: @unchecked Sendable {
         self.registry = registry
         self.publish = publish
         self.dispatch = dispatch
+        self.outcomes = outcomes ?? dispatch
         self.sync = sync
     }
 
@@ -386,7 +391,7 @@ final class GatewayRoutes: @unchecked Sendable {
     /// A test send's `<NotificationOutcome>`: waits (at most `testWaitSeconds`) until the dispatcher
     /// has planned it and its first targets have answered, then reports each, as Azure does.
     private func testOutcome(_ id: String) -> HTTPResponse {
-        let (outcome, results) = OutcomeLookup.waitForTest(id, dispatch: dispatch, publish: publish, seconds: Self.testWaitSeconds)
+        let (outcome, results) = OutcomeLookup.waitForTest(id, dispatch: outcomes, publish: publish, seconds: Self.testWaitSeconds)
         return OutcomeXML.testOutcome(outcome, results: results, waited: Self.testWaitSeconds)
     }
 
@@ -423,7 +428,7 @@ final class GatewayRoutes: @unchecked Sendable {
     /// `<NotificationDetails>` as Azure answers, or JSON for a client that asks for it with `Accept`.
     func outcome(_ id: String, _ request: HTTPRequest) throws -> HTTPResponse {
         try authorize(request, .send)
-        let outcome = try OutcomeLookup.find(id, dispatch: dispatch, publish: publish)
+        let outcome = try OutcomeLookup.find(id, dispatch: outcomes, publish: publish)
         guard OutcomeXML.wantsJSON(request) else {
             return OutcomeXML.details(outcome, location: "\(baseURL(request))/\(hub)/messages/\(id)?api-version=2015-04")
         }
@@ -443,7 +448,7 @@ final class GatewayRoutes: @unchecked Sendable {
         let page = try publish.call(PendingNotificationsRequest(after: latest > UInt64(top) ? latest - UInt64(top) : 0, limit: top))
         var list: [GatewayJSON.Outcome] = []
         for accepted in page.notifications.reversed() {
-            guard let outcome = try? OutcomeLookup.find(accepted.notificationId, dispatch: dispatch, publish: publish) else { continue }
+            guard let outcome = try? OutcomeLookup.find(accepted.notificationId, dispatch: outcomes, publish: publish) else { continue }
             var item = GatewayJSON.Outcome(outcome, location: location(of: outcome.notificationId, request))
             let send = accepted.send
             item.format = send.rich != nil ? "rich" : send.platform?.format ?? send.format.rawValue

@@ -37,5 +37,8 @@ def test_the_hosts_agree():
     assert files["host-b.json"]["dispatch"]["advertise"] != files["host-c.json"]["dispatch"]["advertise"]
     assert set(files["agent.json"]["dispatch"]["agents"].split(",")) == {
         files["host-b.json"]["dispatch"]["advertise"], files["host-c.json"]["dispatch"]["advertise"]}
+    # Each host's gateway and nhctl read outcomes from the other dispatcher when their own is down.
+    assert files["host-b.json"]["dispatch"]["peers"] == files["host-c.json"]["dispatch"]["requests"]
+    assert files["host-c.json"]["dispatch"]["peers"] == files["host-b.json"]["dispatch"]["requests"]
     for f in files.values():
         assert f["registry"] == files["host-a.json"]["registry"] and f["sync"] == files["host-a.json"]["sync"]

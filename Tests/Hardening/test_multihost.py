@@ -20,7 +20,7 @@ import pytest
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "Support"))
 
 from dispatchaudit import AUDIT, AUDIT_ROWS  # noqa: E402
-from hubharness import BIN, health_row, json_lines, stopped, wait_until  # noqa: E402
+from hubharness import BIN, FULL_KEY, health_row, json_lines, sas_token, stopped, wait_until  # noqa: E402
 import netns  # noqa: E402
 import pgserver  # noqa: E402
 
@@ -58,6 +58,8 @@ class MultiHost:
             "NH_SYNC_REQUESTS": f"tcp://{db}:7731", "NH_SYNC_EVENTS": f"tcp://{db}:7732",
             "NH_PUBLISH_REQUESTS": f"tcp://{core}:7711", "NH_PUBLISH_EVENTS": f"tcp://{core}:7712",
             "NH_DISPATCH_REQUESTS": f"tcp://{core}:7721", "NH_DISPATCH_AGENTS": self.dispatchers["nh-dispatch-1"],
+            # The gateway and nhctl read outcomes from dispatcher 1, else from dispatcher 2.
+            "NH_DISPATCH_PEERS": f"tcp://{core}:7724",
             "NH_GATEWAY_REQUESTS": f"tcp://{core}:7781", "NH_GATEWAY_LISTEN": f"{core}:7780", "NH_NAMESPACE": f"http://{core}:7780/",
             "NH_AGENT_REQUESTS": "tcp://127.0.0.1:7741",
         })
@@ -119,6 +121,7 @@ def hosts():
             hosts.start(name, "db")
         assert wait_until(lambda: os.path.exists(os.path.join(hosts.data, "keys.json")), timeout=30)
         hosts.start("nh-publish", "core")
+        hosts.start("nh-gateway", "core")
         for name in hosts.dispatchers:
             hosts.start(name, "core", executable="nh-dispatch", env=hosts.dispatcher_env(name))
             if name == "nh-dispatch-1":
@@ -229,6 +232,21 @@ def test_breaking_news_and_user_sync_survive_a_dispatcher_kill_and_a_cut_link(ho
     assert wait_until(lambda: all(outcomes().get(n) == (agents, agents, agents, 0, 0) for n in sent), timeout=60, interval=1), (
         {n: o for n, o in outcomes().items() if n in set(sent) and o != (agents, agents, agents, 0, 0)})
     assert hosts.sql(AUDIT_ROWS) == ""
+
+    # Outcomes are read from any dispatcher: with nh-dispatch-1, the one dispatch.requests names,
+    # dead, nhctl and the gateway answer from its peer, as the shared store has them.
+    core = hosts.net.address("core")
+    key = {k["name"]: k["key"] for k in json.load(open(os.path.join(hosts.data, "keys.json")))["keys"]}[FULL_KEY]
+    token = sas_token(f"http://{core}:7780/hub", FULL_KEY, key)
+    for notification in sent[:3]:
+        done = hosts.ctl("--json", "outcome", notification)
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout)["acknowledged"] == agents, done.stdout
+        answer = hosts.net.run("core", ["curl", "-s", "-w", "\n%{http_code}", "-H", f"Authorization: {token}",
+                                        f"http://{core}:7780/hub/messages/{notification}?api-version=2015-04"],
+                               capture_output=True, text=True, timeout=60)
+        body, _, status = answer.stdout.rpartition("\n")
+        assert status == "200" and notification in body and "Completed" in body, answer.stdout + answer.stderr
 
     # Alice's two devices agree: each has every post, and a dismiss on one reaches the other.
     alice = ["agents1-0", "agents2-0"]

@@ -74,4 +74,15 @@ struct ConfigLoaderTests {
         #expect(HubConfig.dispatcherEndpoints(nil) == ["tcp://127.0.0.1:7722"])
         #expect(HubConfig.dispatcherEndpoints("tcp://a:1, tcp://b:2,") == ["tcp://a:1", "tcp://b:2"])
     }
+
+    @Test("outcomes are read from dispatch.requests, then dispatch.peers; peers belong to the dispatch section")
+    func outcomePeers() throws {
+        #expect(HubConfig().outcomeEndpoints == ["tcp://127.0.0.1:7721"])
+        let config = try ConfigLoader.load(file: nil, environment: ["NH_DISPATCH_PEERS": "tcp://b:7721, tcp://c:7721"])
+        #expect(config.outcomeEndpoints == ["tcp://127.0.0.1:7721", "tcp://b:7721", "tcp://c:7721"])
+        #expect(throws: ConfigError("nh-registry: peers is a dispatcher's setting (dispatch.peers)")) {
+            try ConfigLoader.load(file: nil, environment: ["NH_REGISTRY_PEERS": "tcp://b:7701"])
+        }
+        #expect(throws: ConfigError.self) { try ConfigLoader.load(file: nil, environment: ["NH_DISPATCH_PEERS": "tcp://b:7721,b:7721"]) }
+    }
 }
