@@ -11,6 +11,8 @@ public final class SocketMonitor {
         public static let handshakeSucceeded = Events(rawValue: 0x1000)
         /// The connection closed, as when the peer's heartbeats stopped; libzmq connects again.
         public static let disconnected = Events(rawValue: 0x0200)
+        /// A connection attempt failed, as when nothing listens there; libzmq tries again.
+        public static let connectRetried = Events(rawValue: 0x0004)
     }
 
     public let socket: ZMQSocket
@@ -26,11 +28,17 @@ public final class SocketMonitor {
 
     /// The events waiting, without blocking.
     public func drain() throws(ZMQError) -> [Events] {
-        var events: [Events] = []
+        try drainWithEndpoints().map(\.event)
+    }
+
+    /// The events waiting, each with the endpoint it happened on (such as tcp://10.0.0.11:7722),
+    /// without blocking.
+    public func drainWithEndpoints() throws(ZMQError) -> [(event: Events, endpoint: String)] {
+        var events: [(event: Events, endpoint: String)] = []
         while let frames = try socket.receive(wait: false) {
             guard let first = frames.first, first.count >= 2 else { continue }
             let value = Int32(first[first.startIndex]) | Int32(first[first.startIndex + 1]) << 8
-            events.append(Events(rawValue: value))
+            events.append((Events(rawValue: value), frames.count > 1 ? String(decoding: frames[1], as: UTF8.self) : ""))
         }
         return events
     }

@@ -3,14 +3,24 @@ import HubProtocol
 
 /// The agent's decisions on its channel, with no IO: when to say hello, what to do with each
 /// message from the dispatcher (show once, acknowledge, hold a rich one for its fetch, sync the
-/// user's notifications, register again) and when to try a failed rich fetch again.
-/// `AgentDaemon` feeds it events and carries out the actions, in order.
+/// user's notifications, register again), which dispatcher to be connected to, and when to try a
+/// failed rich fetch again. `AgentDaemon` feeds it events and carries out the actions, in order.
+///
+/// With several dispatchers (`dispatch.agents`), a dispatcher that closes the connection, refuses
+/// it, or stops answering the transport's heartbeats for a lease period is left at once for the next
+/// one. A redirect back to one that failed within a lease period is not followed: its lease has not
+/// run out yet, so the dispatcher asked still names it; the agent stays and says hello again until
+/// that dispatcher holds the shard.
 struct AgentCore {
     struct Settings: Equatable {
         /// Seconds between hellos once welcomed: the heartbeat.
         var heartbeat: TimeInterval = 5
-        /// Seconds between hellos until a welcome comes.
+        /// Seconds between hellos until a welcome comes, and at least between two moves.
         var helloRetry: TimeInterval = 0.5
+        /// How long a dispatcher's lease on its shards lasts (three of the services' heartbeats, at
+        /// least 3 s): after that long without a connection the next dispatcher is tried, and for
+        /// that long a dispatcher that failed is not gone back to.
+        var leasePeriod: TimeInterval = 3
     }
 
     enum Event: Equatable {
@@ -18,6 +28,8 @@ struct AgentCore {
         case connected
         /// The channel's connection closed (the dispatcher went, or its heartbeats stopped).
         case disconnected
+        /// A connection attempt to the current dispatcher failed: nothing listens there.
+        case refused
         /// A message from the dispatcher. `seen`: the delivery was shown before (only for deliveries).
         case received(AgentFrame, seen: Bool)
         case tick
@@ -36,13 +48,20 @@ struct AgentCore {
         /// The user's notifications changed past what this agent has.
         case syncUser(sequence: UInt64)
         case log(String, code: ErrorCode)
-        /// Another dispatcher serves this installation: connect there instead.
+        /// Connect to this dispatcher instead: the one that serves this installation, or the next
+        /// one configured when the current one failed.
         case moveTo(String)
-        /// The dispatcher has not answered for three heartbeats: try the next one configured.
-        case tryNextDispatcher
     }
 
     let settings: Settings
+    /// The dispatchers configured, in order, and the one the channel is connected to.
+    let dispatchers: [String]
+    private(set) var current: String
+    /// When each dispatcher last closed or refused a connection, or went unanswered.
+    private var failedAt: [String: Date] = [:]
+    /// The current dispatcher failed since the agent moved to it.
+    private var currentFailed = false
+    private var lastMove: Date?
     private(set) var welcomed = false
     /// Hellos refused in a row: each doubles the wait before the next, up to a heartbeat.
     private(set) var refusals = 0
@@ -52,8 +71,11 @@ struct AgentCore {
     private var unconnectedSince: Date?
     private var started = false
 
-    init(settings: Settings = Settings()) {
+    init(settings: Settings = Settings(), dispatchers: [String] = ["tcp://127.0.0.1:7722"]) {
+        precondition(!dispatchers.isEmpty, "an agent needs a dispatcher")
         self.settings = settings
+        self.dispatchers = dispatchers
+        current = dispatchers[0]
     }
 
     mutating func on(_ event: Event, now: Date) -> [Action] {
@@ -62,21 +84,31 @@ struct AgentCore {
             welcomed = false
             started = true
             unconnectedSince = nil
+            currentFailed = false
             return hello(now)
-        case .disconnected:
+        case .disconnected, .refused:
             welcomed = false
             unconnectedSince = unconnectedSince ?? now
-            return []
+            failedAt[current] = now
+            currentFailed = true
+            return leave(now)
         case .tick:
             if !started {
                 started = true
                 unconnectedSince = now
             }
-            // No connection for three heartbeats: that dispatcher is gone or cannot be reached,
-            // and another may serve this installation.
-            if let since = unconnectedSince, now.timeIntervalSince(since) > 3 * settings.heartbeat {
+            // A failed dispatcher is left as soon as a move is allowed.
+            if currentFailed {
+                let moved = leave(now)
+                if !moved.isEmpty { return moved }
+            }
+            // No connection for a lease period: that dispatcher is gone or cannot be reached (a
+            // host that does not answer), and another may serve this installation.
+            if let since = unconnectedSince, now.timeIntervalSince(since) > settings.leasePeriod {
                 unconnectedSince = now
-                return [.tryNextDispatcher]
+                failedAt[current] = now
+                let moved = next(now)
+                if !moved.isEmpty { return moved }
             }
             let interval = welcomed ? settings.heartbeat
                 : min(settings.heartbeat, settings.helloRetry * pow(2, Double(refusals)))
@@ -86,10 +118,13 @@ struct AgentCore {
             switch frame {
             case .redirect(let redirect):
                 welcomed = false
+                if let failed = failedAt[redirect.endpoint], now.timeIntervalSince(failed) < settings.leasePeriod {
+                    // It failed a moment ago and its lease has not run out: stay, and ask again.
+                    return []
+                }
                 // The new dispatcher has no connection yet: if it never answers (it stopped since
-                // it was named), the next one is tried after three heartbeats, as for any other.
-                unconnectedSince = now
-                return [.moveTo(redirect.endpoint)]
+                // it was named), the next one is tried after a lease period, as for any other.
+                return move(to: redirect.endpoint, now)
             case .welcome:
                 welcomed = true
                 refusals = 0
@@ -125,6 +160,30 @@ struct AgentCore {
     private mutating func hello(_ now: Date) -> [Action] {
         lastHello = now
         return [.hello]
+    }
+
+    /// The next dispatcher after a failure, unless the last move was under `helloRetry` ago (then
+    /// the next tick moves): two dispatchers that both refuse are tried in turn, not in a spin.
+    private mutating func leave(_ now: Date) -> [Action] {
+        if let last = lastMove, now.timeIntervalSince(last) < settings.helloRetry { return [] }
+        return next(now)
+    }
+
+    /// The dispatcher configured after the current one; none when there is no other.
+    private mutating func next(_ now: Date) -> [Action] {
+        let index = dispatchers.firstIndex(of: current) ?? -1
+        let candidate = dispatchers[(index + 1) % dispatchers.count]
+        return candidate == current ? [] : move(to: candidate, now)
+    }
+
+    private mutating func move(to endpoint: String, _ now: Date) -> [Action] {
+        guard endpoint != current else { return [] }
+        current = endpoint
+        lastMove = now
+        currentFailed = false
+        unconnectedSince = now
+        welcomed = false
+        return [.moveTo(endpoint)]
     }
 
     enum RichRetry: Equatable {

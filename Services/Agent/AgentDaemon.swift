@@ -69,12 +69,22 @@ final class AgentDaemon {
             store: store, home: context.dataDirectory, client: publish, output: output, logger: context.logger,
             maxAttempts: Int(environment["NH_AGENT_RICH_ATTEMPTS"] ?? "") ?? 8)
         let heartbeatMs = context.config.agentHeartbeatMs
-        core = AgentCore(settings: AgentCore.Settings(
-            heartbeat: Double(heartbeatMs) / 1000, helloRetry: min(0.5, Double(heartbeatMs) / 1000)))
+        let leaseMs = max(3_000, 3 * context.config.heartbeatMs)
         dispatchers = HubConfig.dispatcherEndpoints(context.config.dispatch.agents)
-        channel = try ZMQSocket.agentChannel(connect: dispatchers[0], keys: keys, serverKey: serverKey, heartbeatMs: heartbeatMs)
+        core = AgentCore(
+            settings: AgentCore.Settings(
+                heartbeat: Double(heartbeatMs) / 1000, helloRetry: min(0.5, Double(heartbeatMs) / 1000), leasePeriod: Double(leaseMs) / 1000),
+            dispatchers: dispatchers)
+        // With several dispatchers, the transport's heartbeats go every service heartbeat and a
+        // dispatcher that does not answer them for a lease period is left; with one, there is
+        // nowhere else to go, and they go every agent heartbeat.
+        let several = dispatchers.count > 1
+        channel = try ZMQSocket.agentChannel(
+            connect: dispatchers[0], keys: keys, serverKey: serverKey,
+            heartbeatMs: several ? min(heartbeatMs, context.config.heartbeatMs) : heartbeatMs,
+            timeoutMs: several ? leaseMs : heartbeatMs * 3)
         connectedTo = dispatchers[0]
-        monitor = try SocketMonitor(watching: channel, events: [.handshakeSucceeded, .disconnected])
+        monitor = try SocketMonitor(watching: channel, events: [.handshakeSucceeded, .disconnected, .connectRetried])
         context.onShutdown { [channel, monitor] in
             monitor.close()
             channel.close()
@@ -131,9 +141,12 @@ final class AgentDaemon {
         register()
         context.loop.watch(channel) { [unowned self] in try self.receive() }
         context.loop.watch(monitor.socket) { [unowned self] in
-            for event in try self.monitor.drain() {
+            for (event, endpoint) in try self.monitor.drainWithEndpoints() {
+                // What happens on a connection the agent has left is no news about the current one.
+                if endpoint != self.connectedTo && self.dispatchers.contains(endpoint) { continue }
                 if event == .handshakeSucceeded { try self.perform(self.core.on(.connected, now: Date())) }
                 if event == .disconnected { try self.perform(self.core.on(.disconnected, now: Date())) }
+                if event == .connectRetried { try self.perform(self.core.on(.refused, now: Date())) }
             }
         }
         context.loop.every(milliseconds: 100) { [unowned self] in try self.perform(self.core.on(.tick, now: Date())) }
@@ -279,13 +292,8 @@ final class AgentDaemon {
             case .syncUser(let sequence):
                 if let userSync, sequence > (try userSync.cache.cursor) { userSync.syncNow() }
             case .moveTo(let endpoint):
-                context.logger.info("another dispatcher serves this installation", ("endpoint", endpoint))
+                context.logger.info("moving to another dispatcher", ("from", connectedTo), ("to", endpoint))
                 try move(to: endpoint)
-            case .tryNextDispatcher:
-                guard dispatchers.count > 1 || connectedTo != dispatchers[0] else { break }
-                let next = dispatchers[((dispatchers.firstIndex(of: connectedTo) ?? -1) + 1) % dispatchers.count]
-                context.logger.info("no word from the dispatcher; trying another", ("from", connectedTo), ("to", next))
-                try move(to: next)
             case .log(let message, let code):
                 if message != lastRefusal { context.logger.warning("dispatcher refused", ("code", code.rawValue), ("reason", message)) }
                 lastRefusal = message
@@ -309,14 +317,14 @@ final class AgentDaemon {
 
 extension ZMQSocket {
     /// A CURVE DEALER to the dispatcher's agent socket with transport heartbeats and reconnect backoff.
-    static func agentChannel(connect endpoint: String, keys: CurveKeyPair, serverKey: String, heartbeatMs: Int) throws -> ZMQSocket {
+    static func agentChannel(connect endpoint: String, keys: CurveKeyPair, serverKey: String, heartbeatMs: Int, timeoutMs: Int) throws -> ZMQSocket {
         let socket = try ZMQContext.shared.socket(.dealer)
         try socket.setLinger(0)
         try socket.makeCurveClient(keys, serverPublicKey: serverKey)
         // A jittered first interval spreads a crowd of agents reconnecting after a dispatcher restart.
         try socket.setReconnectInterval(100 + Int.random(in: 0..<900), max: 5_000)
         // No TTL: it would make the dispatcher arm a timer per agent (see its agent socket).
-        try socket.setHeartbeat(interval: heartbeatMs, timeout: heartbeatMs * 3, ttl: 0)
+        try socket.setHeartbeat(interval: heartbeatMs, timeout: timeoutMs, ttl: 0)
         try socket.setSendHighWaterMark(1_000)
         try socket.connect(endpoint)
         return socket

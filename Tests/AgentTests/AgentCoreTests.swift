@@ -77,40 +77,71 @@ struct AgentCoreTests {
         #expect(AgentCore.richRetry(attempts: 1, maxAttempts: 8, expiresAt: Self.t0, now: Self.t0) == .giveUp)
     }
 
-    @Test("a redirect to a dispatcher that never answers is left after three heartbeats for the next one")
+    static let a = "tcp://10.0.0.1:7722", b = "tcp://10.0.0.2:7722", c = "tcp://10.0.0.3:7722"
+    static let settings = AgentCore.Settings(heartbeat: 5, helloRetry: 0.5, leasePeriod: 3)
+
+    func moves(_ actions: [AgentCore.Action]) -> [String] {
+        actions.compactMap { if case .moveTo(let endpoint) = $0 { return endpoint } else { return nil } }
+    }
+
+    @Test("a redirect to a dispatcher that never answers is left after a lease period for the next one")
     func redirectToDeadDispatcher() {
-        var core = AgentCore(settings: AgentCore.Settings(heartbeat: 5, helloRetry: 0.5))
+        var core = AgentCore(settings: Self.settings, dispatchers: [Self.a, Self.b])
         _ = core.on(.connected, now: Self.t0)
         // Named by a peer whose lease map is a moment old, the dispatcher has just died: no
         // connection ever comes, and no disconnection either.
-        _ = core.on(.received(.redirect(AgentRedirect(installationId: "me", endpoint: "tcp://10.0.0.2:7722")), seen: false), now: Self.t0)
-        #expect(!core.on(.tick, now: Self.t0.addingTimeInterval(14)).contains(.tryNextDispatcher))
-        #expect(core.on(.tick, now: Self.t0.addingTimeInterval(15.5)).contains(.tryNextDispatcher))
+        #expect(moves(core.on(.received(.redirect(AgentRedirect(installationId: "me", endpoint: Self.c)), seen: false), now: Self.t0)) == [Self.c])
+        #expect(moves(core.on(.tick, now: Self.t0.addingTimeInterval(2.9))) == [])
+        #expect(moves(core.on(.tick, now: Self.t0.addingTimeInterval(3.1))) == [Self.a])
+        #expect(core.current == Self.a)
     }
 
-    @Test("a redirect moves the agent to the dispatcher that serves it; three heartbeats without a connection try the next one")
+    @Test("a dispatcher that closes the connection is left at once; a redirect back to it within a lease period is not followed")
     func redirectsAndFailover() {
-        var core = AgentCore(settings: AgentCore.Settings(heartbeat: 5, helloRetry: 0.5))
+        var core = AgentCore(settings: Self.settings, dispatchers: [Self.a, Self.b])
         _ = core.on(.connected, now: Self.t0)
-        let moved = core.on(.received(.redirect(AgentRedirect(installationId: "me", endpoint: "tcp://10.0.0.2:7722")), seen: false), now: Self.t0)
-        #expect(moved == [.moveTo("tcp://10.0.0.2:7722")])
-        #expect(!core.welcomed)
-        // Connected and quiet (libzmq's heartbeats keep the connection): no move, only hellos.
-        _ = core.on(.connected, now: Self.t0.addingTimeInterval(1))
-        _ = core.on(.received(.welcome(AgentWelcome(installationId: "me", pending: 0)), seen: false), now: Self.t0.addingTimeInterval(1))
-        #expect(!core.on(.tick, now: Self.t0.addingTimeInterval(60)).contains(.tryNextDispatcher))
-        // The connection goes and does not come back for three heartbeats: the next dispatcher, then again three heartbeats later.
-        _ = core.on(.disconnected, now: Self.t0.addingTimeInterval(61))
-        #expect(!core.on(.tick, now: Self.t0.addingTimeInterval(75)).contains(.tryNextDispatcher))
-        #expect(core.on(.tick, now: Self.t0.addingTimeInterval(76.5)).contains(.tryNextDispatcher))
-        #expect(!core.on(.tick, now: Self.t0.addingTimeInterval(80)).contains(.tryNextDispatcher))
-        #expect(core.on(.tick, now: Self.t0.addingTimeInterval(92)).contains(.tryNextDispatcher))
-        // A connection made in time stops it.
-        _ = core.on(.connected, now: Self.t0.addingTimeInterval(93))
-        #expect(!core.on(.tick, now: Self.t0.addingTimeInterval(120)).contains(.tryNextDispatcher))
+        _ = core.on(.received(.welcome(AgentWelcome(installationId: "me", pending: 0)), seen: false), now: Self.t0)
+        // Connected and quiet (the transport's heartbeats keep the connection): no move, only hellos.
+        #expect(moves(core.on(.tick, now: Self.t0.addingTimeInterval(60))) == [])
+        // A dies: the connection closes, and the agent goes to B at once, not three heartbeats later.
+        #expect(moves(core.on(.disconnected, now: Self.t0.addingTimeInterval(61))) == [Self.b])
+        _ = core.on(.connected, now: Self.t0.addingTimeInterval(61.05))
+        // B does not hold the shard until A's lease runs out, and names A: the agent stays and asks again.
+        let named = core.on(.received(.redirect(AgentRedirect(installationId: "me", endpoint: Self.a)), seen: false),
+                            now: Self.t0.addingTimeInterval(61.1))
+        #expect(named == [] && core.current == Self.b && !core.welcomed)
+        #expect(core.on(.tick, now: Self.t0.addingTimeInterval(61.7)).contains(.hello))
+        // B holds it now, and welcomes the agent.
+        _ = core.on(.received(.welcome(AgentWelcome(installationId: "me", pending: 0)), seen: false), now: Self.t0.addingTimeInterval(64.2))
+        #expect(core.welcomed && core.current == Self.b)
+        // A redirect after the lease period is followed: A came back and holds the shard again.
+        #expect(moves(core.on(.received(.redirect(AgentRedirect(installationId: "me", endpoint: Self.a)), seen: false),
+                              now: Self.t0.addingTimeInterval(70))) == [Self.a])
+    }
+
+    @Test("refused connections are tried in turn, no faster than a hello retry; one dispatcher is never left")
+    func refusals() {
+        var core = AgentCore(settings: Self.settings, dispatchers: [Self.a, Self.b])
+        #expect(moves(core.on(.refused, now: Self.t0)) == [Self.b])
+        #expect(moves(core.on(.refused, now: Self.t0.addingTimeInterval(0.1))) == [])
+        #expect(moves(core.on(.tick, now: Self.t0.addingTimeInterval(0.3))) == [])
+        #expect(moves(core.on(.tick, now: Self.t0.addingTimeInterval(0.6))) == [Self.a])
+        _ = core.on(.connected, now: Self.t0.addingTimeInterval(0.7))
+        #expect(moves(core.on(.tick, now: Self.t0.addingTimeInterval(30))) == [])
+
+        var alone = AgentCore(settings: Self.settings, dispatchers: [Self.a])
+        #expect(moves(alone.on(.refused, now: Self.t0)) == [])
+        #expect(moves(alone.on(.disconnected, now: Self.t0.addingTimeInterval(1))) == [])
+        #expect(moves(alone.on(.tick, now: Self.t0.addingTimeInterval(10))) == [] && alone.current == Self.a)
+    }
+
+    @Test("a refused hello is tried again after a wait")
+    func refusedHello() {
+        var core = AgentCore(settings: Self.settings, dispatchers: [Self.a, Self.b])
+        _ = core.on(.connected, now: Self.t0)
         // A hello refused because no dispatcher holds the shard yet is tried again after a wait.
         let refused = core.on(.received(.error(ErrorReply(code: .unavailable, message: "no dispatcher serves shard 3 yet")), seen: false),
-                              now: Self.t0.addingTimeInterval(121))
+                              now: Self.t0.addingTimeInterval(1))
         #expect(refused == [.log("no dispatcher serves shard 3 yet", code: .unavailable)] && core.refused)
     }
 }
