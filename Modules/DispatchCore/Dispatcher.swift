@@ -50,8 +50,8 @@ public struct Dispatcher {
             acknowledge(route: route, ack, now: now, &actions)
         case .accepted(let notifications, let after):
             plan(notifications, after: after, now: now, &actions)
-        case .loaded(let installationId, let route, let deliveries, let complete):
-            loaded(installationId, route: route, deliveries, complete: complete, now: now, &actions)
+        case .loaded(let installationId, let route, let deliveries, let complete, let sentBefore):
+            loaded(installationId, route: route, deliveries, complete: complete, sentBefore: sentBefore, now: now, &actions)
         case .unreachable(let route):
             drop(route, reason: .unreachable, &actions)
         case .userChanged(let change):
@@ -236,7 +236,8 @@ public struct Dispatcher {
     }
 
     private mutating func loaded(
-        _ installationId: String, route: Route, _ deliveries: [AgentDelivery], complete: Bool, now: Date, _ actions: inout [DispatchAction]
+        _ installationId: String, route: Route, _ deliveries: [AgentDelivery], complete: Bool, sentBefore: Set<String>, now: Date,
+        _ actions: inout [DispatchAction]
     ) {
         // A load for a session that has since gone is dropped; a new session loads for itself.
         guard let session = sessions[route], session.installationId == installationId else { return }
@@ -244,7 +245,10 @@ public struct Dispatcher {
         if complete { backlog.remove(installationId) }
         session.spilled = !complete
         var fresh = 0
-        for delivery in deliveries where session.enqueue(delivery, limit: settings.queueLimit) { fresh += 1 }
+        for delivery in deliveries where session.enqueue(delivery, limit: settings.queueLimit) {
+            fresh += 1
+            if sentBefore.contains(delivery.deliveryId) { session.sentBefore.insert(delivery.deliveryId) }
+        }
         if !session.welcomed {
             session.welcomed = true
             actions.append(.reply(route, .welcome(AgentWelcome(installationId: installationId, pending: fresh))))
@@ -256,6 +260,7 @@ public struct Dispatcher {
     private mutating func pump(_ route: Route, now: Date, _ actions: inout [DispatchAction]) {
         guard let session = sessions[route] else { return }
         while session.inFlight < settings.window, inFlight.count < settings.maxInFlight, let delivery = session.dequeue() {
+            let again = !session.sentBefore.isEmpty && session.sentBefore.remove(delivery.deliveryId) != nil
             guard delivery.expiresAt > now else {
                 session.known.remove(delivery.deliveryId)
                 continue
@@ -264,7 +269,9 @@ public struct Dispatcher {
             let bucket = resends.push(due: now.addingTimeInterval(session.resendTimeout(settings)), id: delivery.deliveryId)
             inFlight[delivery.deliveryId] = InFlight(delivery: delivery, route: route, attempts: 1, sentAt: now, bucket: bucket)
             actions.append(.send(route, delivery))
-            counters.sent += 1
+            // One sent to an earlier session (the agent reconnected, or another dispatcher had it) is
+            // sent again: counted as a resend, so that sent = acknowledged + failed + expired + waiting.
+            if again { counters.resent += 1 } else { counters.sent += 1 }
         }
         if session.waiting == 0 && session.spilled && !session.loading {
             session.loading = true
@@ -421,8 +428,9 @@ public enum DispatchEvent: Sendable {
     /// the last (nil: after wherever each shard is).
     case accepted([AcceptedNotification], after: UInt64? = nil)
     /// The answer to a `.load`: the installation's unacknowledged deliveries, oldest first;
-    /// `complete` when there were no more than the limit.
-    case loaded(installationId: String, route: Route, [AgentDelivery], complete: Bool)
+    /// `complete` when there were no more than the limit. `sentBefore`: those already sent once (to
+    /// an earlier session, or by another dispatcher), whose sending now is counted as a resend.
+    case loaded(installationId: String, route: Route, [AgentDelivery], complete: Bool, sentBefore: Set<String> = [])
     /// A send found the connection gone.
     case unreachable(route: Route)
     /// The shards this dispatcher now serves, as its leases were renewed, taken or lost.
@@ -476,7 +484,10 @@ public enum DispatchNote: Equatable, Sendable {
 /// Totals since start, for metrics.
 public struct DispatcherCounters: Sendable, Equatable {
     public var planned = 0
+    /// Deliveries sent for the first time.
     public var sent = 0
+    /// Sends of a delivery sent before: after its resend timeout, or to a new session of the same
+    /// agent (a lost connection, or one another dispatcher had).
     public var resent = 0
     public var acknowledged = 0
     public var failed = 0
@@ -503,6 +514,8 @@ final class Session {
     var inFlight = 0
     /// Delivery ids queued or in flight, so that a load from the store adds each once.
     var known: Set<String> = []
+    /// Queued deliveries that were sent before, to an earlier session: sending them is a resend.
+    var sentBefore: Set<String> = []
     var loading = false
     /// The store holds deliveries the queue had no room for.
     var spilled = false

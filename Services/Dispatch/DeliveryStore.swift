@@ -63,8 +63,9 @@ protocol DeliveryStore: LeaseStore {
     /// Installations of `shards` (nil: every shard) with deliveries to agents neither acknowledged
     /// nor expired: at start, whose agents must load from the store when they connect.
     func backlog(now: Date, shards: Set<Int>?) throws -> Set<String>
-    /// Deliveries for an installation that are neither acknowledged nor expired, oldest first.
-    func pending(for installationId: String, now: Date, limit: Int) throws -> [AgentDelivery]
+    /// Deliveries for an installation that are neither acknowledged nor expired, oldest first, and
+    /// which of them were sent before (to an earlier session, or by another dispatcher).
+    func unacknowledged(for installationId: String, now: Date, limit: Int) throws -> (deliveries: [AgentDelivery], sentBefore: Set<String>)
     /// Deliveries to phones and browsers of `shards` (nil: every shard) that no push service has
     /// taken yet, oldest first: at start, to hand to the push services again.
     func pendingPush(now: Date, limit: Int, shards: Set<Int>?) throws -> [PushMessage]
@@ -85,8 +86,9 @@ extension DeliveryStore {
 
     func expire(now: Date) throws -> Int { try expire(now: now, shards: nil) }
 
-    func pending(for installationId: String, now: Date) throws -> [AgentDelivery] {
-        try pending(for: installationId, now: now, limit: 500)
+    /// Deliveries for an installation that are neither acknowledged nor expired, oldest first.
+    func pending(for installationId: String, now: Date, limit: Int = 500) throws -> [AgentDelivery] {
+        try unacknowledged(for: installationId, now: now, limit: limit).deliveries
     }
 
     func pendingPush(now: Date, limit: Int = 100_000) throws -> [PushMessage] {
@@ -631,13 +633,17 @@ extension DeliveryEngine {
         return Set(rows.compactMap { $0[0].string })
     }
 
-    func pending(for installationId: String, now: Date, limit: Int) throws -> [AgentDelivery] {
-        try query(sql.pending, [installationId, now.timeIntervalSince1970, limit]).map { row in
-            AgentDelivery(
-                deliveryId: row[0].string ?? "", notificationId: row[1].string ?? "", installationId: installationId,
+    func unacknowledged(for installationId: String, now: Date, limit: Int) throws -> (deliveries: [AgentDelivery], sentBefore: Set<String>) {
+        var sentBefore: Set<String> = []
+        let deliveries = try query(sql.pending, [installationId, now.timeIntervalSince1970, limit]).map { row in
+            let id = row[0].string ?? ""
+            if (row[6].int ?? 0) != 0 { sentBefore.insert(id) }
+            return AgentDelivery(
+                deliveryId: id, notificationId: row[1].string ?? "", installationId: installationId,
                 template: row[2].string, payload: row[3].string ?? "", expiresAt: Date(timeIntervalSince1970: row[4].double ?? 0),
                 rich: try row[5].data.map { try ledger.decoder.decode(RichReference.self, from: $0) })
         }
+        return (deliveries, sentBefore)
     }
 
     func pendingPush(now: Date, limit: Int, shards: Set<Int>?) throws -> [PushMessage] {

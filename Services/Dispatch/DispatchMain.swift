@@ -109,9 +109,10 @@ public enum DispatchMain {
                         for failure in failures { logger.warning("delivery failed", ("delivery", failure.deliveryId), ("reason", failure.reason)) }
                     case .load(let installationId, let route, let limit):
                         do {
-                            let deliveries = try store.pending(for: installationId, now: Date(), limit: limit)
+                            let (deliveries, sentBefore) = try store.unacknowledged(for: installationId, now: Date(), limit: limit)
                             perform(core.on(
-                                .loaded(installationId: installationId, route: route, deliveries, complete: deliveries.count < limit), now: Date()))
+                                .loaded(installationId: installationId, route: route, deliveries, complete: deliveries.count < limit,
+                                        sentBefore: sentBefore), now: Date()))
                         } catch {
                             logger.error("cannot load pending deliveries", ("installation", installationId), ("error", "\(error)"))
                         }

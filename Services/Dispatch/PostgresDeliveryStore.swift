@@ -181,7 +181,8 @@ final class PostgresDeliveryStore: DeliveryEngine {
             WHERE acked_at IS NULL AND expires_at > $1 AND platform IS NULL AND shard = ANY($2::int[])
             """,
         pending: """
-            SELECT d.delivery_id, d.notification_id, d.template, coalesce(p.body, ''), d.expires_at, d.rich
+            SELECT d.delivery_id, d.notification_id, d.template, coalesce(p.body, ''), d.expires_at, d.rich,
+                   CASE WHEN d.delivered_at IS NULL THEN 0 ELSE 1 END
             FROM dispatch.deliveries d LEFT JOIN dispatch.payloads p ON p.id = d.payload_id
             WHERE d.installation_id = $1 AND d.acked_at IS NULL AND d.expires_at > $2
             ORDER BY d.seq LIMIT $3

@@ -187,7 +187,8 @@ final class SQLiteDeliveryStore: DeliveryEngine {
             """,
         pending: """
             SELECT delivery_id, notification_id, template,
-                   coalesce((SELECT body FROM payloads p WHERE p.id = deliveries.payload_id), payload), expires_at, rich
+                   coalesce((SELECT body FROM payloads p WHERE p.id = deliveries.payload_id), payload), expires_at, rich,
+                   delivered_at IS NOT NULL
             FROM deliveries
             WHERE installation_id = ?1 AND acked_at IS NULL AND expires_at > ?2
             ORDER BY rowid LIMIT ?3

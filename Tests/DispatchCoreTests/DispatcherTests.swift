@@ -171,6 +171,26 @@ struct DispatcherTests {
         #expect(dispatcher.on(.loaded(installationId: "a", route: Self.routeA, [pending], complete: true), now: Self.t0).isEmpty)
     }
 
+    @Test("a delivery sent to an earlier session and loaded for a new one counts as resent, not sent")
+    func reloadedCountsAsResent() {
+        var dispatcher = Self.dispatcher([Self.installation("a", key: Self.keyA)], connected: [(Self.routeA, "a", Self.keyA)])
+        _ = dispatcher.on(.accepted([Self.send(1)]), now: Self.t0)
+        #expect(dispatcher.counters.sent == 1 && dispatcher.counters.resent == 0)
+        // The link is cut; the agent comes back on a new connection, and the store has the delivery, sent before.
+        _ = dispatcher.on(.hello(route: Self.routeB, peerKey: Self.keyA, installationId: "a"), now: Self.t0.addingTimeInterval(1))
+        let pending = AgentDelivery(
+            deliveryId: "n1/a/t", notificationId: "n1", installationId: "a", template: "t", payload: "{}",
+            expiresAt: Self.t0.addingTimeInterval(3_600))
+        let fresh = AgentDelivery(
+            deliveryId: "n2/a/t", notificationId: "n2", installationId: "a", template: "t", payload: "{}",
+            expiresAt: Self.t0.addingTimeInterval(3_600))
+        let loaded = dispatcher.on(
+            .loaded(installationId: "a", route: Self.routeB, [pending, fresh], complete: true, sentBefore: ["n1/a/t"]),
+            now: Self.t0.addingTimeInterval(1))
+        #expect(Self.sends(loaded).count == 2)
+        #expect(dispatcher.counters.sent == 2 && dispatcher.counters.resent == 1)
+    }
+
     @Test("an ack for an unknown delivery is passed to the store, which records it only for this installation, and changes nothing here")
     func ackForUnknownDelivery() {
         var dispatcher = Self.dispatcher([Self.installation("a", key: Self.keyA)], connected: [(Self.routeA, "a", Self.keyA)])

@@ -56,9 +56,13 @@ struct DeliveryStoreContractTests {
         try store.record(Fixture.notification("n", sequence: 1), plans: plans, sent: [], now: now)
         #expect(try store.outcome("n")?.delivered == 0)
         let deliveries = plans.map { Fixture.delivery($0, of: "n") }
+        #expect(try store.unacknowledged(for: "a", now: now, limit: 10).sentBefore.isEmpty)
         try store.markSent([deliveries[0], deliveries[0], deliveries[1]], now: now)
         try store.markSent(deliveries, now: now)
         #expect(try store.outcome("n")?.delivered == 2)
+        // Loaded again for a new session, each says it was sent before: sending it then is a resend.
+        let loaded = try store.unacknowledged(for: "a", now: now, limit: 10)
+        #expect(loaded.deliveries.map(\.deliveryId) == [plans[0].deliveryId] && loaded.sentBefore == [plans[0].deliveryId])
     }
 
     @Test("acknowledgements count once, only from the installation a delivery was meant for", arguments: StoreEngine.available)
