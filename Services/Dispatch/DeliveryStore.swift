@@ -71,7 +71,10 @@ protocol DeliveryStore: LeaseStore {
     func pendingPush(now: Date, limit: Int, shards: Set<Int>?) throws -> [PushMessage]
     /// Totals for metrics: deliveries waiting for an acknowledgement, and outcome counters.
     func totals() throws -> [String: String]
-    func outcome(_ notificationId: String) throws -> NotificationOutcome?
+    /// A notification's outcome. It is `Processing` while a delivery to a push service waits for
+    /// its service's answer (a retry) and has not expired, and `Completed` once every one has an
+    /// answer; the agents' deliveries are counted as their acknowledgements come.
+    func outcome(_ notificationId: String, now: Date) throws -> NotificationOutcome?
     /// What became of each of a test send's first targets; nil when it is not a test send the store has.
     func testResults(_ notificationId: String) throws -> TestResults?
 }
@@ -90,6 +93,8 @@ extension DeliveryStore {
     func pending(for installationId: String, now: Date, limit: Int = 500) throws -> [AgentDelivery] {
         try unacknowledged(for: installationId, now: now, limit: limit).deliveries
     }
+
+    func outcome(_ notificationId: String) throws -> NotificationOutcome? { try outcome(notificationId, now: Date()) }
 
     func pendingPush(now: Date, limit: Int = 100_000) throws -> [PushMessage] {
         try pendingPush(now: now, limit: limit, shards: nil)
@@ -177,6 +182,8 @@ struct DeliverySQL: Sendable {
     var outcome: String
     /// (notification_id) → (platform, outcome, count).
     var platformOutcomes: String
+    /// (notification_id, now) → count of its deliveries to push services with no answer yet, unexpired.
+    var waitingPush: String
     /// () → count of deliveries waiting for an acknowledgement.
     var openDeliveries: String
     /// () → (count, targets, delivered, acknowledged, expired, failed) over the outcomes.
@@ -671,13 +678,18 @@ extension DeliveryEngine {
         return totals
     }
 
-    func outcome(_ notificationId: String) throws -> NotificationOutcome? {
+    func outcome(_ notificationId: String, now: Date) throws -> NotificationOutcome? {
         guard let row = try one(sql.outcome, [notificationId]) else { return nil }
         func date(_ index: Int) -> Date? { row[index].double.map { Date(timeIntervalSince1970: $0) } }
         var outcome = NotificationOutcome(
             notificationId: notificationId, state: NotificationState(rawValue: row[0].string ?? "") ?? .completed,
             enqueuedAt: date(1) ?? Date(), startedAt: date(2), endedAt: date(3), targets: row[4].int ?? 0,
             delivered: row[5].int ?? 0, acknowledged: row[6].int ?? 0, expired: row[7].int ?? 0, failed: row[8].int ?? 0)
+        // A push service that has not answered yet (its delivery waits for a retry): not done.
+        if outcome.state == .completed, (try one(sql.waitingPush, [notificationId, now.timeIntervalSince1970])?[0].int ?? 0) > 0 {
+            outcome.state = .processing
+            outcome.endedAt = nil
+        }
         var platforms: [String: [String: Int]] = [:]
         for row in try query(sql.platformOutcomes, [notificationId]) {
             platforms[row[0].string ?? "", default: [:]][row[1].string ?? ""] = row[2].int ?? 0

@@ -204,6 +204,10 @@ final class PostgresDeliveryStore: DeliveryEngine {
             FROM dispatch.outcomes WHERE notification_id = $1
             """,
         platformOutcomes: "SELECT platform, outcome, count FROM dispatch.platform_outcomes WHERE notification_id = $1",
+        waitingPush: """
+            SELECT count(*) FROM dispatch.deliveries
+            WHERE notification_id = $1 AND platform IS NOT NULL AND acked_at IS NULL AND expires_at > $2
+            """,
         openDeliveries: "SELECT count(*) FROM dispatch.deliveries WHERE acked_at IS NULL",
         outcomeTotals: """
             SELECT count(*), coalesce(sum(targets),0), coalesce(sum(delivered),0), coalesce(sum(acknowledged),0),

@@ -192,6 +192,8 @@ struct DeliveryStoreContractTests {
         let plans = platforms.enumerated().map { Fixture.plan("n", "p\($0.offset)", payload: "{\"n\":\($0.offset)}", platform: $0.element) }
             + [Fixture.plan("n", "agent")]
         try store.record(Fixture.notification("n", sequence: 1), plans: plans, sent: [], now: now)
+        // Processing until every push service has answered.
+        #expect(try store.outcome("n", now: now)?.state == .processing)
         let pending = try store.pendingPush(now: now)
         #expect(pending.map(\.installationId) == ["p0", "p1", "p2", "p3"])
         #expect(pending[0].platform == .apns && pending[0].pushChannel == "channel-p0" && pending[0].payload == "{\"n\":0}")
@@ -204,9 +206,16 @@ struct DeliveryStoreContractTests {
             (pending[2], .failed(outcome: "WrongToken", reason: "bad key")), (pending[3], .retry(reason: "503", after: nil)),
         ], now: now)
         #expect(try store.pendingPush(now: now).map(\.installationId) == ["p3"])
+        // One waits for its retry: still Processing, with no end; the agent's delivery does not hold it.
+        let waiting = try #require(try store.outcome("n", now: now))
+        #expect(waiting.state == .processing && waiting.endedAt == nil)
+        // Once that delivery has expired, nothing waits: Completed.
+        #expect(try store.outcome("n", now: now.addingTimeInterval(3_601))?.state == .completed)
+        try store.pushed([(pending[3], .delivered)], now: now)
+        #expect(try store.outcome("n", now: now)?.state == .completed)
         let outcome = try #require(try store.outcome("n"))
-        #expect(outcome.delivered == 1 && outcome.acknowledged == 1 && outcome.failed == 2 && outcome.targets == 5)
-        #expect(outcome.platforms?["apns"] == ["Targets": 2, "Success": 1])
+        #expect(outcome.delivered == 2 && outcome.acknowledged == 2 && outcome.failed == 2 && outcome.targets == 5)
+        #expect(outcome.platforms?["apns"] == ["Targets": 2, "Success": 2])
         #expect(outcome.platforms?["fcmv1"] == ["Targets": 1, "ExpiredChannel": 1])
         #expect(outcome.platforms?["browser"] == ["Targets": 1, "WrongToken": 1])
         // What the aggregate counts say beyond the push services' is the Linux agent's.

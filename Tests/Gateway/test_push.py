@@ -272,9 +272,12 @@ def test_a_push_service_that_is_down_costs_retries_never_a_loss(hub, standins):
         refused = standins.webpush.wait_for(lambda r: r["subscription"] == subscription["id"], count=3, timeout=30)
         assert len(refused) >= 3 and all(r["status"] == 503 for r in refused)
         assert platform_counts(hub, response, "browser").get("Success", 0) == 0
+        # Not done while the push service has not answered: a sender polling for Completed waits.
+        assert outcome(hub, response)["state"] == "Processing", outcome(hub, response)
     finally:
         standins.webpush.down(False)
     settled(hub, response, "browser", "Success", timeout=40)
+    assert wait_until(lambda: outcome(hub, response)["state"] == "Completed"), outcome(hub, response)
     taken = [r for r in standins.webpush.records() if r["subscription"] == subscription["id"] and r["status"] == 201]
     assert len(taken) == 1 and taken[0]["plaintext"] == rendered(BROWSER_TEMPLATE, "when you are back")
 
