@@ -36,6 +36,10 @@ public struct Installation: Codable, Sendable, Equatable {
     /// registered with its agent, by endpoint id (`PushEndpoint.id(secret:)`). The agent sends them
     /// whole; a write that leaves them out (nil) keeps the stored ones.
     public var endpoints: [String: PushEndpoint]?
+    /// A browser installation whose subscription was written as a JSON object (the REST reference,
+    /// the JavaScript SDK): the REST API gives it back as one. Absent: as the JSON string the .NET
+    /// and Java SDKs write and read. The push channel itself is the same canonical JSON text.
+    public var pushChannelObject: Bool?
 
     public init(
         installationId: String, platform: String = "linux", pushChannel: String, tags: [String] = [],

@@ -25,9 +25,11 @@ enum InstallationJSON {
         var cleaned = object
         for key in ["pushChannelExpired", "lastActiveOn", "lastUpdate", "createdAt", "lastSeen", "version"] { cleaned[key] = nil }
         // A browser subscription comes as an object (the REST reference, the JS SDK) or as a JSON
-        // string holding one (the .NET and Java SDKs); either is kept as canonical JSON text.
+        // string holding one (the .NET and Java SDKs); either is kept as canonical JSON text, and
+        // given back in the shape it came in.
         if let channel = object["pushChannel"] as? [String: Any] {
             cleaned["pushChannel"] = try browserChannel(channel)
+            cleaned["pushChannelObject"] = true
         } else if (object["platform"] as? String)?.lowercased() == "browser", let text = object["pushChannel"] as? String {
             guard let channel = (try? JSONSerialization.jsonObject(with: Data(text.utf8))) as? [String: Any] else {
                 throw HubError(.invalidArgument, "a browser pushChannel is the subscription: {\"endpoint\": \"https://…\", \"p256dh\": \"…\", \"auth\": \"…\"}")
@@ -44,9 +46,19 @@ enum InstallationJSON {
         }
     }
 
-    /// A browser's subscription goes back as the JSON string .NET's and Java's SDKs read.
+    /// A browser's subscription goes back in the shape it was written in: the object the REST
+    /// reference and the JS SDK's `BrowserPushChannel` read, or the JSON string .NET's and Java's
+    /// SDKs read.
     static func encode(_ installation: Installation) throws -> Data {
-        try HubCodec.makeEncoder().encode(installation)
+        var plain = installation
+        plain.pushChannelObject = nil
+        let data = try HubCodec.makeEncoder().encode(plain)
+        guard installation.pushChannelObject == true,
+            var object = try JSONSerialization.jsonObject(with: data) as? [String: Any],
+            let channel = try? JSONSerialization.jsonObject(with: Data(installation.pushChannel.utf8)) as? [String: Any]
+        else { return data }
+        object["pushChannel"] = channel
+        return try JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes])
     }
 
     /// A Web Push subscription, `{"endpoint": "https://…", "p256dh": "…", "auth": "…"}`, checked
@@ -78,12 +90,16 @@ enum InstallationJSON {
         }
         do {
             var operations = try HubCodec.makeDecoder().decode([PatchOperation].self, from: body)
-            // A browser's subscription may be patched in as an object.
-            for index in operations.indices where operations[index].path == "/pushChannel" {
+            // A browser's subscription may be patched in as an object, and is then given back as one;
+            // patched in as a string, as a string.
+            for index in operations.indices.reversed() where operations[index].path == "/pushChannel" && operations[index].op != "remove" {
+                var object = false
                 if case .object(let members)? = operations[index].value {
                     let channel = try JSONSerialization.jsonObject(with: JSONEncoder().encode(members)) as? [String: Any] ?? [:]
                     operations[index].value = .string(try browserChannel(channel))
+                    object = true
                 }
+                operations.insert(PatchOperation(op: "replace", path: "/pushChannelObject", value: .bool(object)), at: index + 1)
             }
             return operations
         } catch let error as DecodingError {

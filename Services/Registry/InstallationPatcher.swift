@@ -62,6 +62,10 @@ enum InstallationPatcher {
             if !installation.tags.contains(tag) { installation.tags.append(tag) }
         case ("pushChannel", 1, "add"), ("pushChannel", 1, "replace"):
             installation.pushChannel = try string()
+        case ("pushChannelObject", 1, "add"), ("pushChannelObject", 1, "replace"):
+            // The shape the REST API gives a browser subscription back in (the gateway adds it).
+            guard case .bool(let object)? = value else { throw HubError(.invalidArgument, "\(where_): the value must be true or false") }
+            installation.pushChannelObject = object ? true : nil
         case ("userId", 1, "add"), ("userId", 1, "replace"):
             installation.userId = try string()
         case ("userId", 1, "remove"):

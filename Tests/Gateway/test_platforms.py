@@ -72,12 +72,16 @@ def test_platforms_are_normalized_and_browser_channels_kept_as_json(hub, devices
     apns = requests.get(f"{hub.base}/hub/installations/plat-apns?{API}", headers={"Authorization": hub.token()}).json()
     assert apns["platform"] == "apns"
     assert requests.get(f"{hub.base}/hub/installations/plat-fcmv1?{API}", headers={"Authorization": hub.token()}).json()["platform"] == "fcmv1"
+    # Written as an object (the REST reference, the JS SDK's BrowserPushChannel): read back as one.
     browser = requests.get(f"{hub.base}/hub/installations/plat-browser?{API}", headers={"Authorization": hub.token()}).json()
-    assert json.loads(browser["pushChannel"]) == {"endpoint": ENDPOINT, "p256dh": P256DH, "auth": AUTH}
-    # The .NET and Java SDKs send the subscription as a JSON string: the same installation.
+    assert browser["pushChannel"] == {"endpoint": ENDPOINT, "p256dh": P256DH, "auth": AUTH}
+    assert "pushChannelObject" not in browser
+    # The .NET and Java SDKs send the subscription as a JSON string: the same installation, read back as a string.
     as_string = {"installationId": "plat-browser-2", "platform": "browser", "tags": ["Other"],
                  "pushChannel": json.dumps({"auth": AUTH, "p256dh": P256DH, "endpoint": ENDPOINT + "2"})}
     assert put(hub, "plat-browser-2", as_string).status_code == 200
+    read = requests.get(f"{hub.base}/hub/installations/plat-browser-2?{API}", headers={"Authorization": hub.token()}).json()
+    assert isinstance(read["pushChannel"], str) and json.loads(read["pushChannel"])["endpoint"] == ENDPOINT + "2"
     for bad in [{"endpoint": "http://insecure.example.org/x", "p256dh": P256DH, "auth": AUTH},
                 {"endpoint": ENDPOINT, "p256dh": P256DH}, {"endpoint": ENDPOINT, "p256dh": "a b", "auth": AUTH},
                 {"endpoint": ENDPOINT, "p256dh": P256DH, "auth": AUTH, "extra": 1}, "not a subscription"]:
@@ -89,8 +93,15 @@ def test_platforms_are_normalized_and_browser_channels_kept_as_json(hub, devices
     r = requests.patch(f"{hub.base}/hub/installations/plat-browser-2?{API}", data=json.dumps(patch),
                        headers={"Authorization": hub.token(), "Content-Type": "application/json-patch+json"})
     assert r.status_code == 200, r.text
+    # Patched in as an object, it is read back as one; patched as a string, as a string again.
     browser = requests.get(f"{hub.base}/hub/installations/plat-browser-2?{API}", headers={"Authorization": hub.token()}).json()
-    assert json.loads(browser["pushChannel"])["endpoint"] == ENDPOINT + "3"
+    assert browser["pushChannel"]["endpoint"] == ENDPOINT + "3"
+    patch = [{"op": "replace", "path": "/pushChannel", "value": json.dumps({"endpoint": ENDPOINT + "4", "p256dh": P256DH, "auth": AUTH})}]
+    r = requests.patch(f"{hub.base}/hub/installations/plat-browser-2?{API}", data=json.dumps(patch),
+                       headers={"Authorization": hub.token(), "Content-Type": "application/json-patch+json"})
+    assert r.status_code == 200, r.text
+    browser = requests.get(f"{hub.base}/hub/installations/plat-browser-2?{API}", headers={"Authorization": hub.token()}).json()
+    assert json.loads(browser["pushChannel"])["endpoint"] == ENDPOINT + "4"
 
 
 def test_a_template_given_as_a_json_string_in_a_patch(hub, devices):
