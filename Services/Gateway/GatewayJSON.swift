@@ -12,6 +12,18 @@ enum GatewayJSON {
         var credential: String
     }
 
+    /// `POST /{hub}/signatures`: a key, as a connection string names and holds it.
+    struct SignatureRequest: HubMessage {
+        static let messageType: MessageType = "rest.signatures"
+        var keyName: String
+        var key: String
+    }
+
+    struct Signature: Codable, Equatable {
+        var token: String
+        var expiresAt: Date
+    }
+
     /// `PATCH /{hub}/users/me/notifications/{id}`.
     struct StateChange: HubMessage {
         static let messageType: MessageType = "rest.users.state"

@@ -37,6 +37,7 @@ struct GatewayRoute: Sendable {
         GatewayRoute("DELETE", "schedulednotifications/{}") { routes, request, p in try routes.cancelScheduled(request, p[0]) },
         // The hub's own resources
         GatewayRoute("GET", "health") { routes, request, _ in try routes.health(request) },
+        GatewayRoute("POST", "signatures") { routes, request, _ in try routes.signature(request) },
         GatewayRoute("GET", "expressions/check") { routes, request, _ in try routes.checkExpression(request) },
         GatewayRoute("GET", "pns") { routes, request, _ in try routes.pushCredentials(request) },
         GatewayRoute("GET", "pns/browser/key") { routes, request, _ in try routes.vapidKey(request) },

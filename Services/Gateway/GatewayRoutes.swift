@@ -476,6 +476,22 @@ final class GatewayRoutes: @unchecked Sendable {
         }
     }
 
+    /// `POST /{hub}/signatures`: a shared-access signature made here, for a page that cannot make
+    /// one (WebCrypto needs a secure context, which a page loaded over http:// from another machine
+    /// is not). The body names a key and holds it, as its connection string does; the token covers
+    /// this hub at the address the request came to, for an hour, with that key's rights.
+    func signature(_ request: HTTPRequest) throws -> HTTPResponse {
+        let body = try GatewayJSON.decode(GatewayJSON.SignatureRequest.self, request.body, "a JSON object with keyName and key, from a connection string")
+        guard let stored = context.keys.key(named: body.keyName), Crypto.constantTimeEqual(Data(stored.key.utf8), Data(body.key.utf8)) else {
+            throw HubError(.unauthorized, "no key named '\(body.keyName)' with that value: copy the connection string from nhctl keys")
+        }
+        try context.takeRate(of: stored)
+        let expiresAt = Date().addingTimeInterval(3_600)
+        let token = SharedAccessSignature.sign(
+            resource: (baseURL(request) + "/" + hub).lowercased(), keyName: stored.name, key: stored.key, expiry: Int(expiresAt.timeIntervalSince1970))
+        return GatewayJSON.response(200, GatewayJSON.Signature(token: token, expiresAt: expiresAt), headers: [("Cache-Control", "no-store")])
+    }
+
     /// `GET /{hub}/health`: each service up or down, with its uptime, version and figures (queue
     /// depths among them), and the gateway's own.
     func health(_ request: HTTPRequest) throws -> HTTPResponse {

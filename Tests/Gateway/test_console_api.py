@@ -290,3 +290,27 @@ def test_one_user_may_hold_only_so_many_streams(hub):
     assert wait_until(lambda: requests.get(f"{hub.base}/hub/users/me/notifications/stream?cursor=0",
                                            headers={"Authorization": f"Bearer {token}"}, stream=True, timeout=5).status_code == 200,
                       timeout=20)
+
+
+def test_the_gateway_signs_for_a_page_that_cannot(hub):
+    """POST /{hub}/signatures: for the right key, a token that the gateway then accepts for that
+    key's rights at the address asked; a wrong key, an unknown key or a bad body is refused."""
+    url = f"{hub.base}/hub/signatures?{API}"
+    keys = hub.keys()
+    signed = requests.post(url, json={"keyName": "DefaultFullSharedAccessSignature", "key": keys["DefaultFullSharedAccessSignature"]})
+    assert signed.status_code == 200 and signed.headers["Cache-Control"] == "no-store", signed.text
+    token = signed.json()["token"]
+    assert token.startswith("SharedAccessSignature ") and "skn=DefaultFullSharedAccessSignature" in token
+    assert requests.get(f"{hub.base}/hub/health?{API}", headers={"Authorization": token}).status_code == 200
+    # A Listen key's token has Listen's rights only.
+    listen = requests.post(url, json={"keyName": "DefaultListenSharedAccessSignature", "key": keys["DefaultListenSharedAccessSignature"]})
+    assert requests.get(f"{hub.base}/hub/health?{API}", headers={"Authorization": listen.json()["token"]}).status_code == 401
+    for body, status, words in [
+        ({"keyName": "DefaultFullSharedAccessSignature", "key": keys["DefaultListenSharedAccessSignature"]}, 401, "nhctl keys"),
+        ({"keyName": "nobody", "key": "x"}, 401, "no key named 'nobody'"),
+        ({"keyName": "DefaultFullSharedAccessSignature"}, 400, "key"),
+        ({"keyName": "a", "key": "b", "extra": 1}, 400, "extra"),
+    ]:
+        refused = requests.post(url, json=body)
+        assert refused.status_code == status and words in refused.text, (body, refused.status_code, refused.text)
+    assert requests.post(url, data=b"not json").status_code == 400

@@ -26,17 +26,31 @@ SCREENSHOTS = os.environ.get("NH_SCREENSHOT_DIR", os.path.join(ROOT, ".build", "
 API = "api-version=2015-01"
 
 
-@pytest.fixture(scope="module")
-def browser():
+def chromium(*extra):
     if not (os.path.exists(CHROMIUM) and os.path.exists(DRIVER)):
         pytest.fail("chromium and chromium-driver are missing: run make deps (Debian packages chromium chromium-driver)")
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
     for argument in ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1280,1000",
-                     "--force-prefers-reduced-motion", "--lang=en-US"]:
+                     "--force-prefers-reduced-motion", "--lang=en-US", *extra]:
         options.add_argument(argument)
     driver = webdriver.Chrome(service=Service(DRIVER), options=options)
     driver.set_page_load_timeout(20)
+    return driver
+
+
+@pytest.fixture(scope="module")
+def browser():
+    driver = chromium()
+    yield driver
+    driver.quit()
+
+
+@pytest.fixture(scope="module")
+def remote_browser():
+    """A browser that reaches the gateway as hub.test, as from another machine over plain HTTP: not
+    a secure context, so WebCrypto is not there."""
+    driver = chromium("--host-resolver-rules=MAP hub.test 127.0.0.1")
     yield driver
     driver.quit()
 
@@ -281,3 +295,19 @@ def test_inbox_syncs_live_with_the_agent_and_resumes(web_hub, agent, browser):
     post_user_notification(hub, "erin", "order-5", "Rate your delivery", "Tell us how it went")
     assert until(lambda: text(driver, "unread") == "1", timeout=10)
     screenshot(driver, "inbox.png")
+
+
+def test_console_over_plain_http_from_another_machine_signs_in_through_the_gateway(web_hub, remote_browser):
+    hub, driver = web_hub, remote_browser
+    driver.get(f"http://hub.test:{hub.http_port}/console")
+    assert driver.execute_script("return window.isSecureContext") is False
+    assert driver.execute_script("return Boolean(window.crypto && window.crypto.subtle)") is False
+    # The page says, before the key is typed, that the gateway will sign for it, and why.
+    assert visible(driver, "insecure") and "secure context" in text(driver, "insecure")
+    type_into(driver, "connection", connection_string(hub, key="d3Jvbmcga2V5IHdyb25nIGtleSB3cm9uZyBrZXkgd3Jvbmc="))
+    driver.find_element(By.ID, "signin-button").click()
+    assert until(lambda: visible(driver, "signin-error") and "401" in text(driver, "signin-error"), timeout=10)
+    type_into(driver, "connection", connection_string(hub))
+    driver.find_element(By.ID, "signin-button").click()
+    assert until(lambda: visible(driver, "app"), timeout=10), text(driver, "signin-error")
+    assert until(lambda: text(driver, "health-status") == "ok", timeout=15)

@@ -4,6 +4,11 @@
 (() => {
   const { element: el, show } = Hub;
   const $ = (id) => document.getElementById(id);
+  // Where the page cannot sign, it says so before the key is typed: the gateway signs instead.
+  if (!Hub.canSign) {
+    show($("insecure"), true);
+    show($("signin-hint"), false);
+  }
   let credentials = null;
   let timers = [];
 

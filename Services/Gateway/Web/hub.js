@@ -27,8 +27,27 @@ const Hub = (() => {
     return btoa(text);
   }
 
-  /** A SharedAccessSignature for every resource of this hub, signed here with WebCrypto's HMAC. */
+  /** Whether this page can sign: WebCrypto is there only in a secure context (HTTPS, or this machine). */
+  const canSign = Boolean(window.isSecureContext && window.crypto && window.crypto.subtle);
+
+  /**
+   * A SharedAccessSignature for every resource of this hub, signed here with WebCrypto's HMAC; where
+   * the page cannot sign, made by the gateway from the key (POST /{hub}/signatures), for an hour.
+   */
   async function sasToken(credentials, seconds = 3600) {
+    if (!canSign) {
+      let response;
+      try {
+        response = await call("POST", "signatures", {
+          body: JSON.stringify({ keyName: credentials.keyName, key: credentials.key }),
+          headers: { "Content-Type": "application/json" },
+        });
+      } catch (error) {
+        if (error instanceof HubError) throw error;
+        throw new Error(`this page cannot sign, and the gateway did not sign for it: ${error.message || error}`);
+      }
+      return (await response.json()).token;
+    }
     const expiry = Math.floor(Date.now() / 1000) + seconds;
     const resource = encodeURIComponent(base.toLowerCase());
     const key = await crypto.subtle.importKey(
@@ -97,5 +116,5 @@ const Hub = (() => {
     return `${Math.floor(seconds / 86400)} d ${Math.round((seconds % 86400) / 3600)} h`;
   }
 
-  return { hub, base, parseConnectionString, sasToken, call, HubError, element, show, relativeTime, duration };
+  return { hub, base, canSign, parseConnectionString, sasToken, call, HubError, element, show, relativeTime, duration };
 })();
