@@ -6,7 +6,7 @@ DATA_DIR     ?= $(CURDIR)/data
 APT_PACKAGES := libzmq3-dev libsqlite3-dev libssl-dev libcurl4-openssl-dev libmicrohttpd-dev libmosquitto-dev libpq-dev pkg-config openssl curl mosquitto mosquitto-clients postgresql \
                 chromium chromium-driver \
                 libsystemd-dev xvfb dunst libnotify-bin \
-                dpkg-dev lintian patchelf help2man systemd debootstrap faketime
+                dpkg-dev lintian patchelf help2man systemd debootstrap faketime python3-zmq
 PY_PACKAGES  := pytest requests pyzmq selenium matplotlib h2 http-ece py-vapid cryptography jeepney pywebpush
 SUDO         := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 RELEASE_BIN   = $(CURDIR)/.build/release

@@ -45,7 +45,7 @@ $("$BIN/nhctl" health)
   dispatch   requests tcp://127.0.0.1:7721   agents        tcp://127.0.0.1:7722
   publish    requests tcp://127.0.0.1:7711   accepted hints tcp://127.0.0.1:7712
   gateway    HTTP     http://127.0.0.1:7780/hub (Notification Hubs REST API)   health tcp://127.0.0.1:7781
-  agent      control  tcp://127.0.0.1:7741
+  agent      control  ipc://$NH_DATA_DIR/agent/control.sock (only you can reach it)
 
 Web console: http://127.0.0.1:7780/console (sign in with a connection string below)
 User inbox:  http://127.0.0.1:7780/inbox   (sign in with a credential from: $BIN/nhctl user credential USER)

@@ -37,6 +37,9 @@ public final class RequestServer {
         public var curve: CurveKeyPair? = nil
         public var sendHighWaterMark: Int = 10_000
         public var receiveHighWaterMark: Int = 10_000
+        /// For ipc:// endpoints: only this process's user may connect (checked by the kernel's peer
+        /// credentials), and the socket file is made 0600.
+        public var ownerOnly = false
 
         public init(maxMessageSize: Int = -1, curve: CurveKeyPair? = nil) {
             self.maxMessageSize = maxMessageSize
@@ -51,9 +54,14 @@ public final class RequestServer {
         try socket.setReceiveHighWaterMark(options.receiveHighWaterMark)
         if options.maxMessageSize >= 0 { try socket.setMaxMessageSize(options.maxMessageSize) }
         if let keys = options.curve { try socket.makeCurveServer(keys) }
+        if options.ownerOnly { try socket.setIPCFilterUser(getuid()) }
         for endpoint in endpoints {
             try socket.bind(endpoint)
             self.endpoints.append(socket.lastEndpoint)
+            if options.ownerOnly, endpoint.hasPrefix("ipc://") {
+                let path = String(endpoint.dropFirst("ipc://".count))
+                guard chmod(path, 0o600) == 0 else { throw ZMQError(function: "chmod(\(path), 0600)", errno: errno) }
+            }
         }
     }
 

@@ -36,6 +36,12 @@ extension ZMQSocket {
     }
 
     /// On a ROUTER, fail sends to unknown peers instead of dropping them silently.
+    /// On an ipc:// socket bound after this: only processes of this user may connect (libzmq checks
+    /// the peer's credentials, SO_PEERCRED, as each connection is accepted).
+    public func setIPCFilterUser(_ uid: UInt32) throws(ZMQError) {
+        try setOption(ZMQ_IPC_FILTER_UID, name: "ZMQ_IPC_FILTER_UID", Int32(bitPattern: uid))
+    }
+
     public func setRouterMandatory(_ on: Bool) throws(ZMQError) {
         try setOption(ZMQ_ROUTER_MANDATORY, name: "ZMQ_ROUTER_MANDATORY", Int32(on ? 1 : 0))
     }

@@ -1,3 +1,4 @@
+import Foundation
 import HubProtocol
 
 /// Everything a service, the agent or the CLI needs to know, with a working default for every field:
@@ -41,7 +42,10 @@ public struct HubConfig: Codable, Sendable, Equatable {
     public var publish = Endpoints(requests: "tcp://127.0.0.1:7711", events: "tcp://127.0.0.1:7712")
     public var dispatch = Endpoints(requests: "tcp://127.0.0.1:7721", agents: "tcp://127.0.0.1:7722")
     public var sync = Endpoints(requests: "tcp://127.0.0.1:7731", events: "tcp://127.0.0.1:7732")
-    public var agent = Endpoints(requests: "tcp://127.0.0.1:7741")
+    /// The agent's local control socket. By default a Unix socket in the agent's home
+    /// (`AGENT_HOME` stands for it) that only the agent's user can reach; a tcp:// endpoint is
+    /// reachable by every local user who holds the listen key, so it is for a host of one user.
+    public var agent = Endpoints(requests: "ipc://AGENT_HOME/control.sock")
     public var gateway = Endpoints(requests: "tcp://127.0.0.1:7781")
     /// Where the HTTP gateway listens, as ADDRESS:PORT.
     public var gatewayListen: String = "127.0.0.1:7780"
@@ -128,6 +132,14 @@ public struct HubConfig: Codable, Sendable, Equatable {
     public static func dispatcherEndpoints(_ setting: String?) -> [String] {
         let list = (setting ?? "tcp://127.0.0.1:7722").split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
         return list.isEmpty ? ["tcp://127.0.0.1:7722"] : list
+    }
+
+    /// The placeholder in `agent.requests` for the agent's home folder.
+    public static let agentHomePlaceholder = "AGENT_HOME"
+
+    /// `agent.requests` for the agent whose home is `home`.
+    public func agentControl(home: URL) -> String {
+        agent.requests.replacingOccurrences(of: Self.agentHomePlaceholder, with: home.standardizedFileURL.path)
     }
 
     /// Where outcomes are read: this host's dispatcher (`dispatch.requests`), then `dispatch.peers`.

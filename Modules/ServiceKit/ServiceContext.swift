@@ -66,11 +66,11 @@ public final class ServiceContext {
     /// Binds a request socket that answers health, and serves it from the loop.
     /// With `group`, the requests waiting at once share one commit (see `CommitGroup`).
     public func bindRequests(
-        _ endpoint: String, role: String = "requests", group: CommitGroup? = nil, maxMessageBytes: Int? = nil,
+        _ endpoint: String, role: String = "requests", group: CommitGroup? = nil, maxMessageBytes: Int? = nil, ownerOnly: Bool = false,
         endpoints: @escaping () -> [String: String], details: @escaping () -> [String: String]? = { nil }
     ) throws -> HubServer {
         let server = try HubServer(
-            bind: endpoint, logger: logger, maxMessageBytes: maxMessageBytes ?? config.maxMessageBytes)
+            bind: endpoint, logger: logger, maxMessageBytes: maxMessageBytes ?? config.maxMessageBytes, ownerOnly: ownerOnly)
         servers.append(server)
         group?.onEffectError = { [logger] error in
             logger.error("a step after a commit failed; what was committed stands", ("error", "\(error)"))

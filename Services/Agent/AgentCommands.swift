@@ -52,7 +52,7 @@ enum AgentCommands {
                 }
                 let list = categories.isEmpty ? "(none)" : categories.joined(separator: " ")
                 // A running agent registers first and keeps the list only if the registry took it.
-                switch notifyRunningAgent(config, categories, curve: localCurve(identity, store)) {
+                switch notifyRunningAgent(config.agentControl(home: identity.home), categories, curve: localCurve(identity, store)) {
                 case .registered:
                     print("categories: \(list) — the running agent registered again")
                 case .refused(let error) where error.code == .unavailable:
@@ -70,7 +70,7 @@ enum AgentCommands {
                 return 0
             case "health":
                 guard let client = try? HubClient(
-                    connect: config.agent.requests, policy: RetryPolicy(timeout: 3_000, attempts: 1), curve: localCurve(identity, store))
+                    connect: config.agentControl(home: identity.home), policy: RetryPolicy(timeout: 3_000, attempts: 1), curve: localCurve(identity, store))
                 else { return fail("no agent runs with home \(identity.home.path); start one with nh-agent") }
                 defer { client.close() }
                 let reply: HealthReply
@@ -107,7 +107,7 @@ enum AgentCommands {
                 let id = parsed.positionals[0]
                 // A running agent does it, so its own output shows the change at once.
                 if let client = try? HubClient(
-                    connect: config.agent.requests, policy: RetryPolicy(timeout: 3_000, attempts: 1),
+                    connect: config.agentControl(home: identity.home), policy: RetryPolicy(timeout: 3_000, attempts: 1),
                     curve: localCurve(identity, store))
                 {
                     defer { client.close() }
@@ -137,7 +137,7 @@ enum AgentCommands {
     /// list comes from the store.
     static func apps(_ positionals: [String], config: HubConfig, identity: AgentIdentity, store: AgentStore) -> Int32 {
         let client = try? HubClient(
-            connect: config.agent.requests, policy: RetryPolicy(timeout: 5_000, attempts: 1), curve: localCurve(identity, store))
+            connect: config.agentControl(home: identity.home), policy: RetryPolicy(timeout: 5_000, attempts: 1), curve: localCurve(identity, store))
         defer { client?.close() }
         if positionals.isEmpty {
             var apps: [AgentApp]
@@ -168,7 +168,7 @@ enum AgentCommands {
         do {
             _ = try client.call(AgentAppRemove(app: positionals[1]))
         } catch let error as HubError where error.code == .timeout {
-            return fail("no agent answered at \(config.agent.requests); start it to unregister an app")
+            return fail("no agent answered at \(config.agentControl(home: identity.home)); start it to unregister an app")
         } catch let error as HubError {
             return fail("\(error.code.rawValue): \(error.message)")
         } catch {
@@ -217,9 +217,9 @@ enum AgentCommands {
     }
 
     static func notifyRunningAgent(
-        _ config: HubConfig, _ categories: [String], curve: (keys: CurveKeyPair, serverPublicKey: String)?
+        _ control: String, _ categories: [String], curve: (keys: CurveKeyPair, serverPublicKey: String)?
     ) -> Notified {
-        guard let client = try? HubClient(connect: config.agent.requests, policy: RetryPolicy(timeout: 3_000, attempts: 1), curve: curve) else {
+        guard let client = try? HubClient(connect: control, policy: RetryPolicy(timeout: 3_000, attempts: 1), curve: curve) else {
             return .notRunning
         }
         defer { client.close() }

@@ -66,8 +66,11 @@ public enum AgentMain {
                                           exists); with neither, there are no popups. A bus is never started.
 
             Settings come from their defaults, then the JSON config file (--config or NH_CONFIG; installed,
-            /etc/nh/agent.json without either), then NH_* environment variables, as for every service: NH_DATA_DIR, NH_AGENT_REQUESTS (the local
-            control socket), NH_REGISTRY_REQUESTS, NH_DISPATCH_AGENTS, NH_SYNC_REQUESTS and the rest.
+            /etc/nh/agent.json without either), then NH_* environment variables, as for every service:
+            NH_DATA_DIR, NH_AGENT_REQUESTS (the local control socket: by default ipc://AGENT_HOME/control.sock,
+            a Unix socket in the agent's home that only its user can reach; a tcp:// endpoint lets any
+            local user who holds the listen key in), NH_REGISTRY_REQUESTS, NH_DISPATCH_AGENTS,
+            NH_SYNC_REQUESTS and the rest.
             Exit codes: 0 success (the daemon: after SIGINT or SIGTERM), 1 a runtime failure, 2 bad
             arguments or config, or a command that was refused.
             """
@@ -85,7 +88,13 @@ public enum AgentMain {
                 let store = AgentStore(database: try context.openStore("agent.db", migrations: AgentSchema.migrations))
                 let daemon = try AgentDaemon(context: context, store: store, identity: identity, environment: environment)
                 var endpoints: [String: String] = [:]
-                let control = try context.bindRequests(context.config.agent.requests, endpoints: { endpoints }) {
+                // The control socket: by default a Unix socket in the agent's home, which only this
+                // user can open (0700), reach (0600) and connect to (the peer's uid is checked).
+                guard chmod(identity.home.path, 0o700) == 0 else {
+                    throw ConfigError("cannot make the agent's home \(identity.home.path) private (0700): \(String(cString: strerror(errno)))")
+                }
+                let control = try context.bindRequests(
+                    context.config.agentControl(home: identity.home), ownerOnly: true, endpoints: { endpoints }) {
                     ["installationId": daemon.installationId, "registered": String(daemon.registered)]
                         .merging(daemon.desktop.health) { $1 }.merging(daemon.distributor.health) { $1 }.merging(daemon.placement) { $1 }
                 }

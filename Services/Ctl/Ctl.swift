@@ -166,7 +166,9 @@ enum Ctl {
                     }
                     curve = (keys, device)
                 }
-                let client = try HubClient(connect: endpoints.requests, policy: RetryPolicy(timeout: timeout, attempts: 1), curve: curve)
+                let endpoint = service == "nh-agent" ? config.agentControl(home: home) : endpoints.requests
+                line.endpoint = endpoint
+                let client = try HubClient(connect: endpoint, policy: RetryPolicy(timeout: timeout, attempts: 1), curve: curve)
                 defer { client.close() }
                 let reply = try client.call(HealthRequest())
                 line.status = reply.service == service ? reply.status : "wrong service: \(reply.service)"
