@@ -8,10 +8,18 @@ public struct PushSettings: Codable, Sendable, Equatable {
     /// A PEM file of certificate authorities to trust instead of the system's, for a push service
     /// behind a private authority (and the tests' stand-ins).
     public var caFile: String?
-    /// Connections to each push service's host; HTTP/2 carries many requests on each.
-    public var connectionsPerHost: Int = 1
+    /// Connections to each push service's host, at most; HTTP/2 carries many requests on each, and
+    /// another is opened when those open have no stream free.
+    public var connectionsPerHost: Int = 4
+    /// Requests in flight on one connection (HTTP/2 streams), at most what the service allows.
+    public var streamsPerConnection: Int = 100
     /// Requests in flight to all push services at once.
     public var maxInFlight: Int = 1_000
+    /// Milliseconds a request may take from when it goes out; then it is tried again.
+    public var timeoutMs: Int = 30_000
+    /// Milliseconds with requests out to a service and no answer to any: its connections are closed
+    /// as stuck, and new ones opened.
+    public var stallMs: Int = 10_000
 
     public init(apple: AppleSettings? = nil, fcm: FCMSettings? = nil, browser: WebPushSettings? = nil, caFile: String? = nil) {
         self.apple = apple
@@ -156,15 +164,21 @@ public struct PushServiceInfo: Codable, Sendable, Equatable {
 // Absent fields take their defaults, so that a configuration file names only what it sets; what is
 // still missing is reported, with its name, when the settings are checked.
 extension PushSettings {
-    enum CodingKeys: String, CodingKey { case apple, fcm, browser, caFile, connectionsPerHost, maxInFlight }
+    enum CodingKeys: String, CodingKey {
+        case apple, fcm, browser, caFile, connectionsPerHost, streamsPerConnection, maxInFlight, timeoutMs, stallMs
+    }
     public init(from decoder: Decoder) throws {
         let c = try decoder.container(keyedBy: CodingKeys.self)
         apple = try c.decodeIfPresent(AppleSettings.self, forKey: .apple)
         fcm = try c.decodeIfPresent(FCMSettings.self, forKey: .fcm)
         browser = try c.decodeIfPresent(WebPushSettings.self, forKey: .browser)
         caFile = try c.decodeIfPresent(String.self, forKey: .caFile)
-        connectionsPerHost = try c.decodeIfPresent(Int.self, forKey: .connectionsPerHost) ?? 1
-        maxInFlight = try c.decodeIfPresent(Int.self, forKey: .maxInFlight) ?? 1_000
+        // Each absent number keeps the default its declaration gives.
+        if let value = try c.decodeIfPresent(Int.self, forKey: .connectionsPerHost) { connectionsPerHost = value }
+        if let value = try c.decodeIfPresent(Int.self, forKey: .streamsPerConnection) { streamsPerConnection = value }
+        if let value = try c.decodeIfPresent(Int.self, forKey: .maxInFlight) { maxInFlight = value }
+        if let value = try c.decodeIfPresent(Int.self, forKey: .timeoutMs) { timeoutMs = value }
+        if let value = try c.decodeIfPresent(Int.self, forKey: .stallMs) { stallMs = value }
     }
 }
 

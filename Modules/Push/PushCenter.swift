@@ -43,7 +43,10 @@ public final class PushCenter: @unchecked Sendable {
     public init(settings: PushSettings, dataDir: String, post: @escaping (@escaping @Sendable () -> Void) -> Void) throws(PushConfigurationError) {
         var clientSettings = PushHTTPClient.Settings()
         clientSettings.maxConnectionsPerHost = settings.connectionsPerHost
+        clientSettings.streamsPerConnection = settings.streamsPerConnection
         clientSettings.maxInFlight = settings.maxInFlight
+        clientSettings.timeoutMs = settings.timeoutMs
+        clientSettings.stallMs = settings.stallMs
         if let caFile = settings.caFile {
             guard FileManager.default.isReadableFile(atPath: caFile) else {
                 throw PushConfigurationError("push.caFile '\(caFile)' cannot be read")
@@ -71,6 +74,8 @@ public final class PushCenter: @unchecked Sendable {
     public var pending: Int { entries.count }
 
     public var inFlight: Int { client.inFlight }
+    /// How often push services' connections were shut down as stuck.
+    public var stalls: Int { client.stalls }
 
     // MARK: Credentials
 

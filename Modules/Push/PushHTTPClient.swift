@@ -51,16 +51,31 @@ public struct PushHTTPResponse: Sendable {
 
 /// An HTTP client for push services: libcurl's multi interface on a thread of its own, so that one
 /// thread keeps many requests in flight. Requests to one host share its connections, HTTP/2 over
-/// TLS where the server offers it, with many streams on each (`maxConnectionsPerHost`, usually 1).
-/// Completions are called on the client's thread.
+/// TLS where the server offers it, with many streams on each. Completions are called on the
+/// client's thread.
+///
+/// A request is handed to libcurl only when one of its host's connections has a stream free for it
+/// (`streamsPerConnection` on each of up to `maxConnectionsPerHost`; libcurl opens another
+/// connection when those it has are full), so its timeout runs from when it goes out, never while
+/// it waits its turn: a slow service gets a longer queue here, not requests sent twice. A host
+/// whose connections give no answer to any request for `stallMs`, or a request that times out with
+/// no answer from its host since it went out, has its connections shut down: their requests end
+/// with a transport error (to be tried again) and the next go out on a new connection. (A timeout
+/// alone ends only its stream, and libcurl would send the next requests on the same connection.)
 public final class PushHTTPClient: @unchecked Sendable {
     public struct Settings: Sendable {
         /// Connections to one host; HTTP/2 multiplexes requests over them.
-        public var maxConnectionsPerHost = 1
+        public var maxConnectionsPerHost = 4
+        /// Requests in flight on one connection: HTTP/2 streams, at most what the service allows
+        /// (100 is the least RFC 9113 asks a server to allow).
+        public var streamsPerConnection = 100
         /// Requests in flight at once; more wait in the client's queue.
         public var maxInFlight = 1_000
-        /// Milliseconds a request may take, connection included.
+        /// Milliseconds a request may take from when it goes out, connection included.
         public var timeoutMs = 30_000
+        /// Milliseconds with requests in flight to a host and no answer to any: its connections are
+        /// taken as stuck, and closed.
+        public var stallMs = 10_000
         /// PEM file of the certificate authorities to trust instead of the system's (for a private
         /// or test push service).
         public var caFile: String? = nil
@@ -73,18 +88,45 @@ public final class PushHTTPClient: @unchecked Sendable {
     }
 
     /// What libcurl fills in while a request runs; owned by the client's thread.
-    private final class Transfer {
+    fileprivate final class Transfer {
         let completion: @Sendable (PushHTTPResponse) -> Void
+        let host: String
+        let book: SocketBook
+        let startedAt: ContinuousClock.Instant
         var headerList: UnsafeMutablePointer<curl_slist>?
         var headers: [String: String] = [:]
         var body = Data()
-        init(completion: @escaping @Sendable (PushHTTPResponse) -> Void) { self.completion = completion }
+        init(completion: @escaping @Sendable (PushHTTPResponse) -> Void, host: String, book: SocketBook, startedAt: ContinuousClock.Instant) {
+            self.completion = completion
+            self.host = host
+            self.book = book
+            self.startedAt = startedAt
+        }
+    }
+
+    /// The sockets of the client's connections, by host, as libcurl makes and closes them: a host
+    /// found stuck has every one of its connections shut down, those idle between requests too.
+    /// Used on the client's thread only (libcurl calls back on it).
+    fileprivate final class SocketBook {
+        var hostOf: [curl_socket_t: String] = [:]
+    }
+    private let sockets = SocketBook()
+
+    /// A host's requests: those waiting for a free stream, oldest first, how many are out, and when
+    /// it last answered one.
+    private struct Host {
+        var waiting = FIFO<Submission>()
+        var inFlight = 0
+        var lastAnswer: ContinuousClock.Instant?
     }
 
     public let settings: Settings
     private let multi: UnsafeMutableRawPointer
     private let pending = Mutex<(queue: [Submission], stopping: Bool)>(([], false))
     private var transfers: [UnsafeMutableRawPointer: Transfer] = [:]
+    private var hosts: [String: Host] = [:]
+    private var waitingCount = 0
+    private let clock = ContinuousClock()
     private var idle: [UnsafeMutableRawPointer] = []
     private var thread: Thread?
     private let finished = DispatchSemaphore(value: 0)
@@ -95,7 +137,7 @@ public final class PushHTTPClient: @unchecked Sendable {
         multi = curl_multi_init()!
         _ = nh_curl_multi_setopt_long(multi, CURLMOPT_PIPELINING, Int(CURLPIPE_MULTIPLEX))
         _ = nh_curl_multi_setopt_long(multi, CURLMOPT_MAX_HOST_CONNECTIONS, settings.maxConnectionsPerHost)
-        _ = nh_curl_multi_setopt_long(multi, CURLMOPT_MAX_CONCURRENT_STREAMS, 1_000)
+        _ = nh_curl_multi_setopt_long(multi, CURLMOPT_MAX_CONCURRENT_STREAMS, settings.streamsPerConnection)
         let thread = Thread { [unowned self] in self.run() }
         thread.name = "push-http"
         self.thread = thread
@@ -156,12 +198,19 @@ public final class PushHTTPClient: @unchecked Sendable {
     /// Requests in flight now (read on any thread, approximately).
     public var inFlight: Int { inFlightCount.load(ordering: .relaxed) }
     private let inFlightCount = Atomic<Int>(0)
+    /// How often connections were shut down as stuck (read on any thread).
+    public var stalls: Int { stallCount.load(ordering: .relaxed) }
+    private let stallCount = Atomic<Int>(0)
+
+    /// The host (and port) a request goes to: its connections and streams are counted together.
+    static func host(of url: String) -> String {
+        guard let components = URLComponents(string: url), let host = components.host else { return url }
+        return components.port.map { "\(host):\($0)" } ?? host
+    }
 
     // MARK: The client's thread
 
     private func run() {
-        // Requests beyond maxInFlight wait here, oldest first.
-        var waiting = FIFO<Submission>()
         while true {
             let (taken, stopping) = pending.withLock { state in
                 let taken = state.queue
@@ -169,12 +218,16 @@ public final class PushHTTPClient: @unchecked Sendable {
                 return (taken, state.stopping)
             }
             if stopping { break }
-            waiting.append(contentsOf: taken)
-            while transfers.count < settings.maxInFlight, let next = waiting.popFirst() { start(next) }
+            for submission in taken {
+                hosts[Self.host(of: submission.request.url), default: Host()].waiting.append(submission)
+            }
+            waitingCount += taken.count
+            startWaiting()
             var running: Int32 = 0
             curl_multi_perform(multi, &running)
             collect()
-            if transfers.count < settings.maxInFlight, !waiting.isEmpty { continue }
+            closeStalled()
+            if transfers.count < settings.maxInFlight, hasRoomForWaiting { continue }
             var ready: Int32 = 0
             curl_multi_poll(multi, nil, 0, 1_000, &ready)
         }
@@ -183,7 +236,11 @@ public final class PushHTTPClient: @unchecked Sendable {
             finish(easy, transfer, PushHTTPResponse(status: 0, transportError: "the push client stopped"))
         }
         transfers.removeAll()
-        for submission in waiting.removeAll() { submission.completion(PushHTTPResponse(status: 0, transportError: "the push client stopped")) }
+        for name in hosts.keys {
+            for submission in hosts[name]!.waiting.removeAll() {
+                submission.completion(PushHTTPResponse(status: 0, transportError: "the push client stopped"))
+            }
+        }
         let late = pending.withLock { state in
             defer { state.queue.removeAll() }
             return state.queue
@@ -194,9 +251,57 @@ public final class PushHTTPClient: @unchecked Sendable {
         finished.signal()
     }
 
-    private func start(_ submission: Submission) {
+    /// A host's requests in flight at most: every stream of every connection it may have.
+    private var perHost: Int { settings.maxConnectionsPerHost * settings.streamsPerConnection }
+
+    private var hasRoomForWaiting: Bool {
+        waitingCount > 0 && hosts.values.contains { !$0.waiting.isEmpty && $0.inFlight < perHost }
+    }
+
+    /// Hands waiting requests to libcurl, oldest first within each host, while their host has a
+    /// stream free and the client is under `maxInFlight`.
+    private func startWaiting() {
+        guard waitingCount > 0 else { return }
+        for name in Array(hosts.keys) where transfers.count < settings.maxInFlight {
+            while transfers.count < settings.maxInFlight, hosts[name]!.inFlight < perHost, let next = hosts[name]!.waiting.popFirst() {
+                waitingCount -= 1
+                hosts[name]!.inFlight += 1
+                start(next, host: name)
+            }
+        }
+    }
+
+    /// A host with requests out and no answer to any for `stallMs`: its connections are stuck (a
+    /// service that stopped reading, a path that drops everything). Its requests end unanswered and
+    /// their connections are closed, so that what is sent next opens a new one.
+    private func closeStalled() {
+        let now = clock.now
+        let stall = Duration.milliseconds(settings.stallMs)
+        var stalled: Set<String> = []
+        for transfer in transfers.values where !stalled.contains(transfer.host) {
+            let quietSince = max(transfer.startedAt, hosts[transfer.host]?.lastAnswer ?? transfer.startedAt)
+            if now - quietSince > stall { stalled.insert(transfer.host) }
+        }
+        for host in stalled {
+            stallCount.add(1, ordering: .relaxed)
+            // Each connection the host's requests are on is shut down under libcurl, which then
+            // sees it broken: it ends every request on it with an error (to be tried again) and
+            // closes it, so that the next requests open a new one. Shutting the socket down, not
+            // closing it, leaves the descriptor to libcurl.
+            shutDownConnections(of: host)
+            hosts[host]?.lastAnswer = now
+        }
+    }
+
+    /// Shuts down the sockets of every connection to `host`, idle ones too: libcurl sees them
+    /// broken, ends what is on them and closes them; the descriptors stay libcurl's to close.
+    private func shutDownConnections(of host: String) {
+        for (socket, owner) in sockets.hostOf where owner == host { _ = shutdown(socket, Int32(SHUT_RDWR)) }
+    }
+
+    private func start(_ submission: Submission, host: String) {
         let easy = idle.popLast() ?? curl_easy_init()!
-        let transfer = Transfer(completion: submission.completion)
+        let transfer = Transfer(completion: submission.completion, host: host, book: sockets, startedAt: clock.now)
         let request = submission.request
         _ = nh_curl_easy_setopt_string(easy, CURLOPT_URL, request.url)
         _ = nh_curl_easy_setopt_long(easy, CURLOPT_NOSIGNAL, 1)
@@ -240,6 +345,20 @@ public final class PushHTTPClient: @unchecked Sendable {
             return size * count
         }
         _ = nh_curl_easy_setopt_pointer(easy, CURLOPT_HEADERDATA, context)
+        let book = Unmanaged.passUnretained(sockets).toOpaque()
+        // A connection made for this transfer is its host's.
+        _ = nh_curl_easy_setopt_sockopt(easy) { context, socket, _ in
+            let transfer = Unmanaged<Transfer>.fromOpaque(context!).takeUnretainedValue()
+            transfer.book.hostOf[socket] = transfer.host
+            return CURL_SOCKOPT_OK
+        }
+        _ = nh_curl_easy_setopt_pointer(easy, CURLOPT_SOCKOPTDATA, context)
+        _ = nh_curl_easy_setopt_closesocket(easy) { book, socket in
+            let sockets = Unmanaged<SocketBook>.fromOpaque(book!).takeUnretainedValue()
+            sockets.hostOf[socket] = nil
+            return close(socket)
+        }
+        _ = nh_curl_easy_setopt_pointer(easy, CURLOPT_CLOSESOCKETDATA, book)
         transfers[easy] = transfer
         inFlightCount.add(1, ordering: .relaxed)
         curl_multi_add_handle(multi, easy)
@@ -250,8 +369,18 @@ public final class PushHTTPClient: @unchecked Sendable {
         while let message = curl_multi_info_read(multi, &left) {
             guard message.pointee.msg == CURLMSG_DONE, let easy = message.pointee.easy_handle else { continue }
             let result = message.pointee.data.result
+            if result == CURLE_OPERATION_TIMEDOUT, let transfer = transfers[easy],
+                (hosts[transfer.host]?.lastAnswer).map({ $0 < transfer.startedAt }) ?? true
+            {
+                // Timed out, and the host answered nothing since it went out: the connection is stuck.
+                // libcurl would keep it (a timeout ends only the stream) and send the next requests
+                // on it; shut it down, so that libcurl closes it and opens another.
+                shutDownConnections(of: transfer.host)
+                stallCount.add(1, ordering: .relaxed)
+            }
             curl_multi_remove_handle(multi, easy)
             guard let transfer = transfers.removeValue(forKey: easy) else { continue }
+            hosts[transfer.host]?.inFlight -= 1
             var response: PushHTTPResponse
             if result == CURLE_OK {
                 var status = 0
@@ -261,6 +390,7 @@ public final class PushHTTPClient: @unchecked Sendable {
                 response = PushHTTPResponse(
                     status: status, headers: transfer.headers, body: transfer.body,
                     httpVersion: version == CURL_HTTP_VERSION_2_0 ? 2 : version == CURL_HTTP_VERSION_3 ? 3 : 1)
+                if status > 0 { hosts[transfer.host]?.lastAnswer = clock.now }
             } else {
                 response = PushHTTPResponse(status: 0, transportError: String(cString: curl_easy_strerror(result)))
             }

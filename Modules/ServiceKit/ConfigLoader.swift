@@ -184,7 +184,8 @@ public enum ConfigLoader {
     }
 
     static func knownSettings() -> String {
-        (leafPaths() + [["push", "caFile"], ["push", "connectionsPerHost"], ["push", "maxInFlight"]]
+        (leafPaths() + [["push", "caFile"], ["push", "connectionsPerHost"], ["push", "streamsPerConnection"], ["push", "maxInFlight"],
+            ["push", "timeoutMs"], ["push", "stallMs"]]
             + pushSections.sorted { $0.key < $1.key }.flatMap { section in section.value.map { ["push", section.key, $0] } })
             .map { $0.joined(separator: ".") }.joined(separator: ", ")
     }
@@ -224,6 +225,9 @@ public enum ConfigLoader {
         }
         guard (1...64).contains(config.push.connectionsPerHost) else { throw ConfigError("push.connectionsPerHost must be 1 to 64") }
         guard (1...100_000).contains(config.push.maxInFlight) else { throw ConfigError("push.maxInFlight must be 1 to 100000") }
+        guard (1...1_000).contains(config.push.streamsPerConnection) else { throw ConfigError("push.streamsPerConnection must be 1 to 1000") }
+        guard (1_000...600_000).contains(config.push.timeoutMs) else { throw ConfigError("push.timeoutMs must be 1000 to 600000") }
+        guard (1_000...600_000).contains(config.push.stallMs) else { throw ConfigError("push.stallMs must be 1000 to 600000") }
         guard (1...86_400).contains(config.userTokenLifetime) else {
             throw ConfigError("userTokenLifetime must be 1 to 86400 seconds")
         }

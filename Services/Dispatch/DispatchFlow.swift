@@ -122,6 +122,8 @@ enum DispatchHealth {
         var handshakes: (accepted: Int, refused: Int) = (0, 0)
         var pushPending = 0
         var pushInFlight = 0
+        /// How often push services' connections were shut down as stuck (PushHTTPClient.stalls).
+        var pushStalls = 0
         var pushCounters: [PushService: PushCounters] = [:]
     }
 
@@ -146,6 +148,7 @@ enum DispatchHealth {
             "zapRefusedTotal": String(inputs.handshakes.refused),
             "pushPending": String(inputs.pushPending),
             "pushInFlight": String(inputs.pushInFlight),
+            "pushStalls": String(inputs.pushStalls),
         ]
         if let shards = core.shards {
             details["shards"] = String(shards.owned.count)

@@ -259,7 +259,8 @@ public enum DispatchMain {
             let server = try context.bindRequests(config.dispatch.requests, endpoints: { endpoints }) {
                 let details = DispatchHealth.details(core, DispatchHealth.Inputs(
                     registrySequence: replica.tracker.position, cursor: pullCursor(), sendsBlocked: sendsBlocked,
-                    handshakes: context.handshakes, pushPending: push.pending, pushInFlight: push.inFlight, pushCounters: push.counters))
+                    handshakes: context.handshakes, pushPending: push.pending, pushInFlight: push.inFlight, pushStalls: push.stalls,
+                    pushCounters: push.counters))
                 // The store's totals scan its tables: taken at most once a second, however often health is asked.
                 if totalsAt.duration(to: .now) > .seconds(1) {
                     do {

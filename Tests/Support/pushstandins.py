@@ -207,6 +207,11 @@ class Service:
         self._scripts = {}
         self._gone = {}
         self._down = False
+        # A slow service: the streams a connection may carry, and how long each answer waits.
+        self.max_streams = 1000
+        self.answer_delay = 0.0
+        self.hung = set()  # connections that read requests and never answer again
+        self.live = set()  # the connections open now
 
     def prepare(self, folder, origin):
         """Called once the port is known, before the first request: keys and files."""
@@ -228,6 +233,17 @@ class Service:
     def down(self, is_down=True):
         """While down, every request is still recorded but answered 503."""
         self._down = is_down
+
+    def slow(self, max_streams=1000, answer_delay=0.0):
+        """Connections opened from now on allow `max_streams` streams at once, and every answer
+        waits `answer_delay` seconds (on its own stream: the others go on meanwhile)."""
+        self.max_streams, self.answer_delay = max_streams, answer_delay
+
+    def hang(self):
+        """The connections open now stop answering: they read every request and answer none, as a
+        connection stuck on a path or in an overloaded service. New connections answer as usual."""
+        with self._changed:
+            self.hung |= self.live
 
     def records(self):
         with self._changed:
@@ -806,11 +822,24 @@ class H2Connection:
         self.unsent = {}  # stream id: body bytes not yet sent
 
     def run(self):
+        service = self.server.service
+        with service._changed:
+            service.live.add(self)
+        try:
+            self._run(service)
+        finally:
+            with service._changed:
+                service.live.discard(self)
+                service.hung.discard(self)
+
+    def _run(self, service):
         conn = self.conn
         conn.initiate_connection()
-        conn.update_settings({h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: 1000,
+        conn.update_settings({h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: service.max_streams,
                               h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: self.WINDOW})
         conn.increment_flow_control_window(self.WINDOW)
+        self.delay = service.answer_delay
+        self.due = []  # (when, stream id, headers, parts): answers waiting for their time
         out = bytearray(conn.data_to_send())
         while True:
             # Answers wait while more requests are already there to read, so that a client that
@@ -818,6 +847,16 @@ class H2Connection:
             if out and (len(out) >= 1 << 16 or not self._readable()):
                 self.sock.sendall(out)
                 out.clear()
+            if self.due and not self._readable():
+                wait = max(0.0, min(when for when, *_ in self.due) - time.monotonic())
+                if not select.select([self.sock], [], [], wait)[0]:
+                    now = time.monotonic()
+                    ready = [entry for entry in self.due if entry[0] <= now]
+                    self.due = [entry for entry in self.due if entry[0] > now]
+                    for _, stream_id, headers, parts in ready:
+                        self._answer(stream_id, headers, parts)
+                    out += conn.data_to_send()
+                    continue
             data = self.sock.recv(1 << 16)
             if not data:
                 return
@@ -845,10 +884,17 @@ class H2Connection:
             self.conn.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
         elif isinstance(event, h2.events.StreamEnded):
             if event.stream_id in self.requests:
-                self._answer(event.stream_id, *self.requests.pop(event.stream_id))
+                request = self.requests.pop(event.stream_id)
+                if self in self.server.service.hung:
+                    return  # read, never answered
+                if self.delay:
+                    self.due.append((time.monotonic() + self.delay, event.stream_id, *request))
+                else:
+                    self._answer(event.stream_id, *request)
         elif isinstance(event, h2.events.StreamReset):
             self.requests.pop(event.stream_id, None)
             self.unsent.pop(event.stream_id, None)
+            self.due = [entry for entry in self.due if entry[1] != event.stream_id]
         elif isinstance(event, h2.events.WindowUpdated):
             for stream_id in list(self.unsent):
                 self._send_body(stream_id)
