@@ -17,26 +17,19 @@ public final class PushCenter: @unchecked Sendable {
     /// Something worth a log line.
     public var note: (String, [(String, String)]) -> Void = { _, _ in }
 
-    public private(set) var counters: [PushService: PushCounters] = [:]
+    /// Each service's counts of requests and answers.
+    public var counters: [PushService: PushCounters] { queue.counters }
     private let client: PushHTTPClient
     private let post: (@escaping @Sendable () -> Void) -> Void
     private let dataDir: URL
     private let configured: PushSettings
     private var senders: [PushService: any PushSender] = [:]
     private var sources: [PushService: String] = [:]
-    private var entries: [String: Entry] = [:]
-    private var retries = DueQueue()
-    private var waitingForToken: [PushService: [String]] = [:]
-    private var pausedUntil: [PushService: Date] = [:]
+    /// The decisions: what goes out, waits or is reported, from answers and ticks.
+    private var queue = PushQueue()
     /// Set over the bus: replaces the configuration file's settings of the same service.
     static let savedFile = "push-credentials.json"
     static let vapidFile = "vapid-key.pem"
-
-    private struct Entry {
-        var message: PushMessage
-        var attempts = 0
-        var service: PushService
-    }
 
     /// Loads every push service's credentials: the configuration's, then those set over the bus.
     /// A service whose credentials do not load is refused here, with what to fix.
@@ -71,7 +64,7 @@ public final class PushCenter: @unchecked Sendable {
     public var platforms: Set<Platform> { Set(senders.keys.map(\.platform)) }
 
     /// Deliveries taken and not yet reported.
-    public var pending: Int { entries.count }
+    public var pending: Int { queue.pending }
 
     public var inFlight: Int { client.inFlight }
     /// How often push services' connections were shut down as stuck.
@@ -209,153 +202,52 @@ public final class PushCenter: @unchecked Sendable {
 
     /// Takes a delivery; one already taken is not taken twice.
     public func submit(_ message: PushMessage, now: Date = Date()) {
-        guard entries[message.deliveryId] == nil else { return }
-        guard let service = PushService(platform: message.platform) else {
-            report(message, .failed(outcome: "PnsUnavailable", reason: "the hub has no delivery path to \(message.platform.rawValue) installations"))
-            return
-        }
-        entries[message.deliveryId] = Entry(message: message, service: service)
-        attempt(message.deliveryId, now: now)
+        carryOut(queue.submit(message, now: now, gates: self), now: now)
     }
 
     /// Sends again what is due.
     public func tick(now: Date = Date()) {
-        for id in retries.popDue(now: now, limit: 10_000) { attempt(id, now: now) }
+        carryOut(queue.tick(now: now, gates: self), now: now)
     }
 
-    private func attempt(_ id: String, now: Date) {
-        guard let entry = entries[id] else { return }
-        // Past its time to live it is not sent; the store counts it as expired.
-        guard entry.message.expiresAt > now else {
-            entries[id] = nil
-            return
+    private func carryOut(_ steps: [PushStep], now: Date) {
+        for step in steps {
+            switch step {
+            case .send(let message, let service):
+                guard let sender = senders[service] else { continue }
+                let id = message.deliveryId
+                do {
+                    let request = try sender.request(for: message, now: now)
+                    client.send(request) { response in self.post { self.answered(id, service, response) } }
+                } catch {
+                    carryOut(queue.unsendable(id, error), now: now)
+                }
+            case .fetchToken(let service, let request):
+                client.send(request) { response in self.post { self.tokenAnswered(service, response) } }
+            case .report(let message, let result):
+                report(message, result)
+            case .note(let message, let fields):
+                note(message, fields)
+            }
         }
-        guard let sender = senders[entry.service] else {
-            finish(id, .failed(outcome: "PnsUnavailable", reason: "no credentials for \(entry.service.rawValue) are configured"))
-            return
-        }
-        if let paused = pausedUntil[entry.service], paused > now {
-            schedule(id, at: paused)
-            return
-        }
-        switch sender.authorization(now: now) {
-        case .ready:
-            send(id, entry, sender, now: now)
-        case .waiting:
-            waitingForToken[entry.service, default: []].append(id)
-        case .fetch(let request):
-            waitingForToken[entry.service, default: []].append(id)
-            counters[entry.service, default: PushCounters()].tokenRequests += 1
-            let service = entry.service
-            client.send(request) { response in self.post { self.tokenAnswered(service, response) } }
-        }
-    }
-
-    private func send(_ id: String, _ entry: Entry, _ sender: any PushSender, now: Date) {
-        let request: PushHTTPRequest
-        do {
-            request = try sender.request(for: entry.message, now: now)
-        } catch {
-            finish(id, .failed(outcome: error.outcome, reason: error.reason))
-            return
-        }
-        entries[id]?.attempts += 1
-        counters[entry.service, default: PushCounters()].sent += 1
-        let service = entry.service
-        client.send(request) { response in self.post { self.answered(id, service, response) } }
     }
 
     private func tokenAnswered(_ service: PushService, _ response: PushHTTPResponse) {
         let now = Date()
-        let waiting = waitingForToken.removeValue(forKey: service) ?? []
-        guard let sender = senders[service] else {
-            for id in waiting { attempt(id, now: now) }
-            return
-        }
-        if let problem = sender.tokenAnswered(response, now: now) {
-            counters[service, default: PushCounters()].errors["token", default: 0] += 1
-            note("push service token refused; trying again", [("service", service.rawValue), ("problem", problem)])
-            // Held back, not failed: credentials can be fixed while deliveries wait.
-            let delay = response.retryAfter(now: now) ?? 5
-            for id in waiting { schedule(id, at: now.addingTimeInterval(delay)) }
-            return
-        }
-        for id in waiting { attempt(id, now: now) }
+        let problem = senders[service]?.tokenAnswered(response, now: now)
+        carryOut(queue.tokenAnswered(service, problem: problem, retryAfter: response.retryAfter(now: now), now: now, gates: self), now: now)
     }
 
     private func answered(_ id: String, _ service: PushService, _ response: PushHTTPResponse) {
-        guard let entry = entries[id] else { return }
         let now = Date()
-        guard let sender = senders[service] else {
-            attempt(id, now: now)
-            return
+        let result = senders[service].map { sender in
+            response.requestError.map { PushResult.failed(outcome: $0.outcome, reason: $0.reason) } ?? sender.classify(response, now: now)
         }
-        if let error = response.requestError {
-            finish(id, .failed(outcome: error.outcome, reason: error.reason))
-            return
-        }
-        let result = sender.classify(response, now: now)
-        switch result {
-        case .delivered, .channelExpired, .failed:
-            finish(id, result)
-        case .retry(let reason, let after):
-            counters[service, default: PushCounters()].retried += 1
-            counters[service, default: PushCounters()].errors[Self.code(reason), default: 0] += 1
-            if let after {
-                // The service asked everyone to wait: nothing more goes to it until then.
-                pausedUntil[service] = max(pausedUntil[service] ?? now, now.addingTimeInterval(after))
-                schedule(id, at: now.addingTimeInterval(after))
-            } else {
-                schedule(id, at: now.addingTimeInterval(Self.backoff(attempts: entry.attempts)))
-            }
-        case .renewCredentials(let reason):
-            counters[service, default: PushCounters()].errors[Self.code(reason), default: 0] += 1
-            sender.renew(now: now)
-            if entry.attempts < 3 {
-                attempt(id, now: now)
-            } else {
-                schedule(id, at: now.addingTimeInterval(Self.backoff(attempts: entry.attempts)))
-            }
-        }
+        carryOut(queue.answered(id, result, now: now, gates: self), now: now)
     }
+}
 
-    private func finish(_ id: String, _ result: PushResult) {
-        guard let entry = entries.removeValue(forKey: id) else { return }
-        var counter = counters[entry.service, default: PushCounters()]
-        switch result {
-        case .delivered: counter.delivered += 1
-        case .channelExpired(let reason):
-            counter.expiredChannels += 1
-            counter.errors[Self.code(reason), default: 0] += 1
-        case .failed(_, let reason):
-            counter.failed += 1
-            counter.errors[Self.code(reason), default: 0] += 1
-        case .retry, .renewCredentials: break
-        }
-        counters[entry.service] = counter
-        report(entry.message, result)
-    }
-
-    private func schedule(_ id: String, at due: Date) {
-        guard let entry = entries[id] else { return }
-        // Never later than its expiry, when it is let go.
-        retries.push(due: min(due, entry.message.expiresAt), id: id)
-    }
-
-    /// Seconds before the next attempt: 1, 2, 4 … up to a minute, with a tenth either way so that
-    /// deliveries held back together do not all come back at once.
-    static func backoff(attempts: Int) -> TimeInterval {
-        let base = min(60, pow(2, Double(max(0, attempts - 1))))
-        return base * Double.random(in: 0.9...1.1)
-    }
-
-    /// The service's error code from a reason such as "HTTP 410 Unregistered": the word after the
-    /// status when it is a name, else the status.
-    static func code(_ reason: String) -> String {
-        if reason.hasPrefix("no answer") { return "NoAnswer" }
-        let words = reason.split(separator: " ")
-        guard words.count >= 2, words[0] == "HTTP" else { return reason }
-        if words.count >= 3, words[2].allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "_") }) { return String(words[2]) }
-        return String(words[1])
-    }
+extension PushCenter: PushGates {
+    func authorization(_ service: PushService, now: Date) -> PushAuthorization? { senders[service]?.authorization(now: now) }
+    func renew(_ service: PushService, now: Date) { senders[service]?.renew(now: now) }
 }

@@ -111,14 +111,7 @@ public final class ServiceContext {
     public func followHints(_ endpoint: String, apply: @escaping (SequencedMessage) throws -> Void, gap: @escaping (UInt64) throws -> Void)
         throws
     {
-        let socket = try ZMQContext.shared.socket(.sub)
-        try socket.setLinger(0)
-        if let security = BusSecurity.current {
-            try socket.makeCurveClient(security.clientKeys, serverPublicKey: security.serverPublicKey)
-        }
-        try socket.subscribe()
-        try socket.connect(endpoint)
-        onShutdown { socket.close() }
+        let socket = try subscriber(endpoint)
         var tracker = SequenceTracker()
         loop.watch(socket) {
             while let frames = try socket.receive(wait: false) {
@@ -134,6 +127,34 @@ public final class ServiceContext {
                 }
             }
         }
+    }
+
+    /// Follows a stream whose messages only say that there is more (the publish service's): each
+    /// time messages arrive, `more` gets the highest sequence among them. Messages in another shape
+    /// are passed over.
+    public func followLatest(_ endpoint: String, more: @escaping (UInt64) throws -> Void) throws {
+        let socket = try subscriber(endpoint)
+        loop.watch(socket) {
+            var latest: UInt64 = 0
+            while let frames = try socket.receive(wait: false) {
+                guard let message = try? SequencedMessage(frames: frames) else { continue }
+                latest = max(latest, message.sequence)
+            }
+            try more(latest)
+        }
+    }
+
+    /// A SUB socket on another service's stream, secured as the bus is, closed at shutdown.
+    private func subscriber(_ endpoint: String) throws -> ZMQSocket {
+        let socket = try ZMQContext.shared.socket(.sub)
+        try socket.setLinger(0)
+        if let security = BusSecurity.current {
+            try socket.makeCurveClient(security.clientKeys, serverPublicKey: security.serverPublicKey)
+        }
+        try socket.subscribe()
+        try socket.connect(endpoint)
+        onShutdown { socket.close() }
+        return socket
     }
 
     /// A client of another service, with the configured timeout and attempts.

@@ -269,10 +269,10 @@ import Testing
     }
 
     @Test func errorCodesAreTheServicesOwnWords() {
-        #expect(PushCenter.code("HTTP 410 Unregistered") == "Unregistered")
-        #expect(PushCenter.code("HTTP 503") == "503")
-        #expect(PushCenter.code(#"HTTP 410 {"code":410,"errno":103}"#) == "410")
-        #expect(PushCenter.code("no answer: Couldn't connect to server") == "NoAnswer")
+        #expect(PushQueue.code("HTTP 410 Unregistered") == "Unregistered")
+        #expect(PushQueue.code("HTTP 503") == "503")
+        #expect(PushQueue.code(#"HTTP 410 {"code":410,"errno":103}"#) == "410")
+        #expect(PushQueue.code("no answer: Couldn't connect to server") == "NoAnswer")
     }
 }
 

@@ -1,0 +1,400 @@
+import Auth
+import Bus
+import DispatchCore
+import Foundation
+import HubProtocol
+import Push
+import ServiceKit
+
+/// The shell around `Dispatcher`: it turns socket traffic, timers and store answers into the
+/// core's events, and carries out the actions that come back. It owns a turn's writes (one
+/// transaction per turn, committed as a group every 50 ms), the pull from the publish service, the
+/// shards' leases and the hand-over to push services. `DispatchMain` makes the parts and wires
+/// each socket and timer to one of its methods.
+final class DispatchShell {
+    private(set) var core: Dispatcher
+    let store: any DeliveryStore
+    let leases: ShardLeaseKeeper
+    let push: PushCenter
+    /// The agents' ROUTER socket.
+    let agents: ZMQSocket
+    /// Pulls accepted notifications from the publish service.
+    let publish: HubForwarder
+    /// Removes installations whose push channel a service reports gone.
+    let registryWrites: HubForwarder
+    /// The registry's change stream, set once made: its snapshot calls back into this shell.
+    var replica: CloneReplica?
+    /// On a shared store, several dispatchers split the agents by shard; on SQLite one serves all.
+    let shared: Bool
+    private let context: ServiceContext
+    private let inbox: AgentInbox
+    private var logger: Logger { context.logger }
+
+    private var turn = DispatchTurn()
+    private var committedAt = ContinuousClock.now
+    private var pulls = PullControl()
+    private var resume = PushResume()
+    /// Sends an agent's full queue refused; the delivery is left to its resend.
+    private(set) var sendsBlocked = 0
+    private var totals = StoreTotals()
+
+    init(
+        context: ServiceContext, settings: DispatcherSettings, inbox: AgentInbox, store: any DeliveryStore, leases: ShardLeaseKeeper,
+        push: PushCenter, agents: ZMQSocket, publish: HubForwarder, registryWrites: HubForwarder, shared: Bool
+    ) {
+        self.context = context
+        self.core = Dispatcher(settings: settings)
+        self.inbox = inbox
+        self.store = store
+        self.leases = leases
+        self.push = push
+        self.agents = agents
+        self.publish = publish
+        self.registryWrites = registryWrites
+        self.shared = shared
+    }
+
+    /// Hands an event to the core and carries out what it decides.
+    func handle(_ event: DispatchEvent) {
+        perform(core.on(event, now: Date()))
+    }
+
+    func setPlatforms(_ platforms: Set<String>) { core.setPlatforms(platforms) }
+
+    private func perform(_ actions: [DispatchAction]) {
+        for action in actions {
+            switch action {
+            case .record(let notification, let plans, let shards):
+                turn.records.append((notification, plans, shards))
+            case .send(let route, var delivery):
+                // A rich delivery carries a ticket that lets this installation, and no other, fetch the payload.
+                if let rich = delivery.rich {
+                    delivery.richTicket = context.userTokens.issue(
+                        user: delivery.installationId, kind: .ticket,
+                        lifetime: max(60, Int(delivery.expiresAt.timeIntervalSinceNow) + 60), resource: rich.richId
+                    ).token
+                }
+                if deliver(route, [AgentWire.encodeDelivery(delivery)]) { turn.sent.append(delivery) }
+            case .push(let plan, let notificationId):
+                guard let platform = Platform(name: plan.platform) else { continue }
+                turn.pushes.append(PushMessage(
+                    deliveryId: plan.deliveryId, notificationId: notificationId, installationId: plan.installationId, platform: platform,
+                    pushChannel: plan.pushChannel, payload: plan.payload, headers: plan.headers ?? [:], expiresAt: plan.expiresAt))
+            case .reply(let route, let frame):
+                _ = deliver(route, [AgentWire.encode(frame)])
+            case .acknowledge(let installationId, let ids):
+                turn.acks.append((installationId, ids))
+            case .fail(let installationId, let failures):
+                turn.failures.append((installationId, failures))
+                for failure in failures { logger.warning("delivery failed", ("delivery", failure.deliveryId), ("reason", failure.reason)) }
+            case .load(let installationId, let route, let limit):
+                do {
+                    let (deliveries, sentBefore) = try store.unacknowledged(for: installationId, now: Date(), limit: limit)
+                    handle(.loaded(installationId: installationId, route: route, deliveries, complete: deliveries.count < limit, sentBefore: sentBefore))
+                } catch {
+                    logger.error("cannot load pending deliveries", ("installation", installationId), ("error", "\(error)"))
+                }
+            case .note(.connected(let id)):
+                logger.debug("agent connected", ("installation", id))
+            case .note(.dropped(let id, let reason)):
+                logger.info("agent session ended", ("installation", id), ("reason", reason.rawValue))
+            case .note(.unplanned(let id, let reason)):
+                logger.warning("a notification reaches no one", ("notification", id), ("reason", reason))
+            }
+        }
+    }
+
+    /// Sends on a route without waiting. A connection that is gone ends its session; a full queue
+    /// leaves the delivery to its resend.
+    private func deliver(_ route: Route, _ frames: [Data]) -> Bool {
+        do {
+            if try agents.send([route] + frames, wait: false) { return true }
+            sendsBlocked += 1
+        } catch where error.errno == EHOSTUNREACH {
+            handle(.unreachable(route: route))
+        } catch {
+            logger.warning("send to agent failed", ("error", "\(error)"))
+        }
+        return false
+    }
+
+    // MARK: The turn's writes
+
+    /// Writes what this turn decided: records, sends, acknowledgements and failures, in one
+    /// transaction: on SQLite a savepoint of the open group of writes, which is committed every 50 ms
+    /// rather than every turn; on PostgreSQL a commit that does not wait for the server's disk. A
+    /// turn's writes stand or fall together, and losing the last of them to a crash loses nothing:
+    /// the cursor then points back into the publish service's durable log, the notifications are
+    /// planned again, lost acknowledgements make their deliveries go out again, and agents show
+    /// each once.
+    ///
+    /// On a shared store the write is fenced by this dispatcher's leases: when another dispatcher
+    /// has taken one of the shards written for, the whole write is rolled back, the shards held now
+    /// are read again, and the turn is written again without the lost shards' work, which is the
+    /// new owner's. A write that fails otherwise keeps its acknowledgements, failures and push
+    /// answers for the next turn; its records are planned again from the stored cursors.
+    func commit() {
+        guard !turn.isEmpty else { return }
+        let now = Date()
+        var pending = turn
+        turn = DispatchTurn()
+        var fenced = false
+        while true {
+            do {
+                try store.writeTurn {
+                    try pending.write(to: store, now: now)
+                    FaultPoint.reach(.write)
+                }
+                break
+            } catch let lost as LeaseLost where !fenced {
+                fenced = true
+                logger.warning("another dispatcher holds shards this turn wrote for; their work is dropped", ("shards", lost.shards.count))
+                leasesLost(lost.shards)
+                pending.keep(shards: leases.owned)
+            } catch {
+                logger.error("dispatch commit failed", ("error", "\(error)"))
+                turn.retry(pending)
+                refreshShards(force: true)
+                return
+            }
+        }
+        FaultPoint.reach(.committed)
+        if committedAt.duration(to: .now) >= .milliseconds(50) { commitGroup() }
+        // Handed to the push services once their deliveries are in the store, where an answer finds them.
+        for message in pending.pushes { push.submit(message, now: now) }
+    }
+
+    /// Commits the open group of writes (SQLite; a no-op on PostgreSQL, where each turn commits).
+    func commitGroup() {
+        committedAt = .now
+        do { try store.flush() } catch { logger.error("dispatch commit failed", ("error", "\(error)")) }
+    }
+
+    // MARK: Agents, the registry, the sync store
+
+    /// Reads what waits on the agent channel (hello, which is also the heartbeat, and
+    /// acknowledgements), at most 2,000 messages a turn.
+    func readAgents() throws {
+        var handled = 0
+        while handled < 2_000, let (frames, peer) = try agents.receiveFromPeer(wait: false) {
+            handled += 1
+            switch inbox.read(frames, peer: peer) {
+            case .event(let event)?: handle(event)
+            case .refuse(let reply)?: _ = deliver(frames[0], reply)
+            case nil: break
+            }
+        }
+        commit()
+    }
+
+    /// The registry's stream: a snapshot when there is a gap or at start.
+    func registrySnapshot(_ snapshot: RegistrySnapshot) {
+        handle(.snapshot(snapshot))
+        logger.info("registry snapshot", ("sequence", snapshot.sequence), ("installations", core.index.count))
+    }
+
+    /// The sync store's stream skipped changes: every user agent is signalled.
+    func userStreamGap(at sequence: UInt64) {
+        handle(.userStreamGap)
+        logger.info("user change stream gap; signalled every user agent", ("at", sequence))
+    }
+
+    // MARK: The pull
+
+    /// Where the next pull starts: the stored cursor, or with shards the least of the owned shards'
+    /// cursors (each shard then plans only what is past its own). Nil while no shard is held.
+    func pullCursor() -> UInt64? {
+        guard let shards = core.shards else {
+            do {
+                return try store.cursor()
+            } catch {
+                logger.error("cannot read the dispatcher's cursor", ("error", "\(error)"))
+                return nil
+            }
+        }
+        return shards.owned.map { shards.cursors[$0] ?? 0 }.min()
+    }
+
+    /// Accepted notifications are pulled from the publish service after the stored cursor, one
+    /// request in flight at a time and never waited on: the reply comes back through the loop.
+    func pull() {
+        guard let request = pulls.next(after: pullCursor(), registryReady: replica?.tracker.position != nil) else { return }
+        publish.forward(request) { [self] result in
+            switch result {
+            case .success(let batch):
+                guard !batch.notifications.isEmpty else {
+                    _ = pulls.answered(count: 0, planned: 0)
+                    return
+                }
+                FaultPoint.reach(.pulled)
+                do { try replica?.pump() } catch { logger.warning("registry stream", ("error", "\(error)")) }
+                let before = core.counters.planned
+                // The batch holds everything after `after`: shards taken over since the pull went
+                // out, and so behind it, are planned by a pull from their own cursor.
+                handle(.accepted(batch.notifications, after: request.after))
+                commit()
+                if pulls.answered(count: batch.notifications.count, planned: core.counters.planned - before) { pull() }
+            case .failure(let error):
+                pulls.failed()
+                logger.warning("pull from the publish service failed; trying again", ("error", error.message))
+            }
+        }
+    }
+
+    /// The publish service's stream says there is more past `latest`: only a hint, so a lost one
+    /// costs a tick's delay, never a send.
+    func hinted(latest: UInt64) {
+        if PullControl.hinted(latest: latest, cursor: pullCursor()) { pull() }
+    }
+
+    // MARK: Push services
+
+    /// What push services had not taken when the dispatcher last stopped goes to them again, a page at a time.
+    func resumePush() throws {
+        guard let limit = resume.limit(pushPending: push.pending) else { return }
+        let unsent = try store.pendingPush(now: Date(), limit: limit, shards: core.shards?.owned)
+        for message in unsent { push.submit(message) }
+        resume.read(unsent.count)
+        if !unsent.isEmpty { logger.info("push deliveries resumed", ("count", unsent.count)) }
+    }
+
+    /// A push service's answer: recorded in the turn's writes. A channel the service says is gone
+    /// takes its installation with it, unless the device has registered a new channel since.
+    func pushAnswered(_ message: PushMessage, _ result: PushResult) {
+        turn.pushResults.append((message, result))
+        guard let deletion = ChannelExpiry.deletion(for: message, result, index: core.index) else { return }
+        logger.info("push channel expired; removing its installation", ("installation", message.installationId), ("result", "\(result)"))
+        registryWrites.forward(deletion) { [logger] result in
+            if case .failure(let error) = result, error.code != .notFound, error.code != .preconditionFailed {
+                logger.warning("cannot remove an installation whose channel expired", ("installation", message.installationId), ("error", error.message))
+            }
+        }
+    }
+
+    // MARK: Timers and leases
+
+    /// Resends and silence are decided often.
+    func tick() {
+        push.tick()
+        handle(.tick)
+        commit()
+    }
+
+    /// Once a heartbeat: the leases, push deliveries to resume, the pull's safety net and expiry.
+    func heartbeat() throws {
+        keepLeases()
+        try resumePush()
+        publish.expire()
+        pull()
+        do {
+            let expired = try store.expire(now: Date(), shards: shared ? leases.owned : nil)
+            if expired > 0 { logger.info("deliveries expired", ("count", expired)) }
+        } catch let lost as LeaseLost {
+            leasesLost(lost.shards)
+        }
+    }
+
+    /// The leases, each heartbeat: shards taken bring their waiting deliveries (agents' from the
+    /// store when they say hello, push services' at once); shards lost move their agents. The
+    /// cursors are the store's, where each turn has committed.
+    func keepLeases() {
+        refreshShards()
+        commit()
+    }
+
+    private func refreshShards(force: Bool = false) {
+        guard shared, let change = leases.beat(now: Date(), force: force) else { return }
+        store.fence = leases.fence
+        let before = core.shards?.owned
+        handle(.shards(change.map))
+        if before != change.map.owned { logger.info("shards", ("held", change.map.owned.count), ("gained", change.gained.count)) }
+        guard !change.gained.isEmpty else { return }
+        do {
+            handle(.backlog(try store.backlog(now: Date(), shards: change.gained)))
+            for message in try store.pendingPush(now: Date(), limit: PushResume.page, shards: change.gained) { push.submit(message) }
+        } catch {
+            logger.error("cannot load the waiting deliveries of shards taken", ("error", "\(error)"))
+        }
+        pull()
+    }
+
+    /// Forgets shards a fenced write found another dispatcher holds now, and reads the leases again.
+    private func leasesLost(_ shards: Set<Int>) {
+        leases.lost(shards)
+        store.fence = leases.fence
+        refreshShards(force: true)
+    }
+
+    // MARK: Health
+
+    /// The health details: the core's, the pull's, the push services', and the store's totals.
+    func health() -> [String: String] {
+        let details = DispatchHealth.details(core, DispatchHealth.Inputs(
+            registrySequence: replica?.tracker.position, cursor: pullCursor(), sendsBlocked: sendsBlocked,
+            handshakes: context.handshakes, pushPending: push.pending, pushInFlight: push.inFlight, pushStalls: push.stalls,
+            pushCounters: push.counters))
+        return details.merging(totals.read(store, logger: logger)) { $1 }
+    }
+}
+
+extension DispatchShell {
+    /// The agents' socket. Agents connect from other hosts over CURVE, through the hub's bus key;
+    /// its ZAP domain lets any agent key through the handshake, and a hello is then accepted only
+    /// for an installation bound to the key the connection was authenticated with.
+    static func agentSocket(_ context: ServiceContext) throws -> ZMQSocket {
+        guard let busKeys = BusSecurity.current?.serverKeys else { throw ConfigError("the bus is not secured") }
+        let endpoint = context.config.dispatch.agents ?? "tcp://127.0.0.1:7722"
+        guard !endpoint.contains(",") else {
+            throw ConfigError("dispatch.agents '\(endpoint)' lists several endpoints; a dispatcher binds one (agents may be given several)")
+        }
+        let agents = try ZMQSocket.agentServer(bind: endpoint, keys: busKeys, config: context.config)
+        context.onShutdown { agents.close() }
+        context.logger.info("listening", ("role", "agents"), ("endpoint", agents.lastEndpoint))
+        return agents
+    }
+
+    /// The deliveries' store: PostgreSQL, shared with other dispatchers by shard, or SQLite. It can
+    /// lose its last commits to a power cut without losing anything: the cursor then points back
+    /// into the publish service's durable log, the notifications are planned again, lost
+    /// acknowledgements make their deliveries go out again, and agents show each once.
+    static func openStore(_ context: ServiceContext, advertise: String, leasePeriod: Double) throws -> any DeliveryStore {
+        if context.config.storeIsPostgres, advertise.contains("0.0.0.0") || advertise.contains("*") {
+            throw ConfigError("dispatch.advertise must be an address agents can reach, not '\(advertise)'; set it to this host's address and port")
+        }
+        let store: any DeliveryStore = try context.chooseStore(
+            schema: PostgresDeliveryStore.schema,
+            postgres: { try PostgresDeliveryStore(url: $0, limits: .init(leasePeriod: leasePeriod, dispatcher: advertise)) },
+            sqlite: {
+                try SQLiteDeliveryStore(
+                    database: try context.openStore("dispatch.db", migrations: SQLiteDeliveryStore.migrations, synchronous: "NORMAL"),
+                    checkpointEvery: 5)
+            })
+        context.onShutdown { store.close() }
+        return store
+    }
+}
+
+extension ZMQSocket {
+    /// The dispatcher's agent socket: a CURVE ROUTER whose handshakes go through the ZAP handler.
+    /// Sends to a connection that is gone fail at once (so its session ends), and the queue per
+    /// agent holds more than a session's window.
+    ///
+    /// The socket arms no timer per connection: libzmq cancels a timer by scanning every timer of
+    /// its I/O thread, so a heartbeat or handshake timer per agent would make each message cost
+    /// O(agents). Liveness comes from the agents' hellos (a session ends after three heartbeats
+    /// of silence) and from TCP keepalive, which closes connections whose host has gone.
+    static func agentServer(bind endpoint: String, keys: CurveKeyPair, config: HubConfig) throws -> ZMQSocket {
+        let socket = try ZMQContext.shared.socket(.router)
+        try socket.setLinger(0)
+        try socket.setRouterMandatory(true)
+        try socket.setSendHighWaterMark(4_096)
+        try socket.setReceiveHighWaterMark(100_000)
+        try socket.setMaxMessageSize(config.maxMessageBytes + 4_096)
+        try socket.setHandshakeInterval(0)
+        try socket.setTCPKeepalive(idle: 60, interval: 10, count: 3)
+        try socket.setBacklog(4_096)
+        try socket.makeCurveServer(keys, domain: ZAPHandler.agentDomain)
+        try socket.bind(endpoint)
+        return socket
+    }
+}
