@@ -58,6 +58,8 @@ extension Double: SQLiteBindable { public var sqliteValue: SQLiteValue { .real(s
 extension Bool: SQLiteBindable { public var sqliteValue: SQLiteValue { .integer(self ? 1 : 0) } }
 extension String: SQLiteBindable { public var sqliteValue: SQLiteValue { .text(self) } }
 extension Data: SQLiteBindable { public var sqliteValue: SQLiteValue { .blob(self) } }
+/// A date binds as seconds since 1970, in a REAL (as the PostgreSQL stores keep it in a double precision).
+extension Date: SQLiteBindable { public var sqliteValue: SQLiteValue { .real(timeIntervalSince1970) } }
 extension SQLiteValue: SQLiteBindable { public var sqliteValue: SQLiteValue { self } }
 extension Optional: SQLiteBindable where Wrapped: SQLiteBindable {
     public var sqliteValue: SQLiteValue { self?.sqliteValue ?? .null }

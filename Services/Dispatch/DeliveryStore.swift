@@ -212,9 +212,6 @@ struct DeliverySQL: Sendable {
     var fencedShards: @Sendable ([String]) -> String
 }
 
-/// A value both engines bind.
-typealias StoreValue = SQLiteBindable & PostgresBindable
-
 /// How a notification's outcome row opens, when `record` writes it.
 struct OutcomeOpening {
     var state: NotificationState
@@ -299,17 +296,9 @@ final class DeliveryLedger {
 
 /// One engine: its SQL, its connection, and its way of committing (`writeTurn`, `flush`). The
 /// store's behaviour over them lives in this protocol's extension, alike for both engines.
-protocol DeliveryEngine: DeliveryStore {
-    associatedtype Row: StoredRow
+protocol DeliveryEngine: DeliveryStore, EngineBacked {
     static var sql: DeliverySQL { get }
     var ledger: DeliveryLedger { get }
-    /// Runs `body` in a transaction; nested, in a savepoint.
-    func transaction<T>(_ body: () throws -> T) throws -> T
-    /// Runs a statement; returns its rows.
-    func query(_ sql: String, _ values: [(any StoreValue)?]) throws -> [Row]
-    /// Runs a statement; returns how many rows it inserted, changed or deleted.
-    @discardableResult
-    func run(_ sql: String, _ values: [(any StoreValue)?]) throws -> Int
 }
 
 extension DeliveryEngine {
@@ -317,8 +306,6 @@ extension DeliveryEngine {
     static var testResultsKept: Int { 10 }
 
     private var sql: DeliverySQL { Self.sql }
-
-    private func one(_ sql: String, _ values: [(any StoreValue)?] = []) throws -> Row? { try query(sql, values).first }
 
     /// Rows of (key, value), each read with its function, as a dictionary.
     private func dictionary<Key: Hashable, Item>(

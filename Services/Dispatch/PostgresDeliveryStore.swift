@@ -333,12 +333,6 @@ final class PostgresDeliveryStore: DeliveryEngine {
         return parts.string ?? url
     }
 
-    /// The connection, reset first when it was found broken and no transaction is under way on it.
-    private var db: PostgresConnection {
-        if !connection.isInTransaction { _ = connection.reconnectIfNeeded() }
-        return connection
-    }
-
     func writeTurn(_ body: () throws -> Void) throws { try write(body) }
 
     /// Each turn has committed already.
@@ -346,14 +340,5 @@ final class PostgresDeliveryStore: DeliveryEngine {
 
     func close() { connection.close() }
 
-    func transaction<T>(_ body: () throws -> T) throws -> T { try db.transaction(body) }
-
-    func query(_ sql: String, _ values: [(any StoreValue)?]) throws -> [PostgresRow] {
-        try db.query(sql, values.map { $0 })
-    }
-
-    @discardableResult
-    func run(_ sql: String, _ values: [(any StoreValue)?]) throws -> Int {
-        try db.run(sql, values.map { $0 })
-    }
+    var engine: PostgresEngine { PostgresEngine(connection) }
 }

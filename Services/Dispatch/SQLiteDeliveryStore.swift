@@ -1,6 +1,7 @@
 import DispatchCore
 import Foundation
 import HubProtocol
+import Postgres
 import Push
 import Storage
 
@@ -290,14 +291,5 @@ final class SQLiteDeliveryStore: DeliveryEngine {
         checkpointer = nil
     }
 
-    func transaction<T>(_ body: () throws -> T) throws -> T { try database.transaction(body) }
-
-    func query(_ sql: String, _ values: [(any StoreValue)?]) throws -> [Row] {
-        try database.query(sql, values.map { $0?.sqliteValue ?? .null })
-    }
-
-    @discardableResult
-    func run(_ sql: String, _ values: [(any StoreValue)?]) throws -> Int {
-        try database.run(sql, values.map { $0?.sqliteValue ?? .null })
-    }
+    var engine: SQLiteEngine { SQLiteEngine(database) }
 }

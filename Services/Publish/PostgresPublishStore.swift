@@ -12,7 +12,7 @@ import Storage
 /// of every process: sequences commit in order, without gaps, and a reader pulling after a cursor
 /// never misses one that commits later with a lower number. The same lock makes a second send with
 /// an idempotency key wait for the first to commit, and then find it.
-final class PostgresPublishStore: PublishStore {
+final class PostgresPublishStore: PublishEngine {
     static let schema = "publish"
     /// Told, with the sequence, when a notification is accepted; delivered at commit.
     static let notifyChannel = "nh_publish_accepted"
@@ -54,9 +54,11 @@ final class PostgresPublishStore: PublishStore {
             """),
     ]
 
+    static let sql = PublishSQL(prefix: "publish.", latestSequence: "SELECT sequence FROM publish.stream WHERE id = 1")
+
     let connection: PostgresConnection
     private let encoder = HubCodec.makeEncoder()
-    private let decoder = HubCodec.makeDecoder()
+    let decoder = HubCodec.makeDecoder()
 
     /// Connects, makes the schema when it is missing, and brings it to the code's version.
     init(url: String) throws {
@@ -64,11 +66,7 @@ final class PostgresPublishStore: PublishStore {
         try connection.migrate(Self.migrations, name: Self.schema)
     }
 
-    func latestSequence() throws -> UInt64 {
-        try connection.sequence(in: "publish.stream")
-    }
-
-    private static let columns = "sequence, notification_id, send, enqueued_at, expires_at"
+    var engine: PostgresEngine { PostgresEngine(connection) }
 
     func accept(_ send: SendNotification, timeToLive: Int, now: Date) throws -> (AcceptedNotification, isNew: Bool) {
         do {
@@ -89,7 +87,7 @@ final class PostgresPublishStore: PublishStore {
     private func insert(_ send: SendNotification, timeToLive: Int, now: Date, id given: String?) throws -> AcceptedNotification {
         let sequence = try connection.nextSequence(in: "publish.stream")
         if let key = send.idempotencyKey,
-            let row = try connection.queryOne("SELECT \(Self.columns) FROM publish.notifications WHERE idempotency_key = $1", [key])
+            let row = try connection.queryOne("SELECT \(PublishSQL.columns) FROM publish.notifications WHERE idempotency_key = $1", [key])
         {
             throw Repeated(first: try accepted(row))
         }
@@ -163,36 +161,5 @@ final class PostgresPublishStore: PublishStore {
         guard canceled == 0 else { return }
         let state = try connection.queryOne("SELECT state FROM publish.scheduled WHERE notification_id = $1", [id])?[0].string
         throw HubError.cannotCancel(id, state: state)
-    }
-
-    func scheduledState(_ id: String) throws -> (NotificationState, Date)? {
-        guard let row = try connection.queryOne(
-            "SELECT state, enqueued_at FROM publish.scheduled WHERE notification_id = $1 AND state != 'Fired'", [id]),
-            let state = NotificationState(rawValue: row[0].string ?? "")
-        else { return nil }
-        return (state, Date(timeIntervalSince1970: row[1].double ?? 0))
-    }
-
-    func pending(after: UInt64, limit: Int) throws -> [AcceptedNotification] {
-        try connection.query(
-            "SELECT \(Self.columns) FROM publish.notifications WHERE sequence > $1 ORDER BY sequence LIMIT $2",
-            [Int64(after), limit]
-        ).map(accepted)
-    }
-
-    func find(_ id: String) throws -> AcceptedNotification? {
-        try connection.queryOne("SELECT \(Self.columns) FROM publish.notifications WHERE notification_id = $1", [id]).map(accepted)
-    }
-
-    func purge(before: Date) throws -> Int {
-        try connection.run("DELETE FROM publish.notifications WHERE expires_at < $1", [before.timeIntervalSince1970])
-    }
-
-    private func accepted(_ row: PostgresRow) throws -> AcceptedNotification {
-        AcceptedNotification(
-            sequence: UInt64(row[0].int64 ?? 0), notificationId: row[1].string ?? "",
-            send: try decoder.decode(SendNotification.self, from: row[2].data ?? Data()),
-            enqueuedAt: Date(timeIntervalSince1970: row[3].double ?? 0),
-            expiresAt: Date(timeIntervalSince1970: row[4].double ?? 0))
     }
 }

@@ -1,22 +1,24 @@
 import Foundation
 import HubProtocol
+import Postgres
 import Storage
 
 /// The publish service's store on SQLite, the embedded default (`publish.db`; the schema is
 /// `PublishSchema`). The sequence is the row's: SQLite has one writer at a time, so rows commit in
 /// sequence order. Its statements join the commit group the request runs in.
-final class SQLitePublishStore: PublishStore {
+final class SQLitePublishStore: PublishEngine {
+    static let sql = PublishSQL(prefix: "", latestSequence: "SELECT coalesce(max(sequence), 0) FROM notifications", spell: NumberedParameters.sqlite)
+
     let database: SQLiteDatabase
     private let encoder = HubCodec.makeEncoder()
-    private let decoder = HubCodec.makeDecoder()
+    let decoder = HubCodec.makeDecoder()
+    let engine: SQLiteEngine
 
     init(database: SQLiteDatabase) {
         self.database = database
+        engine = SQLiteEngine(database)
     }
 
-    func latestSequence() throws -> UInt64 {
-        UInt64(try database.queryOne("SELECT coalesce(max(sequence), 0) FROM notifications")?[0].int64 ?? 0)
-    }
 
     func accept(_ send: SendNotification, timeToLive: Int, now: Date) throws -> (AcceptedNotification, isNew: Bool) {
         try accept(send, timeToLive: timeToLive, now: now, id: nil)
@@ -29,7 +31,7 @@ final class SQLitePublishStore: PublishStore {
         try database.transaction {
             if let key = send.idempotencyKey,
                 let row = try database.queryOne(
-                    "SELECT sequence, notification_id, send, enqueued_at, expires_at FROM notifications WHERE idempotency_key = ?",
+                    "SELECT \(PublishSQL.columns) FROM notifications WHERE idempotency_key = ?",
                     [key])
             {
                 return (try accepted(row), false)
@@ -92,41 +94,5 @@ final class SQLitePublishStore: PublishStore {
         let state = try database.queryOne("SELECT state FROM scheduled WHERE notification_id = ?", [id])?[0].string
         guard state == NotificationState.scheduled.rawValue else { throw HubError.cannotCancel(id, state: state) }
         try database.run("UPDATE scheduled SET state = ? WHERE notification_id = ?", [NotificationState.canceled.rawValue, id])
-    }
-
-    func scheduledState(_ id: String) throws -> (NotificationState, Date)? {
-        guard let row = try database.queryOne(
-            "SELECT state, enqueued_at FROM scheduled WHERE notification_id = ? AND state != 'Fired'", [id]),
-            let state = NotificationState(rawValue: row[0].string ?? "")
-        else { return nil }
-        return (state, Date(timeIntervalSince1970: row[1].double ?? 0))
-    }
-
-    func pending(after: UInt64, limit: Int) throws -> [AcceptedNotification] {
-        try database.query(
-            """
-            SELECT sequence, notification_id, send, enqueued_at, expires_at FROM notifications
-            WHERE sequence > ? ORDER BY sequence LIMIT ?
-            """, [after, limit]
-        ).map(accepted)
-    }
-
-    func find(_ id: String) throws -> AcceptedNotification? {
-        try database.queryOne(
-            "SELECT sequence, notification_id, send, enqueued_at, expires_at FROM notifications WHERE notification_id = ?", [id]
-        ).map(accepted)
-    }
-
-    /// Forgets notifications that expired more than a day ago; the dispatcher has long pulled them.
-    func purge(before: Date) throws -> Int {
-        try database.run("DELETE FROM notifications WHERE expires_at < ?", [before.timeIntervalSince1970])
-    }
-
-    private func accepted(_ row: Row) throws -> AcceptedNotification {
-        AcceptedNotification(
-            sequence: UInt64(row[0].int64 ?? 0), notificationId: row[1].string ?? "",
-            send: try decoder.decode(SendNotification.self, from: row[2].data ?? Data()),
-            enqueuedAt: Date(timeIntervalSince1970: row[3].double ?? 0),
-            expiresAt: Date(timeIntervalSince1970: row[4].double ?? 0))
     }
 }

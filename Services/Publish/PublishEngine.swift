@@ -1,0 +1,68 @@
+import Foundation
+import HubProtocol
+import Postgres
+import Storage
+
+/// One engine's statements for the publish store's reads, written with numbered parameters (`$1`).
+struct PublishSQL: Sendable {
+    /// () → sequence: the last accepted notification's.
+    var latestSequence: String
+    /// (id) → (state, enqueued at), of a scheduled send that has not fired.
+    var scheduledState: String
+    /// (after, limit) → accepted notifications.
+    var pending: String
+    /// (id) → an accepted notification.
+    var find: String
+    /// (before): forgets notifications that expired before.
+    var purge: String
+
+    /// The columns an accepted notification is read from, in `accepted`'s order.
+    static let columns = "sequence, notification_id, send, enqueued_at, expires_at"
+
+    init(prefix p: String, latestSequence: String, spell: (String) -> String = { $0 }) {
+        self.latestSequence = spell(latestSequence)
+        scheduledState = spell("SELECT state, enqueued_at FROM \(p)scheduled WHERE notification_id = $1 AND state != 'Fired'")
+        pending = spell("SELECT \(Self.columns) FROM \(p)notifications WHERE sequence > $1 ORDER BY sequence LIMIT $2")
+        find = spell("SELECT \(Self.columns) FROM \(p)notifications WHERE notification_id = $1")
+        purge = spell("DELETE FROM \(p)notifications WHERE expires_at < $1")
+    }
+}
+
+/// One engine of the publish store. Accepting, scheduling, firing and canceling are each
+/// engine's own, because they order concurrent writers differently (SQLite has one writer at a
+/// time; PostgreSQL's writers in several processes are ordered by the sequence row's lock and
+/// claim scheduled sends with SKIP LOCKED). The reads, alike for both, live in this protocol's
+/// extension.
+protocol PublishEngine: PublishStore, EngineBacked {
+    static var sql: PublishSQL { get }
+    var decoder: JSONDecoder { get }
+}
+
+extension PublishEngine {
+    private var sql: PublishSQL { Self.sql }
+
+    func latestSequence() throws -> UInt64 { try one(sql.latestSequence)?[0].sequence ?? 0 }
+
+    func scheduledState(_ id: String) throws -> (NotificationState, Date)? {
+        guard let row = try one(sql.scheduledState, [id]), let state = NotificationState(rawValue: row[0].string ?? "") else { return nil }
+        return (state, Date(timeIntervalSince1970: row[1].double ?? 0))
+    }
+
+    func pending(after: UInt64, limit: Int) throws -> [AcceptedNotification] {
+        try query(sql.pending, [Int64(after), limit]).map(accepted)
+    }
+
+    func find(_ id: String) throws -> AcceptedNotification? { try one(sql.find, [id]).map(accepted) }
+
+    /// Forgets notifications that expired before `before`; the dispatcher has long pulled them.
+    func purge(before: Date) throws -> Int { try run(sql.purge, [before]) }
+
+    /// An accepted notification from a row of `PublishSQL.columns`.
+    func accepted(_ row: Row) throws -> AcceptedNotification {
+        AcceptedNotification(
+            sequence: row[0].sequence, notificationId: row[1].string ?? "",
+            send: try decoder.decode(SendNotification.self, from: row[2].data ?? Data()),
+            enqueuedAt: Date(timeIntervalSince1970: row[3].double ?? 0),
+            expiresAt: Date(timeIntervalSince1970: row[4].double ?? 0))
+    }
+}

@@ -1,0 +1,190 @@
+import Foundation
+import HubProtocol
+import Postgres
+import Storage
+
+/// One engine's statements for the registry, written with numbered parameters (`$1`); `list`
+/// builds its statement from the table names and the byte-order collation.
+struct InstallationSQL: Sendable {
+    /// Table names, with the schema where there is one.
+    var installations: String
+    var tags: String
+    var changes: String
+    /// What makes text compare byte by byte (ids in order as SQLite orders them).
+    var byteOrder: String
+    /// A statement as the engine spells numbered parameters.
+    var spell: @Sendable (String) -> String
+    /// () → sequence.
+    var sequence: String
+    /// () → sequence: the next; on PostgreSQL the row stays locked until the change commits, so
+    /// sequences commit in order and without gaps.
+    var nextSequence: String
+    /// (id, now) → document, when live.
+    var get: String
+    /// (id) → document.
+    var stored: String
+    /// (id, document, user, expires at, updated at, push channel).
+    var upsert: String
+    /// (id).
+    var delete: String
+    /// (id).
+    var deleteTags: String
+    /// (now) → id, of those expired.
+    var expired: String
+    /// (now) → count.
+    var count: String
+    /// (now) → document, of every live installation in id order.
+    var snapshot: String
+    /// (sequence, id, document).
+    var log: String
+    /// (after, limit) → (sequence, id, document).
+    var changesAfter: String
+    /// (count).
+    var prune: String
+
+    init(prefix p: String, byteOrder: String, spell: @escaping @Sendable (String) -> String = { $0 }) {
+        self.spell = spell
+        installations = "\(p)installations"
+        tags = "\(p)installation_tags"
+        changes = "\(p)changes"
+        self.byteOrder = byteOrder
+        sequence = spell("SELECT sequence FROM \(p)stream WHERE id = 1")
+        nextSequence = spell("UPDATE \(p)stream SET sequence = sequence + 1 WHERE id = 1 RETURNING sequence")
+        get = spell("SELECT document FROM \(p)installations WHERE installation_id = $1 AND (expires_at IS NULL OR expires_at > $2)")
+        stored = spell("SELECT document FROM \(p)installations WHERE installation_id = $1")
+        upsert = spell("""
+            INSERT INTO \(p)installations (installation_id, document, user_id, expires_at, updated_at, push_channel)
+            VALUES ($1, $2, $3, $4, $5, $6)
+            ON CONFLICT (installation_id) DO UPDATE SET document = excluded.document, user_id = excluded.user_id,
+                expires_at = excluded.expires_at, updated_at = excluded.updated_at, push_channel = excluded.push_channel
+            """)
+        delete = spell("DELETE FROM \(p)installations WHERE installation_id = $1")
+        deleteTags = spell("DELETE FROM \(p)installation_tags WHERE installation_id = $1")
+        expired = spell("SELECT installation_id FROM \(p)installations WHERE expires_at IS NOT NULL AND expires_at <= $1 ORDER BY installation_id\(byteOrder)")
+        count = spell("SELECT count(*) FROM \(p)installations WHERE expires_at IS NULL OR expires_at > $1")
+        snapshot = spell("SELECT document FROM \(p)installations WHERE expires_at IS NULL OR expires_at > $1 ORDER BY installation_id\(byteOrder)")
+        log = spell("INSERT INTO \(p)changes (sequence, installation_id, document) VALUES ($1, $2, $3)")
+        changesAfter = spell("SELECT sequence, installation_id, document FROM \(p)changes WHERE sequence > $1 ORDER BY sequence LIMIT $2")
+        prune = spell("DELETE FROM \(p)changes WHERE sequence <= (SELECT max(sequence) FROM \(p)changes) - $1")
+    }
+}
+
+/// One engine of the registry: its statements, its connection, and what differs (tags written,
+/// a change logged, a point-in-time read, SQLite's spelling of parameters). The store's behaviour
+/// lives in this protocol's extension, alike for both engines.
+protocol InstallationEngine: InstallationStore, EngineBacked {
+    static var sql: InstallationSQL { get }
+    var encoder: JSONEncoder { get }
+    var decoder: JSONDecoder { get }
+    /// Writes an installation's tags, its old ones deleted.
+    func insertTags(_ tags: [String], of id: String) throws
+    /// A change was logged in the write under way.
+    func logged(_ sequence: UInt64) throws
+}
+
+extension InstallationEngine {
+    private var sql: InstallationSQL { Self.sql }
+
+    func sequence() throws -> UInt64 { try one(sql.sequence)?[0].sequence ?? 0 }
+
+    /// Takes the next sequence; the first statement of every write, so that writers in every
+    /// process sharing a store commit in the order of their numbers.
+    private func nextSequence() throws -> UInt64 { try one(sql.nextSequence)?[0].sequence ?? 0 }
+
+    func get(_ id: String, now: Date) throws -> Installation? {
+        try one(sql.get, [id, now]).map { try decode($0[0].data) }
+    }
+
+    func upsert(_ installation: Installation, now: Date) throws -> (Installation, UInt64) {
+        try transaction {
+            let sequence = try nextSequence()
+            var stored = installation
+            stored.createdAt = try one(sql.stored, [installation.installationId]).map { try decode($0[0].data).createdAt } ?? now
+            stored.lastSeen = now
+            stored.version = sequence
+            // A tag given twice is kept once, where it first appears.
+            var seen = Set<String>()
+            stored.tags = stored.tags.filter { seen.insert($0).inserted }
+            let document = try encoder.encode(stored)
+            try run(sql.upsert, [stored.installationId, document, stored.userId, stored.expirationTime, now, stored.pushChannel])
+            try run(sql.deleteTags, [stored.installationId])
+            if !stored.tags.isEmpty { try insertTags(stored.tags, of: stored.installationId) }
+            try log(sequence, stored.installationId, document)
+            return (stored, sequence)
+        }
+    }
+
+    func delete(_ id: String) throws -> UInt64? {
+        do {
+            return try transaction {
+                let sequence = try nextSequence()
+                // Nothing deleted: the sequence goes back with the transaction.
+                guard try run(sql.delete, [id]) > 0 else { throw NothingDeleted() }
+                try log(sequence, id, nil)
+                return sequence
+            }
+        } catch is NothingDeleted {
+            return nil
+        }
+    }
+
+    func purgeExpired(now: Date) throws -> [(String, UInt64)] {
+        try transaction {
+            var purged: [(String, UInt64)] = []
+            for id in try query(sql.expired, [now]).compactMap({ $0[0].string }) {
+                let sequence = try nextSequence()
+                try run(sql.delete, [id])
+                try log(sequence, id, nil)
+                purged.append((id, sequence))
+            }
+            return purged
+        }
+    }
+
+    func list(tag: String?, pushChannel: String?, after: String?, limit: Int, now: Date) throws -> InstallationPage {
+        var statement = "SELECT i.document FROM \(sql.installations) i"
+        var values: [(any StoreValue)?] = []
+        if let tag {
+            values.append(tag)
+            statement += " JOIN \(sql.tags) t ON t.installation_id = i.installation_id AND t.tag = $\(values.count)"
+        }
+        values += [after ?? "", now]
+        statement += " WHERE i.installation_id\(sql.byteOrder) > $\(values.count - 1) AND (i.expires_at IS NULL OR i.expires_at > $\(values.count))"
+        if let pushChannel {
+            values.append(pushChannel)
+            statement += " AND i.push_channel = $\(values.count)"
+        }
+        values.append(limit + 1)
+        statement += " ORDER BY i.installation_id\(sql.byteOrder) LIMIT $\(values.count)"
+        return InstallationPage(fetched: try query(sql.spell(statement), values).map { try decode($0[0].data) }, limit: limit)
+    }
+
+    func count(now: Date) throws -> Int { try one(sql.count, [now])?[0].int ?? 0 }
+
+    func snapshot(now: Date) throws -> RegistrySnapshot {
+        try snapshot {
+            let sequence = try sequence()
+            let rows = try query(sql.snapshot, [now])
+            return RegistrySnapshot(sequence: sequence, installations: try rows.map { try decode($0[0].data) })
+        }
+    }
+
+    private func log(_ sequence: UInt64, _ id: String, _ document: Data?) throws {
+        try run(sql.log, [Int64(sequence), id, document])
+        try logged(sequence)
+    }
+
+    func changes(after sequence: UInt64, limit: Int) throws -> [InstallationChange] {
+        try query(sql.changesAfter, [Int64(sequence), limit]).map { row in
+            try InstallationChange(sequence: row[0].int64, installationId: row[1].string, document: row[2].data, decoder: decoder)
+        }
+    }
+
+    func pruneChanges(keeping count: Int) throws { try run(sql.prune, [count]) }
+
+    private func decode(_ data: Data?) throws -> Installation {
+        try decoder.decode(Installation.self, from: data ?? Data())
+    }
+}
+
+private struct NothingDeleted: Error {}

@@ -1,0 +1,214 @@
+import Foundation
+import HubProtocol
+import Postgres
+import ServiceKit
+import Storage
+
+/// One engine's statements for the sync store, written with numbered parameters (`$1`).
+struct UserNotificationSQL: Sendable {
+    /// () → sequence: the stream's.
+    var streamSequence: String
+    /// (user) → (sequence, floor).
+    var userSequence: String
+    /// (user) → sequence: the user's next.
+    var nextUserSequence: String
+    /// () → sequence: the stream's next.
+    var nextStreamSequence: String
+    /// (stream sequence, user, user sequence, origin).
+    var logChange: String
+    /// (user, app notification id) → (id, document).
+    var posted: String
+    /// (id, user, app notification id, document, sequence, expires at).
+    var insert: String
+    /// (document, sequence, expires at, id): a tombstone comes back to life as a new notification.
+    var replace: String
+    /// (id, user) → document, when live.
+    var live: String
+    /// (document, sequence, id).
+    var update: String
+    /// (sequence, deleted at, id).
+    var tombstone: String
+    /// (now, cutoff) → 1 when there is anything to expire or drop.
+    var expiryDue: String
+    /// (now) → (id, user), the live notifications expired by now, by user.
+    var expiring: String
+    /// (cutoff): raises the floor of each user whose tombstones go.
+    var raiseFloors: String
+    /// (cutoff): drops tombstones every device has had time to see.
+    var dropTombstones: String
+    /// (user, after, limit) → (id, sequence, created sequence, document).
+    var changes: String
+    /// (user, now) → document.
+    var history: String
+    /// () → count.
+    var liveCount: String
+    /// (after, limit) → (sequence, user, user sequence, origin).
+    var streamChanges: String
+    /// (count).
+    var pruneStream: String
+
+    /// The statements over tables named with `prefix` (a schema and a dot, or nothing), spelled as
+    /// the engine spells numbered parameters; `expiring` and `raiseFloors` are each engine's own.
+    init(prefix p: String, expiring: String, raiseFloors: String, spell: (String) -> String = { $0 }) {
+        streamSequence = spell("SELECT sequence FROM \(p)stream WHERE id = 1")
+        userSequence = spell("SELECT sequence, floor FROM \(p)users WHERE user_id = $1")
+        nextUserSequence = spell("""
+            INSERT INTO \(p)users (user_id, sequence) VALUES ($1, 1)
+            ON CONFLICT (user_id) DO UPDATE SET sequence = \(p)users.sequence + 1 RETURNING sequence
+            """)
+        nextStreamSequence = spell("UPDATE \(p)stream SET sequence = sequence + 1 WHERE id = 1 RETURNING sequence")
+        logChange = spell("INSERT INTO \(p)changes (sequence, user_id, user_sequence, origin) VALUES ($1, $2, $3, $4)")
+        posted = spell("SELECT id, document FROM \(p)user_notifications WHERE user_id = $1 AND app_notification_id = $2")
+        insert = spell("""
+            INSERT INTO \(p)user_notifications (id, user_id, app_notification_id, document, sequence, created_sequence, expires_at)
+            VALUES ($1, $2, $3, $4, $5, $5, $6)
+            """)
+        replace = spell("""
+            UPDATE \(p)user_notifications SET document = $1, sequence = $2, expires_at = $3, deleted_at = NULL,
+                created_sequence = CASE WHEN deleted_at IS NULL THEN created_sequence ELSE $2 END
+            WHERE id = $4
+            """)
+        live = spell("SELECT document FROM \(p)user_notifications WHERE id = $1 AND user_id = $2 AND deleted_at IS NULL")
+        update = spell("UPDATE \(p)user_notifications SET document = $1, sequence = $2 WHERE id = $3")
+        tombstone = spell("UPDATE \(p)user_notifications SET document = NULL, sequence = $1, deleted_at = $2 WHERE id = $3")
+        expiryDue = spell("""
+            SELECT CASE WHEN EXISTS (SELECT 1 FROM \(p)user_notifications WHERE deleted_at IS NULL AND expires_at <= $1)
+                OR EXISTS (SELECT 1 FROM \(p)user_notifications WHERE deleted_at IS NOT NULL AND deleted_at < $2) THEN 1 ELSE 0 END
+            """)
+        self.expiring = spell(expiring)
+        self.raiseFloors = spell(raiseFloors)
+        dropTombstones = spell("DELETE FROM \(p)user_notifications WHERE deleted_at IS NOT NULL AND deleted_at < $1")
+        changes = spell("""
+            SELECT id, sequence, created_sequence, document FROM \(p)user_notifications
+            WHERE user_id = $1 AND sequence > $2 ORDER BY sequence LIMIT $3
+            """)
+        history = spell("""
+            SELECT document FROM \(p)user_notifications WHERE user_id = $1 AND deleted_at IS NULL AND expires_at > $2
+            ORDER BY sequence
+            """)
+        liveCount = spell("SELECT count(*) FROM \(p)user_notifications WHERE deleted_at IS NULL")
+        streamChanges = spell("SELECT sequence, user_id, user_sequence, origin FROM \(p)changes WHERE sequence > $1 ORDER BY sequence LIMIT $2")
+        pruneStream = spell("DELETE FROM \(p)changes WHERE sequence <= (SELECT max(sequence) FROM \(p)changes) - $1")
+    }
+}
+
+/// One engine of the sync store: its statements, its connection, and how it writes and reads
+/// (`write`, `read`). The store's behaviour over them lives in this protocol's extension, alike
+/// for both engines.
+protocol UserNotificationEngine: UserNotificationStore, EngineBacked {
+    static var sql: UserNotificationSQL { get }
+    var encoder: JSONEncoder { get }
+    var decoder: JSONDecoder { get }
+    /// Runs `body` as a writing transaction.
+    func write<T>(_ body: () throws -> T) throws -> T
+    /// A change was logged in the write under way (PostgreSQL tells the other processes at commit).
+    func logged(_ change: SyncChange) throws
+}
+
+extension UserNotificationEngine {
+    private var sql: UserNotificationSQL { Self.sql }
+
+    func streamSequence() throws -> UInt64 { try one(sql.streamSequence)?[0].sequence ?? 0 }
+
+    func userSequence(_ user: String) throws -> (sequence: UInt64, floor: UInt64) {
+        guard let row = try one(sql.userSequence, [user]) else { return (0, 0) }
+        return (row[0].sequence, row[1].sequence)
+    }
+
+    private func nextUserSequence(_ user: String) throws -> UInt64 { try one(sql.nextUserSequence, [user])?[0].sequence ?? 0 }
+
+    /// Numbers the change in the stream and logs it, in the caller's transaction.
+    private func change(_ user: String, _ sequence: UInt64, origin: String?) throws -> SyncChange {
+        let change = SyncChange(streamSequence: try one(sql.nextStreamSequence)?[0].sequence ?? 0, userId: user, sequence: sequence, origin: origin)
+        try run(sql.logChange, [Int64(change.streamSequence), user, Int64(sequence), origin])
+        try logged(change)
+        return change
+    }
+
+    func post(_ post: PostUserNotification, expiresAt: Date, now: Date) throws -> (UserNotification, SyncChange) {
+        try write {
+            let existing = try one(sql.posted, [post.userId, post.appNotificationId])
+            let sequence = try nextUserSequence(post.userId)
+            let notification = try UserNotificationRecords.posted(post, existing: existing, expiresAt: expiresAt, now: now, decoder: decoder)
+            let document = try encoder.encode(notification)
+            if existing == nil {
+                try run(sql.insert, [notification.id, post.userId, post.appNotificationId, document, Int64(sequence), expiresAt])
+            } else {
+                // A tombstone comes back to life as a new notification; a live one is replaced.
+                try run(sql.replace, [document, Int64(sequence), expiresAt, notification.id])
+            }
+            return (notification, try change(post.userId, sequence, origin: nil))
+        }
+    }
+
+    func live(_ id: String, user: String) throws -> UserNotification? {
+        guard let data = try one(sql.live, [id, user])?[0].data else { return nil }
+        return try decoder.decode(UserNotification.self, from: data)
+    }
+
+    func update(_ id: String, user: String, read: ReadState?, action: UserActionState?, origin: String?, now: Date) throws
+        -> (UserNotification, SyncChange?)
+    {
+        try write {
+            guard let current = try live(id, user: user) else { throw UserNotificationRecords.notFound(id) }
+            guard let notification = UserNotificationRecords.updated(current, read: read, action: action, now: now) else {
+                return (current, nil)
+            }
+            let sequence = try nextUserSequence(user)
+            try run(sql.update, [try encoder.encode(notification), Int64(sequence), id])
+            return (notification, try change(user, sequence, origin: origin))
+        }
+    }
+
+    func delete(_ id: String, user: String, origin: String?, now: Date) throws -> SyncChange {
+        try write {
+            guard try live(id, user: user) != nil else { throw UserNotificationRecords.notFound(id) }
+            return try tombstone(id, user: user, origin: origin, now: now)
+        }
+    }
+
+    private func tombstone(_ id: String, user: String, origin: String?, now: Date) throws -> SyncChange {
+        let sequence = try nextUserSequence(user)
+        try run(sql.tombstone, [Int64(sequence), now, id])
+        return try change(user, sequence, origin: origin)
+    }
+
+    func expire(now: Date) throws -> [SyncChange] {
+        let cutoff = now.addingTimeInterval(-UserNotificationRecords.tombstoneRetention)
+        // Looked at every second, by every process sharing a store: a write is opened only when there is work.
+        guard try one(sql.expiryDue, [now, cutoff])?[0].int == 1 else { return [] }
+        return try write {
+            var changes: [SyncChange] = []
+            for row in try query(sql.expiring, [now]) {
+                changes.append(try tombstone(row[0].string ?? "", user: row[1].string ?? "", origin: nil, now: now))
+            }
+            try run(sql.raiseFloors, [cutoff])
+            try run(sql.dropTombstones, [cutoff])
+            return changes
+        }
+    }
+
+    func changes(user: String, after cursor: UInt64, limit: Int) throws -> UserChanges {
+        try snapshot {
+            let (latest, floor) = try userSequence(user)
+            try UserNotificationRecords.checkCursor(cursor, latest: latest, floor: floor)
+            let rows = try query(sql.changes, [user, Int64(bitPattern: cursor), limit + 1])
+            return try UserNotificationRecords.changes(rows, after: cursor, limit: limit, decoder: decoder)
+        }
+    }
+
+    func history(user: String, now: Date) throws -> UserHistory {
+        try snapshot {
+            let rows = try query(sql.history, [user, now])
+            return try UserNotificationRecords.history(rows, cursor: try userSequence(user).sequence, decoder: decoder)
+        }
+    }
+
+    func liveCount() throws -> Int { try one(sql.liveCount)?[0].int ?? 0 }
+
+    func streamChanges(after sequence: UInt64, limit: Int) throws -> [SyncChange] {
+        try query(sql.streamChanges, [Int64(sequence), limit]).map(UserNotificationRecords.loggedChange)
+    }
+
+    func pruneStream(keeping count: Int) throws { try run(sql.pruneStream, [count]) }
+}
