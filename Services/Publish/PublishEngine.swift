@@ -49,7 +49,7 @@ extension PublishEngine {
     }
 
     func pending(after: UInt64, limit: Int) throws -> [AcceptedNotification] {
-        try query(sql.pending, [Int64(after), limit]).map(accepted)
+        try query(sql.pending, [Int64(clamping: after), limit]).map(accepted)
     }
 
     func find(_ id: String) throws -> AcceptedNotification? { try one(sql.find, [id]).map(accepted) }

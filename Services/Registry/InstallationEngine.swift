@@ -175,7 +175,7 @@ extension InstallationEngine {
     }
 
     func changes(after sequence: UInt64, limit: Int) throws -> [InstallationChange] {
-        try query(sql.changesAfter, [Int64(sequence), limit]).map { row in
+        try query(sql.changesAfter, [Int64(clamping: sequence), limit]).map { row in
             try InstallationChange(sequence: row[0].int64, installationId: row[1].string, document: row[2].data, decoder: decoder)
         }
     }

@@ -207,7 +207,7 @@ extension UserNotificationEngine {
     func liveCount() throws -> Int { try one(sql.liveCount)?[0].int ?? 0 }
 
     func streamChanges(after sequence: UInt64, limit: Int) throws -> [SyncChange] {
-        try query(sql.streamChanges, [Int64(sequence), limit]).map(UserNotificationRecords.loggedChange)
+        try query(sql.streamChanges, [Int64(clamping: sequence), limit]).map(UserNotificationRecords.loggedChange)
     }
 
     func pruneStream(keeping count: Int) throws { try run(sql.pruneStream, [count]) }

@@ -78,7 +78,7 @@ struct PublishStoreContractTests {
         #expect(try store.pending(after: 0, limit: 10).map(\.send.body) == ["first", "other"])
     }
 
-    @Test("pending returns what follows the cursor, in order, at most the limit", arguments: PublishEngine.available)
+    @Test("pending returns what follows the cursor, in order, at most the limit; nothing past the last", arguments: PublishEngine.available)
     func pending(engine: PublishEngine) throws {
         let (store, _) = try engine.makeStores()
         for i in 1...5 { _ = try store.accept(Self.send("n\(i)"), timeToLive: 60, now: Self.now) }
@@ -86,6 +86,9 @@ struct PublishStoreContractTests {
         let rest = try store.pending(after: 2, limit: 10)
         #expect(rest.map(\.sequence) == [3, 4, 5] && rest.map(\.send.body) == ["n3", "n4", "n5"])
         #expect(try store.pending(after: 5, limit: 10).isEmpty)
+        // A cursor past any sequence, even past the largest the store's integers hold, reads nothing.
+        #expect(try store.pending(after: UInt64(Int64.max) + 1, limit: 10).isEmpty)
+        #expect(try store.pending(after: .max, limit: 10).isEmpty)
     }
 
     @Test("a scheduled send waits, fires once when due under the id its sender was told, and cannot be canceled then",
