@@ -121,10 +121,23 @@ public struct BusSecurity: Sendable {
 
     private static let shared = Mutex<BusSecurity?>(nil)
 
-    /// The process's setting, used by every socket made without one of its own. Nil (plain
-    /// sockets) until a service, the agent or nhctl sets it at start.
+    /// The setting of a command-line tool (nhctl, nh-bench), set once in its main before it makes
+    /// any socket, and passed by it to each. Services and the agent never read it: each socket they
+    /// make takes its setting from their `ServiceContext.bus`.
     public static var current: BusSecurity? {
         get { shared.withLock { $0 } }
         set { shared.withLock { $0 = newValue } }
+    }
+}
+
+/// A process's bus security as its ZAP handler's thread reads it: set at start, read at each handshake.
+final class BusAdmission: Sendable {
+    private let security = Mutex<BusSecurity?>(nil)
+
+    func set(_ value: BusSecurity) { security.withLock { $0 = value } }
+
+    /// Whether a client key may connect to a socket of `domain`; nobody before the bus is secured.
+    func admits(domain: String, key: String) -> Bool {
+        security.withLock { $0?.admits(domain: domain, key: key) ?? false }
     }
 }

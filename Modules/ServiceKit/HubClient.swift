@@ -25,7 +25,7 @@ public final class HubClient: ServiceCalling {
 
     public init(
         context: ZMQContext = .shared, connect endpoint: String, policy: RetryPolicy = RetryPolicy(),
-        curve: (keys: CurveKeyPair, serverPublicKey: String)? = BusSecurity.current?.client,
+        curve: (keys: CurveKeyPair, serverPublicKey: String)? = nil,
         auth: @escaping () -> String? = { nil }
     ) throws(ZMQError) {
         client = try RequestClient(context: context, connect: endpoint, policy: policy, curve: curve)

@@ -20,7 +20,7 @@ public final class HubForwarder {
 
     public init(
         context: ZMQContext = .shared, connect endpoint: String, timeoutMs: Int,
-        curve: (keys: CurveKeyPair, serverPublicKey: String)? = BusSecurity.current?.client, auth: @escaping () -> String?
+        curve: (keys: CurveKeyPair, serverPublicKey: String)? = nil, auth: @escaping () -> String?
     ) throws {
         socket = try context.socket(.dealer)
         try socket.setLinger(0)

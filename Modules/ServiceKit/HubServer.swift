@@ -24,14 +24,17 @@ public final class HubServer {
     /// Requests answered, and the time spent on them, by message type.
     public private(set) var requestsByType: [MessageType: (count: Int, seconds: Double)] = [:]
 
-    /// - Parameter ownerOnly: for an ipc:// endpoint, only processes of this user may connect, and
-    ///   its socket file is 0600 (the agent's control socket).
+    /// - Parameters:
+    ///   - curve: the key pair of a CURVE server, whose handshakes go through the process's ZAP handler; nil for a plain socket.
+    ///   - ownerOnly: for an ipc:// endpoint, only processes of this user may connect, and its
+    ///     socket file is 0600 (the agent's control socket).
     public init(
-        context: ZMQContext = .shared, bind endpoint: String, logger: Logger, maxMessageBytes: Int, ownerOnly: Bool = false
+        context: ZMQContext = .shared, bind endpoint: String, logger: Logger, maxMessageBytes: Int, curve: CurveKeyPair? = nil,
+        ownerOnly: Bool = false
     ) throws(ZMQError) {
         // The socket limit is a backstop well above the checked limit, so that an oversized request
         // still gets a readable error reply instead of a dropped connection.
-        var options = RequestServer.Options(maxMessageSize: Self.socketLimit(maxMessageBytes: maxMessageBytes), curve: BusSecurity.current?.serverKeys)
+        var options = RequestServer.Options(maxMessageSize: Self.socketLimit(maxMessageBytes: maxMessageBytes), curve: curve)
         options.sendHighWaterMark = 100_000
         options.receiveHighWaterMark = 100_000
         options.ownerOnly = ownerOnly

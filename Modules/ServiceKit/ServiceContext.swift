@@ -26,14 +26,17 @@ public final class ServiceContext {
         keyRate = config.limits.requestsPerSecondPerKey > 0 ? RateLimiter(perSecond: config.limits.requestsPerSecondPerKey) : nil
     }
 
-    /// A context for running a service's handlers in process (tests, tools): no signal handling, no
-    /// sockets until something binds one.
-    public static func detached(name: String, config: HubConfig, logLevel: Logger.Level = .warning) -> ServiceContext {
+    /// A context for running a service's handlers in process (tests, tools): the keys and the
+    /// user-token secret loaded from the config's data folder (made there when missing), no
+    /// signal handling, and plain sockets until something secures the bus.
+    public static func detached(name: String, config: HubConfig, logLevel: Logger.Level = .warning) throws -> ServiceContext {
         var logger = Logger(service: name)
         logger.level = logLevel
         let loop = EventLoop(signals: SignalWatcher(signals: []), logger: logger)
-        return ServiceContext(
+        let context = ServiceContext(
             name: name, config: config, logger: logger, loop: loop, dataDirectory: URL(fileURLWithPath: config.dataDir, isDirectory: true))
+        try context.loadKeys()
+        return context
     }
 
     /// Opens (creating if needed) this service's database in the data folder and migrates it.
@@ -70,7 +73,8 @@ public final class ServiceContext {
         endpoints: @escaping () -> [String: String], details: @escaping () -> [String: String]? = { nil }
     ) throws -> HubServer {
         let server = try HubServer(
-            bind: endpoint, logger: logger, maxMessageBytes: maxMessageBytes ?? config.maxMessageBytes, ownerOnly: ownerOnly)
+            bind: endpoint, logger: logger, maxMessageBytes: maxMessageBytes ?? config.maxMessageBytes, curve: bus?.serverKeys,
+            ownerOnly: ownerOnly)
         servers.append(server)
         group?.onEffectError = { [logger] error in
             logger.error("a step after a commit failed; what was committed stands", ("error", "\(error)"))
@@ -97,7 +101,7 @@ public final class ServiceContext {
 
     /// Binds a change-stream publisher that sends a heartbeat every `heartbeatMs`.
     public func bindEvents(_ endpoint: String, startingAfter sequence: UInt64) throws -> SequencedPublisher {
-        let publisher = try SequencedPublisher(bind: [endpoint], startingAfter: sequence, curve: BusSecurity.current?.serverKeys)
+        let publisher = try SequencedPublisher(bind: [endpoint], startingAfter: sequence, curve: bus?.serverKeys)
         loop.every(milliseconds: config.heartbeatMs) { try publisher.heartbeat() }
         onShutdown { publisher.close() }
         logger.info("publishing", ("role", "events"), ("endpoint", publisher.endpoints.first ?? endpoint))
@@ -148,20 +152,28 @@ public final class ServiceContext {
     private func subscriber(_ endpoint: String) throws -> ZMQSocket {
         let socket = try ZMQContext.shared.socket(.sub)
         try socket.setLinger(0)
-        if let security = BusSecurity.current {
-            try socket.makeCurveClient(security.clientKeys, serverPublicKey: security.serverPublicKey)
-        }
+        if let bus { try socket.makeCurveClient(bus.clientKeys, serverPublicKey: bus.serverPublicKey) }
         try socket.subscribe()
         try socket.connect(endpoint)
         onShutdown { socket.close() }
         return socket
     }
 
+    /// A client of another service that sends its requests without waiting for their replies,
+    /// signed with the service token; its socket is for the caller's loop to watch.
+    public func forwarder(_ endpoint: String) throws -> HubForwarder {
+        let forwarder = try HubForwarder(connect: endpoint, timeoutMs: config.requestTimeoutMs, curve: bus?.client) { [unowned self] in
+            self.serviceToken()
+        }
+        onShutdown { forwarder.close() }
+        return forwarder
+    }
+
     /// A client of another service, with the configured timeout and attempts.
     public func client(_ endpoint: String, policy: RetryPolicy? = nil) throws -> HubClient {
         let client = try HubClient(
             connect: endpoint,
-            policy: policy ?? RetryPolicy(timeout: config.requestTimeoutMs, attempts: config.requestAttempts),
+            policy: policy ?? RetryPolicy(timeout: config.requestTimeoutMs, attempts: config.requestAttempts), curve: bus?.client,
             auth: { [unowned self] in self.serviceToken() })
         client.maxMessageBytes = config.publishRequestBytes
         onShutdown { client.close() }
@@ -173,37 +185,35 @@ public final class ServiceContext {
     /// Tokens this service signed, by key, with when: HTTP workers sign from several threads.
     private let signedTokens = Mutex<[String: (String, TimeInterval)]>([:])
 
-    /// The hub's shared-access keys, from `keys.json` in the data folder (made on first run).
-    /// A key file that exists but cannot be read stops the service: new keys made in its place
-    /// would refuse every client holding the real ones.
+    /// The hub's shared-access keys, from `keys.json` in the data folder (made on first run), as
+    /// `prepareKeys` or `detached` loaded them at start.
     public var keys: KeyStore {
-        if let loadedKeys { return loadedKeys }
-        do {
-            let keys = try KeyStore.loadOrCreate(directory: URL(fileURLWithPath: config.dataDir, isDirectory: true))
-            loadedKeys = keys
-            return keys
-        } catch {
-            stop("cannot load the hub's keys: \(error)")
-        }
+        guard let loadedKeys else { preconditionFailure("\(name): prepareKeys() or detached(...) loads the keys before they are read") }
+        return loadedKeys
     }
 
     /// The secret that signs user credentials and tokens, from `user-token.key` in the data folder,
-    /// made on first run; one that cannot be read stops the service, as for `keys`.
+    /// made on first run, as `prepareKeys` or `detached` loaded it at start.
     public var userTokens: UserTokens {
-        if let loadedUserTokens { return loadedUserTokens }
-        do {
-            let tokens = try UserTokens.loadOrCreate(directory: URL(fileURLWithPath: config.dataDir, isDirectory: true))
-            loadedUserTokens = tokens
-            return tokens
-        } catch {
-            stop("cannot load the user-token secret: \(error)")
-        }
+        guard let loadedUserTokens else { preconditionFailure("\(name): prepareKeys() or detached(...) loads the user-token secret before it is read") }
+        return loadedUserTokens
     }
 
-    private func stop(_ message: String) -> Never {
-        logger.error(message)
-        StandardStream.write(Data("\(name): \(message)\n".utf8))
-        exit(2)
+    /// Loads the keys and the user-token secret, making them on first run. A file that exists but
+    /// cannot be read is a `ConfigError`: new keys made in its place would refuse every client
+    /// holding the real ones.
+    private func loadKeys() throws(ConfigError) {
+        let directory = URL(fileURLWithPath: config.dataDir, isDirectory: true)
+        do {
+            loadedKeys = try KeyStore.loadOrCreate(directory: directory)
+        } catch {
+            throw ConfigError("cannot load the hub's keys: \(error)")
+        }
+        do {
+            loadedUserTokens = try UserTokens.loadOrCreate(directory: directory)
+        } catch {
+            throw ConfigError("cannot load the user-token secret: \(error)")
+        }
     }
 
     /// The user a request's user token names, as a `HubError` the caller gets back when it does not check out.
@@ -215,33 +225,41 @@ public final class ServiceContext {
         }
     }
 
-    /// Loads the keys, the user-token secret and the bus key now, making them on first run, so
-    /// that the files exist as soon as the service is up and a file that cannot be read stops it at
-    /// start; then secures the bus (see `BusSecurity`): every socket this service binds from here
-    /// on is a CURVE server that admits only holders of the hub's access keys.
-    public func prepareKeys() {
-        _ = keys
-        _ = userTokens
+    /// Loads the keys, the user-token secret and the bus key at start, making them on first run,
+    /// so that the files exist as soon as the service is up and one that cannot be read stops it
+    /// with a `ConfigError` (exit 2); then secures the bus (see `BusSecurity`): every socket this
+    /// context makes from here on is CURVE, and those it binds admit only holders of the hub's
+    /// access keys.
+    public func prepareKeys() throws {
+        try loadKeys()
         let directory = URL(fileURLWithPath: config.dataDir, isDirectory: true)
+        let server: CurveKeyPair
         do {
-            let server = try BusKeys.loadOrCreate(directory: directory)
-            guard let own = keys.key(named: AccessKey.defaultFullName) ?? keys.keys.first(where: { $0.rights.contains(.manage) }) else {
-                stop("\(KeyStore.fileName) has no key with Manage rights, which the services use between themselves")
-            }
-            try secureBus(BusSecurity(
-                serverKeys: server, clientKeys: try BusSecurity.clientKeys(keyName: own.name, key: own.key),
-                serverPublicKey: server.publicKey, admitted: try BusSecurity.admitted(by: keys)))
+            server = try BusKeys.loadOrCreate(directory: directory)
         } catch {
-            stop("cannot load the hub's bus key: \(error)")
+            throw ConfigError("cannot load the hub's bus key: \(error)")
         }
+        guard let own = keys.key(named: AccessKey.defaultFullName) ?? keys.keys.first(where: { $0.rights.contains(.manage) }) else {
+            throw ConfigError("\(KeyStore.fileName) has no key with Manage rights, which the services use between themselves")
+        }
+        try secureBus(BusSecurity(
+            serverKeys: server, clientKeys: try BusSecurity.clientKeys(keyName: own.name, key: own.key),
+            serverPublicKey: server.publicKey, admitted: try BusSecurity.admitted(by: keys)))
     }
 
-    /// Makes `security` this process's and starts the ZAP handler that enforces it. Call before
+    /// How this context's sockets are secured, set by `secureBus`; nil (plain sockets) until then.
+    /// Every socket the context makes takes it from here.
+    public private(set) var bus: BusSecurity?
+    /// What the ZAP handler's thread reads.
+    private let admission = BusAdmission()
+
+    /// Makes `security` this context's and starts the ZAP handler that enforces it. Call before
     /// binding any socket.
     public func secureBus(_ security: BusSecurity) throws {
-        BusSecurity.current = security
+        bus = security
+        admission.set(security)
         guard zap == nil else { return }
-        let handler = try ZAPHandler { domain, key in BusSecurity.current?.admits(domain: domain, key: key) ?? false }
+        let handler = try ZAPHandler { [admission] domain, key in admission.admits(domain: domain, key: key) }
         zap = handler
         onShutdown { handler.close() }
     }
@@ -294,7 +312,7 @@ public final class ServiceContext {
 
     /// A token with every right, for calls between services that share the key file.
     public func serviceToken() -> String? {
-        guard let key = keys.key(named: AccessKey.defaultFullName) ?? keys.keys.first(where: { $0.rights.contains(.manage) })
+        guard let keys = loadedKeys, let key = keys.key(named: AccessKey.defaultFullName) ?? keys.keys.first(where: { $0.rights.contains(.manage) })
         else { return nil }
         return token(for: key)
     }

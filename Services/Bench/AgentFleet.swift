@@ -36,7 +36,7 @@ enum AgentFleet {
         let pairs = try ids.map { _ in try CurveKeyPair.generate() }
 
         // Registration, many requests in flight, as a fleet of real devices would register.
-        let registry = try HubForwarder(connect: config.registry.requests, timeoutMs: 30_000) { credential.token(for: config.hubResource) }
+        let registry = try HubForwarder(connect: config.registry.requests, timeoutMs: 30_000, curve: BusSecurity.current?.client) { credential.token(for: config.hubResource) }
         try BulkRegistration.upsert(
             zip(ids, pairs).map { id, pair in
                 Installation(

@@ -96,7 +96,7 @@ final class HubCluster {
 
     static func client(_ endpoint: String, credential: ConnectionString) throws -> HubClient {
         try HubClient(
-            connect: endpoint, policy: RetryPolicy(timeout: 10_000, attempts: 1),
+            connect: endpoint, policy: RetryPolicy(timeout: 10_000, attempts: 1), curve: BusSecurity.current?.client,
             auth: { credential.token(for: "http://127.0.0.1:7780/hub") })
     }
 

@@ -28,7 +28,7 @@ enum CtlSend {
     static func client(_ endpoint: String, _ credential: ConnectionString, _ config: HubConfig) throws -> HubClient {
         let client = try HubClient(
             connect: endpoint, policy: RetryPolicy(timeout: config.requestTimeoutMs, attempts: config.requestAttempts),
-            auth: { credential.token(for: config.hubResource) })
+            curve: BusSecurity.current?.client, auth: { credential.token(for: config.hubResource) })
         client.maxMessageBytes = config.publishRequestBytes
         return client
     }

@@ -16,7 +16,7 @@ public enum DispatchMain {
             check: { config in try PushCenter.check(settings: config.push, dataDir: config.dataDir) }
         ) { context in
             let config = context.config
-            context.prepareKeys()
+            try context.prepareKeys()
             var settings = DispatcherSettings(agentHeartbeat: Double(config.agentHeartbeatMs) / 1000, maxAgents: config.limits.agents)
             // Phones and browsers: each platform's push service, on a thread of its own for HTTP, with
             // its answers handled on this loop after the writes of the turn they come in.
@@ -33,20 +33,22 @@ public enum DispatchMain {
             let advertise = config.dispatch.advertise ?? agents.lastEndpoint
             let leasePeriod = max(3.0, 3 * Double(config.heartbeatMs) / 1000)
             let store = try DispatchShell.openStore(context, advertise: advertise, leasePeriod: leasePeriod)
-            let publish = try HubForwarder(connect: config.publish.requests, timeoutMs: config.requestTimeoutMs) { context.serviceToken() }
-            let registryWrites = try HubForwarder(connect: config.registry.requests, timeoutMs: config.requestTimeoutMs) { context.serviceToken() }
-            context.onShutdown { publish.close(); registryWrites.close() }
+            let publish = try context.forwarder(config.publish.requests)
+            let registryWrites = try context.forwarder(config.registry.requests)
             let dispatch = DispatchShell(
                 context: context, settings: settings, inbox: AgentInbox(messagesPerSecond: config.limits.agentMessagesPerSecond), store: store,
                 leases: ShardLeaseKeeper(store: store, id: advertise, period: leasePeriod), push: push, agents: agents,
                 publish: publish, registryWrites: registryWrites, shared: config.storeIsPostgres)
             shell = dispatch
+            // Before anything is handed to the push services: a delivery can be reported as it is taken.
+            push.note = { message, fields in context.logger.log(.warning, message, fields.map { ($0.0, $0.1) }) }
+            push.report = { dispatch.pushAnswered($0, $1) }
             context.loop.every(milliseconds: 50) { dispatch.commitGroup() }
 
             // The registry's change stream keeps the index current; a gap or a late start takes a snapshot.
             let registry = try context.client(config.registry.requests, policy: RetryPolicy(timeout: 2_000, attempts: 1))
             let replica = try CloneReplica(
-                connect: config.registry.events ?? "tcp://127.0.0.1:7702", curve: BusSecurity.current?.client,
+                connect: config.registry.events ?? "tcp://127.0.0.1:7702", curve: context.bus?.client,
                 snapshot: { let snapshot = try registry.call(RegistrySnapshotRequest()); dispatch.registrySnapshot(snapshot); return snapshot.sequence },
                 apply: { dispatch.handle(.installationChanged(try HubCodec.decode(InstallationChanged.self, from: $0.body).payload)) })
             dispatch.replica = replica
@@ -57,8 +59,6 @@ public enum DispatchMain {
                 try dispatch.resumePush()
             }
             context.loop.watch(registryWrites.socket) { try registryWrites.receive() }
-            push.note = { message, fields in context.logger.log(.warning, message, fields.map { ($0.0, $0.1) }) }
-            push.report = { dispatch.pushAnswered($0, $1) }
 
             var endpoints: [String: String] = ["agents": agents.lastEndpoint]
             let server = try context.bindRequests(config.dispatch.requests, endpoints: { endpoints }) { dispatch.health() }

@@ -342,7 +342,7 @@ extension DispatchShell {
     /// its ZAP domain lets any agent key through the handshake, and a hello is then accepted only
     /// for an installation bound to the key the connection was authenticated with.
     static func agentSocket(_ context: ServiceContext) throws -> ZMQSocket {
-        guard let busKeys = BusSecurity.current?.serverKeys else { throw ConfigError("the bus is not secured") }
+        guard let busKeys = context.bus?.serverKeys else { throw ConfigError("the bus is not secured") }
         let endpoint = context.config.dispatch.agents ?? "tcp://127.0.0.1:7722"
         guard !endpoint.contains(",") else {
             throw ConfigError("dispatch.agents '\(endpoint)' lists several endpoints; a dispatcher binds one (agents may be given several)")

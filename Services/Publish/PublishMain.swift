@@ -10,7 +10,7 @@ public enum PublishMain {
     public static func main(_ arguments: [String] = Array(CommandLine.arguments.dropFirst())) -> Never {
         ServiceMain.run(name: "nh-publish", summary: "the publish service: accepts notifications from backends", arguments: arguments) { context in
             let config = context.config
-            context.prepareKeys()
+            try context.prepareKeys()
             let store: any PublishStore
             let rich: any RichStore
             // Sends waiting at once share one commit, on either engine; hints go out, and replies back,
@@ -103,8 +103,7 @@ public enum PublishMain {
             }
             // A user notification is stored by the sync store, and the reply comes once it is persisted
             // there. Posts are forwarded without waiting, so many can be in flight while this loop goes on.
-            let sync = try HubForwarder(connect: config.sync.requests, timeoutMs: config.requestTimeoutMs) { context.serviceToken() }
-            context.onShutdown { sync.close() }
+            let sync = try context.forwarder(config.sync.requests)
             context.loop.watch(sync.socket) { try sync.receive() }
             context.loop.every(milliseconds: 100) { sync.expire() }
             server.onDeferred(PostUserNotification.self) { request, respond in

@@ -12,7 +12,7 @@ public enum RegistryMain {
             let store: any InstallationStore = try context.chooseStore(
                 schema: PostgresInstallationStore.schema, postgres: { try PostgresInstallationStore(url: $0) },
                 sqlite: { SQLiteInstallationStore(database: try context.openStore("registry.db", migrations: SQLiteInstallationStore.migrations)) })
-            context.prepareKeys()
+            try context.prepareKeys()
             let events = try context.bindEvents(config.registry.events ?? "tcp://127.0.0.1:7702", startingAfter: try store.sequence())
             var endpoints: [String: String] = ["events": events.endpoints.first ?? ""]
             let server = try context.bindRequests(config.registry.requests, endpoints: { endpoints }) {

@@ -10,8 +10,7 @@ public enum SyncStoreMain {
     public static func main(_ arguments: [String] = Array(CommandLine.arguments.dropFirst())) -> Never {
         ServiceMain.run(name: "nh-sync", summary: "the sync store: per-user notifications and their read and dismiss state", arguments: arguments) { context in
             let config = context.config
-            context.prepareKeys()
-            _ = context.userTokens
+            try context.prepareKeys()
             let store: any UserNotificationStore = try context.chooseStore(
                 schema: PostgresUserNotificationStore.schema, postgres: { try PostgresUserNotificationStore(url: $0) },
                 sqlite: { SQLiteUserNotificationStore(database: try context.openStore("sync.db", migrations: SQLiteUserNotificationStore.migrations)) })

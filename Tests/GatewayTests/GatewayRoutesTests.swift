@@ -39,7 +39,7 @@ struct Gateway {
         var config = HubConfig()
         config.dataDir = FileManager.default.temporaryDirectory.appendingPathComponent("nh-gateway-tests-\(UUID().uuidString)").path
         try FileManager.default.createDirectory(atPath: config.dataDir, withIntermediateDirectories: true)
-        let context = ServiceContext.detached(name: "nh-gateway", config: config)
+        let context = try ServiceContext.detached(name: "nh-gateway", config: config)
         keys = context.keys
         let web = WebPages(folder: URL(fileURLWithPath: config.dataDir).appendingPathComponent("no-pages"), hub: config.hub)
         routes = GatewayRoutes(

@@ -23,7 +23,7 @@ struct PushEndpointRoutesTests {
         var config = HubConfig()
         config.dataDir = FileManager.default.temporaryDirectory.appendingPathComponent("nh-push-endpoint-tests-\(UUID().uuidString)").path
         try FileManager.default.createDirectory(atPath: config.dataDir, withIntermediateDirectories: true)
-        let context = ServiceContext.detached(name: "nh-gateway", config: config)
+        let context = try ServiceContext.detached(name: "nh-gateway", config: config)
         let web = WebPages(folder: URL(fileURLWithPath: config.dataDir).appendingPathComponent("no-pages"), hub: config.hub)
         routes = GatewayRoutes(
             context: context, registry: registry, publish: publish, dispatch: StandIn(), sync: StandIn(), counts: counts, web: web,

@@ -12,7 +12,7 @@ public struct ServiceHarness {
         var config = HubConfig()
         config.dataDir = FileManager.default.temporaryDirectory.appendingPathComponent("\(service)-handlers-\(UUID().uuidString)").path
         try FileManager.default.createDirectory(atPath: config.dataDir, withIntermediateDirectories: true)
-        context = ServiceContext.detached(name: service, config: config)
+        context = try ServiceContext.detached(name: service, config: config)
     }
 
     public var dataDir: String { context.config.dataDir }

@@ -1,0 +1,73 @@
+import Auth
+import Bus
+import Foundation
+import Testing
+
+@testable import ServiceKit
+
+/// What a service holds to check and make credentials, loaded once at start: the keys, the
+/// user-token secret and the bus's security, each a `ConfigError` when its file cannot be read.
+@Suite("Service context's keys")
+struct ServiceContextTests {
+    static func config() throws -> HubConfig {
+        let folder = FileManager.default.temporaryDirectory.appendingPathComponent("nh-context-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        var config = HubConfig()
+        config.dataDir = folder.path
+        return config
+    }
+
+    @Test("a first start makes the keys; the next reads the same ones and signs the same service token")
+    func keysMadeOnceAndKept() throws {
+        let config = try Self.config()
+        let first = try ServiceContext.detached(name: "nh-test", config: config)
+        let second = try ServiceContext.detached(name: "nh-test", config: config)
+        #expect(first.keys == second.keys)
+        #expect(first.serviceToken() != nil)
+        let (credential, _) = first.userTokens.issue(user: "alice", kind: .token, lifetime: 60)
+        #expect(try second.authorizeUser(credential) == "alice")
+    }
+
+    @Test("a key file that exists but cannot be read is a config error, and nothing is made in its place")
+    func unreadableKeysAreAConfigError() throws {
+        for (file, words) in [("keys.json", "cannot load the hub's keys"), ("user-token.key", "cannot load the user-token secret")] {
+            let config = try Self.config()
+            let path = URL(fileURLWithPath: config.dataDir).appendingPathComponent(file)
+            try Data("not a key file".utf8).write(to: path)
+            #expect {
+                _ = try ServiceContext.detached(name: "nh-test", config: config)
+            } throws: { error in
+                (error as? ConfigError)?.description.contains(words) == true
+            }
+            #expect(try Data(contentsOf: path) == Data("not a key file".utf8))
+        }
+    }
+
+    @Test("prepareKeys secures the context's bus with the hub's key and admits every access key's client key")
+    func prepareKeysSecuresTheBus() throws {
+        let config = try Self.config()
+        let context = try ServiceContext.detached(name: "nh-test", config: config)
+        #expect(context.bus == nil)
+        try context.prepareKeys()
+        defer { context.shutdown() }
+        let bus = try #require(context.bus)
+        #expect(bus.serverKeys?.publicKey == BusKeys.publicKey(directory: URL(fileURLWithPath: config.dataDir)))
+        for key in context.keys.keys {
+            #expect(bus.admits(domain: "hub", key: try BusSecurity.clientKeys(keyName: key.name, key: key.key).publicKey))
+        }
+        #expect(!bus.admits(domain: "hub", key: try CurveKeyPair.generate().publicKey))
+    }
+
+    @Test("a bus key file that cannot be read stops prepareKeys with a config error")
+    func unreadableBusKey() throws {
+        let config = try Self.config()
+        let context = try ServiceContext.detached(name: "nh-test", config: config)
+        try Data("{}".utf8).write(to: URL(fileURLWithPath: config.dataDir).appendingPathComponent(BusKeys.fileName))
+        #expect {
+            try context.prepareKeys()
+        } throws: { error in
+            (error as? ConfigError)?.description.contains("cannot load the hub's bus key") == true
+        }
+        #expect(context.bus == nil)
+    }
+}
