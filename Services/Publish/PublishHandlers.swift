@@ -14,8 +14,16 @@ struct PublishHandlers {
     let accept: (SendNotification, Int) throws -> AcceptedNotification
     /// The last sequence announced on the stream.
     let latest: () -> UInt64
+    /// Forwards a user notification to the sync store without waiting; nil where there is none.
+    var sync: HubForwarder? = nil
 
     func install(on server: HubServer) {
+        if let sync {
+            server.onDeferred(PostUserNotification.self) { request, respond in
+                try context.authorize(request.auth, needs: .send)
+                sync.forward(request.payload) { respond(Self.posted($0)) }
+            }
+        }
         server.on(SendNotification.self) { try send($0) }
         server.on(CancelScheduledNotification.self) { try cancel($0) }
         server.on(SendRichNotification.self) { try sendRich($0) }
@@ -25,6 +33,14 @@ struct PublishHandlers {
     }
 
     private var config: HubConfig { context.config }
+
+    /// The answer to a user notification's post, from the sync store's: the sync store stores it
+    /// and answers once it is persisted; one that did not answer in time may still have, so the
+    /// sender is told that posting again is safe.
+    static func posted(_ result: Result<UserNotificationReply, HubError>) -> Result<UserNotificationReply, HubError> {
+        guard case .failure(let error) = result, error.code == .timeout else { return result }
+        return .failure(HubError(.unavailable, "the sync store did not answer in time; posting again with the same appNotificationId is safe"))
+    }
 
     func send(_ request: Envelope<SendNotification>) throws -> SendAccepted {
         try context.authorize(request.auth, needs: .send)

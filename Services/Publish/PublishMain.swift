@@ -11,30 +11,7 @@ public enum PublishMain {
         ServiceMain.run(name: "nh-publish", summary: "the publish service: accepts notifications from backends", arguments: arguments) { context in
             let config = context.config
             try context.prepareKeys()
-            let store: any PublishStore
-            let rich: any RichStore
-            // Sends waiting at once share one commit, on either engine; hints go out, and replies back,
-            // only after it. (On PostgreSQL the sequence row stays locked until the group commits, so
-            // another publish process's sends wait for it, and numbers still commit in order.)
-            let group: CommitGroup
-            if config.storeIsPostgres, let url = config.store {
-                let postgres: PostgresPublishStore
-                do {
-                    postgres = try PostgresPublishStore(url: url)
-                } catch {
-                    throw ConfigError("store: cannot use the PostgreSQL store: \(error)")
-                }
-                context.onShutdown { postgres.connection.close() }
-                group = CommitGroup { body in try postgres.connection.transaction { body() } }
-                store = postgres
-                rich = PostgresRichStore(connection: postgres.connection)
-                context.logger.info("store open", ("engine", "postgresql"), ("schema", PostgresPublishStore.schema))
-            } else {
-                let sqlite = SQLitePublishStore(database: try context.openStore("publish.db", migrations: PublishSchema.migrations))
-                store = sqlite
-                rich = try SQLiteRichStore(database: sqlite.database, directory: context.dataDirectory.appendingPathComponent("rich"))
-                group = CommitGroup(database: sqlite.database)
-            }
+            let (store, rich, group) = try PublishStores.open(context)
             // The stream tells dispatchers there is something to pull; the store is the truth.
             let events = try context.bindEvents(config.publish.events ?? "tcp://127.0.0.1:7712", startingAfter: try store.latestSequence())
             var endpoints: [String: String] = ["events": events.endpoints.first ?? ""]
@@ -72,7 +49,12 @@ public enum PublishMain {
                 return accepted
             }
 
-            PublishHandlers(context: context, store: store, rich: rich, accept: accept, latest: { events.sequence }).install(on: server)
+            // A user notification is stored by the sync store, and the reply comes once it is persisted
+            // there. Posts are forwarded without waiting, so many can be in flight while this loop goes on.
+            let sync = try context.forwarder(config.sync.requests)
+            context.loop.watch(sync.socket) { try sync.receive() }
+            context.loop.every(milliseconds: 100) { sync.expire() }
+            PublishHandlers(context: context, store: store, rich: rich, accept: accept, latest: { events.sequence }, sync: sync).install(on: server)
 
             // Scheduled sends fire from the store, so one survives any restart and fires once.
             context.loop.every(milliseconds: 500) {
@@ -100,21 +82,6 @@ public enum PublishMain {
             context.loop.every(milliseconds: 1_000) {
                 let purged = try rich.purge(now: Date())
                 if purged > 0 { context.logger.info("rich payloads expired", ("count", purged)) }
-            }
-            // A user notification is stored by the sync store, and the reply comes once it is persisted
-            // there. Posts are forwarded without waiting, so many can be in flight while this loop goes on.
-            let sync = try context.forwarder(config.sync.requests)
-            context.loop.watch(sync.socket) { try sync.receive() }
-            context.loop.every(milliseconds: 100) { sync.expire() }
-            server.onDeferred(PostUserNotification.self) { request, respond in
-                try context.authorize(request.auth, needs: .send)
-                sync.forward(request.payload) { result in
-                    if case .failure(let error) = result, error.code == .timeout {
-                        respond(.failure(HubError(.unavailable, "the sync store did not answer in time; posting again with the same appNotificationId is safe")))
-                    } else {
-                        respond(result)
-                    }
-                }
             }
             context.loop.every(milliseconds: 60_000) {
                 _ = try store.purge(before: Date().addingTimeInterval(-86_400))

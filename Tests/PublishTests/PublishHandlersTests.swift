@@ -75,4 +75,20 @@ final class PublishHandlersTests {
         let missing = context.userTokens.issue(user: "dev-1", kind: .ticket, lifetime: 60, resource: "nothing").token
         #expect(code { try self.handlers.fetchRich(self.envelope(RichFetchRequest(richId: "nothing", ticket: missing), auth: listen)) } == .notFound)
     }
+
+    @Test("a user post the sync store did not answer in time is unavailable, safe to post again; other answers pass through")
+    func userPostAnswers() throws {
+        let timedOut = PublishHandlers.posted(.failure(HubError(.timeout, "no reply from tcp://127.0.0.1:7731")))
+        guard case .failure(let error) = timedOut else {
+            Issue.record("a timeout should stay a failure")
+            return
+        }
+        #expect(error.code == .unavailable && error.message.contains("posting again with the same appNotificationId is safe"))
+        let refused = HubError(.forbidden, "the key cannot post")
+        guard case .failure(let passed) = PublishHandlers.posted(.failure(refused)) else {
+            Issue.record("a refusal should stay a failure")
+            return
+        }
+        #expect(passed == refused)
+    }
 }
