@@ -448,7 +448,13 @@ final class GatewayRoutes: @unchecked Sendable {
         let page = try publish.call(PendingNotificationsRequest(after: latest > UInt64(top) ? latest - UInt64(top) : 0, limit: top))
         var list: [GatewayJSON.Outcome] = []
         for accepted in page.notifications.reversed() {
-            guard let outcome = try? OutcomeLookup.find(accepted.notificationId, dispatch: outcomes, publish: publish) else { continue }
+            // One no service knows any more is left out; a dispatcher that cannot be read fails the list (503).
+            let outcome: NotificationOutcome
+            do {
+                outcome = try OutcomeLookup.find(accepted.notificationId, dispatch: outcomes, publish: publish)
+            } catch let error as HubError where error.code == .notFound {
+                continue
+            }
             var item = GatewayJSON.Outcome(outcome, location: location(of: outcome.notificationId, request))
             let send = accepted.send
             item.format = send.rich != nil ? "rich" : send.platform?.format ?? send.format.rawValue

@@ -141,6 +141,33 @@ struct GatewayRoutesTests {
         #expect(decoded.outcomeCounts.contains(GatewayJSON.Count(name: "Targets", count: 2)))
     }
 
+    @Test("GET /messages lists the latest sends with their outcomes; one no service knows is left out, and an unreadable dispatcher is a 503")
+    func recentMessages() throws {
+        let gateway = try Gateway()
+        let sends = ["n-1", "n-2", "n-3"].enumerated().map { index, id in
+            AcceptedNotification(
+                sequence: UInt64(index + 1), notificationId: id, send: SendNotification(format: .template, properties: ["m": id], tagExpression: "World"),
+                enqueuedAt: Date(timeIntervalSince1970: 1_800_000_000), expiresAt: Date(timeIntervalSince1970: 1_800_086_400))
+        }
+        gateway.publish.on(PendingNotificationsRequest.self) { request, _ in
+            PendingNotifications(notifications: sends.filter { $0.sequence > request.after }, latest: 3)
+        }
+        gateway.publish.on(OutcomeRequest.self) { request, _ in throw HubError(.notFound, "no \(request.notificationId)") }
+        var dispatcherDown = false
+        gateway.dispatch.on(OutcomeRequest.self) { request, _ in
+            if dispatcherDown { throw HubError(.unavailable, "no reply from the dispatcher") }
+            guard request.notificationId != "n-2" else { throw HubError(.notFound, "no \(request.notificationId)") }
+            return NotificationOutcome(notificationId: request.notificationId, state: .completed, enqueuedAt: Date(), targets: 1, acknowledged: 1)
+        }
+        let listed = gateway.request("GET", "/hub/messages", query: ["api-version": "2015-01", "$top": "3"])
+        #expect(listed.status == 200)
+        let messages = try HubCodec.makeDecoder().decode(GatewayJSON.Messages.self, from: listed.body)
+        #expect(messages.messages.map(\.notificationId) == ["n-3", "n-1"] && messages.latest == 3)
+        dispatcherDown = true
+        let down = gateway.request("GET", "/hub/messages", query: ["api-version": "2015-01", "$top": "3"])
+        #expect(down.status == 503 && down.text.contains("no reply from the dispatcher"))
+    }
+
     @Test("a test send answers <NotificationOutcome> with each target's result")
     func testSend() throws {
         let gateway = try Gateway()
