@@ -1,5 +1,6 @@
 import Bus
 import Foundation
+import Synchronization
 
 /// Environment variables that put every service of one hub on free loopback ports with its own
 /// data folder: what tests and benchmarks use to run the real executables side by side.
@@ -23,22 +24,28 @@ public enum LoopbackEnvironment {
         return environment
     }
 
-    /// A loopback TCP endpoint whose port nothing listens on now. It is taken below the kernel's
-    /// range of ephemeral ports, so that the outgoing connections of other processes (thousands,
-    /// for a fleet of simulated agents) cannot take it before the service binds it.
+    /// A loopback TCP endpoint whose port nothing listens on now, and which this process has not
+    /// handed out before (tests running side by side in one process each get their own). It is
+    /// taken below the kernel's range of ephemeral ports, so that the outgoing connections of other
+    /// processes (thousands, for a fleet of simulated agents) cannot take it before the service binds it.
     public static func freeEndpoint() throws -> String {
         let socket = try ZMQContext.shared.socket(.router)
         defer { socket.close() }
         let low = ephemeralPortsStart()
         if low > 11_000 {
             for _ in 0..<64 {
-                let endpoint = "tcp://127.0.0.1:\(Int.random(in: 10_000..<low))"
+                let port = Int.random(in: 10_000..<low)
+                guard handedOut.withLock({ $0.insert(port).inserted }) else { continue }
+                let endpoint = "tcp://127.0.0.1:\(port)"
                 if (try? socket.bind(endpoint)) != nil { return endpoint }
             }
         }
         try socket.bind("tcp://127.0.0.1:*")
         return socket.lastEndpoint
     }
+
+    /// The ports `freeEndpoint` has handed out in this process.
+    private static let handedOut = Mutex<Set<Int>>([])
 
     /// The first port of the kernel's ephemeral range (32768 when it cannot be read).
     static func ephemeralPortsStart() -> Int {

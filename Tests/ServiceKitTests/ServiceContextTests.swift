@@ -71,3 +71,13 @@ struct ServiceContextTests {
         #expect(context.bus == nil)
     }
 }
+
+@Suite("Loopback endpoints")
+struct LoopbackEnvironmentTests {
+    @Test("free endpoints handed out in one process are each different, so hubs started side by side never share a port")
+    func endpointsAreNotHandedOutTwice() throws {
+        let endpoints = try (0..<400).map { _ in try LoopbackEnvironment.freeEndpoint() }
+        #expect(Set(endpoints).count == endpoints.count)
+        #expect(endpoints.allSatisfy { $0.hasPrefix("tcp://127.0.0.1:") })
+    }
+}
