@@ -4,7 +4,6 @@ import CBuildInfo
 import Foundation
 import HubProtocol
 import Storage
-import Synchronization
 
 /// What a service gets when it starts: its config, logger, loop and data folder.
 public final class ServiceContext {
@@ -23,7 +22,6 @@ public final class ServiceContext {
         self.logger = logger
         self.loop = loop
         self.dataDirectory = dataDirectory
-        keyRate = config.limits.requestsPerSecondPerKey > 0 ? RateLimiter(perSecond: config.limits.requestsPerSecondPerKey) : nil
     }
 
     /// A context for running a service's handlers in process (tests, tools): the keys and the
@@ -35,7 +33,7 @@ public final class ServiceContext {
         let loop = EventLoop(signals: SignalWatcher(signals: []), logger: logger)
         let context = ServiceContext(
             name: name, config: config, logger: logger, loop: loop, dataDirectory: URL(fileURLWithPath: config.dataDir, isDirectory: true))
-        try context.loadKeys()
+        context.security = try HubSecurity.load(config: config, service: name)
         return context
     }
 
@@ -180,50 +178,19 @@ public final class ServiceContext {
         return client
     }
 
-    private var loadedKeys: KeyStore?
-    private var loadedUserTokens: UserTokens?
-    /// Tokens this service signed, by key, with when: HTTP workers sign from several threads.
-    private let signedTokens = Mutex<[String: (String, TimeInterval)]>([:])
+    /// The keys, the user-token secret and the rate per key, as `prepareKeys` or `detached` loaded
+    /// them at start; nil before.
+    public private(set) var security: HubSecurity?
 
-    /// The hub's shared-access keys, from `keys.json` in the data folder (made on first run), as
-    /// `prepareKeys` or `detached` loaded them at start.
-    public var keys: KeyStore {
-        guard let loadedKeys else { preconditionFailure("\(name): prepareKeys() or detached(...) loads the keys before they are read") }
-        return loadedKeys
+    private var loaded: HubSecurity {
+        guard let security else { preconditionFailure("\(name): prepareKeys() or detached(...) loads the keys before they are read") }
+        return security
     }
 
-    /// The secret that signs user credentials and tokens, from `user-token.key` in the data folder,
-    /// made on first run, as `prepareKeys` or `detached` loaded it at start.
-    public var userTokens: UserTokens {
-        guard let loadedUserTokens else { preconditionFailure("\(name): prepareKeys() or detached(...) loads the user-token secret before it is read") }
-        return loadedUserTokens
-    }
-
-    /// Loads the keys and the user-token secret, making them on first run. A file that exists but
-    /// cannot be read is a `ConfigError`: new keys made in its place would refuse every client
-    /// holding the real ones.
-    private func loadKeys() throws(ConfigError) {
-        let directory = URL(fileURLWithPath: config.dataDir, isDirectory: true)
-        do {
-            loadedKeys = try KeyStore.loadOrCreate(directory: directory)
-        } catch {
-            throw ConfigError("cannot load the hub's keys: \(error)")
-        }
-        do {
-            loadedUserTokens = try UserTokens.loadOrCreate(directory: directory)
-        } catch {
-            throw ConfigError("cannot load the user-token secret: \(error)")
-        }
-    }
-
-    /// The user a request's user token names, as a `HubError` the caller gets back when it does not check out.
-    public func authorizeUser(_ token: String?) throws(HubError) -> String {
-        do {
-            return try userTokens.verify(token, kind: .token).user
-        } catch {
-            throw HubError(.unauthorized, error.message)
-        }
-    }
+    /// The hub's shared-access keys (see `HubSecurity`).
+    public var keys: KeyStore { loaded.keys }
+    /// The secret that signs user credentials and tokens (see `HubSecurity`).
+    public var userTokens: UserTokens { loaded.userTokens }
 
     /// Loads the keys, the user-token secret and the bus key at start, making them on first run,
     /// so that the files exist as soon as the service is up and one that cannot be read stops it
@@ -231,20 +198,9 @@ public final class ServiceContext {
     /// context makes from here on is CURVE, and those it binds admit only holders of the hub's
     /// access keys.
     public func prepareKeys() throws {
-        try loadKeys()
-        let directory = URL(fileURLWithPath: config.dataDir, isDirectory: true)
-        let server: CurveKeyPair
-        do {
-            server = try BusKeys.loadOrCreate(directory: directory)
-        } catch {
-            throw ConfigError("cannot load the hub's bus key: \(error)")
-        }
-        guard let own = keys.key(named: AccessKey.defaultFullName) ?? keys.keys.first(where: { $0.rights.contains(.manage) }) else {
-            throw ConfigError("\(KeyStore.fileName) has no key with Manage rights, which the services use between themselves")
-        }
-        try secureBus(BusSecurity(
-            serverKeys: server, clientKeys: try BusSecurity.clientKeys(keyName: own.name, key: own.key),
-            serverPublicKey: server.publicKey, admitted: try BusSecurity.admitted(by: keys)))
+        let security = try HubSecurity.load(config: config, service: name)
+        self.security = security
+        try secureBus(try security.bus(directory: URL(fileURLWithPath: config.dataDir, isDirectory: true)))
     }
 
     /// How this context's sockets are secured, set by `secureBus`; nil (plain sockets) until then.
@@ -268,54 +224,28 @@ public final class ServiceContext {
     public var handshakes: (accepted: Int, refused: Int) { zap?.counts ?? (0, 0) }
     private var zap: ZAPHandler?
 
-    /// Checks a request's credential for a right, as a `HubError` the caller gets back; then the
-    /// key's rate (`limits.requestsPerSecondPerKey`). Manage keys, which the services use between
-    /// themselves, are not limited.
+    /// Checks a request's credential for a right, and the key's rate, counted for the connection
+    /// the request came on (see `HubSecurity.authorize`).
     @discardableResult
     public func authorize(_ token: String?, needs: AccessRights) throws(HubError) -> AccessKey {
-        let key: AccessKey
-        do {
-            key = try keys.authorize(token, resource: config.hubResource, needs: needs)
-        } catch {
-            throw HubError(error.kind == .forbidden ? .forbidden : .unauthorized, error.message)
-        }
-        try takeRate(of: key, peer: servers.lazy.compactMap(\.currentPeer).first)
-        return key
+        try loaded.authorize(token, needs: needs, peer: servers.lazy.compactMap(\.currentPeer).first)
     }
 
     /// The request servers bound through `bindRequests`; the one handling a request knows its peer.
     private var servers: [HubServer] = []
 
-    /// Requests per access key, when `limits.requestsPerSecondPerKey` is set.
-    public let keyRate: RateLimiter?
+    /// Takes one request of `key`'s rate (see `HubSecurity.takeRate`).
+    public func takeRate(of key: AccessKey, peer: Data? = nil) throws(HubError) { try loaded.takeRate(of: key, peer: peer) }
 
-    /// Takes one request of `key`'s rate, throwing `rate_limited` when it has none left. A key
-    /// with Listen alone is the one every device holds, so its rate is counted per connection.
-    public func takeRate(of key: AccessKey, peer: Data? = nil) throws(HubError) {
-        guard let keyRate, !key.rights.contains(.manage) else { return }
-        let bucket = key.rights == .listen ? "\(key.name)/\((peer ?? Data()).base64EncodedString())" : key.name
-        guard !keyRate.allow(bucket) else { return }
-        throw HubError(
-            .rateLimited,
-            "key '\(key.name)' sent more than \(config.limits.requestsPerSecondPerKey) requests a second to \(name) (limits.requestsPerSecondPerKey); retry in a second")
-    }
+    /// The user a request's user token names, as a `HubError` the caller gets back when it does not check out.
+    public func authorizeUser(_ token: String?) throws(HubError) -> String { try loaded.authorizeUser(token) }
 
-    /// A token signed with `key` for this hub: for acting for a client with exactly its rights.
-    /// Tokens last an hour; one is reused for ten minutes, so that a busy caller signs rarely.
-    public func token(for key: AccessKey) -> String {
-        let now = Date().timeIntervalSince1970
-        if let (token, madeAt) = signedTokens.withLock({ $0[key.name + "\n" + key.key] }), now - madeAt < 600 { return token }
-        let token = ConnectionString(endpoint: config.namespace, keyName: key.name, key: key.key).token(for: config.hubResource)
-        signedTokens.withLock { $0[key.name + "\n" + key.key] = (token, now) }
-        return token
-    }
+    /// A token signed with `key` for this hub (see `HubSecurity.token`).
+    public func token(for key: AccessKey) -> String { loaded.token(for: key) }
 
-    /// A token with every right, for calls between services that share the key file.
-    public func serviceToken() -> String? {
-        guard let keys = loadedKeys, let key = keys.key(named: AccessKey.defaultFullName) ?? keys.keys.first(where: { $0.rights.contains(.manage) })
-        else { return nil }
-        return token(for: key)
-    }
+    /// A token with every right, for calls between services that share the key file; nil where
+    /// there are no keys (the agent).
+    public func serviceToken() -> String? { security?.serviceToken() }
 
     public func health(_ endpoints: [String: String], status: String = "ok", details: [String: String]? = nil) -> HealthReply {
         let uptime = startedAt.duration(to: .now)
