@@ -1,5 +1,4 @@
 import Auth
-import DispatchCore
 import Foundation
 import HubProtocol
 

@@ -12,11 +12,10 @@ final class SQLitePublishStore: PublishEngine {
     let database: SQLiteDatabase
     private let encoder = HubCodec.makeEncoder()
     let decoder = HubCodec.makeDecoder()
-    let engine: SQLiteEngine
+    var engine: SQLiteEngine { SQLiteEngine(database) }
 
     init(database: SQLiteDatabase) {
         self.database = database
-        engine = SQLiteEngine(database)
     }
 
 

@@ -45,19 +45,18 @@ final class PostgresInstallationStore: InstallationEngine {
     let connection: PostgresConnection
     let decoder = HubCodec.makeDecoder()
     let encoder = HubCodec.makeEncoder()
-    let engine: PostgresEngine
+    var engine: PostgresEngine { PostgresEngine(connection) }
 
     /// Connects, makes the schema when it is missing, and brings it to the code's version.
     init(url: String) throws {
         connection = try PostgresConnection(url: url)
-        engine = PostgresEngine(connection)
         try connection.migrate(Self.migrations, name: Self.schema)
     }
 
 
     /// Delivered to the other registry processes when the change commits.
     func logged(_ sequence: UInt64) throws {
-        try run("SELECT pg_notify($1, $2)", [Self.notifyChannel, String(sequence)])
+        try connection.notify(Self.notifyChannel, payload: String(sequence))
     }
 
     func insertTags(_ tags: [String], of id: String) throws {

@@ -50,11 +50,10 @@ final class SQLiteInstallationStore: InstallationEngine {
     let database: SQLiteDatabase
     let decoder = HubCodec.makeDecoder()
     let encoder = HubCodec.makeEncoder()
-    let engine: SQLiteEngine
+    var engine: SQLiteEngine { SQLiteEngine(database) }
 
     init(database: SQLiteDatabase) {
         self.database = database
-        engine = SQLiteEngine(database)
     }
 
     func logged(_ sequence: UInt64) throws {}

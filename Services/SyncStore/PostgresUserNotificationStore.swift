@@ -62,12 +62,11 @@ final class PostgresUserNotificationStore: UserNotificationEngine {
     var commitGroup: CommitGroup? { nil }
     let encoder = HubCodec.makeEncoder()
     let decoder = HubCodec.makeDecoder()
-    let engine: PostgresEngine
+    var engine: PostgresEngine { PostgresEngine(connection) }
 
     /// Connects, makes the schema when it is missing, and brings it to the code's version.
     init(url: String) throws {
         connection = try PostgresConnection(url: url)
-        engine = PostgresEngine(connection)
         try connection.migrate(Self.migrations, name: Self.schema)
     }
 

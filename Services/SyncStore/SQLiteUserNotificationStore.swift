@@ -56,11 +56,10 @@ final class SQLiteUserNotificationStore: UserNotificationEngine {
     let commitGroup: CommitGroup?
     let encoder = HubCodec.makeEncoder()
     let decoder = HubCodec.makeDecoder()
-    let engine: SQLiteEngine
+    var engine: SQLiteEngine { SQLiteEngine(database) }
 
     init(database: SQLiteDatabase) {
         self.database = database
-        engine = SQLiteEngine(database)
         commitGroup = CommitGroup(database: database)
     }
 
