@@ -127,6 +127,8 @@ public final class PushHTTPClient: @unchecked Sendable {
     private var hosts: [String: Host] = [:]
     private var waitingCount = 0
     private let clock = ContinuousClock()
+    /// When `closeStalled` last looked.
+    private var stallsCheckedAt = ContinuousClock.now
     private var idle: [UnsafeMutableRawPointer] = []
     private var thread: Thread?
     private let finished = DispatchSemaphore(value: 0)
@@ -277,6 +279,9 @@ public final class PushHTTPClient: @unchecked Sendable {
     private func closeStalled() {
         let now = clock.now
         let stall = Duration.milliseconds(settings.stallMs)
+        // Looked at a tenth of `stallMs` apart (at most a second), not at every turn of the loop.
+        guard now - stallsCheckedAt >= min(stall / 10, .seconds(1)) else { return }
+        stallsCheckedAt = now
         var stalled: Set<String> = []
         for transfer in transfers.values where !stalled.contains(transfer.host) {
             let quietSince = max(transfer.startedAt, hosts[transfer.host]?.lastAnswer ?? transfer.startedAt)
