@@ -1,7 +1,11 @@
-/// Any JSON value, for fields whose shape the protocol leaves open: patch values, raw payloads.
+import Foundation
+
+/// Any JSON value, for fields whose shape the protocol leaves open: patch values, raw payloads,
+/// request bodies checked member by member. Integers are kept exactly, apart from other numbers.
 public enum JSONValue: Codable, Sendable, Equatable, Hashable {
     case null
     case bool(Bool)
+    case integer(Int64)
     case number(Double)
     case string(String)
     case array([JSONValue])
@@ -13,6 +17,8 @@ public enum JSONValue: Codable, Sendable, Equatable, Hashable {
             self = .null
         } else if let value = try? container.decode(Bool.self) {
             self = .bool(value)
+        } else if let value = try? container.decode(Int64.self) {
+            self = .integer(value)
         } else if let value = try? container.decode(Double.self) {
             self = .number(value)
         } else if let value = try? container.decode(String.self) {
@@ -29,6 +35,7 @@ public enum JSONValue: Codable, Sendable, Equatable, Hashable {
         switch self {
         case .null: try container.encodeNil()
         case .bool(let value): try container.encode(value)
+        case .integer(let value): try container.encode(value)
         case .number(let value):
             if value.rounded() == value, abs(value) < 1e15 {
                 try container.encode(Int64(value))
@@ -41,8 +48,68 @@ public enum JSONValue: Codable, Sendable, Equatable, Hashable {
         }
     }
 
+    /// The JSON text `data` holds (any value, not only an object or array), or nil when it is not JSON.
+    public static func parse(_ data: Data) -> JSONValue? {
+        try? JSONDecoder().decode(JSONValue.self, from: data)
+    }
+
+    /// The JSON text `text` holds, or nil when it is not JSON.
+    public static func parse(_ text: String) -> JSONValue? {
+        parse(Data(text.utf8))
+    }
+
+    /// Compact JSON text with sorted keys and unescaped slashes, as the hub writes JSON.
+    public func encoded() throws -> Data {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        return try encoder.encode(self)
+    }
+
     public var stringValue: String? {
         if case .string(let value) = self { return value }
         return nil
+    }
+
+    public var objectValue: [String: JSONValue]? {
+        if case .object(let value) = self { return value }
+        return nil
+    }
+
+    public var arrayValue: [JSONValue]? {
+        if case .array(let value) = self { return value }
+        return nil
+    }
+
+    /// A string as it is, anything else as its JSON text: for messages and popups.
+    public var plainText: String {
+        if case .string(let value) = self { return value }
+        return (try? encoded()).map { String(decoding: $0, as: UTF8.self) } ?? ""
+    }
+
+    /// A number of either kind, as a Double.
+    public var doubleValue: Double? {
+        switch self {
+        case .integer(let value): Double(value)
+        case .number(let value): value
+        default: nil
+        }
+    }
+
+    /// An object's member; nil for a missing member or a value that is not an object.
+    public subscript(key: String) -> JSONValue? {
+        objectValue?[key]
+    }
+}
+
+extension JSONValue: ExpressibleByStringLiteral, ExpressibleByIntegerLiteral, ExpressibleByFloatLiteral,
+    ExpressibleByBooleanLiteral, ExpressibleByArrayLiteral, ExpressibleByDictionaryLiteral
+{
+    public init(stringLiteral value: String) { self = .string(value) }
+    public init(integerLiteral value: Int64) { self = .integer(value) }
+    public init(floatLiteral value: Double) { self = .number(value) }
+    public init(booleanLiteral value: Bool) { self = .bool(value) }
+    public init(arrayLiteral elements: JSONValue...) { self = .array(elements) }
+    public init(dictionaryLiteral elements: (String, JSONValue)...) {
+        self = .object(Dictionary(elements, uniquingKeysWith: { $1 }))
     }
 }

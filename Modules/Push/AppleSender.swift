@@ -67,7 +67,7 @@ final class AppleSender: PushSender {
         guard !device.isEmpty, device.count % 2 == 0, device.allSatisfy(\.isHexDigit) else {
             throw PushRequestError(outcome: "BadChannel", reason: "the APNs device token must be hexadecimal")
         }
-        let aps = ((try? JSONSerialization.jsonObject(with: Data(message.payload.utf8))) as? [String: Any])?["aps"] as? [String: Any]
+        let aps = JSONValue.parse(message.payload)?["aps"]?.objectValue
         let headers = message.headers
         // A notification with nothing to show is a background one, which Apple wants at priority 5.
         let silent = aps.map { $0["content-available"] != nil && $0["alert"] == nil && $0["sound"] == nil && $0["badge"] == nil } ?? false
@@ -103,7 +103,7 @@ final class AppleSender: PushSender {
 
     func classify(_ response: PushHTTPResponse, now: Date) -> PushResult {
         if response.status == 200 { return .delivered }
-        let reason = response.jsonObject?["reason"] as? String
+        let reason = response.json?["reason"]?.stringValue
         if let common = common(response, reason: reason, now: now) { return common }
         switch (response.status, reason) {
         case (410, _), (400, "BadDeviceToken"):

@@ -27,22 +27,22 @@ final class FCMSender: PushSender {
             throw PushConfigurationError("push.fcm needs serviceAccountFile, the service account's JSON key from the Firebase console")
         }
         let name = settings.serviceAccountFile.map { "'\($0)'" } ?? "the service account"
-        guard let account = (try? JSONSerialization.jsonObject(with: Data(text.utf8))) as? [String: Any] else {
+        guard let account = JSONValue.parse(text)?.objectValue else {
             throw PushConfigurationError("push.fcm: \(name) is not JSON; give the service account's key file as Google issued it")
         }
         func field(_ key: String) throws(PushConfigurationError) -> String {
-            guard let value = account[key] as? String, !value.isEmpty else {
+            guard let value = account[key]?.stringValue, !value.isEmpty else {
                 throw PushConfigurationError("push.fcm: \(name) has no '\(key)'; give the service account's key file as Google issued it")
             }
             return value
         }
-        if let type = account["type"] as? String, type != "service_account" {
+        if let type = account["type"]?.stringValue, type != "service_account" {
             throw PushConfigurationError("push.fcm: \(name) is a '\(type)' credential; FCM needs a service_account key")
         }
         projectId = try field("project_id")
         clientEmail = try field("client_email")
-        privateKeyId = account["private_key_id"] as? String
-        tokenURI = try httpsEndpoint(account["token_uri"] as? String ?? "https://oauth2.googleapis.com/token", setting: "push.fcm token_uri")
+        privateKeyId = account["private_key_id"]?.stringValue
+        tokenURI = try httpsEndpoint(account["token_uri"]?.stringValue ?? "https://oauth2.googleapis.com/token", setting: "push.fcm token_uri")
         do {
             key = try RSAKey(pem: try field("private_key"))
         } catch let error as PushConfigurationError {
@@ -78,11 +78,12 @@ final class FCMSender: PushSender {
 
     func tokenAnswered(_ response: PushHTTPResponse, now: Date) -> String? {
         fetching = false
-        guard response.status == 200, let object = response.jsonObject, let token = object["access_token"] as? String else {
-            let error = response.jsonObject.map { "\($0["error"] ?? "") \($0["error_description"] ?? "")" }
+        let object = response.json
+        guard response.status == 200, let token = object?["access_token"]?.stringValue else {
+            let error = object.map { "\($0["error"]?.plainText ?? "") \($0["error_description"]?.plainText ?? "")" }
             return "the token endpoint answered \(response.describe(error))"
         }
-        let lifetime = (object["expires_in"] as? NSNumber)?.doubleValue ?? 3_600
+        let lifetime = object?["expires_in"]?.doubleValue ?? 3_600
         accessToken = (token, now.addingTimeInterval(lifetime))
         return nil
     }
@@ -90,17 +91,15 @@ final class FCMSender: PushSender {
     func renew(now: Date) { accessToken = nil }
 
     func request(for message: PushMessage, now: Date) throws(PushRequestError) -> PushHTTPRequest {
-        guard var object = (try? JSONSerialization.jsonObject(with: Data(message.payload.utf8))) as? [String: Any],
-            var inner = object["message"] as? [String: Any]
-        else {
+        guard var object = JSONValue.parse(message.payload)?.objectValue, var inner = object["message"]?.objectValue else {
             throw PushRequestError(outcome: "PnsInterfaceError", reason: "an fcmv1 payload needs a 'message' object")
         }
         guard !message.pushChannel.isEmpty else { throw PushRequestError(outcome: "BadChannel", reason: "the FCM registration token is empty") }
-        inner["token"] = message.pushChannel
+        inner["token"] = .string(message.pushChannel)
         inner["topic"] = nil
         inner["condition"] = nil
-        object["message"] = inner
-        guard let body = try? JSONSerialization.data(withJSONObject: object, options: [.withoutEscapingSlashes]) else {
+        object["message"] = .object(inner)
+        guard let body = try? JSONValue.object(object).encoded() else {
             throw PushRequestError(outcome: "PnsInterfaceError", reason: "the fcmv1 payload cannot be written back as JSON")
         }
         return PushHTTPRequest(
@@ -111,9 +110,9 @@ final class FCMSender: PushSender {
 
     func classify(_ response: PushHTTPResponse, now: Date) -> PushResult {
         if response.status == 200 { return .delivered }
-        let error = response.jsonObject?["error"] as? [String: Any]
-        let details = (error?["details"] as? [[String: Any]]) ?? []
-        let code = details.compactMap { $0["errorCode"] as? String }.first ?? error?["status"] as? String
+        let error = response.json?["error"]
+        let details = error?["details"]?.arrayValue ?? []
+        let code = details.compactMap { $0["errorCode"]?.stringValue }.first ?? error?["status"]?.stringValue
         if let common = common(response, reason: code, now: now) { return common }
         switch (response.status, code) {
         case (_, "UNREGISTERED"), (404, _):

@@ -83,10 +83,8 @@ extension PushHTTPResponse {
         return min(max(0, date.timeIntervalSince(now)), 3_600)
     }
 
-    /// The body as a JSON object, when it is one.
-    var jsonObject: [String: Any]? {
-        (try? JSONSerialization.jsonObject(with: body)) as? [String: Any]
-    }
+    /// The body as JSON, when it is JSON.
+    var json: JSONValue? { JSONValue.parse(body) }
 
     /// What to keep of an answer for the outcome details: status, and the service's reason.
     func describe(_ reason: String?) -> String {

@@ -189,7 +189,7 @@ extension VAPID {
         guard case .string(let audience)? = claims["aud"], audiences.contains(audience.lowercased()) else {
             throw refuse(401, "the VAPID JWT's aud must be this push service's origin, \(audiences.first ?? "")")
         }
-        guard case .number(let expiry)? = claims["exp"] else { throw refuse(401, "the VAPID JWT has no exp") }
+        guard let expiry = claims["exp"]?.doubleValue else { throw refuse(401, "the VAPID JWT has no exp") }
         let seconds = now.timeIntervalSince1970
         guard expiry > seconds else { throw refuse(401, "the VAPID JWT expired; sign a fresh one") }
         guard expiry <= seconds + maxLifetime + 60 else {

@@ -38,9 +38,10 @@ final class WebPushSender: PushSender {
     }
 
     func request(for message: PushMessage, now: Date) throws(PushRequestError) -> PushHTTPRequest {
-        guard let subscription = (try? JSONSerialization.jsonObject(with: Data(message.pushChannel.utf8))) as? [String: String],
-            let url = subscription["endpoint"], let origin = VAPID.origin(of: url), url.lowercased().hasPrefix("https://"),
-            let p256dh = subscription["p256dh"].flatMap({ Data(base64URL: $0) }), let auth = subscription["auth"].flatMap({ Data(base64URL: $0) })
+        let subscription = JSONValue.parse(message.pushChannel)
+        guard let url = subscription?["endpoint"]?.stringValue, let origin = VAPID.origin(of: url), url.lowercased().hasPrefix("https://"),
+            let p256dh = subscription?["p256dh"]?.stringValue.flatMap({ Data(base64URL: $0) }),
+            let auth = subscription?["auth"]?.stringValue.flatMap({ Data(base64URL: $0) })
         else {
             throw PushRequestError(outcome: "BadChannel", reason: "the browser subscription needs an https endpoint, p256dh and auth")
         }

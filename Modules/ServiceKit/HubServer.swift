@@ -203,8 +203,7 @@ public final class HubServer {
 
     /// The correlation id of a request whose envelope did not check out, when one can be read.
     static func bestEffortID(_ data: Data) -> String {
-        guard let object = try? JSONSerialization.jsonObject(with: data) as? [String: Any] else { return "" }
-        return object["id"] as? String ?? ""
+        JSONValue.parse(data)?["id"]?.stringValue ?? ""
     }
 
     public func close() { server.close() }

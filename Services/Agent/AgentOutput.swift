@@ -23,23 +23,8 @@ final class AgentOutput {
     /// disk, a closed reader), so that it is not recorded as shown.
     @discardableResult
     func show(_ delivery: AgentDelivery, now: Date, richPath: String? = nil) -> Bool {
-        let payload = (try? JSONSerialization.jsonObject(with: Data(delivery.payload.utf8), options: [.fragmentsAllowed]))
-            ?? delivery.payload
-        var object: [String: Any] = [
-            "event": "notification", "deliveryId": delivery.deliveryId, "notificationId": delivery.notificationId,
-            "installationId": delivery.installationId, "payload": payload, "receivedAt": WireDate.format(now),
-            "expiresAt": WireDate.format(delivery.expiresAt),
-        ]
-        if let template = delivery.template { object["template"] = template }
-        if let rich = delivery.rich {
-            var reference: [String: Any] = [
-                "richId": rich.richId, "richType": rich.richType, "message": rich.message, "contentType": rich.contentType,
-                "size": rich.size,
-            ]
-            if let richPath { reference["path"] = richPath }
-            object["rich"] = reference
-        }
-        let (line, written) = writeLine(object)
+        let payload = JSONValue.parse(delivery.payload) ?? .string(delivery.payload)
+        let (line, written) = writeLine(AgentLine.Notification(delivery, payload: payload, receivedAt: now, richPath: richPath))
         guard written else { return false }
         if let hook {
             runHook(hook, environment: [
@@ -53,17 +38,12 @@ final class AgentOutput {
 
     /// A line about the agent itself, such as a token being requested.
     func event(_ name: String, _ fields: [String: String]) {
-        var object: [String: Any] = fields
-        object["event"] = name
-        object["at"] = WireDate.format(Date())
-        write(object)
+        write(AgentLine.Event(event: name, fields: fields, at: Date()))
     }
 
     /// A per-user notification event: created, updated or deleted, with the notification as it is.
     func userEvent(_ name: String, _ notification: UserNotification) {
-        let document = (try? JSONSerialization.jsonObject(with: HubCodec.encodePayload(UserNotificationReply(notification: notification))))
-            .flatMap { ($0 as? [String: Any])?["notification"] } ?? [:]
-        let line = write(["event": name, "id": notification.id, "notification": document, "at": WireDate.format(Date())])
+        let line = write(AgentLine.UserEvent(event: name, id: notification.id, notification: notification, at: Date()))
         if let hook {
             runHook(hook, environment: [
                 "NH_EVENT": name, "NH_NOTIFICATION_ID": notification.id, "NH_READ_STATE": notification.readState.rawValue,
@@ -74,11 +54,11 @@ final class AgentOutput {
 
     /// Writes one JSON line to standard output (unless lines are off) and returns it, for the hook.
     @discardableResult
-    private func write(_ object: [String: Any]) -> Data { writeLine(object).line }
+    private func write(_ object: some Encodable) -> Data { writeLine(object).line }
 
     /// The line, and whether standard output took it.
-    private func writeLine(_ object: [String: Any]) -> (line: Data, written: Bool) {
-        let line = (try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes])) ?? Data()
+    private func writeLine(_ object: some Encodable) -> (line: Data, written: Bool) {
+        let line = HubCodec.encodeValue(object)
         guard lines else { return (line, true) }
         return (line, StandardStream.write(line + Data("\n".utf8), to: STDOUT_FILENO))
     }

@@ -347,11 +347,10 @@ extension Popup {
 
     /// A broadcast delivery's popup: its payload's title and message (or body, or alert), or a rich
     /// notification's type and message with its picture. It has no state to act on, so no buttons.
-    init(delivery: AgentDelivery, payload: Any, richPath: String?) {
-        let object = payload as? [String: Any] ?? [:]
-        var title = object["title"] as? String ?? "Notification"
-        var body = (object["message"] ?? object["body"] ?? object["alert"] ?? (object["aps"] as? [String: Any])?["alert"])
-            .map { "\($0)" } ?? (payload as? String ?? "")
+    init(delivery: AgentDelivery, payload: JSONValue, richPath: String?) {
+        var title = payload["title"]?.stringValue ?? "Notification"
+        let text = payload["message"] ?? payload["body"] ?? payload["alert"] ?? payload["aps"]?["alert"]
+        var body = text.map(\.plainText) ?? payload.stringValue ?? ""
         var icon: String?
         if let rich = delivery.rich {
             title = rich.richType.capitalized
@@ -360,7 +359,7 @@ extension Popup {
         }
         self.init(
             key: .delivery(delivery.deliveryId), title: title, body: body, icon: icon,
-            urgency: Popup.urgency(priority: object["priority"] as? String ?? "normal"), expiresAt: delivery.expiresAt,
+            urgency: Popup.urgency(priority: payload["priority"]?.stringValue ?? "normal"), expiresAt: delivery.expiresAt,
             category: "x-nh.broadcast", offersActions: false)
     }
 

@@ -35,12 +35,13 @@ enum CtlInstallations {
             case ("show", 2):
                 let reply = try registry.call(InstallationGet(installationId: words[1]))
                 // The installation, with where it is served beside it when a dispatcher answers.
-                var object = try JSONSerialization.jsonObject(with: try encoder.encode(reply.installation)) as? [String: Any] ?? [:]
+                var object = JSONValue.parse(try encoder.encode(reply.installation))?.objectValue ?? [:]
                 switch placement(words[1], parsed, config, environment) {
-                case .success(let placement): object["placement"] = try JSONSerialization.jsonObject(with: try encoder.encode(placement))
+                case .success(let placement): object["placement"] = JSONValue.parse(try encoder.encode(placement))
                 case .failure(let error): FileHandle.standardError.write(Data("nhctl: where it is served is not known: \(error)\n".utf8))
                 }
-                let text = try JSONSerialization.data(withJSONObject: object, options: [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes])
+                encoder.outputFormatting.insert(.prettyPrinted)
+                let text = try encoder.encode(JSONValue.object(object))
                 print(String(decoding: text, as: UTF8.self))
                 return 0
             case ("delete", 2):

@@ -56,8 +56,9 @@ struct BatchBody {
 
     static func handles(_ text: String) throws -> [String] {
         let trimmed = text.trimmingCharacters(in: .whitespacesAndNewlines)
-        if let array = (try? JSONSerialization.jsonObject(with: Data(trimmed.utf8))) as? [Any] {
-            guard let strings = array as? [String] else { throw HubError(.invalidPayload, "devices must be an array of strings") }
+        if let array = JSONValue.parse(trimmed)?.arrayValue {
+            let strings = array.compactMap(\.stringValue)
+            guard strings.count == array.count else { throw HubError(.invalidPayload, "devices must be an array of strings") }
             return strings
         }
         // The REST reference's own example quotes with ', which JSON does not allow.

@@ -48,7 +48,7 @@ enum GatewayJSON {
 
     /// A request body, or the error that names what is wrong with it.
     static func decode<T: HubMessage>(_ type: T.Type, _ body: Data, _ what: String) throws -> T {
-        guard (try? JSONSerialization.jsonObject(with: body)) is [String: Any] else {
+        guard JSONValue.parse(body)?.objectValue != nil else {
             throw HubError(.invalidPayload, "the body must be \(what)")
         }
         do {

@@ -403,7 +403,7 @@ final class GatewayRoutes: @unchecked Sendable {
         var channel = handle
         if platform == .browser {
             channel = try InstallationJSON.browserChannel(
-                ["endpoint": handle, "p256dh": request.header("p256dh") ?? "", "auth": request.header("auth") ?? ""])
+                endpoint: handle, p256dh: request.header("p256dh") ?? "", auth: request.header("auth") ?? "")
         }
         let page = try registry.call(InstallationList(pushChannel: channel, limit: 1))
         // A handle no installation has reaches no one: the send is accepted and its outcome says NoTargetFound.
@@ -412,12 +412,12 @@ final class GatewayRoutes: @unchecked Sendable {
 
     /// A template send's body: a JSON object of strings.
     static func propertyMap(_ body: Data) throws -> [String: String] {
-        guard let object = try? JSONSerialization.jsonObject(with: body) as? [String: Any] else {
+        guard let object = JSONValue.parse(body)?.objectValue else {
             throw HubError(.invalidPayload, "a template notification's body must be a JSON object of property names to strings")
         }
         var properties: [String: String] = [:]
         for (key, value) in object {
-            guard let text = value as? String else {
+            guard let text = value.stringValue else {
                 throw HubError(.invalidPayload, "template property '\(key)' must be a string")
             }
             properties[key] = text
@@ -541,14 +541,14 @@ final class GatewayRoutes: @unchecked Sendable {
         guard PushServiceName.all.contains(service) else {
             throw HubError(.notFound, "'\(service)' is not a push service; use apple, fcm or browser")
         }
-        guard var body = (try? JSONSerialization.jsonObject(with: request.body)) as? [String: Any] else {
+        guard var body = JSONValue.parse(request.body)?.objectValue else {
             throw HubError(.invalidPayload, "the body must be a JSON object with the \(service) credentials")
         }
         // A service account may come as the object Google issues, or as its text.
-        if service == "fcm", let account = body["serviceAccount"], !(account is String) {
-            body["serviceAccount"] = String(decoding: try JSONSerialization.data(withJSONObject: account), as: UTF8.self)
+        if service == "fcm", let account = body["serviceAccount"], account.stringValue == nil {
+            body["serviceAccount"] = .string(String(decoding: try account.encoded(), as: UTF8.self))
         }
-        let wrapped = try JSONSerialization.data(withJSONObject: [service: body])
+        let wrapped = try JSONValue.object([service: .object(body)]).encoded()
         let set = try GatewayJSON.decode(PushCredentialsSetRequest.self, wrapped, "the \(service) credentials as a JSON object")
         return GatewayJSON.response(200, try dispatch.call(set, auth: nil))
     }
@@ -621,12 +621,11 @@ final class GatewayRoutes: @unchecked Sendable {
 
     func postUserNotification(_ user: String, _ request: HTTPRequest) throws -> HTTPResponse {
         try authorize(request, .send)
-        guard let object = try? JSONSerialization.jsonObject(with: request.body) as? [String: Any] else {
+        guard var object = JSONValue.parse(request.body)?.objectValue else {
             throw HubError(.invalidPayload, "the body must be a JSON object with appNotificationId and visual and/or raw content")
         }
-        var merged = object
-        merged["userId"] = user
-        let post = try HubCodec.decodePayload(PostUserNotification.self, from: try JSONSerialization.data(withJSONObject: merged))
+        object["userId"] = .string(user)
+        let post = try HubCodec.decodePayload(PostUserNotification.self, from: try JSONValue.object(object).encoded())
         let reply = try publish.call(post)
         return GatewayResponse.json(201, HubCodec.encodePayload(reply),
                                     headers: [("Location", "\(baseURL(request))\(request.path)/\(reply.notification.id)")])

@@ -11,14 +11,14 @@ enum InstallationJSON {
     static let templateFields: Set<String> = ["body", "tags", "expiry", "headers"]
 
     static func decode(_ body: Data) throws -> Installation {
-        guard let object = try? JSONSerialization.jsonObject(with: body) as? [String: Any] else {
+        guard let object = JSONValue.parse(body)?.objectValue else {
             throw HubError(.invalidPayload, "the body must be a JSON installation object")
         }
         for key in object.keys where !fields.contains(key) {
             throw HubError(.unknownField, "an installation has no field '\(key)'")
         }
-        for (name, template) in object["templates"] as? [String: Any] ?? [:] {
-            for key in (template as? [String: Any] ?? [:]).keys where !templateFields.contains(key) {
+        for (name, template) in object["templates"]?.objectValue ?? [:] {
+            for key in (template.objectValue ?? [:]).keys where !templateFields.contains(key) {
                 throw HubError(.unknownField, "template '\(name)' has no field '\(key)'")
             }
         }
@@ -27,20 +27,20 @@ enum InstallationJSON {
         // A browser subscription comes as an object (the REST reference, the JS SDK) or as a JSON
         // string holding one (the .NET and Java SDKs); either is kept as canonical JSON text, and
         // given back in the shape it came in.
-        if let channel = object["pushChannel"] as? [String: Any] {
-            cleaned["pushChannel"] = try browserChannel(channel)
+        if let channel = object["pushChannel"]?.objectValue {
+            cleaned["pushChannel"] = .string(try browserChannel(channel))
             cleaned["pushChannelObject"] = true
-        } else if (object["platform"] as? String)?.lowercased() == "browser", let text = object["pushChannel"] as? String {
-            guard let channel = (try? JSONSerialization.jsonObject(with: Data(text.utf8))) as? [String: Any] else {
+        } else if object["platform"]?.stringValue?.lowercased() == "browser", let text = object["pushChannel"]?.stringValue {
+            guard let channel = JSONValue.parse(text)?.objectValue else {
                 throw HubError(.invalidArgument, "a browser pushChannel is the subscription: {\"endpoint\": \"https://…\", \"p256dh\": \"…\", \"auth\": \"…\"}")
             }
-            cleaned["pushChannel"] = try browserChannel(channel)
+            cleaned["pushChannel"] = .string(try browserChannel(channel))
         }
-        if let platform = object["platform"] as? String { cleaned["platform"] = platform.lowercased() }
-        if cleaned["tags"] == nil { cleaned["tags"] = [String]() }
+        if let platform = object["platform"]?.stringValue { cleaned["platform"] = .string(platform.lowercased()) }
+        if cleaned["tags"] == nil { cleaned["tags"] = [] }
         if cleaned["platform"] == nil { cleaned["platform"] = "linux" }
         do {
-            return try HubCodec.makeDecoder().decode(Installation.self, from: JSONSerialization.data(withJSONObject: cleaned))
+            return try HubCodec.makeDecoder().decode(Installation.self, from: JSONValue.object(cleaned).encoded())
         } catch let error as DecodingError {
             throw HubError(.invalidPayload, "installation: \(HubCodec.describe(error))")
         }
@@ -53,39 +53,43 @@ enum InstallationJSON {
         var plain = installation
         plain.pushChannelObject = nil
         let data = try HubCodec.makeEncoder().encode(plain)
-        guard installation.pushChannelObject == true,
-            var object = try JSONSerialization.jsonObject(with: data) as? [String: Any],
-            let channel = try? JSONSerialization.jsonObject(with: Data(installation.pushChannel.utf8)) as? [String: Any]
+        guard installation.pushChannelObject == true, var object = JSONValue.parse(data)?.objectValue,
+            let channel = JSONValue.parse(installation.pushChannel), channel.objectValue != nil
         else { return data }
         object["pushChannel"] = channel
-        return try JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes])
+        return try JSONValue.object(object).encoded()
     }
 
     /// A Web Push subscription, `{"endpoint": "https://…", "p256dh": "…", "auth": "…"}`, checked
     /// and kept as canonical JSON text in the installation's push channel.
-    static func browserChannel(_ channel: [String: Any]) throws -> String {
+    static func browserChannel(_ channel: [String: JSONValue]) throws -> String {
         for key in channel.keys where !["endpoint", "p256dh", "auth"].contains(key) {
             throw HubError(.unknownField, "a browser pushChannel has endpoint, p256dh and auth, not '\(key)'")
         }
-        guard let endpoint = channel["endpoint"] as? String, let url = URL(string: endpoint), url.scheme == "https", url.host != nil else {
+        guard let endpoint = channel["endpoint"]?.stringValue, let url = URL(string: endpoint), url.scheme == "https", url.host != nil else {
             throw HubError(.invalidArgument, "a browser pushChannel needs 'endpoint', the subscription's https:// URL")
         }
+        var canonical: [String: JSONValue] = ["endpoint": .string(endpoint)]
         for key in ["p256dh", "auth"] {
-            guard let text = channel[key] as? String, !text.isEmpty,
+            guard let text = channel[key]?.stringValue, !text.isEmpty,
                 text.utf8.allSatisfy({ $0 == UInt8(ascii: "-") || $0 == UInt8(ascii: "_") || $0 == UInt8(ascii: "=")
                     || $0 == UInt8(ascii: "+") || $0 == UInt8(ascii: "/") || (0x30...0x39).contains($0) || (0x41...0x5A).contains($0) || (0x61...0x7A).contains($0) })
             else {
                 throw HubError(.invalidArgument, "a browser pushChannel needs '\(key)', the subscription's key in base64url")
             }
+            canonical[key] = .string(text)
         }
-        let canonical = ["endpoint": endpoint, "p256dh": channel["p256dh"]!, "auth": channel["auth"]!]
-        let data = try JSONSerialization.data(withJSONObject: canonical, options: [.sortedKeys, .withoutEscapingSlashes])
-        return String(decoding: data, as: UTF8.self)
+        return String(decoding: try JSONValue.object(canonical).encoded(), as: UTF8.self)
+    }
+
+    /// A subscription given as its three texts, such as from headers or XML elements.
+    static func browserChannel(endpoint: String, p256dh: String, auth: String) throws -> String {
+        try browserChannel(["endpoint": .string(endpoint), "p256dh": .string(p256dh), "auth": .string(auth)])
     }
 
     /// A JSON Patch document (RFC 6902): an array of {op, path, value}.
     static func patch(_ body: Data) throws -> [PatchOperation] {
-        guard (try? JSONSerialization.jsonObject(with: body)) is [[String: Any]] else {
+        guard let items = JSONValue.parse(body)?.arrayValue, items.allSatisfy({ $0.objectValue != nil }) else {
             throw HubError(.invalidPayload, "a patch is a JSON array of operations such as {\"op\":\"add\",\"path\":\"/tags\",\"value\":\"World\"}")
         }
         do {
@@ -95,8 +99,7 @@ enum InstallationJSON {
             for index in operations.indices.reversed() where operations[index].path == "/pushChannel" && operations[index].op != "remove" {
                 var object = false
                 if case .object(let members)? = operations[index].value {
-                    let channel = try JSONSerialization.jsonObject(with: JSONEncoder().encode(members)) as? [String: Any] ?? [:]
-                    operations[index].value = .string(try browserChannel(channel))
+                    operations[index].value = .string(try browserChannel(members))
                     object = true
                 }
                 operations.insert(PatchOperation(op: "replace", path: "/pushChannelObject", value: .bool(object)), at: index + 1)

@@ -148,7 +148,7 @@ struct PushRefusal: Error {
     }
 
     var response: HTTPResponse {
-        let body = (try? JSONSerialization.data(withJSONObject: ["code": status, "error": code, "message": message], options: [.sortedKeys])) ?? Data()
+        let body = HubCodec.encodeValue(["code": .integer(Int64(status)), "error": .string(code), "message": .string(message)] as JSONValue)
         return GatewayResponse.json(status, body, headers: retryAfter.map { [("Retry-After", String($0))] } ?? [])
     }
 }

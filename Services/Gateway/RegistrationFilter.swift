@@ -34,7 +34,7 @@ enum RegistrationFilter: Equatable {
             return .registrationId(terms["registrationid"]!)
         case ["endpoint", "p256dh", "auth"]:
             return .pushChannel(try InstallationJSON.browserChannel(
-                ["endpoint": urlDecoded(terms["endpoint"]!), "p256dh": terms["p256dh"]!, "auth": terms["auth"]!]))
+                endpoint: urlDecoded(terms["endpoint"]!), p256dh: terms["p256dh"]!, auth: terms["auth"]!))
         case ["baiduchannelid", "baiduuserid"]:
             return .pushChannel("\(terms["baiduuserid"]!)-\(terms["baiduchannelid"]!)")
         case let fields where fields.count == 1 && channelFields.contains(fields.first!):

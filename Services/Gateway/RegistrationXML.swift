@@ -130,7 +130,7 @@ enum RegistrationXML {
         switch kind.platform {
         case .baidu: pushChannel = "\(handles[0])-\(handles[1])"
         case .browser:
-            pushChannel = try InstallationJSON.browserChannel(["endpoint": handles[0], "p256dh": handles[1], "auth": handles[2]])
+            pushChannel = try InstallationJSON.browserChannel(endpoint: handles[0], p256dh: handles[1], auth: handles[2])
         default: pushChannel = handles[0]
         }
         let tags = (fields["Tags"] ?? "").split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
@@ -174,8 +174,9 @@ enum RegistrationXML {
             let parts = channel.split(separator: "-", maxSplits: 1).map(String.init)
             xml += "<BaiduUserId>\(escape(parts.first ?? ""))</BaiduUserId><BaiduChannelId>\(escape(parts.count > 1 ? parts[1] : ""))</BaiduChannelId>"
         case .browser:
-            let object = (try? JSONSerialization.jsonObject(with: Data(channel.utf8))) as? [String: String] ?? [:]
-            xml += "<Endpoint>\(escape(object["endpoint"] ?? ""))</Endpoint><P256DH>\(escape(object["p256dh"] ?? ""))</P256DH><Auth>\(escape(object["auth"] ?? ""))</Auth>"
+            let object = JSONValue.parse(channel)
+            func member(_ name: String) -> String { escape(object?[name]?.stringValue ?? "") }
+            xml += "<Endpoint>\(member("endpoint"))</Endpoint><P256DH>\(member("p256dh"))</P256DH><Auth>\(member("auth"))</Auth>"
         default:
             xml += "<\(kind.handleFields[0])>\(escape(channel))</\(kind.handleFields[0])>"
         }

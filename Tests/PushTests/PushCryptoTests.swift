@@ -365,7 +365,7 @@ extension PushCryptoTests {
             #expect(String(decoding: try bytes(parts[0]), as: UTF8.self) == #"{"alg":"ES256","typ":"JWT"}"#)
             let claims = try JSONDecoder().decode([String: JSONValue].self, from: bytes(parts[1]))
             #expect(claims["aud"] == .string("https://push.example.net"))
-            #expect(claims["exp"] == .number(1_700_043_200), "now + 12 h, whole seconds")
+            #expect(claims["exp"] == .integer(1_700_043_200), "now + 12 h, whole seconds")
             #expect(claims["sub"] == .string("mailto:hub@example.com"))
             #expect(claims.count == 3)
             let longest = try VAPID.authorization(
