@@ -117,7 +117,7 @@ let package = Package(
             tests("TemplatesTests", dependencies: ["Templates"]),
             tests("ParserFuzzTests", dependencies: ["Tags", "Templates"]),
             tests("PushTests", dependencies: ["Push", "Auth"]),
-            tests("ServiceKitTests", dependencies: ["ServiceKit"]),
+            tests("ServiceKitTests", dependencies: ["ServiceKit", "HubProtocol", "Storage"]),
             tests("DispatchCoreTests", dependencies: ["DispatchCore", "HubProtocol"]),
             tests("RegistryTests", dependencies: ["NHRegistry", "HubProtocol", "Storage", "Postgres", "ServiceKit", "Auth", "Bus", "TestSupport"]),
             tests("PublishTests", dependencies: ["NHPublish", "HubProtocol", "Storage", "Postgres", "ServiceKit", "Auth", "TestSupport"]),

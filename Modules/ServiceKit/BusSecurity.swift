@@ -123,7 +123,7 @@ public struct BusSecurity: Sendable {
 
     /// The setting of a command-line tool (nhctl, nh-bench), set once in its main before it makes
     /// any socket, and passed by it to each. Services and the agent never read it: each socket they
-    /// make takes its setting from their `ServiceContext.bus`.
+    /// make takes its setting from their `ServiceContext.bus` (a `BusFactory`).
     public static var current: BusSecurity? {
         get { shared.withLock { $0 } }
         set { shared.withLock { $0 = newValue } }

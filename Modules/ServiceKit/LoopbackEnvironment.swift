@@ -29,19 +29,34 @@ public enum LoopbackEnvironment {
     /// taken below the kernel's range of ephemeral ports, so that the outgoing connections of other
     /// processes (thousands, for a fleet of simulated agents) cannot take it before the service binds it.
     public static func freeEndpoint() throws -> String {
-        let socket = try ZMQContext.shared.socket(.router)
-        defer { socket.close() }
         let low = ephemeralPortsStart()
         if low > 11_000 {
             for _ in 0..<64 {
                 let port = Int.random(in: 10_000..<low)
                 guard handedOut.withLock({ $0.insert(port).inserted }) else { continue }
-                let endpoint = "tcp://127.0.0.1:\(port)"
-                if (try? socket.bind(endpoint)) != nil { return endpoint }
+                if isFree(port) { return "tcp://127.0.0.1:\(port)" }
             }
         }
+        let socket = try ZMQContext.shared.socket(.router)
+        defer { socket.close() }
         try socket.bind("tcp://127.0.0.1:*")
         return socket.lastEndpoint
+    }
+
+    /// Whether a TCP socket can be bound to the loopback `port` now. The probe is a plain socket,
+    /// closed before this returns, so the port is free again at once for a bind in this process
+    /// (a ZeroMQ socket lets go of its port later, on its I/O thread).
+    static func isFree(_ port: Int) -> Bool {
+        let descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard descriptor >= 0 else { return false }
+        defer { close(descriptor) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = in_port_t(UInt16(port).bigEndian)
+        address.sin_addr.s_addr = in_addr_t(UInt32(0x7F00_0001).bigEndian)
+        return withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(descriptor, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) == 0 }
+        }
     }
 
     /// The ports `freeEndpoint` has handed out in this process.

@@ -61,7 +61,7 @@ public enum ServiceMain {
         var logger = Logger(service: name)
         logger.level = Logger.Level(name: config.logLevel) ?? .info
         let loop = EventLoop(logger: logger)
-        let context = ServiceContext(name: name, config: config, logger: logger, loop: loop, dataDirectory: directory)
+        let context = ServiceContext(runtime: ServiceRuntime(name: name, config: config, logger: logger, loop: loop, dataDirectory: directory))
         do {
             try setUp(context)
             logger.info("started", ("pid", getpid()), ("data", directory.path))

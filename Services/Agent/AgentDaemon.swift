@@ -49,21 +49,21 @@ final class AgentDaemon {
         keys = try store.channelKeys()
         let serverKey = try BusKeys.serverPublicKey(config: context.config, environment: environment, wait: 30)
         let listen = try identity.waitForCredential(seconds: 30)
-        try context.secureBus(try AgentDaemon.security(listen: listen, device: keys, serverKey: serverKey, config: context.config))
+        try context.bus.secure(try AgentDaemon.security(listen: listen, device: keys, serverKey: serverKey, config: context.config))
         try BusKeys.writeDeviceKey(keys.publicKey, agentHome: context.dataDirectory)
         if let credential = try environment["NH_AGENT_USER_CREDENTIAL"] ?? store.setting("userCredential") {
             let cache = UserCache(database: store.database)
-            let sync = try context.client(context.config.sync.requests, policy: RetryPolicy(timeout: 2_000, attempts: 1))
+            let sync = try context.bus.client(context.config.sync.requests, policy: RetryPolicy(timeout: 2_000, attempts: 1))
             userSync = AgentUserSync(
                 cache: cache, credential: credential, device: installationId, logger: context.logger, output: output, client: sync)
             userSync?.desktop = desktop
         } else {
             userSync = nil
         }
-        registry = try context.client(context.config.registry.requests, policy: RetryPolicy(timeout: 1_000, attempts: 1))
+        registry = try context.bus.client(context.config.registry.requests, policy: RetryPolicy(timeout: 1_000, attempts: 1))
         registry.auth = { [identity] in identity.token() }
 
-        let publish = try context.client(context.config.publish.requests, policy: RetryPolicy(timeout: 2_000, attempts: 1))
+        let publish = try context.bus.client(context.config.publish.requests, policy: RetryPolicy(timeout: 2_000, attempts: 1))
         publish.auth = { [identity] in identity.token() }
         rich = try RichFetcher(
             store: store, home: context.dataDirectory, client: publish, output: output, logger: context.logger,

@@ -20,7 +20,7 @@ public enum AgentMain {
                 dataFolder: { AgentIdentity(config: $0, environment: environment).home }
             ) { context in
                 let identity = AgentIdentity(config: context.config, environment: environment)
-                let store = AgentStore(database: try context.openStore("agent.db", migrations: AgentSchema.migrations))
+                let store = AgentStore(database: try context.stores.open("agent.db", migrations: AgentSchema.migrations))
                 let daemon = try AgentDaemon(context: context, store: store, identity: identity, environment: environment)
                 var endpoints: [String: String] = [:]
                 // The control socket: by default a Unix socket in the agent's home, which only this
@@ -28,7 +28,7 @@ public enum AgentMain {
                 guard chmod(identity.home.path, 0o700) == 0 else {
                     throw ConfigError("cannot make the agent's home \(identity.home.path) private (0700): \(String(cString: strerror(errno)))")
                 }
-                let control = try context.bindRequests(
+                let control = try context.bus.bindRequests(
                     context.config.agentControl(home: identity.home), ownerOnly: true, endpoints: { endpoints }) {
                     ["installationId": daemon.installationId, "registered": String(daemon.registered)]
                         .merging(daemon.desktop.health) { $1 }.merging(daemon.distributor.health) { $1 }.merging(daemon.placement) { $1 }

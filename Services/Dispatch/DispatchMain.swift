@@ -33,8 +33,8 @@ public enum DispatchMain {
             let advertise = config.dispatch.advertise ?? agents.lastEndpoint
             let leasePeriod = max(3.0, 3 * Double(config.heartbeatMs) / 1000)
             let store = try DispatchShell.openStore(context, advertise: advertise, leasePeriod: leasePeriod)
-            let publish = try context.forwarder(config.publish.requests)
-            let registryWrites = try context.forwarder(config.registry.requests)
+            let publish = try context.bus.forwarder(config.publish.requests)
+            let registryWrites = try context.bus.forwarder(config.registry.requests)
             let dispatch = DispatchShell(
                 context: context, settings: settings, inbox: AgentInbox(messagesPerSecond: config.limits.agentMessagesPerSecond), store: store,
                 leases: ShardLeaseKeeper(store: store, id: advertise, period: leasePeriod), push: push, agents: agents,
@@ -46,9 +46,9 @@ public enum DispatchMain {
             context.loop.every(milliseconds: 50) { dispatch.commitGroup() }
 
             // The registry's change stream keeps the index current; a gap or a late start takes a snapshot.
-            let registry = try context.client(config.registry.requests, policy: RetryPolicy(timeout: 2_000, attempts: 1))
+            let registry = try context.bus.client(config.registry.requests, policy: RetryPolicy(timeout: 2_000, attempts: 1))
             let replica = try CloneReplica(
-                connect: config.registry.events ?? "tcp://127.0.0.1:7702", curve: context.bus?.client,
+                connect: config.registry.events ?? "tcp://127.0.0.1:7702", curve: context.bus.security?.client,
                 snapshot: { let snapshot = try registry.call(RegistrySnapshotRequest()); dispatch.registrySnapshot(snapshot); return snapshot.sequence },
                 apply: { dispatch.handle(.installationChanged(try HubCodec.decode(InstallationChanged.self, from: $0.body).payload)) })
             dispatch.replica = replica
@@ -61,7 +61,7 @@ public enum DispatchMain {
             context.loop.watch(registryWrites.socket) { try registryWrites.receive() }
 
             var endpoints: [String: String] = ["agents": agents.lastEndpoint]
-            let server = try context.bindRequests(config.dispatch.requests, endpoints: { endpoints }) { dispatch.health() }
+            let server = try context.bus.bindRequests(config.dispatch.requests, endpoints: { endpoints }) { dispatch.health() }
             endpoints["requests"] = server.endpoint
             DispatchHandlers(
                 context: context, store: store, push: push, placement: { dispatch.core.placement(of: $0, advertised: advertise) },
@@ -69,9 +69,9 @@ public enum DispatchMain {
             ).install(on: server)
 
             context.loop.watch(publish.socket) { try publish.receive(); dispatch.commit() }
-            try context.followLatest(config.publish.events ?? "tcp://127.0.0.1:7712") { dispatch.hinted(latest: $0) }
+            try context.bus.followLatest(config.publish.events ?? "tcp://127.0.0.1:7712") { dispatch.hinted(latest: $0) }
             // The sync store's stream: a user's notifications changed, so signal that user's other devices.
-            try context.followHints(
+            try context.bus.followHints(
                 config.sync.events ?? "tcp://127.0.0.1:7732",
                 apply: { dispatch.handle(.userChanged(try HubCodec.decode(UserNotificationsChanged.self, from: $0.body).payload)) },
                 gap: { dispatch.userStreamGap(at: $0) })

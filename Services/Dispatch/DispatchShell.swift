@@ -331,7 +331,7 @@ final class DispatchShell {
     func health() -> [String: String] {
         let details = DispatchHealth.details(core, DispatchHealth.Inputs(
             registrySequence: replica?.tracker.position, cursor: pullCursor(), sendsBlocked: sendsBlocked,
-            handshakes: context.handshakes, pushPending: push.pending, pushInFlight: push.inFlight, pushStalls: push.stalls,
+            handshakes: context.bus.handshakes, pushPending: push.pending, pushInFlight: push.inFlight, pushStalls: push.stalls,
             pushCounters: push.counters))
         return details.merging(totals.read(store, logger: logger)) { $1 }
     }
@@ -342,7 +342,7 @@ extension DispatchShell {
     /// its ZAP domain lets any agent key through the handshake, and a hello is then accepted only
     /// for an installation bound to the key the connection was authenticated with.
     static func agentSocket(_ context: ServiceContext) throws -> ZMQSocket {
-        guard let busKeys = context.bus?.serverKeys else { throw ConfigError("the bus is not secured") }
+        guard let busKeys = context.bus.security?.serverKeys else { throw ConfigError("the bus is not secured") }
         let endpoint = context.config.dispatch.agents ?? "tcp://127.0.0.1:7722"
         guard !endpoint.contains(",") else {
             throw ConfigError("dispatch.agents '\(endpoint)' lists several endpoints; a dispatcher binds one (agents may be given several)")
@@ -361,12 +361,12 @@ extension DispatchShell {
         if context.config.storeIsPostgres, advertise.contains("0.0.0.0") || advertise.contains("*") {
             throw ConfigError("dispatch.advertise must be an address agents can reach, not '\(advertise)'; set it to this host's address and port")
         }
-        let store: any DeliveryStore = try context.chooseStore(
+        let store: any DeliveryStore = try context.stores.choose(
             schema: PostgresDeliveryStore.schema,
             postgres: { try PostgresDeliveryStore(url: $0, limits: .init(leasePeriod: leasePeriod, dispatcher: advertise)) },
             sqlite: {
                 try SQLiteDeliveryStore(
-                    database: try context.openStore("dispatch.db", migrations: SQLiteDeliveryStore.migrations, synchronous: "NORMAL"),
+                    database: try context.stores.open("dispatch.db", migrations: SQLiteDeliveryStore.migrations, synchronous: "NORMAL"),
                     checkpointEvery: 5)
             })
         context.onShutdown { store.close() }

@@ -22,13 +22,13 @@ public enum GatewayMain {
             let streams = try UserStreams(context: context)
             let pushRate = RateLimiter(perSecond: config.limits.pushesPerSecondPerEndpoint)
             let workers = try (0..<config.limits.httpThreads).map { _ in
-                let dispatch = try context.client(config.dispatch.requests, policy: policy)
-                let peers = try config.outcomeEndpoints.dropFirst().map { try context.client($0, policy: policy) }
+                let dispatch = try context.bus.client(config.dispatch.requests, policy: policy)
+                let peers = try config.outcomeEndpoints.dropFirst().map { try context.bus.client($0, policy: policy) }
                 return GatewayRoutes(
-                    context: context, registry: try context.client(config.registry.requests, policy: policy),
-                    publish: try context.client(config.publish.requests, policy: policy),
+                    context: context, registry: try context.bus.client(config.registry.requests, policy: policy),
+                    publish: try context.bus.client(config.publish.requests, policy: policy),
                     dispatch: dispatch, outcomes: FirstAnswering([dispatch] + peers),
-                    sync: try context.client(config.sync.requests, policy: policy), counts: counts, web: web, streams: streams,
+                    sync: try context.bus.client(config.sync.requests, policy: policy), counts: counts, web: web, streams: streams,
                     pushRate: pushRate)
             }
             var tls: (key: String, certificate: String)?
@@ -52,7 +52,7 @@ public enum GatewayMain {
             let listening = "\(tls == nil ? "http" : "https")://\(parts[0]):\(server.port)/"
             context.logger.info("listening", ("role", "http"), ("url", listening))
             var endpoints: [String: String] = ["http": listening]
-            let control = try context.bindRequests(config.gateway.requests, endpoints: { endpoints })
+            let control = try context.bus.bindRequests(config.gateway.requests, endpoints: { endpoints })
             endpoints["requests"] = control.endpoint
         }
     }

@@ -474,7 +474,7 @@ final class GatewayRoutes: @unchecked Sendable {
     /// Asks every service (not the gateway or an agent) the same question at once, 500 ms each.
     private func askServices<R: HubRequest>(_ request: R) -> [(service: String, reply: R.Reply?)] {
         context.config.serviceEndpoints.filter { $0.service != "nh-gateway" && $0.service != "nh-agent" }.map { service, endpoints in
-            guard let client = try? HubClient(connect: endpoints.requests, policy: RetryPolicy(timeout: 500, attempts: 1), curve: context.bus?.client) else {
+            guard let client = try? HubClient(connect: endpoints.requests, policy: RetryPolicy(timeout: 500, attempts: 1), curve: context.bus.security?.client) else {
                 return (service, nil)
             }
             defer { client.close() }

@@ -45,8 +45,8 @@ final class UserStreams: @unchecked Sendable {
     init(context: ServiceContext) throws {
         self.context = context
         let config = context.config
-        sync = try context.client(config.sync.requests, policy: RetryPolicy(timeout: config.requestTimeoutMs, attempts: 1))
-        try context.followHints(
+        sync = try context.bus.client(config.sync.requests, policy: RetryPolicy(timeout: config.requestTimeoutMs, attempts: 1))
+        try context.bus.followHints(
             config.sync.events ?? "tcp://127.0.0.1:7732",
             apply: { [unowned self] message in
                 guard let change = try? HubCodec.decode(UserNotificationsChanged.self, from: message.body).payload else { return }

@@ -13,10 +13,10 @@ public enum PublishMain {
             try context.prepareKeys()
             let (store, rich, group) = try PublishStores.open(context)
             // The stream tells dispatchers there is something to pull; the store is the truth.
-            let events = try context.bindEvents(config.publish.events ?? "tcp://127.0.0.1:7712", startingAfter: try store.latestSequence())
+            let events = try context.bus.bindEvents(config.publish.events ?? "tcp://127.0.0.1:7712", startingAfter: try store.latestSequence())
             var endpoints: [String: String] = ["events": events.endpoints.first ?? ""]
             // Rich payloads travel base64 in the envelope, so this socket takes a third more than the payload limit.
-            let server = try context.bindRequests(
+            let server = try context.bus.bindRequests(
                 config.publish.requests, group: group, maxMessageBytes: config.publishRequestBytes,
                 endpoints: { endpoints }
             ) {
@@ -51,7 +51,7 @@ public enum PublishMain {
 
             // A user notification is stored by the sync store, and the reply comes once it is persisted
             // there. Posts are forwarded without waiting, so many can be in flight while this loop goes on.
-            let sync = try context.forwarder(config.sync.requests)
+            let sync = try context.bus.forwarder(config.sync.requests)
             context.loop.watch(sync.socket) { try sync.receive() }
             context.loop.every(milliseconds: 100) { sync.expire() }
             PublishHandlers(context: context, store: store, rich: rich, accept: accept, latest: { events.sequence }, sync: sync).install(on: server)

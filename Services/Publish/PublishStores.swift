@@ -19,7 +19,7 @@ enum PublishStores {
             context.logger.info("store open", ("engine", "postgresql"), ("schema", PostgresPublishStore.schema))
             return (postgres, PostgresRichStore(connection: postgres.connection), CommitGroup { body in try postgres.connection.transaction { body() } })
         }
-        let sqlite = SQLitePublishStore(database: try context.openStore("publish.db", migrations: PublishSchema.migrations))
+        let sqlite = SQLitePublishStore(database: try context.stores.open("publish.db", migrations: PublishSchema.migrations))
         let rich = try SQLiteRichStore(database: sqlite.database, directory: context.dataDirectory.appendingPathComponent("rich"))
         return (sqlite, rich, CommitGroup(database: sqlite.database))
     }

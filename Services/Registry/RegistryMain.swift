@@ -9,13 +9,13 @@ public enum RegistryMain {
     public static func main(_ arguments: [String] = Array(CommandLine.arguments.dropFirst())) -> Never {
         ServiceMain.run(name: "nh-registry", summary: "the registration service: installations, tags and templates", arguments: arguments) { context in
             let config = context.config
-            let store: any InstallationStore = try context.chooseStore(
+            let store: any InstallationStore = try context.stores.choose(
                 schema: PostgresInstallationStore.schema, postgres: { try PostgresInstallationStore(url: $0) },
-                sqlite: { SQLiteInstallationStore(database: try context.openStore("registry.db", migrations: SQLiteInstallationStore.migrations)) })
+                sqlite: { SQLiteInstallationStore(database: try context.stores.open("registry.db", migrations: SQLiteInstallationStore.migrations)) })
             try context.prepareKeys()
-            let events = try context.bindEvents(config.registry.events ?? "tcp://127.0.0.1:7702", startingAfter: try store.sequence())
+            let events = try context.bus.bindEvents(config.registry.events ?? "tcp://127.0.0.1:7702", startingAfter: try store.sequence())
             var endpoints: [String: String] = ["events": events.endpoints.first ?? ""]
-            let server = try context.bindRequests(config.registry.requests, endpoints: { endpoints }) {
+            let server = try context.bus.bindRequests(config.registry.requests, endpoints: { endpoints }) {
                 ["installations": String((try? store.count(now: Date())) ?? 0), "sequence": String(events.sequence)]
             }
             endpoints["requests"] = server.endpoint

@@ -11,12 +11,12 @@ public enum SyncStoreMain {
         ServiceMain.run(name: "nh-sync", summary: "the sync store: per-user notifications and their read and dismiss state", arguments: arguments) { context in
             let config = context.config
             try context.prepareKeys()
-            let store: any UserNotificationStore = try context.chooseStore(
+            let store: any UserNotificationStore = try context.stores.choose(
                 schema: PostgresUserNotificationStore.schema, postgres: { try PostgresUserNotificationStore(url: $0) },
-                sqlite: { SQLiteUserNotificationStore(database: try context.openStore("sync.db", migrations: SQLiteUserNotificationStore.migrations)) })
-            let events = try context.bindEvents(config.sync.events ?? "tcp://127.0.0.1:7732", startingAfter: try store.streamSequence())
+                sqlite: { SQLiteUserNotificationStore(database: try context.stores.open("sync.db", migrations: SQLiteUserNotificationStore.migrations)) })
+            let events = try context.bus.bindEvents(config.sync.events ?? "tcp://127.0.0.1:7732", startingAfter: try store.streamSequence())
             var endpoints: [String: String] = ["events": events.endpoints.first ?? ""]
-            let server = try context.bindRequests(config.sync.requests, group: store.commitGroup, endpoints: { endpoints }) {
+            let server = try context.bus.bindRequests(config.sync.requests, group: store.commitGroup, endpoints: { endpoints }) {
                 ["notifications": String((try? store.liveCount()) ?? 0), "sequence": String(events.sequence)]
             }
             endpoints["requests"] = server.endpoint

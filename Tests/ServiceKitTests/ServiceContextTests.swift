@@ -1,6 +1,8 @@
 import Auth
 import Bus
 import Foundation
+import HubProtocol
+import Storage
 import Testing
 
 @testable import ServiceKit
@@ -47,10 +49,10 @@ struct ServiceContextTests {
     func prepareKeysSecuresTheBus() throws {
         let config = try Self.config()
         let context = try ServiceContext.detached(name: "nh-test", config: config)
-        #expect(context.bus == nil)
+        #expect(context.bus.security == nil)
         try context.prepareKeys()
         defer { context.shutdown() }
-        let bus = try #require(context.bus)
+        let bus = try #require(context.bus.security)
         #expect(bus.serverKeys?.publicKey == BusKeys.publicKey(directory: URL(fileURLWithPath: config.dataDir)))
         for key in context.keys.keys {
             #expect(bus.admits(domain: "hub", key: try BusSecurity.clientKeys(keyName: key.name, key: key.key).publicKey))
@@ -68,7 +70,7 @@ struct ServiceContextTests {
         } throws: { error in
             (error as? ConfigError)?.description.contains("cannot load the hub's bus key") == true
         }
-        #expect(context.bus == nil)
+        #expect(context.bus.security == nil)
     }
 }
 
@@ -79,5 +81,64 @@ struct LoopbackEnvironmentTests {
         let endpoints = try (0..<400).map { _ in try LoopbackEnvironment.freeEndpoint() }
         #expect(Set(endpoints).count == endpoints.count)
         #expect(endpoints.allSatisfy { $0.hasPrefix("tcp://127.0.0.1:") })
+    }
+}
+
+/// The parts a context is made of, each used on its own: the store opener and the bus factory.
+@Suite("Store opener and bus factory")
+struct ServiceContextPartsTests {
+    @Test("the opener makes and migrates a file in the data folder, and closes it at shutdown")
+    func opensInTheDataFolder() throws {
+        let context = try ServiceContext.detached(name: "nh-test", config: try ServiceContextTests.config())
+        let database = try context.stores.open("parts.db", migrations: [Migration(version: 1, "CREATE TABLE t (id INTEGER PRIMARY KEY)")])
+        #expect(FileManager.default.fileExists(atPath: context.dataDirectory.appendingPathComponent("parts.db").path))
+        #expect(try database.schemaVersion == 1)
+        context.shutdown()
+        #expect(throws: (any Error).self) { _ = try database.schemaVersion }
+    }
+
+    @Test("the engine is chosen by the store setting; a PostgreSQL store that cannot be used is a config error")
+    func choosesTheEngine() throws {
+        var config = try ServiceContextTests.config()
+        let plain = try ServiceContext.detached(name: "nh-test", config: config)
+        #expect(try plain.stores.choose(schema: "s", postgres: { _ in "postgres" }, sqlite: { "sqlite" }) == "sqlite")
+        config.store = "postgresql://127.0.0.1:1/nh"
+        let postgres = try ServiceContext.detached(name: "nh-test", config: config)
+        #expect(try postgres.stores.choose(schema: "s", postgres: { $0 }, sqlite: { "sqlite" }) == "postgresql://127.0.0.1:1/nh")
+        #expect {
+            _ = try postgres.stores.choose(schema: "s", postgres: { _ -> String in throw HubError(.unavailable, "refused") }, sqlite: { "sqlite" })
+        } throws: { error in
+            (error as? ConfigError)?.description.contains("cannot use the PostgreSQL store") == true
+        }
+    }
+
+    @Test("a bound request server answers health and metrics for the runtime, with numeric details as gauges")
+    func requestServerAnswersHealth() throws {
+        let context = try ServiceContext.detached(name: "nh-test", config: try ServiceContextTests.config())
+        let endpoint = try LoopbackEnvironment.freeEndpoint()
+        _ = try context.bus.bindRequests(endpoint, endpoints: { ["requests": endpoint] }, details: { ["queueDepth": "7", "state": "ready"] })
+        let client = try context.bus.client(endpoint, policy: RetryPolicy(timeout: 5_000, attempts: 1))
+        let stopped = DispatchSemaphore(value: 0)
+        // The loop is handed to its thread before it runs, and read there only.
+        nonisolated(unsafe) let loop = context.loop
+        let thread = Thread {
+            try? loop.run()
+            stopped.signal()
+        }
+        thread.start()
+        defer {
+            context.loop.stop()
+            stopped.wait()
+            context.shutdown()
+        }
+        let health = try client.call(HealthRequest())
+        #expect(health.service == "nh-test")
+        #expect(health.endpoints == ["requests": endpoint])
+        #expect(health.details?["state"] == "ready")
+        let metrics = try client.call(MetricsRequest())
+        #expect(metrics.service == "nh-test")
+        #expect(metrics.samples["nh_queue_depth"] == 7)
+        #expect(metrics.samples["nh_state"] == nil, "only numbers become gauges")
+        #expect(context.bus.security == nil, "plain sockets until the bus is secured")
     }
 }

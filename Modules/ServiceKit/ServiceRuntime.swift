@@ -1,0 +1,41 @@
+import Foundation
+import HubProtocol
+
+/// What every part of a running service shares: its name, config, logger, loop and data folder,
+/// its health, and what is closed at shutdown.
+public final class ServiceRuntime {
+    public let name: String
+    public let config: HubConfig
+    public let logger: Logger
+    public let loop: EventLoop
+    public let dataDirectory: URL
+    public let startedAt = ContinuousClock.now
+    /// Run at shutdown, last added first.
+    private var closers: [() -> Void] = []
+
+    public init(name: String, config: HubConfig, logger: Logger, loop: EventLoop, dataDirectory: URL) {
+        self.name = name
+        self.config = config
+        self.logger = logger
+        self.loop = loop
+        self.dataDirectory = dataDirectory
+    }
+
+    public func health(_ endpoints: [String: String], status: String = "ok", details: [String: String]? = nil) -> HealthReply {
+        let uptime = startedAt.duration(to: .now)
+        return HealthReply(
+            service: name, status: status, version: HubVersion.current, pid: getpid(),
+            uptimeSeconds: Double(uptime.components.seconds) + Double(uptime.components.attoseconds) / 1e18,
+            endpoints: endpoints, details: details)
+    }
+
+    /// `closer` runs at shutdown, before those added earlier.
+    public func onShutdown(_ closer: @escaping () -> Void) {
+        closers.append(closer)
+    }
+
+    func shutdown() {
+        for closer in closers.reversed() { closer() }
+        closers.removeAll()
+    }
+}
