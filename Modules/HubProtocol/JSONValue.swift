@@ -11,7 +11,15 @@ public enum JSONValue: Codable, Sendable, Equatable, Hashable {
     case array([JSONValue])
     case object([String: JSONValue])
 
+    /// The deepest a value decoded as part of a Codable type may nest. Decoding tries each kind in
+    /// turn, so its cost grows faster than the depth; `parse` takes what Foundation's parser takes.
+    public static let maxDecodingDepth = 64
+
     public init(from decoder: Decoder) throws {
+        guard decoder.codingPath.count <= JSONValue.maxDecodingDepth else {
+            throw DecodingError.dataCorrupted(DecodingError.Context(
+                codingPath: decoder.codingPath, debugDescription: "JSON nested more than \(JSONValue.maxDecodingDepth) deep"))
+        }
         let container = try decoder.singleValueContainer()
         if container.decodeNil() {
             self = .null
@@ -49,8 +57,46 @@ public enum JSONValue: Codable, Sendable, Equatable, Hashable {
     }
 
     /// The JSON text `data` holds (any value, not only an object or array), or nil when it is not JSON.
+    /// Foundation's parser reads it (nesting up to its limit, 512), in time linear in its size.
     public static func parse(_ data: Data) -> JSONValue? {
-        try? JSONDecoder().decode(JSONValue.self, from: data)
+        guard let parsed = try? JSONSerialization.jsonObject(with: data, options: [.fragmentsAllowed]) else { return nil }
+        return JSONValue(parsed: parsed)
+    }
+
+    /// A value as JSONSerialization gives it: booleans are NSNumbers of type char, integers keep
+    /// every digit that fits in an Int64.
+    private init?(parsed: Any) {
+        switch parsed {
+        case is NSNull:
+            self = .null
+        case let text as String:
+            self = .string(text)
+        case let number as NSNumber:
+            switch String(cString: number.objCType) {
+            case "c", "B": self = .bool(number.boolValue)
+            case "d", "f": self = .number(number.doubleValue)
+            case "Q" where number.uint64Value > UInt64(Int64.max): self = .number(number.doubleValue)
+            default: self = .integer(number.int64Value)
+            }
+        case let items as [Any]:
+            var values: [JSONValue] = []
+            values.reserveCapacity(items.count)
+            for item in items {
+                guard let value = JSONValue(parsed: item) else { return nil }
+                values.append(value)
+            }
+            self = .array(values)
+        case let members as [String: Any]:
+            var values: [String: JSONValue] = [:]
+            values.reserveCapacity(members.count)
+            for (key, member) in members {
+                guard let value = JSONValue(parsed: member) else { return nil }
+                values[key] = value
+            }
+            self = .object(values)
+        default:
+            return nil
+        }
     }
 
     /// The JSON text `text` holds, or nil when it is not JSON.

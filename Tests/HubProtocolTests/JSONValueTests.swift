@@ -50,3 +50,40 @@ struct JSONValueTests {
 
     private func nil_() -> JSONValue { .null }
 }
+
+@Suite("JSONValue nesting")
+struct JSONValueNestingTests {
+    static func nested(_ depth: Int) -> String {
+        #"{"a":"# + String(repeating: "[", count: depth) + "1" + String(repeating: "]", count: depth) + "}"
+    }
+
+    @Test("parse takes nesting to Foundation's limit and refuses deeper, in one pass")
+    func parseDepth() {
+        #expect(JSONValue.parse(Self.nested(500)) != nil)
+        #expect(JSONValue.parse(Self.nested(5_000)) == nil)
+        var value = JSONValue.parse(Self.nested(500))?["a"]
+        var depth = 0
+        while case .array(let items)? = value {
+            value = items.first
+            depth += 1
+        }
+        #expect(depth == 500)
+        #expect(value == .integer(1))
+    }
+
+    @Test("as a member of a Codable type, a value nested deeper than the limit is refused rather than decoded")
+    func decodingDepth() throws {
+        struct Holder: Decodable { var value: JSONValue }
+        let shallow = #"{"value":"# + String(repeating: "[", count: 40) + String(repeating: "]", count: 40) + "}"
+        #expect(throws: Never.self) { _ = try JSONDecoder().decode(Holder.self, from: Data(shallow.utf8)) }
+        let deep = #"{"value":"# + String(repeating: "[", count: 400) + String(repeating: "]", count: 400) + "}"
+        #expect(throws: DecodingError.self) { _ = try JSONDecoder().decode(Holder.self, from: Data(deep.utf8)) }
+    }
+
+    @Test("numbers as Foundation's parser gives them: booleans, exact integers, doubles, integers past Int64")
+    func numbers() {
+        #expect(JSONValue.parse("[true, false, 0, 1, -9007199254740993, 2.5, 1e3, 18446744073709551615]") == [
+            true, false, 0, 1, .integer(-9_007_199_254_740_993), 2.5, .number(1_000), .number(18_446_744_073_709_551_615),
+        ])
+    }
+}
