@@ -54,8 +54,13 @@ public struct TargetResolver {
         var candidates: [Installation]
         if let text = send.tagExpression {
             // The publish service checked it; a failure here means a newer sender, so nothing
-            // matches, and `unplannable` says why.
-            guard let parsed = try? TagExpression.parse(text) else { return [] }
+            // matches, and `unplannable` says why (the dispatcher logs it).
+            let parsed: TagExpression
+            do {
+                parsed = try TagExpression.parse(text)
+            } catch {
+                return []
+            }
             expression = parsed
             candidates = index.candidates(for: parsed)
         } else if let id = send.installationId {
@@ -98,9 +103,7 @@ public struct TargetResolver {
                     let renderKey = markup == .json ? registered.body : "\(markup.rawValue):\(registered.body)"
                     var expiresAt = notification.expiresAt
                     if let expiry = registered.expiry {
-                        let date = expiries[expiry] ?? (try? TemplateExpression.compile(expiry)).flatMap {
-                            WireDate.parse($0.renderText(lowercased(properties)))
-                        }
+                        let date = expiries[expiry] ?? expiryDate(expiry, properties)
                         expiries[expiry] = date
                         if let date { expiresAt = min(expiresAt, date) }
                     }
@@ -140,10 +143,27 @@ public struct TargetResolver {
         Dictionary(properties.map { ($0.key.lowercased(), $0.value) }, uniquingKeysWith: { first, _ in first })
     }
 
+    /// A template's expiry for these properties: nil when it names no date, which leaves the
+    /// notification's own. The registry checked the expression when the template was written.
+    private func expiryDate(_ expiry: String, _ properties: [String: String]) -> Date? {
+        do {
+            return WireDate.parse(try TemplateExpression.compile(expiry).renderText(lowercased(properties)))
+        } catch {
+            return nil
+        }
+    }
+
+    /// A template compiled once per body; nil for one that does not compile here (the registry
+    /// checked it when it was written, so it is from a newer writer), which plans nothing for it.
     private mutating func compiled(_ body: String, _ markup: Template.Markup) -> Template? {
         let key = markup == .json ? body : "\(markup.rawValue):\(body)"
         if let template = templateCache[key] { return template }
-        guard let template = try? Template(body, markup: markup) else { return nil }
+        let template: Template
+        do {
+            template = try Template(body, markup: markup)
+        } catch {
+            return nil
+        }
         if templateCache.count > 10_000 { templateCache.removeAll() }
         templateCache[key] = template
         return template

@@ -29,6 +29,16 @@ public final class ServiceRuntime {
             endpoints: endpoints, details: details)
     }
 
+    /// A count for a health reply's details, or, when it cannot be read, why (which is then no
+    /// gauge in the metrics, rather than a zero that looks true).
+    public static func figure(_ read: () throws -> Int) -> String {
+        do {
+            return String(try read())
+        } catch {
+            return "unreadable: \(error)"
+        }
+    }
+
     /// `closer` runs at shutdown, before those added earlier.
     public func onShutdown(_ closer: @escaping () -> Void) {
         closers.append(closer)

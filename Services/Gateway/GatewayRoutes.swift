@@ -471,14 +471,19 @@ final class GatewayRoutes: @unchecked Sendable {
 
     static let ownResources: Set<String> = ["users", "health", "expressions", "pns"]
 
-    /// Asks every service (not the gateway or an agent) the same question at once, 500 ms each.
+    /// Asks every service (not the gateway or an agent) the same question, 500 ms each; a service
+    /// that does not answer has no reply (it is down), and why is logged.
     private func askServices<R: HubRequest>(_ request: R) -> [(service: String, reply: R.Reply?)] {
         context.config.serviceEndpoints.filter { $0.service != "nh-gateway" && $0.service != "nh-agent" }.map { service, endpoints in
-            guard let client = try? HubClient(connect: endpoints.requests, policy: RetryPolicy(timeout: 500, attempts: 1), curve: context.bus.security?.client) else {
+            do {
+                let client = try HubClient(
+                    connect: endpoints.requests, policy: RetryPolicy(timeout: 500, attempts: 1), curve: context.bus.security?.client)
+                defer { client.close() }
+                return (service, try client.call(request, auth: context.serviceToken()))
+            } catch {
+                context.logger.debug("a service did not answer", ("service", service), ("request", R.messageType), ("error", "\(error)"))
                 return (service, nil)
             }
-            defer { client.close() }
-            return (service, try? client.call(request, auth: context.serviceToken()))
         }
     }
 
@@ -587,7 +592,7 @@ final class GatewayRoutes: @unchecked Sendable {
     /// cursor in `Last-Event-ID` or `?cursor=` (absent: from now). The user token comes as
     /// `Authorization: Bearer`, or as `?access_token=` for clients that cannot set headers.
     func openStream(_ request: HTTPRequest) throws -> HTTPResponse {
-        guard let token = (try? bearer(request)) ?? request.query["access_token"] else {
+        guard let token = bearerToken(request) ?? request.query["access_token"] else {
             throw HubError(.unauthorized, "send the user token as Authorization: Bearer <token> or ?access_token=; get one at POST /\(hub)/users/tokens")
         }
         let user = try context.authorizeUser(token)
@@ -613,9 +618,15 @@ final class GatewayRoutes: @unchecked Sendable {
 
     /// A user's own requests carry `Authorization: Bearer <user token>`.
     private func bearer(_ request: HTTPRequest) throws -> String {
-        guard let header = request.header("authorization"), header.hasPrefix("Bearer ") else {
+        guard let token = bearerToken(request) else {
             throw HubError(.unauthorized, "send the user token as Authorization: Bearer <token>; get one at POST /\(hub)/users/tokens")
         }
+        return token
+    }
+
+    /// The token of an `Authorization: Bearer` header; nil without one.
+    private func bearerToken(_ request: HTTPRequest) -> String? {
+        guard let header = request.header("authorization"), header.hasPrefix("Bearer ") else { return nil }
         return String(header.dropFirst(7))
     }
 

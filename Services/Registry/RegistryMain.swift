@@ -16,7 +16,7 @@ public enum RegistryMain {
             let events = try context.bus.bindEvents(config.registry.events ?? "tcp://127.0.0.1:7702", startingAfter: try store.sequence())
             var endpoints: [String: String] = ["events": events.endpoints.first ?? ""]
             let server = try context.bus.bindRequests(config.registry.requests, endpoints: { endpoints }) {
-                ["installations": String((try? store.count(now: Date())) ?? 0), "sequence": String(events.sequence)]
+                ["installations": ServiceRuntime.figure { try store.count(now: Date()) }, "sequence": String(events.sequence)]
             }
             endpoints["requests"] = server.endpoint
 

@@ -17,7 +17,7 @@ public enum SyncStoreMain {
             let events = try context.bus.bindEvents(config.sync.events ?? "tcp://127.0.0.1:7732", startingAfter: try store.streamSequence())
             var endpoints: [String: String] = ["events": events.endpoints.first ?? ""]
             let server = try context.bus.bindRequests(config.sync.requests, group: store.commitGroup, endpoints: { endpoints }) {
-                ["notifications": String((try? store.liveCount()) ?? 0), "sequence": String(events.sequence)]
+                ["notifications": ServiceRuntime.figure { try store.liveCount() }, "sequence": String(events.sequence)]
             }
             endpoints["requests"] = server.endpoint
 

@@ -141,4 +141,11 @@ struct ServiceContextPartsTests {
         #expect(metrics.samples["nh_state"] == nil, "only numbers become gauges")
         #expect(context.bus.security == nil, "plain sockets until the bus is secured")
     }
+
+    @Test("a health figure that cannot be read says why, instead of a zero")
+    func unreadableFigure() {
+        #expect(ServiceRuntime.figure { 12 } == "12")
+        #expect(ServiceRuntime.figure { throw HubError(.unavailable, "the store is closed") }.hasPrefix("unreadable: "))
+        #expect(ServiceRuntime.figure { throw HubError(.unavailable, "the store is closed") }.contains("the store is closed"))
+    }
 }
