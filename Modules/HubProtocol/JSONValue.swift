@@ -11,9 +11,13 @@ public enum JSONValue: Codable, Sendable, Equatable, Hashable {
     case array([JSONValue])
     case object([String: JSONValue])
 
-    /// The deepest a value decoded as part of a Codable type may nest. Decoding tries each kind in
-    /// turn, so its cost grows faster than the depth; `parse` takes what Foundation's parser takes.
+    /// The deepest a value decoded as part of a Codable type may sit, counted from the root of the
+    /// document being decoded. Decoding tries each kind in turn, so its cost grows faster than the
+    /// depth.
     public static let maxDecodingDepth = 64
+    /// The deepest a value `parse` takes. JSONEncoder writes at most 512 levels, so what is parsed
+    /// can always be written again, inside an envelope or an output line.
+    public static let maxParseDepth = 256
 
     public init(from decoder: Decoder) throws {
         guard decoder.codingPath.count <= JSONValue.maxDecodingDepth else {
@@ -57,40 +61,51 @@ public enum JSONValue: Codable, Sendable, Equatable, Hashable {
     }
 
     /// The JSON text `data` holds (any value, not only an object or array), or nil when it is not JSON.
-    /// Foundation's parser reads it (nesting up to its limit, 512), in time linear in its size.
+    /// Foundation's parser reads it in time linear in its size; nil too for a value nested deeper
+    /// than `maxParseDepth`.
     public static func parse(_ data: Data) -> JSONValue? {
         guard let parsed = try? JSONSerialization.jsonObject(with: data, options: [.fragmentsAllowed]) else { return nil }
-        return JSONValue(parsed: parsed)
+        return JSONValue(parsed: parsed, depth: 0)
     }
 
-    /// A value as JSONSerialization gives it: booleans are NSNumbers of type char, integers keep
-    /// every digit that fits in an Int64.
-    private init?(parsed: Any) {
+    /// A value as JSONSerialization gives it. Booleans are NSNumbers of type char; a number is an
+    /// integer when its value is whole and exact (every digit that fits in an Int64, as JSONDecoder
+    /// reads one), else a Double. Long numbers come as NSDecimalNumber, read from their text.
+    private init?(parsed: Any, depth: Int) {
         switch parsed {
         case is NSNull:
             self = .null
         case let text as String:
             self = .string(text)
+        case let decimal as NSDecimalNumber:
+            let text = decimal.stringValue
+            if let integer = Int64(text) {
+                self = .integer(integer)
+            } else {
+                self = JSONValue.whole(Double(text) ?? decimal.doubleValue)
+            }
         case let number as NSNumber:
             switch String(cString: number.objCType) {
             case "c", "B": self = .bool(number.boolValue)
-            case "d", "f": self = .number(number.doubleValue)
+            case "d", "f": self = JSONValue.whole(number.doubleValue)
             case "Q" where number.uint64Value > UInt64(Int64.max): self = .number(number.doubleValue)
             default: self = .integer(number.int64Value)
             }
         case let items as [Any]:
+            guard depth < JSONValue.maxParseDepth else { return nil }
             var values: [JSONValue] = []
             values.reserveCapacity(items.count)
             for item in items {
-                guard let value = JSONValue(parsed: item) else { return nil }
+                guard let value = JSONValue(parsed: item, depth: depth + 1) else { return nil }
                 values.append(value)
             }
             self = .array(values)
         case let members as [String: Any]:
+            guard depth < JSONValue.maxParseDepth else { return nil }
             var values: [String: JSONValue] = [:]
             values.reserveCapacity(members.count)
             for (key, member) in members {
-                guard let value = JSONValue(parsed: member) else { return nil }
+                guard let value = JSONValue(parsed: member, depth: depth + 1) else { return nil }
                 values[key] = value
             }
             self = .object(values)
@@ -99,12 +114,19 @@ public enum JSONValue: Codable, Sendable, Equatable, Hashable {
         }
     }
 
+    /// A Double that is whole and exact (below 2^53) as an integer, as JSONDecoder reads `1.0`.
+    private static func whole(_ value: Double) -> JSONValue {
+        if value.rounded() == value, abs(value) < 9_007_199_254_740_992 { return .integer(Int64(value)) }
+        return .number(value)
+    }
+
     /// The JSON text `text` holds, or nil when it is not JSON.
     public static func parse(_ text: String) -> JSONValue? {
         parse(Data(text.utf8))
     }
 
-    /// Compact JSON text with sorted keys and unescaped slashes, as the hub writes JSON.
+    /// Compact JSON text with unescaped slashes and keys sorted by their bytes, as the hub writes
+    /// every JSON document, envelopes included.
     public func encoded() throws -> Data {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]

@@ -80,7 +80,7 @@ final class FCMSender: PushSender {
         fetching = false
         let object = response.json
         guard response.status == 200, let token = object?["access_token"]?.stringValue else {
-            let error = object.map { "\($0["error"]?.plainText ?? "") \($0["error_description"]?.plainText ?? "")" }
+            let error = object?.objectValue.map { "\($0["error"]?.plainText ?? "") \($0["error_description"]?.plainText ?? "")" }
             return "the token endpoint answered \(response.describe(error))"
         }
         let lifetime = object?["expires_in"]?.doubleValue ?? 3_600

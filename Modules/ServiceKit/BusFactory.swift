@@ -27,8 +27,8 @@ public final class BusFactory {
         group?.onEffectError = { [logger = runtime.logger] error in
             logger.error("a step after a commit failed; what was committed stands", ("error", "\(error)"))
         }
-        server.on(HealthRequest.self) { [runtime] _ in runtime.health(endpoints(), details: details()) }
-        server.on(MetricsRequest.self) { [runtime, unowned server] _ in
+        server.on(HealthRequest.self) { [unowned runtime] _ in runtime.health(endpoints(), details: details()) }
+        server.on(MetricsRequest.self) { [unowned runtime, unowned server] _ in
             var samples = server.samples
             // Numeric details, such as queue depths and counts, become gauges.
             for (name, value) in details() ?? [:] {

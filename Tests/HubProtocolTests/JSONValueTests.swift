@@ -57,17 +57,18 @@ struct JSONValueNestingTests {
         #"{"a":"# + String(repeating: "[", count: depth) + "1" + String(repeating: "]", count: depth) + "}"
     }
 
-    @Test("parse takes nesting to Foundation's limit and refuses deeper, in one pass")
+    @Test("parse takes nesting to its limit and refuses deeper, in one pass")
     func parseDepth() {
-        #expect(JSONValue.parse(Self.nested(500)) != nil)
-        #expect(JSONValue.parse(Self.nested(5_000)) == nil)
-        var value = JSONValue.parse(Self.nested(500))?["a"]
+        #expect(JSONValue.parse(Self.nested(255)) != nil)
+        #expect(JSONValue.parse(Self.nested(500)) == nil, "deeper than maxParseDepth")
+        #expect(JSONValue.parse(Self.nested(5_000)) == nil, "deeper than Foundation's parser takes")
+        var value = JSONValue.parse(Self.nested(255))?["a"]
         var depth = 0
         while case .array(let items)? = value {
             value = items.first
             depth += 1
         }
-        #expect(depth == 500)
+        #expect(depth == 255)
         #expect(value == .integer(1))
     }
 
@@ -81,9 +82,29 @@ struct JSONValueNestingTests {
     }
 
     @Test("numbers as Foundation's parser gives them: booleans, exact integers, doubles, integers past Int64")
-    func numbers() {
+    func numbers() throws {
         #expect(JSONValue.parse("[true, false, 0, 1, -9007199254740993, 2.5, 1e3, 18446744073709551615]") == [
-            true, false, 0, 1, .integer(-9_007_199_254_740_993), 2.5, .number(1_000), .number(18_446_744_073_709_551_615),
+            true, false, 0, 1, .integer(-9_007_199_254_740_993), 2.5, .integer(1_000), .number(18_446_744_073_709_551_615),
         ])
+        // Long numbers come from Foundation's parser as decimals; they are read from their text.
+        #expect(JSONValue.parse("-1000000000000000000") == .integer(-1_000_000_000_000_000_000))
+        #expect(JSONValue.parse("0.123456789012345678") == .number(0.123456789012345678))
+        #expect(JSONValue.parse("1.0") == .integer(1), "a whole number reads as JSONDecoder reads it")
+        #expect(try JSONDecoder().decode(JSONValue.self, from: Data("1.0".utf8)) == .integer(1))
+    }
+
+    @Test("keys are written in byte order, as the hub writes every JSON document")
+    func keyOrder() throws {
+        let value = try #require(JSONValue.parse(#"{"b":1,"B":2,"a9":3,"a10":4}"#))
+        #expect(String(decoding: try value.encoded(), as: UTF8.self) == #"{"B":2,"a10":4,"a9":3,"b":1}"#)
+    }
+
+    @Test("what parse takes can always be written again, inside an envelope or a line")
+    func parsedIsWritable() throws {
+        let deepest = JSONValue.parse(Self.nested(JSONValue.maxParseDepth - 1))
+        let tooDeep = JSONValue.parse(Self.nested(JSONValue.maxParseDepth))
+        #expect(tooDeep == nil)
+        let wrapped: JSONValue = ["line": ["payload": try #require(deepest)]]
+        #expect(throws: Never.self) { _ = try wrapped.encoded() }
     }
 }
