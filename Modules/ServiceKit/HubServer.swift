@@ -203,7 +203,9 @@ public final class HubServer {
 
     /// The correlation id of a request whose envelope did not check out, when one can be read.
     static func bestEffortID(_ data: Data) -> String {
-        JSONValue.parse(data)?["id"]?.stringValue ?? ""
+        // Any envelope Foundation's parser reads, however deep its other members nest.
+        let object = (try? JSONSerialization.jsonObject(with: data)) as? [String: Any]
+        return object?["id"] as? String ?? ""
     }
 
     public func close() { server.close() }

@@ -149,3 +149,14 @@ struct ServiceContextPartsTests {
         #expect(ServiceRuntime.figure { throw HubError(.unavailable, "the store is closed") }.contains("the store is closed"))
     }
 }
+
+@Suite("Refused envelopes")
+struct BestEffortIDTests {
+    @Test("a refused envelope's id is read back however deep its other members nest, so the error reply correlates")
+    func deepEnvelopes() {
+        let deep = String(repeating: "[", count: 400) + String(repeating: "]", count: 400)
+        #expect(HubServer.bestEffortID(Data(#"{"v":1,"type":"health","id":"r-1","payload":{},"auth":\#(deep)}"#.utf8)) == "r-1")
+        #expect(HubServer.bestEffortID(Data(#"{"v":1,"id":7}"#.utf8)) == "")
+        #expect(HubServer.bestEffortID(Data("not json".utf8)) == "")
+    }
+}
