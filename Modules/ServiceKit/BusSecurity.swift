@@ -118,16 +118,6 @@ public struct BusSecurity: Sendable {
     public func admits(domain: String, key: String) -> Bool {
         domain == ZAPHandler.agentDomain || admitted.contains(key)
     }
-
-    private static let shared = Mutex<BusSecurity?>(nil)
-
-    /// The setting of a command-line tool (nhctl, nh-bench), set once in its main before it makes
-    /// any socket, and passed by it to each. Services and the agent never read it: each socket they
-    /// make takes its setting from their `ServiceContext.bus` (a `BusFactory`).
-    public static var current: BusSecurity? {
-        get { shared.withLock { $0 } }
-        set { shared.withLock { $0 = newValue } }
-    }
 }
 
 /// A process's bus security as its ZAP handler's thread reads it: set at start, read at each handshake.

@@ -30,13 +30,13 @@ enum AgentFleet {
         guard let listen = keys.key(named: AccessKey.defaultListenName), let serverKey = BusKeys.publicKey(directory: dataDirectory)
         else { throw ConfigError("no hub keys in \(config.dataDir): start the services first") }
         let credential = ConnectionString(endpoint: config.namespace, keyName: listen.name, key: listen.key)
-        BusSecurity.current = BusSecurity(
+        let bus = BusSecurity(
             serverKeys: nil, clientKeys: try BusSecurity.clientKeys(for: credential), serverPublicKey: serverKey, admitted: [])
         let ids = (0..<options.count).map { "\(options.prefix)-\($0)" }
         let pairs = try ids.map { _ in try CurveKeyPair.generate() }
 
         // Registration, many requests in flight, as a fleet of real devices would register.
-        let registry = try HubForwarder(connect: config.registry.requests, timeoutMs: 30_000, curve: BusSecurity.current?.client) { credential.token(for: config.hubResource) }
+        let registry = try HubForwarder(connect: config.registry.requests, timeoutMs: 30_000, curve: bus.client) { credential.token(for: config.hubResource) }
         try BulkRegistration.upsert(
             zip(ids, pairs).map { id, pair in
                 Installation(

@@ -46,11 +46,12 @@ enum BreakingNewsBench {
         let group = DispatchGroup()
         let publish = cluster.environment["NH_PUBLISH_REQUESTS"]!
         let full = try cluster.credential()
+        let bus = cluster.bus
         for thread in 0..<4 {
             group.enter()
             Thread {
                 defer { group.leave() }
-                guard let client = try? HubCluster.client(publish, credential: full) else { return }
+                guard let client = try? HubCluster.client(publish, credential: full, bus: bus) else { return }
                 for index in stride(from: thread, to: sends, by: 4) where (try? client.call(send(index))) != nil {
                     accepted.withLock { $0 += 1 }
                 }

@@ -120,7 +120,7 @@ enum FanoutShardsBench {
             requests.append(request)
             agentEndpoints.append(agent)
         }
-        let health = try requests.map { try HubClient(connect: $0, policy: RetryPolicy(timeout: 5_000, attempts: 1), curve: BusSecurity.current?.client) }
+        let health = try requests.map { try HubClient(connect: $0, policy: RetryPolicy(timeout: 5_000, attempts: 1), curve: cluster.bus?.client) }
         defer { health.forEach { $0.close() } }
         func details() -> [[String: String]] { health.map { (try? $0.call(HealthRequest()).details) ?? [:] } }
         func total(_ all: [[String: String]], _ key: String) -> [Int] { all.map { Int($0[key] ?? "") ?? 0 } }

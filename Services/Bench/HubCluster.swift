@@ -11,6 +11,8 @@ final class HubCluster {
     let binDirectory: URL
     let dataDirectory: URL
     var environment: [String: String]
+    /// How this process's sockets reach the cluster's CURVE bus, once `secureBus` has read the keys.
+    private(set) var bus: BusSecurity?
     private var processes: [Process] = []
     private var named: [String: Process] = [:]
 
@@ -56,7 +58,7 @@ final class HubCluster {
             guard Date() < deadline else { throw ConfigError("the services made no key files in \(dataDirectory.path)") }
             Thread.sleep(forTimeInterval: 0.05)
         }
-        BusSecurity.current = BusSecurity(
+        bus = BusSecurity(
             serverKeys: nil, clientKeys: try BusSecurity.clientKeys(for: try credential()),
             serverPublicKey: BusKeys.publicKey(directory: dataDirectory)!, admitted: [])
     }
@@ -69,7 +71,7 @@ final class HubCluster {
         let deadline = Date().addingTimeInterval(30)
         while true {
             do {
-                var curve = BusSecurity.current?.client
+                var curve = bus?.client
                 if let agentHome, let keys = curve?.keys {
                     guard let device = BusKeys.deviceKey(agentHome: agentHome) else { throw HubError(.unavailable, "no device key yet") }
                     curve = (keys, device)
@@ -86,7 +88,7 @@ final class HubCluster {
 
     /// A client that signs with the full key the services made.
     func client(_ variable: String) throws -> HubClient {
-        try Self.client(environment[variable]!, credential: try credential())
+        try Self.client(environment[variable]!, credential: try credential(), bus: bus)
     }
 
     func credential() throws -> ConnectionString {
@@ -94,9 +96,10 @@ final class HubCluster {
         return ConnectionString(endpoint: "http://127.0.0.1:7780/", keyName: key.name, key: key.key)
     }
 
-    static func client(_ endpoint: String, credential: ConnectionString) throws -> HubClient {
+    /// A client signing with `credential`, on the bus as `bus` secures it (a cluster's `bus`).
+    static func client(_ endpoint: String, credential: ConnectionString, bus: BusSecurity?) throws -> HubClient {
         try HubClient(
-            connect: endpoint, policy: RetryPolicy(timeout: 10_000, attempts: 1), curve: BusSecurity.current?.client,
+            connect: endpoint, policy: RetryPolicy(timeout: 10_000, attempts: 1), curve: bus?.client,
             auth: { credential.token(for: "http://127.0.0.1:7780/hub") })
     }
 

@@ -71,8 +71,9 @@ enum PostgresBench {
         }
         let publish = cluster.environment["NH_PUBLISH_REQUESTS"]!
         let credential = try cluster.credential()
+        let bus = cluster.bus
         let round = HTTPSendBench.measure(sends: sends, clients: backends) { _ in
-            let client = try HubCluster.client(publish, credential: credential)
+            let client = try HubCluster.client(publish, credential: credential, bus: bus)
             return { index in (try? client.call(BreakingNewsBench.send(index))) != nil }
         }
         guard round.count == sends else { throw BenchError("\(round.count) of \(sends) sends accepted") }

@@ -44,7 +44,7 @@ enum PushBench {
         let tokens = (0..<devices).map { Crypto.sha256(Data("push bench device \($0)".utf8)).hexString }
         let credential = try cluster.credential()
         let busToken = credential.token(for: "http://127.0.0.1:7780/hub")
-        let registry = try HubForwarder(connect: cluster.environment["NH_REGISTRY_REQUESTS"]!, timeoutMs: 30_000, curve: BusSecurity.current?.client) { busToken }
+        let registry = try HubForwarder(connect: cluster.environment["NH_REGISTRY_REQUESTS"]!, timeoutMs: 30_000, curve: cluster.bus?.client) { busToken }
         defer { registry.close() }
         try BulkRegistration.upsert(
             tokens.enumerated().map { index, token in

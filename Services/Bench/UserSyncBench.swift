@@ -40,11 +40,12 @@ enum UserSyncBench {
         let threads = 4
         let publish = cluster.environment["NH_PUBLISH_REQUESTS"]!
         let full = try cluster.credential()
+        let bus = cluster.bus
         for thread in 0..<threads {
             group.enter()
             Thread {
                 defer { group.leave() }
-                guard let client = try? HubCluster.client(publish, credential: full) else { return }
+                guard let client = try? HubCluster.client(publish, credential: full, bus: bus) else { return }
                 for index in stride(from: thread, to: posts, by: threads) {
                     guard let reply = try? client.call(PostUserNotification(
                         userId: "bench", appNotificationId: "post-\(index)", visual: VisualContent(title: "Bench", body: "post \(index)")))

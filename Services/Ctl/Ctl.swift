@@ -96,20 +96,20 @@ enum Ctl {
                 return fail("config error: \(error)")
             }
         }
+        // Every bus socket is CURVE: nhctl connects with the keys of the credential it holds. A
+        // credential or bus key that cannot be had stops any command but `keys` here, before it starts.
+        var bus: BusSecurity?
         if parsed.positionals[0] != "keys" {
-            // Every bus socket is CURVE: nhctl connects with the keys of the credential it holds.
             do {
-                let credential = try CtlSend.credential(parsed, config: config, environment: environment)
-                BusSecurity.current = BusSecurity(
-                    serverKeys: nil, clientKeys: try BusSecurity.clientKeys(for: credential),
-                    serverPublicKey: try BusKeys.serverPublicKey(config: config, environment: environment), admitted: [])
+                bus = try CtlCaller(parsed, config: config, environment: environment).bus
             } catch {
                 return fail("\((error as? HubError)?.message ?? "\(error)")")
             }
         }
         switch parsed.positionals[0] {
         case "health":
-            return health(config, timeout: timeout, json: parsed.has("json"), requireAgent: parsed.has("agent"), environment: environment)
+            return health(
+                config, bus: bus, timeout: timeout, json: parsed.has("json"), requireAgent: parsed.has("agent"), environment: environment)
         case "send":
             return CtlSend.send(parsed, config: config, environment: environment)
         case "outcome":
@@ -150,7 +150,9 @@ enum Ctl {
         lines.allSatisfy { $0.status == "ok" || ($0.service == "nh-agent" && $0.status == absentAgent && !requireAgent) } ? 0 : 1
     }
 
-    static func health(_ config: HubConfig, timeout: Int, json: Bool, requireAgent: Bool, environment: [String: String]) -> Int32 {
+    static func health(
+        _ config: HubConfig, bus: BusSecurity?, timeout: Int, json: Bool, requireAgent: Bool, environment: [String: String]
+    ) -> Int32 {
         var lines: [HealthLine] = []
         for (service, endpoints) in config.serviceEndpoints {
             var line = HealthLine(service: service, endpoint: endpoints.requests, status: "down")
@@ -159,7 +161,7 @@ enum Ctl {
                 ?? URL(fileURLWithPath: config.dataDir, isDirectory: true).appendingPathComponent("agent", isDirectory: true)
             let counted = requireAgent ? "" : " (not counted; nhctl health --agent counts it)"
             do {
-                var curve = BusSecurity.current?.client
+                var curve = bus?.client
                 if service == "nh-agent" {
                     guard let device = BusKeys.deviceKey(agentHome: home), let keys = curve?.keys else {
                         throw HubError(.unavailable, "no local agent has run with home \(home.path); start one with nh-agent\(counted)")

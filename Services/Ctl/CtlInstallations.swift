@@ -8,8 +8,7 @@ enum CtlInstallations {
         let words = Array(parsed.positionals.dropFirst())
         guard let command = words.first else { return Ctl.fail("usage: nhctl installations list|show ID|delete ID") }
         do {
-            let registry = try CtlSend.client(
-                config.registry.requests, try CtlSend.credential(parsed, config: config, environment: environment), config)
+            let registry = try CtlCaller(parsed, config: config, environment: environment).client(config.registry.requests)
             defer { registry.close() }
             let encoder = HubCodec.makeEncoder()
             switch (command, words.count) {
@@ -59,7 +58,7 @@ enum CtlInstallations {
     /// Where the installation is served, as the configured dispatcher knows it.
     static func placement(_ id: String, _ parsed: Arguments, _ config: HubConfig, _ environment: [String: String]) -> Result<Placement, Error> {
         Result {
-            let dispatcher = try CtlSend.client(config.dispatch.requests, try CtlSend.credential(parsed, config: config, environment: environment), config)
+            let dispatcher = try CtlCaller(parsed, config: config, environment: environment).client(config.dispatch.requests)
             defer { dispatcher.close() }
             return try dispatcher.call(PlacementRequest(installationId: id))
         }

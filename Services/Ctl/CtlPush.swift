@@ -32,8 +32,7 @@ enum CtlPush {
             return Ctl.fail("\(error)")
         }
         do {
-            let dispatch = try CtlSend.client(
-                config.dispatch.requests, try CtlSend.credential(parsed, config: config, environment: environment), config)
+            let dispatch = try CtlCaller(parsed, config: config, environment: environment).client(config.dispatch.requests)
             defer { dispatch.close() }
             let reply = try request.map { try dispatch.call($0) } ?? dispatch.call(PushCredentialsRequest())
             if parsed.has("json") {

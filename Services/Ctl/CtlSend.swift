@@ -18,20 +18,6 @@ enum CtlSend {
         return ConnectionString(endpoint: config.namespace, keyName: key.name, key: key.key)
     }
 
-    /// The dispatchers outcomes are read from: `dispatch.requests`, then `dispatch.peers`; each
-    /// client is closed by `close`.
-    static func outcomeReader(_ credential: ConnectionString, _ config: HubConfig) throws -> (reader: FirstAnswering, close: () -> Void) {
-        let clients = try config.outcomeEndpoints.map { try client($0, credential, config) }
-        return (FirstAnswering(clients), { clients.forEach { $0.close() } })
-    }
-
-    static func client(_ endpoint: String, _ credential: ConnectionString, _ config: HubConfig) throws -> HubClient {
-        let client = try HubClient(
-            connect: endpoint, policy: RetryPolicy(timeout: config.requestTimeoutMs, attempts: config.requestAttempts),
-            curve: BusSecurity.current?.client, auth: { credential.token(for: config.hubResource) })
-        client.maxMessageBytes = config.publishRequestBytes
-        return client
-    }
 
     /// A rich send: the file's bytes are stored by the hub and the targets get a silent notification.
     static func sendRich(_ parsed: Arguments, file: String, config: HubConfig, environment: [String: String]) -> Int32 {
@@ -43,7 +29,7 @@ enum CtlSend {
             payload: data, sha256: Crypto.sha256(data).hexString, tagExpression: parsed[option: "tag"],
             installationId: parsed[option: "installation"], userId: parsed[option: "user"], timeToLive: parsed[option: "ttl"].flatMap(Int.init))
         do {
-            let client = try client(config.publish.requests, try credential(parsed, config: config, environment: environment), config)
+            let client = try CtlCaller(parsed, config: config, environment: environment).client(config.publish.requests)
             defer { client.close() }
             let accepted = try client.call(request)
             print(parsed.has("json")
@@ -117,12 +103,12 @@ enum CtlSend {
             timeToLive: ttl, scheduledAt: scheduledAt, platform: platform, headers: headers)
         if parsed.has("test") { request.test = true }
         do {
-            let credential = try credential(parsed, config: config, environment: environment)
-            let client = try client(config.publish.requests, credential, config)
+            let caller = try CtlCaller(parsed, config: config, environment: environment)
+            let client = try caller.client(config.publish.requests)
             defer { client.close() }
             let accepted = try client.call(request)
             if parsed.has("test") {
-                let dispatchers = try outcomeReader(credential, config)
+                let dispatchers = try caller.outcomeReader()
                 defer { dispatchers.close() }
                 let (outcome, results) = OutcomeLookup.waitForTest(accepted.notificationId, dispatch: dispatchers.reader, publish: client, seconds: 10)
                 return printTest(accepted.notificationId, outcome, results, json: parsed.has("json"))
@@ -158,7 +144,7 @@ enum CtlSend {
     static func cancel(_ parsed: Arguments, config: HubConfig, environment: [String: String]) -> Int32 {
         guard parsed.positionals.count == 2 else { return Ctl.fail("usage: nhctl cancel NOTIFICATION_ID") }
         do {
-            let publish = try client(config.publish.requests, try credential(parsed, config: config, environment: environment), config)
+            let publish = try CtlCaller(parsed, config: config, environment: environment).client(config.publish.requests)
             defer { publish.close() }
             _ = try publish.call(CancelScheduledNotification(notificationId: parsed.positionals[1]))
             print(parsed.has("json") ? #"{"canceled":"\#(parsed.positionals[1])"}"# : "canceled \(parsed.positionals[1])")
@@ -172,9 +158,9 @@ enum CtlSend {
         guard parsed.positionals.count == 2 else { return Ctl.fail("usage: nhctl outcome NOTIFICATION_ID") }
         let id = parsed.positionals[1]
         do {
-            let credential = try credential(parsed, config: config, environment: environment)
-            let dispatchers = try outcomeReader(credential, config)
-            let publish = try client(config.publish.requests, credential, config)
+            let caller = try CtlCaller(parsed, config: config, environment: environment)
+            let dispatchers = try caller.outcomeReader()
+            let publish = try caller.client(config.publish.requests)
             defer {
                 dispatchers.close()
                 publish.close()

@@ -9,10 +9,10 @@ enum CtlUser {
         guard words.count == 2 else { return Ctl.fail("usage: nhctl user credential USER | nhctl user post USER --app-id ID …") }
         let user = words[1]
         do {
-            let credential = try CtlSend.credential(parsed, config: config, environment: environment)
+            let caller = try CtlCaller(parsed, config: config, environment: environment)
             switch words[0] {
             case "credential":
-                let sync = try CtlSend.client(config.sync.requests, credential, config)
+                let sync = try caller.client(config.sync.requests)
                 defer { sync.close() }
                 let lifetime = try parsed[option: "lifetime"].map { text throws -> Int in
                     guard let value = Int(text) else { throw HubError(.invalidArgument, "--lifetime must be seconds") }
@@ -33,7 +33,7 @@ enum CtlUser {
                     guard let seconds = Double(text) else { throw HubError(.invalidArgument, "--expires-in must be seconds") }
                     return Date().addingTimeInterval(seconds)
                 }
-                let publish = try CtlSend.client(config.publish.requests, credential, config)
+                let publish = try caller.client(config.publish.requests)
                 defer { publish.close() }
                 let reply = try publish.call(PostUserNotification(
                     userId: user, appNotificationId: appId, visual: visual, raw: parsed[option: "raw"],
@@ -41,7 +41,7 @@ enum CtlUser {
                 print(parsed.has("json") ? #"{"id":"\#(reply.notification.id)"}"# : "posted \(reply.notification.id) to \(user)")
                 return 0
             case "list":
-                let sync = try CtlSend.client(config.sync.requests, credential, config)
+                let sync = try caller.client(config.sync.requests)
                 defer { sync.close() }
                 let enrolled = try sync.call(IssueUserCredential(userId: user, lifetime: 60))
                 let token = try sync.call(UserTokenRequest(credential: enrolled.credential)).token
