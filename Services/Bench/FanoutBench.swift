@@ -7,6 +7,19 @@ import ServiceKit
 /// fixed send rate with all N connected.
 enum FanoutBench {
     static let perProcess = 2_500
+    /// The short run of broadcasts whose CPU is taken from the main run's, for the CPU per delivery.
+    static let shortBroadcasts = 2
+
+    static func cpuName(n: Int) -> String { "fan-out N=\(n.formatted()): dispatcher CPU per acknowledged delivery" }
+
+    /// A run of broadcasts, timed from the first send until every delivery is acknowledged and
+    /// recorded, with the dispatcher's CPU (user and system, all its threads) over that time.
+    struct Round {
+        var reachedSeconds = 0.0
+        var ackedSeconds = 0.0
+        var cpuSeconds: Double?
+        var deliveries = 0
+    }
 
     static func run(agents: Int, broadcasts: Int, latencySends: Int, rate: Int, size: Int = 256) throws -> [BenchResult] {
         let cluster = try HubCluster()
@@ -39,31 +52,46 @@ enum FanoutBench {
         Thread.sleep(forTimeInterval: 0.5)
         let connected = residentBytes(dispatchProcess.processIdentifier)
 
-        // Broadcasts: timed from the first send until every delivery is acknowledged and recorded.
+        // Broadcasts: a short run, then the main one; the CPU per delivery is their difference.
         let publish = try cluster.client("NH_PUBLISH_REQUESTS")
         let padding = String(repeating: "x", count: max(0, size - 40))
         let expected = agents * broadcasts
         let before = try details(cluster, dispatcher)
-        let start = ContinuousClock.now
-        for index in 0..<broadcasts {
-            _ = try publish.call(SendNotification(
-                format: .template, properties: ["m": "b\(index) \(padding)"], tagExpression: "fanout"))
-        }
-        var reachedSeconds = 0.0
-        var ackedSeconds = 0.0
-        let deadline = Date().addingTimeInterval(180)
-        while Date() < deadline {
-            let received = fleets.reduce(0) { $0 + $1.stat("received") }
-            if reachedSeconds == 0 && received >= expected { reachedSeconds = seconds(since: start) }
-            let acked = (try? details(cluster, dispatcher)["ackedTotal"]).flatMap { Int($0) } ?? 0
-            if acked - (Int(before["ackedTotal"] ?? "0") ?? 0) >= expected {
-                ackedSeconds = seconds(since: start)
-                if reachedSeconds == 0 { reachedSeconds = ackedSeconds }
-                break
+        var sent = 0
+        func round(_ count: Int) throws -> Round {
+            var round = Round()
+            let receivedBefore = fleets.reduce(0) { $0 + $1.stat("received") }
+            let ackedBefore = Int(try details(cluster, dispatcher)["ackedTotal"] ?? "0") ?? 0
+            let cpuBefore = ProcessCPU.seconds(dispatchProcess.processIdentifier)
+            let start = ContinuousClock.now
+            for _ in 0..<count {
+                _ = try publish.call(SendNotification(
+                    format: .template, properties: ["m": "b\(sent) \(padding)"], tagExpression: "fanout"))
+                sent += 1
             }
-            Thread.sleep(forTimeInterval: 0.02)
+            let deadline = Date().addingTimeInterval(180)
+            while Date() < deadline {
+                let received = fleets.reduce(0) { $0 + $1.stat("received") } - receivedBefore
+                if round.reachedSeconds == 0 && received >= agents * count { round.reachedSeconds = seconds(since: start) }
+                let acked = (try? details(cluster, dispatcher)["ackedTotal"]).flatMap { Int($0) } ?? 0
+                if acked - ackedBefore >= agents * count {
+                    round.ackedSeconds = seconds(since: start)
+                    if round.reachedSeconds == 0 { round.reachedSeconds = round.ackedSeconds }
+                    round.deliveries = agents * count
+                    if let cpuBefore, let cpuAfter = ProcessCPU.seconds(dispatchProcess.processIdentifier) {
+                        round.cpuSeconds = cpuAfter - cpuBefore
+                    }
+                    break
+                }
+                Thread.sleep(forTimeInterval: 0.02)
+            }
+            Thread.sleep(forTimeInterval: 1.1)
+            return round
         }
-        Thread.sleep(forTimeInterval: 1.1)
+        let short = try round(Self.shortBroadcasts)
+        let main = try round(broadcasts)
+        let reachedSeconds = main.reachedSeconds
+        let ackedSeconds = main.ackedSeconds
         let after = try details(cluster, dispatcher)
         let resends = (Int(after["resentTotal"] ?? "0") ?? 0) - (Int(before["resentTotal"] ?? "0") ?? 0)
         let duplicates = fleets.reduce(0) { $0 + $1.stat("duplicates") }
@@ -80,7 +108,7 @@ enum FanoutBench {
                 format: .template, properties: ["m": "t=\(AgentFleet.monotonicNanoseconds()); \(padding)"], installationId: target))
         }
         let latencyDeadline = Date().addingTimeInterval(30)
-        while Date() < latencyDeadline && fleets[0].stat("received") < fleets[0].count * broadcasts + latencySends {
+        while Date() < latencyDeadline && fleets[0].stat("received") < fleets[0].count * sent + latencySends {
             Thread.sleep(forTimeInterval: 0.05)
         }
         for fleet in fleets { fleet.finish() }
@@ -97,6 +125,7 @@ enum FanoutBench {
             BenchResult(name: "fan-out N=\(n): acknowledged, recorded", unit: "dlv/s", count: ackedSeconds > 0 ? expected : 0,
                         seconds: ackedSeconds, baseline: MosquittoFanout.deliveryName(n: agents, qos: 1),
                         note: "resends \(resends), duplicates seen by agents \(duplicates)"),
+            cpuPerDelivery(agents: agents, short: short, main: main),
             BenchResult(name: "fan-out N=\(n): dispatcher memory per agent", unit: "KiB", count: 0, seconds: 0,
                         value: Double(max(0, connected - indexed)) / Double(agents) / 1024, note: "RSS growth as N agents connect"),
             BenchResult(name: "fan-out N=\(n): dispatcher memory per installation", unit: "B", count: 0, seconds: 0,
@@ -112,6 +141,20 @@ enum FanoutBench {
             }
         }
         return results
+    }
+
+    /// The dispatcher's CPU per acknowledged delivery, beside the Mosquitto broker's per QoS 1 delivery.
+    static func cpuPerDelivery(agents: Int, short: Round, main: Round) -> BenchResult {
+        let name = cpuName(n: agents)
+        let baseline = MosquittoFanout.cpuName(n: agents, qos: 1)
+        guard let shortCPU = short.cpuSeconds, let mainCPU = main.cpuSeconds,
+            let value = ProcessCPU.microsecondsPerDelivery(short: (shortCPU, short.deliveries), long: (mainCPU, main.deliveries))
+        else {
+            return BenchResult(name: name, unit: "µs", count: 0, seconds: 0, baseline: baseline, note: "not measured: a run did not finish")
+        }
+        return BenchResult(
+            name: name, unit: "µs", count: 0, seconds: 0, baseline: baseline, value: value,
+            note: String(format: "all threads, user+system, %d − %d deliveries: %.2f − %.2f CPU s", main.deliveries, short.deliveries, mainCPU, shortCPU))
     }
 
     static func details(_ cluster: HubCluster, _ endpoint: String) throws -> [String: String] {

@@ -33,9 +33,38 @@ enum MosquittoFanout {
     /// first publish until every subscriber process has them all), the time to connect and
     /// subscribe all n, and the duplicates seen.
     static func run(n: Int, broadcasts: Int = 10, qos: Int = 1) -> [BenchResult] {
+        measure(n: n, broadcasts: broadcasts, qos: qos).results
+    }
+
+    static func cpuName(n: Int, qos: Int) -> String { "Mosquitto broker CPU per QoS \(qos) delivery, \(BenchReport.format(Double(n))) subs" }
+
+    /// One run's figures, and what the broker spent in CPU (user and system, all its threads)
+    /// from the first publish until every subscriber had every message; nil CPU when the run did
+    /// not finish.
+    struct Run {
+        var results: [BenchResult]
+        var brokerCPUSeconds: Double?
+        var deliveries: Int
+    }
+
+    /// The broker's CPU per delivery at `qos`, from `long` (a run of many broadcasts) and `short`
+    /// (a run of few), as `ProcessCPU.microsecondsPerDelivery` takes the difference.
+    static func cpuPerDelivery(n: Int, qos: Int, short: Run, long: Run) -> BenchResult {
+        let name = cpuName(n: n, qos: qos)
+        guard let shortCPU = short.brokerCPUSeconds, let longCPU = long.brokerCPUSeconds,
+            let value = ProcessCPU.microsecondsPerDelivery(short: (shortCPU, short.deliveries), long: (longCPU, long.deliveries))
+        else {
+            return BenchResult(name: name, unit: "µs", count: 0, seconds: 0, note: "not measured: a run did not finish")
+        }
+        return BenchResult(
+            name: name, unit: "µs", count: 0, seconds: 0, value: value,
+            note: String(format: "broker user+system, %d − %d deliveries: %.2f − %.2f CPU s", long.deliveries, short.deliveries, longCPU, shortCPU))
+    }
+
+    static func measure(n: Int, broadcasts: Int, qos: Int) -> Run {
         let names = (deliveryName(n: n, qos: qos), connectName(n: n, qos: qos), duplicatesName(n: n, qos: qos))
-        func unfinished(_ why: String) -> [BenchResult] {
-            [BenchResult(name: names.0, unit: "deliveries/s", count: 0, seconds: 0, note: why)]
+        func unfinished(_ why: String) -> Run {
+            Run(results: [BenchResult(name: names.0, unit: "deliveries/s", count: 0, seconds: 0, note: why)], brokerCPUSeconds: nil, deliveries: 0)
         }
         let session: Session
         do {
@@ -55,10 +84,12 @@ enum MosquittoFanout {
             return unfinished("\(error)")
         }
         let processes = session.processCount
+        let cpuBefore = session.brokerCPUSeconds
         let outcome = publisher.run(
             topic: topic, count: broadcasts, window: publishWindow, rate: nil, deadline: .now + timeout,
             finished: { session.reports.doneCount >= processes })
         let finished = session.reports.doneCount >= processes
+        let cpuAfter = session.brokerCPUSeconds
         let end = session.reports.lastDone ?? .now
         publisher.close()
         session.stop()
@@ -75,7 +106,7 @@ enum MosquittoFanout {
         }
         var duplicateNote = "publisher got \(outcome.acknowledged) of \(outcome.published) acknowledged"
         if totals.lost > 0 { duplicateNote += "; \(totals.lost) subscriber connections broke" }
-        return [
+        let results = [
             BenchResult(name: names.0, unit: "deliveries/s", count: complete ? totals.distinct : 0, seconds: elapsed, note: note),
             BenchResult(
                 name: names.1, unit: "s", count: n, seconds: connectSeconds, value: connectSeconds,
@@ -83,6 +114,9 @@ enum MosquittoFanout {
             BenchResult(
                 name: names.2, unit: "msgs", count: totals.duplicates, seconds: 0, value: Double(totals.duplicates), note: duplicateNote),
         ]
+        var cpu: Double?
+        if complete, let cpuBefore, let cpuAfter { cpu = cpuAfter - cpuBefore }
+        return Run(results: results, brokerCPUSeconds: cpu, deliveries: complete ? totals.distinct : 0)
     }
 
     /// N subscribers at QoS 1 while the publisher sends `count` messages at `rate` per second, each
@@ -115,6 +149,7 @@ enum MosquittoFanout {
             return unfinished("\(error)")
         }
         let processes = session.processCount
+        let cpuBefore = session.brokerCPUSeconds
         let outcome = publisher.run(
             topic: topic, count: count, window: count, rate: rate, deadline: .now + timeout,
             finished: { session.reports.doneCount >= processes })
@@ -266,6 +301,9 @@ enum MosquittoFanout {
         private var launchedAt = ContinuousClock.now
 
         var processCount: Int { subscribers.count }
+
+        /// The broker's user and system seconds so far, all its threads; nil when it is not running.
+        var brokerCPUSeconds: Double? { broker.flatMap { ProcessCPU.seconds($0.processIdentifier) } }
 
         /// Starts the broker, then the subscriber processes; `timed` makes them report latencies.
         init(subscribers n: Int, qos: Int, expect: Int, timed: Bool, solo: Bool = false) throws {

@@ -26,8 +26,11 @@ let usage = """
     (default 10) to N simulated agents, each a real installation and a CURVE connection that
     acknowledges every delivery, then time sends to one agent at a fixed rate (default 1,000/s)
     with all N connected; beside them, Mosquitto fans the same payload out to N subscribers at
-    QoS 1 and QoS 0, and to one of N at the same rate. `fanout` runs only those; `fanout-mqtt`
-    only Mosquitto's.
+    QoS 1 and QoS 0, and to one of N at the same rate. The CPU per delivery, the dispatcher's
+    beside the Mosquitto broker's at QoS 1, is user and system time of all the process's threads
+    (/proc/PID/stat) over a run of B broadcasts less that over a run of 2, divided by the
+    deliveries between them, so that connecting and each run's fixed costs are not counted.
+    `fanout` runs only those; `fanout-mqtt` only Mosquitto's.
 
     The sharded fan-out figures (`fanout-shards`, and part of the whole run unless --no-fanout or
     --no-postgres) put the stores on a throwaway PostgreSQL server (as the PostgreSQL figures do),
@@ -89,7 +92,10 @@ func fanout(_ parsed: Arguments, sizes: [Int], hub: Bool, mosquitto: Bool) throw
     for n in sizes {
         if hub { results += try FanoutBench.run(agents: n, broadcasts: broadcasts, latencySends: count, rate: rate) }
         if mosquitto {
-            results += MosquittoFanout.run(n: n, broadcasts: broadcasts, qos: 1)
+            let long = MosquittoFanout.measure(n: n, broadcasts: broadcasts, qos: 1)
+            results += long.results
+            let short = MosquittoFanout.measure(n: n, broadcasts: FanoutBench.shortBroadcasts, qos: 1)
+            results.append(MosquittoFanout.cpuPerDelivery(n: n, qos: 1, short: short, long: long))
             results += MosquittoFanout.run(n: n, broadcasts: broadcasts, qos: 0)
             results += MosquittoFanout.latency(n: n, rate: rate, count: count)
         }

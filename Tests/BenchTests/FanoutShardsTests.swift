@@ -79,3 +79,36 @@ struct FanoutShardsTests {
         #expect(results[3].value == nil && results[3].rate == 0 && results[3].note == "not measured")
     }
 }
+
+/// The CPU per delivery of the fan-out figures: the long run's CPU less the short run's, over
+/// the deliveries between them, so that what each run costs whatever its length drops out.
+@Suite("CPU per delivery")
+struct CPUPerDeliveryTests {
+    @Test("the difference of CPU over the difference of deliveries, in microseconds")
+    func difference() throws {
+        // 2 broadcasts to 10,000 in 1.9 s, 10 in 7.9 s: 6 s for 80,000 deliveries, 75 µs each,
+        // though each run alone (0.95 s and 0.79 s per 10,000) would say otherwise.
+        let value = try #require(ProcessCPU.microsecondsPerDelivery(short: (1.9, 20_000), long: (7.9, 100_000)))
+        #expect(abs(value - 75) < 1e-9)
+    }
+
+    @Test("no figure without more deliveries in the long run, or with less CPU in it")
+    func unmeasured() {
+        #expect(ProcessCPU.microsecondsPerDelivery(short: (1, 100), long: (2, 100)) == nil)
+        #expect(ProcessCPU.microsecondsPerDelivery(short: (1, 100), long: (2, 50)) == nil)
+        #expect(ProcessCPU.microsecondsPerDelivery(short: (3, 100), long: (2, 200)) == nil)
+        #expect(ProcessCPU.microsecondsPerDelivery(short: (0, 0), long: (0, 100)) == 0)
+    }
+
+    @Test("the hub's figure names Mosquitto's as its reference, and says when a run did not finish")
+    func figures() {
+        let unfinished = FanoutBench.cpuPerDelivery(agents: 1_000, short: FanoutBench.Round(), main: FanoutBench.Round())
+        #expect(unfinished.value == nil)
+        #expect(unfinished.baseline == MosquittoFanout.cpuName(n: 1_000, qos: 1))
+        let short = FanoutBench.Round(reachedSeconds: 1, ackedSeconds: 1, cpuSeconds: 0.5, deliveries: 2_000)
+        let main = FanoutBench.Round(reachedSeconds: 4, ackedSeconds: 4, cpuSeconds: 1.3, deliveries: 10_000)
+        let figure = FanoutBench.cpuPerDelivery(agents: 1_000, short: short, main: main)
+        #expect(abs((figure.value ?? 0) - 100) < 1e-9)
+        #expect(figure.unit == "µs")
+    }
+}
