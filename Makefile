@@ -6,7 +6,7 @@ DATA_DIR     ?= $(CURDIR)/data
 APT_PACKAGES := libzmq3-dev libsqlite3-dev libssl-dev libcurl4-openssl-dev libmicrohttpd-dev libmosquitto-dev libpq-dev pkg-config openssl curl mosquitto mosquitto-clients postgresql \
                 chromium chromium-driver \
                 libsystemd-dev xvfb dunst libnotify-bin \
-                dpkg-dev lintian patchelf help2man systemd debootstrap faketime python3-zmq
+                dpkg-dev lintian patchelf help2man systemd debootstrap faketime python3-zmq valgrind
 PY_PACKAGES  := pytest requests pyzmq selenium matplotlib h2 http-ece py-vapid cryptography jeepney pywebpush
 SUDO         := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 RELEASE_BIN   = $(CURDIR)/.build/release
@@ -32,7 +32,7 @@ INSTALL_NEEDS ?= static
 SERVICE_LINKS := nh-registry nh-publish nh-dispatch nh-sync nh-gateway nhctl
 STAMP        := Modules/CBuildInfo/build_stamp.h
 
-.PHONY: all deps stamp build release static install install-services install-agent manual-pages deb upgrade-test package-test test soak fuzz run bench screenshots clean help
+.PHONY: all deps stamp build release static install install-services install-agent manual-pages deb upgrade-test package-test test soak fuzz run bench bench-instructions screenshots clean help
 
 all: build
 
@@ -44,6 +44,7 @@ help:
 	@echo "make run      deps, release build, then every service on loopback (Ctrl-C stops them)"
 	@echo "make bench    deps, release build, then throughput against raw libzmq and Mosquitto; writes $(BENCH_DIR)/results.json"
 	@echo "              and $(BENCH_DIR)/chart.png (BENCH_DIR=DIR), and copies the chart to docs/bench-chart.png"
+	@echo "make bench-instructions  deps, release build, then the dispatcher's instructions per acknowledged delivery under callgrind, for INSTR_AGENTS (200) agents"
 	@echo "make fuzz     deps, debug build, then $(FUZZ_FRAMES) generated and mutated inputs to every socket and to each parser (FUZZ_FRAMES=N)"
 	@echo "make screenshots  deps, debug build, then the browser tests, saving the README's pictures of /console and /inbox in docs/screenshots"
 	@echo "make static   release build with the Swift runtime linked in: nh-services (every service and nhctl) and nh-agent"
@@ -183,6 +184,12 @@ bench: release
 	@NH_BIN_DIR="$(RELEASE_BIN)" deploy/bench.sh --output "$(BENCH_DIR)/results.json"
 	python3 deploy/bench-chart.py "$(BENCH_DIR)/results.json" "$(BENCH_DIR)/chart.png"
 	cp "$(BENCH_DIR)/chart.png" "$(CURDIR)/docs/bench-chart.png"
+
+# Instructions per acknowledged delivery, the dispatcher under valgrind's callgrind: a figure that
+# does not move with the machine's load, for finding regressions that timings here cannot show.
+INSTR_AGENTS ?= 200
+bench-instructions: release
+	"$(RELEASE_BIN)/nh-bench" instructions --fanout $(INSTR_AGENTS)
 
 # The browser tests alone, keeping their screenshots as the README's pictures of the two pages.
 screenshots: deps

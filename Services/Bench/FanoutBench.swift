@@ -11,19 +11,58 @@ enum FanoutBench {
     static let shortBroadcasts = 2
 
     static func cpuName(n: Int) -> String { "fan-out N=\(n.formatted()): dispatcher CPU per acknowledged delivery" }
+    static func instructionsName(n: Int) -> String { "fan-out N=\(n.formatted()): dispatcher instructions per acknowledged delivery" }
 
     /// A run of broadcasts, timed from the first send until every delivery is acknowledged and
-    /// recorded, with the dispatcher's CPU (user and system, all its threads) over that time.
+    /// recorded, with what the dispatcher spent over that time as the meter reads it.
     struct Round {
         var reachedSeconds = 0.0
         var ackedSeconds = 0.0
-        var cpuSeconds: Double?
+        var cost: Double?
         var deliveries = 0
     }
 
-    static func run(agents: Int, broadcasts: Int, latencySends: Int, rate: Int, size: Int = 256) throws -> [BenchResult] {
+    /// What the cost per delivery reads of the dispatcher: its CPU time from /proc, or the
+    /// instructions it runs under callgrind (started through `wrapper`).
+    struct Meter {
+        var name: (Int) -> String
+        var unit: String
+        /// From the difference in what `read` gives per delivery to the figure's unit.
+        var scale: Double
+        var baseline: (Int) -> String?
+        /// What is read, for the figure's note, and the decimals it is shown with there.
+        var what: String
+        var decimals: Int
+        var wrapper: ((String) throws -> [String])?
+        var read: (Int32) -> Double?
+
+        static var cpu: Meter {
+            Meter(
+                name: cpuName, unit: "µs", scale: 1e6, baseline: { MosquittoFanout.cpuName(n: $0, qos: 1) },
+                what: "all threads, user+system CPU s", decimals: 2, wrapper: nil, read: ProcessCPU.seconds)
+        }
+
+        static func instructions(_ callgrind: Callgrind) throws -> Meter {
+            try callgrind.check()
+            return Meter(
+                name: instructionsName, unit: "instr", scale: 1, baseline: { _ in nil }, what: "all threads, instructions (callgrind Ir)",
+                decimals: 0, wrapper: callgrind.command, read: callgrind.instructions)
+        }
+    }
+
+    /// Instructions per acknowledged delivery for a small fan-out, the dispatcher under callgrind:
+    /// the same broadcasts as `run`, with no latency run; only that figure.
+    static func instructions(agents: Int, broadcasts: Int) throws -> [BenchResult] {
+        let callgrind = try Callgrind()
+        defer { callgrind.remove() }
+        let meter = try Meter.instructions(callgrind)
+        return try run(agents: agents, broadcasts: broadcasts, latencySends: 0, rate: 1, meter: meter).filter { $0.name == meter.name(agents) }
+    }
+
+    static func run(agents: Int, broadcasts: Int, latencySends: Int, rate: Int, size: Int = 256, meter: Meter = .cpu) throws -> [BenchResult] {
         let cluster = try HubCluster()
         defer { cluster.stopAll() }
+        if let wrapper = meter.wrapper { cluster.wrappers["nh-dispatch"] = wrapper }
         try cluster.startServices()
         let dispatcher = cluster.environment["NH_DISPATCH_REQUESTS"]!
         guard let dispatchProcess = cluster.process("nh-dispatch") else { return [] }
@@ -62,7 +101,7 @@ enum FanoutBench {
             var round = Round()
             let receivedBefore = fleets.reduce(0) { $0 + $1.stat("received") }
             let ackedBefore = Int(try details(cluster, dispatcher)["ackedTotal"] ?? "0") ?? 0
-            let cpuBefore = ProcessCPU.seconds(dispatchProcess.processIdentifier)
+            let costBefore = meter.read(dispatchProcess.processIdentifier)
             let start = ContinuousClock.now
             for _ in 0..<count {
                 _ = try publish.call(SendNotification(
@@ -78,8 +117,8 @@ enum FanoutBench {
                     round.ackedSeconds = seconds(since: start)
                     if round.reachedSeconds == 0 { round.reachedSeconds = round.ackedSeconds }
                     round.deliveries = agents * count
-                    if let cpuBefore, let cpuAfter = ProcessCPU.seconds(dispatchProcess.processIdentifier) {
-                        round.cpuSeconds = cpuAfter - cpuBefore
+                    if let costBefore, let costAfter = meter.read(dispatchProcess.processIdentifier) {
+                        round.cost = costAfter - costBefore
                     }
                     break
                 }
@@ -125,7 +164,7 @@ enum FanoutBench {
             BenchResult(name: "fan-out N=\(n): acknowledged, recorded", unit: "dlv/s", count: ackedSeconds > 0 ? expected : 0,
                         seconds: ackedSeconds, baseline: MosquittoFanout.deliveryName(n: agents, qos: 1),
                         note: "resends \(resends), duplicates seen by agents \(duplicates)"),
-            cpuPerDelivery(agents: agents, short: short, main: main),
+            costPerDelivery(agents: agents, short: short, main: main, meter: meter),
             BenchResult(name: "fan-out N=\(n): dispatcher memory per agent", unit: "KiB", count: 0, seconds: 0,
                         value: Double(max(0, connected - indexed)) / Double(agents) / 1024, note: "RSS growth as N agents connect"),
             BenchResult(name: "fan-out N=\(n): dispatcher memory per installation", unit: "B", count: 0, seconds: 0,
@@ -143,18 +182,19 @@ enum FanoutBench {
         return results
     }
 
-    /// The dispatcher's CPU per acknowledged delivery, beside the Mosquitto broker's per QoS 1 delivery.
-    static func cpuPerDelivery(agents: Int, short: Round, main: Round) -> BenchResult {
-        let name = cpuName(n: agents)
-        let baseline = MosquittoFanout.cpuName(n: agents, qos: 1)
-        guard let shortCPU = short.cpuSeconds, let mainCPU = main.cpuSeconds,
-            let value = ProcessCPU.microsecondsPerDelivery(short: (shortCPU, short.deliveries), long: (mainCPU, main.deliveries))
+    /// The dispatcher's cost per acknowledged delivery as `meter` reads it; its CPU beside the
+    /// Mosquitto broker's per QoS 1 delivery.
+    static func costPerDelivery(agents: Int, short: Round, main: Round, meter: Meter = .cpu) -> BenchResult {
+        let name = meter.name(agents)
+        let baseline = meter.baseline(agents)
+        guard let shortCost = short.cost, let mainCost = main.cost,
+            let value = ProcessCPU.perDelivery(short: (shortCost, short.deliveries), long: (mainCost, main.deliveries))
         else {
-            return BenchResult(name: name, unit: "µs", count: 0, seconds: 0, baseline: baseline, note: "not measured: a run did not finish")
+            return BenchResult(name: name, unit: meter.unit, count: 0, seconds: 0, baseline: baseline, note: "not measured: a run did not finish")
         }
         return BenchResult(
-            name: name, unit: "µs", count: 0, seconds: 0, baseline: baseline, value: value,
-            note: String(format: "all threads, user+system, %d − %d deliveries: %.2f − %.2f CPU s", main.deliveries, short.deliveries, mainCPU, shortCPU))
+            name: name, unit: meter.unit, count: 0, seconds: 0, baseline: baseline, value: value * meter.scale,
+            note: "\(meter.what), \(main.deliveries) − \(short.deliveries) deliveries: \(BenchReport.format(mainCost, decimals: meter.decimals)) − \(BenchReport.format(shortCost, decimals: meter.decimals))")
     }
 
     static func details(_ cluster: HubCluster, _ endpoint: String) throws -> [String: String] {

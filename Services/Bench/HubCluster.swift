@@ -13,6 +13,10 @@ final class HubCluster {
     var environment: [String: String]
     /// How this process's sockets reach the cluster's CURVE bus, once `secureBus` has read the keys.
     private(set) var bus: BusSecurity?
+    /// Executables started through another command, such as one under valgrind: name → the
+    /// command for the executable's path. A service run that way answers far slower, so health
+    /// waits longer for it.
+    var wrappers: [String: (String) throws -> [String]] = [:]
     private var processes: [Process] = []
     private var named: [String: Process] = [:]
 
@@ -28,6 +32,12 @@ final class HubCluster {
     func start(_ executable: String, environment extra: [String: String] = [:], output: Pipe? = nil) throws -> Process {
         let process = Process()
         process.executableURL = binDirectory.appendingPathComponent(executable)
+        if let wrapper = wrappers[executable] {
+            let command = try wrapper(binDirectory.appendingPathComponent(executable).path)
+            guard let program = command.first else { throw BenchError("no command to start \(executable) with") }
+            process.executableURL = URL(fileURLWithPath: program)
+            process.arguments = Array(command.dropFirst())
+        }
         process.environment = environment.merging(extra) { $1 }
         process.standardOutput = output ?? FileHandle.nullDevice
         process.standardError = FileHandle.nullDevice
@@ -68,7 +78,8 @@ final class HubCluster {
     @discardableResult
     func waitHealthy(_ endpoint: String, agentHome: URL? = nil) throws -> HealthReply {
         try secureBus()
-        let deadline = Date().addingTimeInterval(30)
+        let slow = !wrappers.isEmpty
+        let deadline = Date().addingTimeInterval(slow ? 300 : 30)
         while true {
             do {
                 var curve = bus?.client
@@ -76,7 +87,7 @@ final class HubCluster {
                     guard let device = BusKeys.deviceKey(agentHome: agentHome) else { throw HubError(.unavailable, "no device key yet") }
                     curve = (keys, device)
                 }
-                let client = try HubClient(connect: endpoint, policy: RetryPolicy(timeout: 300, attempts: 1), curve: curve)
+                let client = try HubClient(connect: endpoint, policy: RetryPolicy(timeout: slow ? 10_000 : 300, attempts: 1), curve: curve)
                 defer { client.close() }
                 return try client.call(HealthRequest())
             } catch {

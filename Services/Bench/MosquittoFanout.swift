@@ -52,7 +52,7 @@ enum MosquittoFanout {
     static func cpuPerDelivery(n: Int, qos: Int, short: Run, long: Run) -> BenchResult {
         let name = cpuName(n: n, qos: qos)
         guard let shortCPU = short.brokerCPUSeconds, let longCPU = long.brokerCPUSeconds,
-            let value = ProcessCPU.microsecondsPerDelivery(short: (shortCPU, short.deliveries), long: (longCPU, long.deliveries))
+            let value = ProcessCPU.perDelivery(short: (shortCPU, short.deliveries), long: (longCPU, long.deliveries)).map({ $0 * 1e6 })
         else {
             return BenchResult(name: name, unit: "µs", count: 0, seconds: 0, note: "not measured: a run did not finish")
         }
@@ -149,7 +149,6 @@ enum MosquittoFanout {
             return unfinished("\(error)")
         }
         let processes = session.processCount
-        let cpuBefore = session.brokerCPUSeconds
         let outcome = publisher.run(
             topic: topic, count: count, window: count, rate: rate, deadline: .now + timeout,
             finished: { session.reports.doneCount >= processes })

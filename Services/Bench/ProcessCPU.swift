@@ -29,15 +29,15 @@ enum ProcessCPU {
         return Double(ticks.user + ticks.system) / ticksPerSecond
     }
 
-    /// Microseconds of CPU per delivery from a short and a long run of the same kind: the
-    /// difference in CPU over the difference in deliveries, so that what every run costs
-    /// whatever its length (its start, its last commit, heartbeats while it waits) is not counted.
-    /// Nil when the long run has no more deliveries than the short, or took less CPU.
-    static func microsecondsPerDelivery(short: (cpuSeconds: Double, deliveries: Int), long: (cpuSeconds: Double, deliveries: Int)) -> Double? {
+    /// The cost per delivery (CPU seconds, instructions) from a short and a long run of the same
+    /// kind: the difference in cost over the difference in deliveries, so that what every run
+    /// costs whatever its length (its start, its last commit, heartbeats while it waits) is not
+    /// counted. Nil when the long run has no more deliveries than the short, or cost less.
+    static func perDelivery(short: (cost: Double, deliveries: Int), long: (cost: Double, deliveries: Int)) -> Double? {
         let deliveries = long.deliveries - short.deliveries
-        let seconds = long.cpuSeconds - short.cpuSeconds
-        guard deliveries > 0, seconds >= 0 else { return nil }
-        return seconds / Double(deliveries) * 1e6
+        let cost = long.cost - short.cost
+        guard deliveries > 0, cost >= 0 else { return nil }
+        return cost / Double(deliveries)
     }
 
     /// CPU seconds per 1,000 of `count` (such as acknowledged deliveries); nil when nothing was counted.

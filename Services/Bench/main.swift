@@ -18,6 +18,7 @@ let usage = """
            nh-bench fanout [--fanout N,N...] [--broadcasts B] [--rate SENDS/S] [--latency-count C] [--json] [--output FILE]
            nh-bench fanout-mqtt [--fanout N,N...] [--broadcasts B] [--rate SENDS/S] [--latency-count C] [--json] [--output FILE]
            nh-bench fanout-shards [--fanout N] [--broadcasts B] [--json] [--output FILE]
+           nh-bench instructions [--fanout N] [--broadcasts B] [--json] [--output FILE]
            nh-bench desktop [--popups N] [--tries N] [--json] [--output FILE]
            nh-bench unifiedpush [--pushes N] [--json] [--output FILE]
 
@@ -31,6 +32,11 @@ let usage = """
     (/proc/PID/stat) over a run of B broadcasts less that over a run of 2, divided by the
     deliveries between them, so that connecting and each run's fixed costs are not counted.
     `fanout` runs only those; `fanout-mqtt` only Mosquitto's.
+
+    The instruction figure (`instructions`, `make bench-instructions`) runs the dispatcher under
+    valgrind's callgrind and broadcasts to N agents (default 200) as the fan-out does: the
+    instructions of all its threads over B broadcasts less those over 2, per acknowledged delivery.
+    It does not depend on the machine's load, so it shows regressions that timings cannot.
 
     The sharded fan-out figures (`fanout-shards`, and part of the whole run unless --no-fanout or
     --no-postgres) put the stores on a throwaway PostgreSQL server (as the PostgreSQL figures do),
@@ -184,6 +190,17 @@ do {
         exit(0)
     case "unifiedpush":
         try report(try UnifiedPushBench.run(messages: pushes), settings: BenchSettings(messages: 0, roundTrips: 0, size: 0), parsed)
+        exit(0)
+    case "instructions":
+        let agents = try parsed[option: "fanout"].map { text throws -> Int in
+            guard let agents = Int(text.trimmingCharacters(in: .whitespaces)), agents > 0 else {
+                throw Arguments.Error(description: "instructions takes one agent count, such as --fanout 200")
+            }
+            return agents
+        } ?? 200
+        try report(
+            try FanoutBench.instructions(agents: agents, broadcasts: parsed[option: "broadcasts"].flatMap(Int.init) ?? 10),
+            settings: BenchSettings(messages: 0, roundTrips: 0, size: FanoutPayload.size), parsed)
         exit(0)
     case "fanout-shards":
         let agents = try shardedFanoutAgents(parsed)

@@ -84,31 +84,59 @@ struct FanoutShardsTests {
 /// the deliveries between them, so that what each run costs whatever its length drops out.
 @Suite("CPU per delivery")
 struct CPUPerDeliveryTests {
-    @Test("the difference of CPU over the difference of deliveries, in microseconds")
+    @Test("the difference of cost over the difference of deliveries")
     func difference() throws {
         // 2 broadcasts to 10,000 in 1.9 s, 10 in 7.9 s: 6 s for 80,000 deliveries, 75 µs each,
         // though each run alone (0.95 s and 0.79 s per 10,000) would say otherwise.
-        let value = try #require(ProcessCPU.microsecondsPerDelivery(short: (1.9, 20_000), long: (7.9, 100_000)))
-        #expect(abs(value - 75) < 1e-9)
+        let value = try #require(ProcessCPU.perDelivery(short: (1.9, 20_000), long: (7.9, 100_000)))
+        #expect(abs(value * 1e6 - 75) < 1e-6)
     }
 
     @Test("no figure without more deliveries in the long run, or with less CPU in it")
     func unmeasured() {
-        #expect(ProcessCPU.microsecondsPerDelivery(short: (1, 100), long: (2, 100)) == nil)
-        #expect(ProcessCPU.microsecondsPerDelivery(short: (1, 100), long: (2, 50)) == nil)
-        #expect(ProcessCPU.microsecondsPerDelivery(short: (3, 100), long: (2, 200)) == nil)
-        #expect(ProcessCPU.microsecondsPerDelivery(short: (0, 0), long: (0, 100)) == 0)
+        #expect(ProcessCPU.perDelivery(short: (1, 100), long: (2, 100)) == nil)
+        #expect(ProcessCPU.perDelivery(short: (1, 100), long: (2, 50)) == nil)
+        #expect(ProcessCPU.perDelivery(short: (3, 100), long: (2, 200)) == nil)
+        #expect(ProcessCPU.perDelivery(short: (0, 0), long: (0, 100)) == 0)
     }
 
     @Test("the hub's figure names Mosquitto's as its reference, and says when a run did not finish")
     func figures() {
-        let unfinished = FanoutBench.cpuPerDelivery(agents: 1_000, short: FanoutBench.Round(), main: FanoutBench.Round())
+        let unfinished = FanoutBench.costPerDelivery(agents: 1_000, short: FanoutBench.Round(), main: FanoutBench.Round())
         #expect(unfinished.value == nil)
         #expect(unfinished.baseline == MosquittoFanout.cpuName(n: 1_000, qos: 1))
-        let short = FanoutBench.Round(reachedSeconds: 1, ackedSeconds: 1, cpuSeconds: 0.5, deliveries: 2_000)
-        let main = FanoutBench.Round(reachedSeconds: 4, ackedSeconds: 4, cpuSeconds: 1.3, deliveries: 10_000)
-        let figure = FanoutBench.cpuPerDelivery(agents: 1_000, short: short, main: main)
-        #expect(abs((figure.value ?? 0) - 100) < 1e-9)
+        let short = FanoutBench.Round(reachedSeconds: 1, ackedSeconds: 1, cost: 0.5, deliveries: 2_000)
+        let main = FanoutBench.Round(reachedSeconds: 4, ackedSeconds: 4, cost: 1.3, deliveries: 10_000)
+        let figure = FanoutBench.costPerDelivery(agents: 1_000, short: short, main: main)
+        #expect(abs((figure.value ?? 0) - 100) < 1e-6)
         #expect(figure.unit == "µs")
+        #expect(figure.note?.contains("10000 − 2000 deliveries: 1.30 − 0.50") == true)
+    }
+
+    @Test("callgrind's dumps give their instruction totals; a dump without them gives none")
+    func callgrindTotals() {
+        let dump = "version: 1\ncreator: callgrind-3.19.0\npid: 4242\nevents: Ir\nsummary: 123456\n\nfn=(1) main\n0 10\ntotals: 123456\n"
+        #expect(Callgrind.totalInstructions(dump) == 123_456)
+        #expect(Callgrind.totalInstructions("events: Ir\nsummary: 77 3\n") == 77)
+        #expect(Callgrind.totalInstructions("events: Ir\nfn=(1) main\n0 10\n") == nil)
+    }
+
+    @Test("the instruction figure has no reference and names callgrind in its note")
+    func instructionFigure() throws {
+        let callgrind = try Callgrind()
+        defer { callgrind.remove() }
+        var meter = FanoutBench.Meter.cpu
+        meter.name = FanoutBench.instructionsName
+        meter.unit = "instr"
+        meter.scale = 1
+        meter.baseline = { _ in nil }
+        meter.what = "all threads, instructions (callgrind Ir)"
+        meter.decimals = 0
+        let short = FanoutBench.Round(cost: 4_000_000, deliveries: 400)
+        let main = FanoutBench.Round(cost: 12_000_000, deliveries: 2_000)
+        let figure = FanoutBench.costPerDelivery(agents: 200, short: short, main: main, meter: meter)
+        #expect(figure.value == 5_000)
+        #expect(figure.baseline == nil)
+        #expect(figure.name == "fan-out N=200: dispatcher instructions per acknowledged delivery")
     }
 }
