@@ -128,9 +128,7 @@ public enum JSONValue: Codable, Sendable, Equatable, Hashable {
     /// Compact JSON text with unescaped slashes and keys sorted by their bytes, as the hub writes
     /// every JSON document, envelopes included.
     public func encoded() throws -> Data {
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
-        return try encoder.encode(self)
+        try HubCodec.encoder.encode(self)
     }
 
     public var stringValue: String? {

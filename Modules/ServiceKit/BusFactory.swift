@@ -34,7 +34,7 @@ public final class BusFactory {
             for (name, value) in details() ?? [:] {
                 if let number = Double(value) { samples["nh_\(Self.snakeCase(name))"] = number }
             }
-            samples["nh_uptime_seconds"] = runtime.health([:]).uptimeSeconds
+            samples["nh_uptime_seconds"] = runtime.uptimeSeconds
             return MetricsReply(service: runtime.name, samples: samples)
         }
         if let group {
@@ -118,10 +118,7 @@ public final class BusFactory {
     /// A client of another service, with the configured timeout and attempts.
     public func client(_ endpoint: String, policy: RetryPolicy? = nil) throws -> HubClient {
         let client = try HubClient(
-            connect: endpoint,
-            policy: policy ?? RetryPolicy(timeout: runtime.config.requestTimeoutMs, attempts: runtime.config.requestAttempts),
-            curve: security?.client, auth: { [unowned self] in self.credential() })
-        client.maxMessageBytes = runtime.config.publishRequestBytes
+            connect: endpoint, config: runtime.config, policy: policy, curve: security?.client, auth: { [unowned self] in self.credential() })
         runtime.onShutdown { client.close() }
         return client
     }

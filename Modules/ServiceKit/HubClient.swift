@@ -32,6 +32,18 @@ public final class HubClient: ServiceCalling {
         self.auth = auth
     }
 
+    /// A client with the config's timeout and attempts unless `policy` says otherwise, refusing
+    /// requests larger than any service reads (`HubConfig.publishRequestBytes`).
+    public convenience init(
+        connect endpoint: String, config: HubConfig, policy: RetryPolicy? = nil, curve: (keys: CurveKeyPair, serverPublicKey: String)?,
+        auth: @escaping () -> String?
+    ) throws(ZMQError) {
+        try self.init(
+            connect: endpoint, policy: policy ?? RetryPolicy(timeout: config.requestTimeoutMs, attempts: config.requestAttempts), curve: curve,
+            auth: auth)
+        maxMessageBytes = config.publishRequestBytes
+    }
+
     public var endpoint: String { client.endpoint }
 
     /// Sends a request and returns its reply. A failure reply is thrown as a `HubError`; no reply at

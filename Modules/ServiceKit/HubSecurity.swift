@@ -14,7 +14,9 @@ public final class HubSecurity: Sendable {
     /// The secret of `user-token.key`.
     public let userTokens: UserTokens
     /// Requests per access key, when `limits.requestsPerSecondPerKey` is set.
-    public let keyRate: RateLimiter?
+    private let keyRate: RateLimiter?
+    /// The key the services use between themselves: the full key, or else the first with Manage.
+    private let manageKey: AccessKey?
     private let service: String
     private let namespace: String
     private let hubResource: String
@@ -47,6 +49,7 @@ public final class HubSecurity: Sendable {
         hubResource = config.hubResource
         perSecond = config.limits.requestsPerSecondPerKey
         keyRate = perSecond > 0 ? RateLimiter(perSecond: perSecond) : nil
+        manageKey = keys.key(named: AccessKey.defaultFullName) ?? keys.keys.first(where: { $0.rights.contains(.manage) })
     }
 
     /// The bus's security for a service: the hub's key pair from `bus.key` (made on the first run),
@@ -63,11 +66,6 @@ public final class HubSecurity: Sendable {
         } catch {
             throw ConfigError("cannot load the hub's bus key: \(error)")
         }
-    }
-
-    /// The key the services use between themselves: the full key, or else the first with Manage.
-    private var manageKey: AccessKey? {
-        keys.key(named: AccessKey.defaultFullName) ?? keys.keys.first(where: { $0.rights.contains(.manage) })
     }
 
     /// Checks a request's credential for a right, as a `HubError` the caller gets back; then the
@@ -109,9 +107,10 @@ public final class HubSecurity: Sendable {
     /// Tokens last an hour; one is reused for ten minutes, so that a busy caller signs rarely.
     public func token(for key: AccessKey) -> String {
         let now = Date().timeIntervalSince1970
-        if let (token, madeAt) = signedTokens.withLock({ $0[key.name + "\n" + key.key] }), now - madeAt < 600 { return token }
+        let cacheKey = key.name + "\n" + key.key
+        if let (token, madeAt) = signedTokens.withLock({ $0[cacheKey] }), now - madeAt < 600 { return token }
         let token = ConnectionString(endpoint: namespace, keyName: key.name, key: key.key).token(for: hubResource)
-        signedTokens.withLock { $0[key.name + "\n" + key.key] = (token, now) }
+        signedTokens.withLock { $0[cacheKey] = (token, now) }
         return token
     }
 

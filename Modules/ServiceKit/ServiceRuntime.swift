@@ -21,11 +21,14 @@ public final class ServiceRuntime {
         self.dataDirectory = dataDirectory
     }
 
-    public func health(_ endpoints: [String: String], status: String = "ok", details: [String: String]? = nil) -> HealthReply {
+    public var uptimeSeconds: Double {
         let uptime = startedAt.duration(to: .now)
-        return HealthReply(
-            service: name, status: status, version: HubVersion.current, pid: getpid(),
-            uptimeSeconds: Double(uptime.components.seconds) + Double(uptime.components.attoseconds) / 1e18,
+        return Double(uptime.components.seconds) + Double(uptime.components.attoseconds) / 1e18
+    }
+
+    public func health(_ endpoints: [String: String], status: String = "ok", details: [String: String]? = nil) -> HealthReply {
+        HealthReply(
+            service: name, status: status, version: HubVersion.current, pid: getpid(), uptimeSeconds: uptimeSeconds,
             endpoints: endpoints, details: details)
     }
 

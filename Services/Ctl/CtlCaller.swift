@@ -22,11 +22,7 @@ struct CtlCaller {
 
     /// A client of the service at `endpoint`, signing each request with the credential.
     func client(_ endpoint: String) throws -> HubClient {
-        let client = try HubClient(
-            connect: endpoint, policy: RetryPolicy(timeout: config.requestTimeoutMs, attempts: config.requestAttempts),
-            curve: bus.client, auth: { [credential, config] in credential.token(for: config.hubResource) })
-        client.maxMessageBytes = config.publishRequestBytes
-        return client
+        try HubClient(connect: endpoint, config: config, curve: bus.client, auth: { [credential, config] in credential.token(for: config.hubResource) })
     }
 
     /// The dispatchers outcomes are read from: `dispatch.requests`, then `dispatch.peers`; each

@@ -8,19 +8,17 @@ enum PublishStores {
     /// only after it. (On PostgreSQL the sequence row stays locked until the group commits, so
     /// another publish process's sends wait for it, and numbers still commit in order.)
     static func open(_ context: ServiceContext) throws -> (store: any PublishStore, rich: any RichStore, group: CommitGroup) {
-        if context.config.storeIsPostgres, let url = context.config.store {
-            let postgres: PostgresPublishStore
-            do {
-                postgres = try PostgresPublishStore(url: url)
-            } catch {
-                throw ConfigError("store: cannot use the PostgreSQL store: \(error)")
-            }
-            context.onShutdown { postgres.connection.close() }
-            context.logger.info("store open", ("engine", "postgresql"), ("schema", PostgresPublishStore.schema))
-            return (postgres, PostgresRichStore(connection: postgres.connection), CommitGroup { body in try postgres.connection.transaction { body() } })
-        }
-        let sqlite = SQLitePublishStore(database: try context.stores.open("publish.db", migrations: PublishSchema.migrations))
-        let rich = try SQLiteRichStore(database: sqlite.database, directory: context.dataDirectory.appendingPathComponent("rich"))
-        return (sqlite, rich, CommitGroup(database: sqlite.database))
+        try context.stores.choose(
+            schema: PostgresPublishStore.schema,
+            postgres: { url in
+                let postgres = try PostgresPublishStore(url: url)
+                context.onShutdown { postgres.connection.close() }
+                return (postgres, PostgresRichStore(connection: postgres.connection), CommitGroup { body in try postgres.connection.transaction { body() } })
+            },
+            sqlite: {
+                let sqlite = SQLitePublishStore(database: try context.stores.open("publish.db", migrations: PublishSchema.migrations))
+                let rich = try SQLiteRichStore(database: sqlite.database, directory: context.dataDirectory.appendingPathComponent("rich"))
+                return (sqlite, rich, CommitGroup(database: sqlite.database))
+            })
     }
 }
