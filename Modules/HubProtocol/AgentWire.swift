@@ -65,19 +65,22 @@ public enum AgentWire {
     /// leaves out. Anything that does not check out is a `malformed_frames` error saying what is wrong.
     public static func decode(_ frame: Data, installationId: String = "") throws(HubError) -> AgentFrame {
         guard !frame.isEmpty else { throw malformed("the message is empty") }
-        guard let text = String(data: frame, encoding: .utf8) else { throw malformed("the message is not UTF-8") }
-        let firstBreak = text.firstIndex(of: "\n") ?? text.endIndex
-        let name = String(text[..<firstBreak])
+        guard let text = String(validating: frame, as: UTF8.self) else { throw malformed("the message is not UTF-8") }
+        // Lines are split on the byte 0x0A, which in UTF-8 is never part of another character.
+        let bytes = text.utf8
+        let newline = UInt8(ascii: "\n")
+        let firstBreak = bytes.firstIndex(of: newline) ?? bytes.endIndex
+        let name = String(Substring(bytes[..<firstBreak]))
         guard let verb = Verb(rawValue: name) else {
             throw malformed(
                 "the first line '\(name.prefix(24))' names no agent-channel message; expected one of \(Verb.allCases.map(\.rawValue).joined(separator: ", "))")
         }
-        let rest = firstBreak < text.endIndex ? text[text.index(after: firstBreak)...] : ""
+        let rest = firstBreak < bytes.endIndex ? bytes[bytes.index(after: firstBreak)...] : bytes[bytes.endIndex...]
         /// The message's fields: `count` lines, the last of which runs to the end.
         func fields(_ count: Int, _ what: String) throws(HubError) -> [String] {
-            let parts = rest.split(separator: "\n", maxSplits: count - 1, omittingEmptySubsequences: false).map(String.init)
-            guard firstBreak < text.endIndex, parts.count == count else {
-                throw malformed("'\(name)' has \(firstBreak == text.endIndex ? 0 : parts.count) of its \(count) fields (\(what)), one per line")
+            let parts = rest.split(separator: newline, maxSplits: count - 1, omittingEmptySubsequences: false).map { String(Substring($0)) }
+            guard firstBreak < bytes.endIndex, parts.count == count else {
+                throw malformed("'\(name)' has \(firstBreak == bytes.endIndex ? 0 : parts.count) of its \(count) fields (\(what)), one per line")
             }
             return parts
         }
@@ -96,14 +99,15 @@ public enum AgentWire {
         case .ack:
             var ids: [String] = []
             var failures: [DeliveryFailure] = []
-            for line in rest.split(separator: "\n") {
-                if line.first == "!" {
-                    guard let tab = line.firstIndex(of: "\t") else {
-                        throw malformed("'ack' failure '\(line.prefix(60))' needs a tab between delivery id and reason")
+            for line in rest.split(separator: newline) {
+                if line.first == UInt8(ascii: "!") {
+                    guard let tab = line.firstIndex(of: UInt8(ascii: "\t")) else {
+                        throw malformed("'ack' failure '\(Substring(line).prefix(60))' needs a tab between delivery id and reason")
                     }
-                    failures.append(DeliveryFailure(deliveryId: String(line[line.index(after: line.startIndex)..<tab]), reason: String(line[line.index(after: tab)...])))
+                    failures.append(DeliveryFailure(
+                        deliveryId: String(Substring(line[line.index(after: line.startIndex)..<tab])), reason: String(Substring(line[line.index(after: tab)...]))))
                 } else {
-                    ids.append(String(line))
+                    ids.append(String(Substring(line)))
                 }
             }
             return .ack(AgentAck(deliveryIds: ids, failures: failures.isEmpty ? nil : failures))

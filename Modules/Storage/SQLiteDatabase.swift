@@ -160,7 +160,8 @@ public final class SQLiteDatabase {
 
     public var isInTransaction: Bool { nesting.depth > 0 }
 
-    private var groupOpen = false
+    /// Whether a group opened by `beginGroup()` waits for `commitGroup()`.
+    public private(set) var groupOpen = false
 
     /// Opens a transaction that stays open across calls until `commitGroup()`, so that many small
     /// writes share one commit; `transaction` calls inside it become savepoints. For a store whose

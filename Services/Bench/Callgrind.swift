@@ -81,5 +81,13 @@ final class Callgrind {
         return summary
     }
 
-    func remove() { try? FileManager.default.removeItem(at: folder) }
+    /// Removes the dumps, unless NH_BENCH_CALLGRIND_KEEP is set: then their folder is named on
+    /// standard error, for `callgrind_annotate` to read.
+    func remove() {
+        if ProcessInfo.processInfo.environment["NH_BENCH_CALLGRIND_KEEP"] != nil {
+            FileHandle.standardError.write(Data("callgrind dumps kept in \(folder.path)\n".utf8))
+            return
+        }
+        try? FileManager.default.removeItem(at: folder)
+    }
 }

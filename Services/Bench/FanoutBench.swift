@@ -134,6 +134,9 @@ enum FanoutBench {
         let after = try details(cluster, dispatcher)
         let resends = (Int(after["resentTotal"] ?? "0") ?? 0) - (Int(before["resentTotal"] ?? "0") ?? 0)
         let duplicates = fleets.reduce(0) { $0 + $1.stat("duplicates") }
+        // Deliveries acknowledged while the store held them in memory, so never written.
+        let unwritten = (Int(after["acknowledgedUnwrittenTotal"] ?? "0") ?? 0) - (Int(before["acknowledgedUnwrittenTotal"] ?? "0") ?? 0)
+        let unwrittenShare = Double(unwritten) / Double(max(1, agents * (Self.shortBroadcasts + broadcasts)))
 
         // Latency to one agent (agent 0 of the first fleet) at a fixed rate, all N still connected.
         let target = "a0-0"
@@ -163,7 +166,7 @@ enum FanoutBench {
                         note: "\(broadcasts) broadcasts of \(size) B"),
             BenchResult(name: "fan-out N=\(n): acknowledged, recorded", unit: "dlv/s", count: ackedSeconds > 0 ? expected : 0,
                         seconds: ackedSeconds, baseline: MosquittoFanout.deliveryName(n: agents, qos: 1),
-                        note: "resends \(resends), duplicates seen by agents \(duplicates)"),
+                        note: "resends \(resends), duplicates seen by agents \(duplicates), \(Int((unwrittenShare * 100).rounded()))% never written"),
             costPerDelivery(agents: agents, short: short, main: main, meter: meter),
             BenchResult(name: "fan-out N=\(n): dispatcher memory per agent", unit: "KiB", count: 0, seconds: 0,
                         value: Double(max(0, connected - indexed)) / Double(agents) / 1024, note: "RSS growth as N agents connect"),

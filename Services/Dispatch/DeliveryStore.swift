@@ -290,6 +290,12 @@ final class DeliveryLedger {
     var fence: LeaseFence?
     /// The shards the write under way wrote for, where it is fenced.
     var touched: Set<Int> = []
+    /// Deliveries to agents recorded in the open group of writes and not written yet.
+    var unwritten = UnwrittenDeliveries()
+    /// The one dispatcher's cursor as last read or moved: a notification past it was never recorded.
+    var knownCursor: UInt64?
+    /// Deliveries acknowledged while held, so never written, since the store opened.
+    var acknowledgedUnwritten = 0
     let encoder = HubCodec.makeEncoder()
     let decoder = HubCodec.makeDecoder()
 }
@@ -299,6 +305,10 @@ final class DeliveryLedger {
 protocol DeliveryEngine: DeliveryStore, EngineBacked {
     static var sql: DeliverySQL { get }
     var ledger: DeliveryLedger { get }
+    /// Whether deliveries to agents are held in memory until the open group of writes commits
+    /// (`UnwrittenDeliveries`): on SQLite while a group is open; never on PostgreSQL, where each
+    /// turn commits.
+    var holdsDeliveries: Bool { get }
 }
 
 extension DeliveryEngine {
@@ -321,10 +331,13 @@ extension DeliveryEngine {
     func write<T>(_ body: () throws -> T) throws -> T {
         let saved = ledger.tally
         let savedTouched = ledger.touched
+        let savedCursor = ledger.knownCursor
+        let savedUnwritten = ledger.acknowledgedUnwritten
+        let mark = ledger.unwritten.mark
         ledger.depth += 1
         defer { ledger.depth -= 1 }
         do {
-            return try transaction {
+            let result = try transaction {
                 let result = try body()
                 if ledger.depth == 1 {
                     try writeTally()
@@ -332,11 +345,39 @@ extension DeliveryEngine {
                 }
                 return result
             }
+            if ledger.depth == 1 { ledger.unwritten.settle() }
+            return result
         } catch {
             ledger.tally = saved
             ledger.touched = savedTouched
+            ledger.knownCursor = savedCursor
+            ledger.acknowledgedUnwritten = savedUnwritten
+            ledger.unwritten.revert(to: mark)
             throw error
         }
+    }
+
+    /// Writes the deliveries held in memory, oldest first, before a statement that reads or
+    /// sweeps deliveries, and before the group commits.
+    func writeHeld() throws {
+        guard !ledger.unwritten.isEmpty else { return }
+        try write {
+            for (id, delivery) in ledger.unwritten.takeAll() {
+                touch(delivery.shard)
+                try run(
+                    sql.insertDelivery,
+                    [id, delivery.notificationId, delivery.installationId, delivery.shard, delivery.template, delivery.payloadId,
+                     delivery.expiresAt.timeIntervalSince1970, delivery.rich, delivery.deliveredAt?.timeIntervalSince1970, nil, nil, nil, nil,
+                     nil])
+            }
+        }
+    }
+
+    /// Whether `sequence` is past every notification this store has recorded (with one dispatcher).
+    private func pastCursor(_ sequence: UInt64) throws -> Bool {
+        let known = try ledger.knownCursor ?? cursor()
+        ledger.knownCursor = known
+        return sequence > known
     }
 
     var fence: LeaseFence? {
@@ -407,10 +448,15 @@ extension DeliveryEngine {
             let adds = shards != nil
             // Targets are the deliveries this record stored: one recorded before (by this
             // dispatcher before a restart, or by another) counts once, however often it is recorded.
-            let targets = expired ? 0 : try recordDeliveries(notification, plans: plans, sent: sent, now: now, adds: adds)
+            // A notification past the cursor was never recorded: its agents' deliveries can be held
+            // in memory until the group commits. Any other is checked against the rows written.
+            let holds = try holdsDeliveries && shards == nil && notification.send.test != true && pastCursor(notification.sequence)
+            if !holds { try writeHeld() }
+            let targets = expired ? 0 : try recordDeliveries(notification, plans: plans, sent: sent, now: now, adds: adds, holds: holds)
             ledger.tally.open(id, OutcomeOpening(
                 state: state, enqueuedAt: notification.enqueuedAt, at: now, targets: targets, expired: expired ? 1 : 0, adds: adds))
             let sequence = Int64(notification.sequence)
+            if let known = ledger.knownCursor { ledger.knownCursor = max(known, notification.sequence) }
             if let shards {
                 for shard in shards { touch(shard) }
                 try run(sql.advanceShardCursors, [sequence, sql.shards(shards)])
@@ -422,7 +468,7 @@ extension DeliveryEngine {
 
     /// Stores the deliveries not stored yet; returns how many it stored.
     private func recordDeliveries(
-        _ notification: AcceptedNotification, plans: [PlannedDelivery], sent: Set<String>, now: Date, adds: Bool
+        _ notification: AcceptedNotification, plans: [PlannedDelivery], sent: Set<String>, now: Date, adds: Bool, holds: Bool
     ) throws -> Int {
         let id = notification.notificationId
         var stored = 0
@@ -463,6 +509,15 @@ extension DeliveryEngine {
             }
             let wentOut = sent.contains(plan.deliveryId)
             let rich = try plan.rich.map { try ledger.encoder.encode($0) }
+            if holds, plan.platform == Platform.linux.rawValue, plan.headers?[AppPushMessage.topicHeader] == nil {
+                ledger.unwritten.add(plan.deliveryId, UnwrittenDeliveries.Delivery(
+                    notificationId: id, installationId: plan.installationId, shard: shard, template: plan.template, payloadId: payloadId,
+                    expiresAt: plan.expiresAt, rich: rich, deliveredAt: wentOut ? now : nil))
+                stored += 1
+                platformCounts[PlatformCountKey(notificationId: id, platform: plan.platform, outcome: "Targets"), default: 0] += 1
+                if wentOut { ledger.tally.add(id) { $0.delivered += 1 } }
+                continue
+            }
             // A phone's or browser's delivery keeps what its push service needs; a Linux agent's leaves it empty.
             var push: [(any StoreValue)?] = [nil, nil, nil]
             if plan.platform != Platform.linux.rawValue {
@@ -508,6 +563,10 @@ extension DeliveryEngine {
         try write {
             for delivery in deliveries {
                 touch(Shards.of(delivery.installationId))
+                if ledger.unwritten[delivery.deliveryId] != nil {
+                    if ledger.unwritten.markSent(delivery.deliveryId, at: now) { ledger.tally.add(delivery.notificationId) { $0.delivered += 1 } }
+                    continue
+                }
                 guard try run(sql.markDelivered, [now.timeIntervalSince1970, delivery.deliveryId]) > 0 else { continue }
                 ledger.tally.add(delivery.notificationId) { $0.delivered += 1 }
             }
@@ -520,6 +579,13 @@ extension DeliveryEngine {
             var fresh = 0
             touch(Shards.of(installationId))
             for id in deliveryIds {
+                // Held and acknowledged before its group commits: never written.
+                if let held = ledger.unwritten.remove(id, installationId: installationId) {
+                    fresh += 1
+                    ledger.acknowledgedUnwritten += 1
+                    ledger.tally.add(held.notificationId) { $0.acknowledged += 1 }
+                    continue
+                }
                 guard let notification = try removeDelivery(id, installationId: installationId) else { continue }
                 fresh += 1
                 ledger.tally.add(notification) { $0.acknowledged += 1 }
@@ -532,6 +598,7 @@ extension DeliveryEngine {
     func fail(_ failures: [DeliveryFailure], installationId: String, now: Date) throws {
         try write {
             touch(Shards.of(installationId))
+            if failures.contains(where: { ledger.unwritten[$0.deliveryId] != nil }) { try writeHeld() }
             for failure in failures {
                 guard let notification = try closeDelivery(failure.deliveryId, installationId: installationId, reason: failure.reason, now: now)
                 else { continue }
@@ -577,6 +644,9 @@ extension DeliveryEngine {
     func expire(now: Date, shards: Set<Int>?) throws -> Int {
         if let shards, shards.isEmpty { return 0 }
         return try write {
+            // Held ones past their expiry go from memory; agents' deliveries have no platform count.
+            let expiredHeld = ledger.unwritten.removeExpired(at: now)
+            for (_, delivery) in expiredHeld { ledger.tally.add(delivery.notificationId) { $0.expired += 1 } }
             let removed: [Row]
             if let shards {
                 for shard in shards { touch(shard) }
@@ -590,11 +660,12 @@ extension DeliveryEngine {
                 if let platform = row[2].string { ledger.tally.countPlatform(notificationId, platform, "Expired") }
                 try testOutcome(notificationId, deliveryId: deliveryId, "Expired before the device acknowledged it", success: false)
             }
-            return removed.count
+            return removed.count + expiredHeld.count
         }
     }
 
     func purge(now: Date) throws {
+        try writeHeld()
         try transaction {
             for (statement, age) in sql.purge {
                 try run(statement, age.map { [now.timeIntervalSince1970 - $0] } ?? [])
@@ -619,6 +690,7 @@ extension DeliveryEngine {
     }
 
     func backlog(now: Date, shards: Set<Int>?) throws -> Set<String> {
+        try writeHeld()
         let rows = if let shards {
             try query(sql.backlogOfShards, [now.timeIntervalSince1970, sql.shards(shards)])
         } else {
@@ -628,6 +700,7 @@ extension DeliveryEngine {
     }
 
     func unacknowledged(for installationId: String, now: Date, limit: Int) throws -> (deliveries: [AgentDelivery], sentBefore: Set<String>) {
+        try writeHeld()
         var sentBefore: Set<String> = []
         let deliveries = try query(sql.pending, [installationId, now.timeIntervalSince1970, limit]).map { row in
             let id = row[0].string ?? ""
@@ -660,8 +733,9 @@ extension DeliveryEngine {
     func totals() throws -> [String: String] {
         let row = try one(sql.outcomeTotals)
         let names = ["notifications", "targets", "delivered", "acknowledged", "expired", "failed"]
-        var totals = ["pendingDeliveries": String(try one(sql.openDeliveries)?[0].int ?? 0)]
+        var totals = ["pendingDeliveries": String((try one(sql.openDeliveries)?[0].int ?? 0) + ledger.unwritten.count)]
         for (index, name) in names.enumerated() { totals[name + "Total"] = String(row?[index].int ?? 0) }
+        totals["acknowledgedUnwrittenTotal"] = String(ledger.acknowledgedUnwritten)
         return totals
     }
 

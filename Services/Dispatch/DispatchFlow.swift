@@ -9,17 +9,29 @@ import ServiceKit
 struct PullControl: Equatable {
     /// The most notifications one pull asks for, and the deliveries one pulled page should plan at most.
     static let maxPage = 100
-    static let deliveriesPerPage = 20_000
+    static let deliveriesPerPage = 10_000
+    /// Deliveries in flight to agents at or past which nothing more is pulled: planning further
+    /// ahead of the agents only queues in memory, and leaves the store fewer deliveries it can keep
+    /// from writing (those acknowledged before their group of writes commits).
+    static let inFlightLimit = 10_000
 
     private(set) var pulling = false
     private(set) var limit = PullControl.maxPage
+    /// A pull was held back for the deliveries in flight; it goes once they fall below the limit.
+    private(set) var heldBack = false
 
-    /// The request to send now, or nil: one is on its way, the registry is not read yet, or no cursor is known.
-    mutating func next(after cursor: UInt64?, registryReady: Bool) -> PendingNotificationsRequest? {
+    /// The request to send now, or nil: one is on its way, the registry is not read yet, no cursor
+    /// is known, or `inFlight` deliveries are at the limit.
+    mutating func next(after cursor: UInt64?, registryReady: Bool, inFlight: Int = 0) -> PendingNotificationsRequest? {
         guard !pulling, registryReady, let cursor else { return nil }
+        heldBack = inFlight >= Self.inFlightLimit
+        guard !heldBack else { return nil }
         pulling = true
         return PendingNotificationsRequest(after: cursor, limit: limit)
     }
+
+    /// Whether a pull held back may go now that `inFlight` deliveries are in flight.
+    func resumes(inFlight: Int) -> Bool { heldBack && inFlight < Self.inFlightLimit }
 
     /// A page came back with `count` notifications that planned `planned` deliveries; true when
     /// another pull should follow at once. Large fan-outs come a few notifications at a time.

@@ -43,7 +43,7 @@ public enum DispatchMain {
             // Before anything is handed to the push services: a delivery can be reported as it is taken.
             push.note = { message, fields in context.logger.log(.warning, message, fields.map { ($0.0, $0.1) }) }
             push.report = { dispatch.pushAnswered($0, $1) }
-            context.loop.every(milliseconds: 50) { dispatch.commitGroup() }
+            context.loop.every(milliseconds: 50) { dispatch.commitGroupIfDue() }
 
             // The registry's change stream keeps the index current; a gap or a late start takes a snapshot.
             let registry = try context.bus.client(config.registry.requests, policy: RetryPolicy(timeout: 2_000, attempts: 1))

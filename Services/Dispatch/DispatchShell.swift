@@ -8,7 +8,7 @@ import ServiceKit
 
 /// The shell around `Dispatcher`: it turns socket traffic, timers and store answers into the
 /// core's events, and carries out the actions that come back. It owns a turn's writes (one
-/// transaction per turn, committed as a group every 50 ms), the pull from the publish service, the
+/// transaction per turn, committed in groups: `GroupCommitPolicy`), the pull from the publish service, the
 /// shards' leases and the hand-over to push services. `DispatchMain` makes the parts and wires
 /// each socket and timer to one of its methods.
 final class DispatchShell {
@@ -31,7 +31,7 @@ final class DispatchShell {
     private var logger: Logger { context.logger }
 
     private var turn = DispatchTurn()
-    private var committedAt = ContinuousClock.now
+    private var groups = GroupCommitPolicy()
     private var pulls = PullControl()
     private var resume = PushResume()
     /// Sends an agent's full queue refused; the delivery is left to its resend.
@@ -121,8 +121,8 @@ final class DispatchShell {
     // MARK: The turn's writes
 
     /// Writes what this turn decided: records, sends, acknowledgements and failures, in one
-    /// transaction: on SQLite a savepoint of the open group of writes, which is committed every 50 ms
-    /// rather than every turn; on PostgreSQL a commit that does not wait for the server's disk. A
+    /// transaction: on SQLite a savepoint of the open group of writes, which commits when
+    /// `GroupCommitPolicy` says (every 50 ms to 1 s) rather than every turn; on PostgreSQL a commit that does not wait for the server's disk. A
     /// turn's writes stand or fall together, and losing the last of them to a crash loses nothing:
     /// the cursor then points back into the publish service's durable log, the notifications are
     /// planned again, lost acknowledgements make their deliveries go out again, and agents show
@@ -159,14 +159,20 @@ final class DispatchShell {
             }
         }
         FaultPoint.reach(.committed)
-        if committedAt.duration(to: .now) >= .milliseconds(50) { commitGroup() }
+        groups.wrote(sent: !pending.sent.isEmpty, at: .now)
+        commitGroupIfDue()
         // Handed to the push services once their deliveries are in the store, where an answer finds them.
         for message in pending.pushes { push.submit(message, now: now) }
     }
 
+    /// Commits the open group of writes when `GroupCommitPolicy` says it is time: on a timer, and after each turn.
+    func commitGroupIfDue() {
+        if groups.due(at: .now) { commitGroup() }
+    }
+
     /// Commits the open group of writes (SQLite; a no-op on PostgreSQL, where each turn commits).
     func commitGroup() {
-        committedAt = .now
+        groups.committed(at: .now)
         do { try store.flush() } catch { logger.error("dispatch commit failed", ("error", "\(error)")) }
     }
 
@@ -184,6 +190,7 @@ final class DispatchShell {
             case nil: break
             }
         }
+        if pulls.resumes(inFlight: core.inFlightCount) { pull() }
         commit()
     }
 
@@ -218,7 +225,8 @@ final class DispatchShell {
     /// Accepted notifications are pulled from the publish service after the stored cursor, one
     /// request in flight at a time and never waited on: the reply comes back through the loop.
     func pull() {
-        guard let request = pulls.next(after: pullCursor(), registryReady: replica?.tracker.position != nil) else { return }
+        guard let request = pulls.next(after: pullCursor(), registryReady: replica?.tracker.position != nil, inFlight: core.inFlightCount)
+        else { return }
         publish.forward(request) { [self] result in
             switch result {
             case .success(let batch):

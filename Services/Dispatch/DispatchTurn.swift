@@ -58,3 +58,33 @@ struct DispatchTurn {
         pushResults = failed.pushResults + pushResults
     }
 }
+
+/// When the open group of writes commits (SQLite, where deliveries to agents are held in memory
+/// until then, and one acknowledged before is never written): once the group is `interval` old,
+/// unless a send went out in the last `ackWindow`, whose acknowledgement is likely on its way;
+/// and in any case once it is `longest` old. What a crash loses is at most that long, and is
+/// rebuilt from the publish service's log.
+struct GroupCommitPolicy {
+    static let interval: Duration = .milliseconds(50)
+    static let ackWindow: Duration = .milliseconds(100)
+    static let longest: Duration = .seconds(1)
+
+    private(set) var committedAt: ContinuousClock.Instant
+    private var sentAt: ContinuousClock.Instant?
+
+    init(now: ContinuousClock.Instant = .now) { committedAt = now }
+
+    /// A turn was written; `sent` says whether it sent deliveries.
+    mutating func wrote(sent: Bool, at now: ContinuousClock.Instant) {
+        if sent { sentAt = now }
+    }
+
+    func due(at now: ContinuousClock.Instant) -> Bool {
+        let age = committedAt.duration(to: now)
+        guard age >= Self.interval else { return false }
+        guard let sentAt, sentAt > committedAt else { return true }
+        return sentAt.duration(to: now) >= Self.ackWindow || age >= Self.longest
+    }
+
+    mutating func committed(at now: ContinuousClock.Instant) { committedAt = now }
+}

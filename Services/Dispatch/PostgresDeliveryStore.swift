@@ -338,6 +338,9 @@ final class PostgresDeliveryStore: DeliveryEngine {
     /// Each turn has committed already.
     func flush() throws {}
 
+    /// Each turn commits on its own: nothing is held back.
+    var holdsDeliveries: Bool { false }
+
     func close() { connection.close() }
 
     var engine: PostgresEngine { PostgresEngine(connection) }

@@ -6,7 +6,7 @@ import Push
 import Storage
 
 /// The dispatcher's store on SQLite, the embedded default. Turns write into a group of writes that
-/// `flush` commits (every 50 ms in the dispatcher): the store may lose its last commits to a crash,
+/// `flush` commits (every 50 ms to 1 s in the dispatcher, `GroupCommitPolicy`): the store may lose its last commits to a crash,
 /// since all of it can be rebuilt from the publish service's durable log.
 final class SQLiteDeliveryStore: DeliveryEngine {
     static let migrations = [
@@ -116,6 +116,9 @@ final class SQLiteDeliveryStore: DeliveryEngine {
             ALTER TABLE deliveries ADD COLUMN topic TEXT;
             CREATE INDEX deliveries_by_topic ON deliveries(installation_id, topic) WHERE topic IS NOT NULL AND acked_at IS NULL;
             """),
+        // One dispatcher holds a SQLite store and never reads it by shard: each delivery written and
+        // removed then updates one index fewer (the reads by shard still work, by scanning).
+        Migration(version: 10, "DROP INDEX deliveries_by_shard;"),
     ]
 
     /// Lists of shards are JSON arrays, read with json_each.
@@ -283,7 +286,19 @@ final class SQLiteDeliveryStore: DeliveryEngine {
         try write(body)
     }
 
-    func flush() throws { try database.commitGroup() }
+    /// Writes the deliveries still held, then commits the group. A commit that fails rolls the
+    /// whole group back, the cursor's move with it, so the cursor is read again.
+    func flush() throws {
+        try writeHeld()
+        do {
+            try database.commitGroup()
+        } catch {
+            ledger.knownCursor = nil
+            throw error
+        }
+    }
+
+    var holdsDeliveries: Bool { database.groupOpen }
 
     func close() {
         try? flush()

@@ -338,6 +338,9 @@ struct DeliveryStoreContractTests {
 
     /// A second store on the same database.
     private func reopen(_ store: any DeliveryStore) throws -> any DeliveryStore {
+        if let store = store as? GroupedStore {
+            return GroupedStore(try SQLiteDeliveryStore(database: try SQLiteDatabase(path: store.inner.database.path)))
+        }
         if let store = store as? SQLiteDeliveryStore {
             return try SQLiteDeliveryStore(database: try SQLiteDatabase(path: store.database.path))
         }

@@ -17,13 +17,17 @@ struct DispatchFlowTests {
         #expect(pulls.next(after: nil, registryReady: true) == nil)
         #expect(pulls.next(after: 5, registryReady: true) == PendingNotificationsRequest(after: 5, limit: 100))
         #expect(pulls.next(after: 5, registryReady: true) == nil, "one in flight")
-        // 10 notifications of 10,000 deliveries each: 2 a page from now on, and pull again at once.
-        let again = pulls.answered(count: 10, planned: 100_000)
+        // 10 notifications of 5,000 deliveries each: 2 a page from now on, and pull again at once.
+        let again = pulls.answered(count: 10, planned: 50_000)
         #expect(again)
         #expect(pulls.next(after: 15, registryReady: true)?.limit == 2)
         let more = pulls.answered(count: 0, planned: 0)
         #expect(!more, "nothing more")
-        #expect(pulls.next(after: 15, registryReady: true)?.limit == 2)
+        // Held back while the agents have the limit in flight, and resumed once they have fewer.
+        #expect(pulls.next(after: 15, registryReady: true, inFlight: PullControl.inFlightLimit) == nil && pulls.heldBack)
+        #expect(!pulls.resumes(inFlight: PullControl.inFlightLimit) && pulls.resumes(inFlight: PullControl.inFlightLimit - 1))
+        #expect(pulls.next(after: 15, registryReady: true, inFlight: 10)?.limit == 2 && !pulls.heldBack)
+        #expect(!pulls.resumes(inFlight: 0))
         _ = pulls.answered(count: 2, planned: 10)
         #expect(pulls.limit == 100)
         _ = pulls.next(after: 17, registryReady: true)

@@ -46,3 +46,27 @@ struct DispatchTurnTests {
         #expect(next.acks.map(\.0) == [a, b, "later"])
     }
 }
+
+@Suite("When a group of writes commits")
+struct GroupCommitPolicyTests {
+    @Test("not before 50 ms; then at once when nothing was sent in the last 100 ms, else once that has passed or the group is a second old")
+    func due() {
+        let start = ContinuousClock.now
+        func at(_ ms: Int) -> ContinuousClock.Instant { start + .milliseconds(ms) }
+        var policy = GroupCommitPolicy(now: start)
+        #expect(!policy.due(at: at(49)) && policy.due(at: at(50)))
+        // A send: its acknowledgement may spare the row, so the group waits for it.
+        policy.wrote(sent: true, at: at(40))
+        #expect(!policy.due(at: at(60)) && !policy.due(at: at(139)) && policy.due(at: at(140)))
+        policy.wrote(sent: false, at: at(150))
+        #expect(policy.due(at: at(150)))
+        policy.committed(at: at(150))
+        #expect(!policy.due(at: at(199)) && policy.due(at: at(200)))
+        // Sends that never stop: the group still commits once a second old.
+        for ms in stride(from: 160, through: 1_200, by: 20) {
+            policy.wrote(sent: true, at: at(ms))
+            #expect(policy.due(at: at(ms)) == (ms >= 1_150))
+        }
+    }
+}
+

@@ -2,6 +2,7 @@ import DispatchCore
 import Foundation
 import HubProtocol
 import Postgres
+import Push
 import Storage
 import Testing
 
@@ -9,15 +10,18 @@ import Testing
 
 /// The engines the dispatcher's store runs on: SQLite always, PostgreSQL when `NH_TEST_POSTGRES`
 /// names a server (`make test` starts a throwaway one), with a database of its own per store.
+/// `sqliteInGroups` is SQLite as the dispatcher drives it: every write is a turn inside a group of
+/// writes that stays open, so deliveries to agents are held in memory until something reads them.
 enum StoreEngine: CaseIterable, Sendable {
-    case sqlite, postgresql
+    case sqlite, sqliteInGroups, postgresql
 
     static let server = ProcessInfo.processInfo.environment["NH_TEST_POSTGRES"]
-    static var available: [StoreEngine] { server == nil ? [.sqlite] : allCases }
+    static var available: [StoreEngine] { server == nil ? [.sqlite, .sqliteInGroups] : allCases }
 
     func makeStore() throws -> any DeliveryStore {
         switch self {
         case .sqlite: return try SQLiteDeliveryStore(database: try Self.sqliteDatabase())
+        case .sqliteInGroups: return GroupedStore(try SQLiteDeliveryStore(database: try Self.sqliteDatabase()))
         case .postgresql: return try PostgresDeliveryStore(url: try Self.postgresDatabase())
         }
     }
@@ -76,10 +80,78 @@ enum Fixture {
 
     /// How many rows one of the store's tables holds, whichever the engine.
     static func rows(_ table: String, in store: any DeliveryStore) throws -> Int {
+        if let store = store as? GroupedStore {
+            try store.inner.writeHeld()
+            return try rows(table, in: store.inner)
+        }
         if let store = store as? SQLiteDeliveryStore { return try store.database.queryOne("SELECT count(*) FROM \(table)")?[0].int ?? -1 }
         if let store = store as? PostgresDeliveryStore {
             return try store.connection.queryOne("SELECT count(*) FROM dispatch.\(table)")?[0].int ?? -1
         }
         return -1
     }
+}
+
+/// A SQLite store whose writes each run as a turn of the dispatcher's (`writeTurn`) inside a group
+/// that stays open until `flush`, which the next write opens again.
+final class GroupedStore: DeliveryStore {
+    let inner: SQLiteDeliveryStore
+
+    init(_ inner: SQLiteDeliveryStore) { self.inner = inner }
+
+    private func turn<T>(_ body: () throws -> T) throws -> T {
+        var result: T?
+        try inner.writeTurn { result = try body() }
+        return result!
+    }
+
+    var fence: LeaseFence? {
+        get { inner.fence }
+        set { inner.fence = newValue }
+    }
+
+    func writeTurn(_ body: () throws -> Void) throws { try inner.writeTurn(body) }
+    func flush() throws { try inner.flush() }
+    func close() { inner.close() }
+    func cursor() throws -> UInt64 { try inner.cursor() }
+
+    func record(_ notification: AcceptedNotification, plans: [PlannedDelivery], sent: Set<String>, shards: Set<Int>?, now: Date) throws {
+        try turn { try inner.record(notification, plans: plans, sent: sent, shards: shards, now: now) }
+    }
+
+    func markSent(_ deliveries: [AgentDelivery], now: Date) throws { try turn { try inner.markSent(deliveries, now: now) } }
+
+    func acknowledge(_ deliveryIds: [String], installationId: String, now: Date) throws -> Int {
+        try turn { try inner.acknowledge(deliveryIds, installationId: installationId, now: now) }
+    }
+
+    func fail(_ failures: [DeliveryFailure], installationId: String, now: Date) throws {
+        try turn { try inner.fail(failures, installationId: installationId, now: now) }
+    }
+
+    func pushed(_ results: [(PushMessage, PushResult)], now: Date) throws { try turn { try inner.pushed(results, now: now) } }
+    func expire(now: Date, shards: Set<Int>?) throws -> Int { try turn { try inner.expire(now: now, shards: shards) } }
+    func purge(now: Date) throws { try inner.purge(now: now) }
+    func backlog(now: Date, shards: Set<Int>?) throws -> Set<String> { try inner.backlog(now: now, shards: shards) }
+
+    func unacknowledged(for installationId: String, now: Date, limit: Int) throws -> (deliveries: [AgentDelivery], sentBefore: Set<String>) {
+        try inner.unacknowledged(for: installationId, now: now, limit: limit)
+    }
+
+    func pendingPush(now: Date, limit: Int, shards: Set<Int>?) throws -> [PushMessage] { try inner.pendingPush(now: now, limit: limit, shards: shards) }
+    func totals() throws -> [String: String] { try inner.totals() }
+    func outcome(_ notificationId: String, now: Date) throws -> NotificationOutcome? { try inner.outcome(notificationId, now: now) }
+    func testResults(_ notificationId: String) throws -> TestResults? { try inner.testResults(notificationId) }
+
+    func heartbeat(id: String, endpoint: String, now: Date) throws { try turn { try inner.heartbeat(id: id, endpoint: endpoint, now: now) } }
+    func liveDispatchers(now: Date, within: TimeInterval) throws -> Int { try inner.liveDispatchers(now: now, within: within) }
+    func renewLeases(owner: String, until: Date) throws -> [Int: UInt64] { try turn { try inner.renewLeases(owner: owner, until: until) } }
+
+    func claimLeases(owner: String, endpoint: String, count: Int, now: Date, until: Date) throws -> [Int: UInt64] {
+        try turn { try inner.claimLeases(owner: owner, endpoint: endpoint, count: count, now: now, until: until) }
+    }
+
+    func releaseLeases(owner: String, shards: Set<Int>) throws { try turn { try inner.releaseLeases(owner: owner, shards: shards) } }
+    func leaseOwners(now: Date) throws -> [Int: String] { try inner.leaseOwners(now: now) }
+    func shardCursors() throws -> [Int: UInt64] { try inner.shardCursors() }
 }

@@ -1,0 +1,106 @@
+import Foundation
+
+/// Deliveries to agents recorded inside an open group of writes (SQLite), held in memory instead
+/// of written at once. A delivery acknowledged before its group commits is never written: in a
+/// healthy fan-out most are, so their rows, and their index entries, cost nothing. The rest are
+/// written just before the group commits, or before any statement that reads or sweeps deliveries,
+/// in the order they were recorded.
+///
+/// This loses nothing a crash would not: a group stands or falls whole, and the cursor it moves is
+/// in it. A crash before the commit loses the deliveries and the cursor's move together, and the
+/// notifications are planned again from the publish service's log, as when their rows were lost.
+///
+/// Changes made inside a turn's write are journaled, so that a write that fails takes its changes
+/// to the held deliveries with it (`mark`, `revert(to:)`, `settle`).
+struct UnwrittenDeliveries {
+    /// What a row needs, besides the delivery id it is held under.
+    struct Delivery: Equatable {
+        var notificationId: String
+        var installationId: String
+        var shard: Int
+        var template: String?
+        var payloadId: Int64
+        var expiresAt: Date
+        var rich: Data?
+        var deliveredAt: Date?
+    }
+
+    private var held: [String: Delivery] = [:]
+    /// Delivery ids in the order they were recorded; an id no longer held is skipped.
+    private var order: [String] = []
+    /// Each change's delivery id and what it held before, since the outermost write began.
+    private var journal: [(String, Delivery?)] = []
+
+    var count: Int { held.count }
+    var isEmpty: Bool { held.isEmpty }
+
+    subscript(deliveryId: String) -> Delivery? { held[deliveryId] }
+
+    /// Holds a delivery recorded in the open group.
+    mutating func add(_ deliveryId: String, _ delivery: Delivery) {
+        set(deliveryId, delivery)
+        order.append(deliveryId)
+    }
+
+    /// Notes its first send; false when it was sent before or is not held.
+    mutating func markSent(_ deliveryId: String, at time: Date) -> Bool {
+        guard var delivery = held[deliveryId], delivery.deliveredAt == nil else { return false }
+        delivery.deliveredAt = time
+        set(deliveryId, delivery)
+        return true
+    }
+
+    /// Lets go of a delivery held for `installationId`, acknowledged or handed on; returns it.
+    mutating func remove(_ deliveryId: String, installationId: String) -> Delivery? {
+        guard let delivery = held[deliveryId], delivery.installationId == installationId else { return nil }
+        set(deliveryId, nil)
+        return delivery
+    }
+
+    /// Lets go of every delivery past its expiry at `now`; returns them.
+    mutating func removeExpired(at now: Date) -> [(String, Delivery)] {
+        let expired = held.filter { $0.value.expiresAt <= now }
+        for id in expired.keys { set(id, nil) }
+        return expired.map { ($0.key, $0.value) }
+    }
+
+    /// Every delivery held, oldest first, and none held after.
+    mutating func takeAll() -> [(String, Delivery)] {
+        var taken: [(String, Delivery)] = []
+        taken.reserveCapacity(held.count)
+        for id in order {
+            guard let delivery = held[id] else { continue }
+            taken.append((id, delivery))
+            set(id, nil)
+        }
+        order.removeAll(keepingCapacity: true)
+        return taken
+    }
+
+    /// Where the journal stands: a write that fails reverts to it.
+    var mark: Int { journal.count }
+
+    /// Undoes every change since `mark`, newest first.
+    mutating func revert(to mark: Int) {
+        guard journal.count > mark else { return }
+        let listed = Set(order)
+        var returned: [String] = []
+        while journal.count > mark {
+            let (id, before) = journal.removeLast()
+            if before != nil, !listed.contains(id) { returned.append(id) }
+            held[id] = before
+        }
+        // Taken ones come back in their order, ahead of any recorded since.
+        order = returned.reversed() + order
+    }
+
+    /// The outermost write committed: its changes stand, and need no undoing.
+    mutating func settle() {
+        journal.removeAll(keepingCapacity: true)
+    }
+
+    private mutating func set(_ deliveryId: String, _ delivery: Delivery?) {
+        journal.append((deliveryId, held[deliveryId]))
+        held[deliveryId] = delivery
+    }
+}
