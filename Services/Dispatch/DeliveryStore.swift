@@ -31,6 +31,8 @@ protocol DeliveryStore: LeaseStore {
     func flush() throws
     /// Commits what is open and lets go of the database.
     func close()
+    /// Deliveries held in memory until the open group of writes commits (`UnwrittenDeliveries`).
+    var held: Int { get }
 
     /// The sequence of the last notification planned, with one dispatcher.
     func cursor() throws -> UInt64
@@ -312,6 +314,8 @@ protocol DeliveryEngine: DeliveryStore, EngineBacked {
 }
 
 extension DeliveryEngine {
+    var held: Int { ledger.unwritten.count }
+
     static var successText: String { "The Notification was successfully sent to the Push Notification System" }
     static var testResultsKept: Int { 10 }
 

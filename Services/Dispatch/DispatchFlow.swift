@@ -13,7 +13,7 @@ struct PullControl: Equatable {
     /// Deliveries in flight to agents at or past which nothing more is pulled: planning further
     /// ahead of the agents only queues in memory, and leaves the store fewer deliveries it can keep
     /// from writing (those acknowledged before their group of writes commits).
-    static let inFlightLimit = 10_000
+    static let inFlightLimit = 5_000
 
     private(set) var pulling = false
     private(set) var limit = PullControl.maxPage

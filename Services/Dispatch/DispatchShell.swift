@@ -159,7 +159,7 @@ final class DispatchShell {
             }
         }
         FaultPoint.reach(.committed)
-        groups.wrote(sent: !pending.sent.isEmpty, at: .now)
+        groups.wrote(active: !pending.sent.isEmpty || !pending.acks.isEmpty, at: .now)
         commitGroupIfDue()
         // Handed to the push services once their deliveries are in the store, where an answer finds them.
         for message in pending.pushes { push.submit(message, now: now) }
@@ -167,7 +167,7 @@ final class DispatchShell {
 
     /// Commits the open group of writes when `GroupCommitPolicy` says it is time: on a timer, and after each turn.
     func commitGroupIfDue() {
-        if groups.due(at: .now) { commitGroup() }
+        if groups.due(at: .now, held: store.held) { commitGroup() }
     }
 
     /// Commits the open group of writes (SQLite; a no-op on PostgreSQL, where each turn commits).

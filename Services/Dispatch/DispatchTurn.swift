@@ -61,29 +61,30 @@ struct DispatchTurn {
 
 /// When the open group of writes commits (SQLite, where deliveries to agents are held in memory
 /// until then, and one acknowledged before is never written): once the group is `interval` old,
-/// unless a send went out in the last `ackWindow`, whose acknowledgement is likely on its way;
-/// and in any case once it is `longest` old. What a crash loses is at most that long, and is
-/// rebuilt from the publish service's log.
+/// at once if the store holds no delivery; otherwise once the agents have been quiet for
+/// `quiet` (no send, no acknowledgement), since acknowledgements still coming would spare their
+/// rows; and in any case once the group is `longest` old. What a crash loses is at most that long,
+/// and is rebuilt from the publish service's log.
 struct GroupCommitPolicy {
     static let interval: Duration = .milliseconds(50)
-    static let ackWindow: Duration = .milliseconds(100)
-    static let longest: Duration = .seconds(1)
+    static let quiet: Duration = .milliseconds(100)
+    static let longest: Duration = .seconds(2)
 
     private(set) var committedAt: ContinuousClock.Instant
-    private var sentAt: ContinuousClock.Instant?
+    private var activeAt: ContinuousClock.Instant?
 
     init(now: ContinuousClock.Instant = .now) { committedAt = now }
 
-    /// A turn was written; `sent` says whether it sent deliveries.
-    mutating func wrote(sent: Bool, at now: ContinuousClock.Instant) {
-        if sent { sentAt = now }
+    /// A turn was written; `active` says whether it sent deliveries or took acknowledgements.
+    mutating func wrote(active: Bool, at now: ContinuousClock.Instant) {
+        if active { activeAt = now }
     }
 
-    func due(at now: ContinuousClock.Instant) -> Bool {
+    func due(at now: ContinuousClock.Instant, held: Int) -> Bool {
         let age = committedAt.duration(to: now)
         guard age >= Self.interval else { return false }
-        guard let sentAt, sentAt > committedAt else { return true }
-        return sentAt.duration(to: now) >= Self.ackWindow || age >= Self.longest
+        guard held > 0, let activeAt, activeAt > committedAt else { return true }
+        return activeAt.duration(to: now) >= Self.quiet || age >= Self.longest
     }
 
     mutating func committed(at now: ContinuousClock.Instant) { committedAt = now }

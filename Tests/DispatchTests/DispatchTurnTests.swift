@@ -49,24 +49,24 @@ struct DispatchTurnTests {
 
 @Suite("When a group of writes commits")
 struct GroupCommitPolicyTests {
-    @Test("not before 50 ms; then at once when nothing was sent in the last 100 ms, else once that has passed or the group is a second old")
+    @Test("not before 50 ms; then at once when nothing is held or the agents were quiet for 100 ms, else once the group is 2 s old")
     func due() {
         let start = ContinuousClock.now
         func at(_ ms: Int) -> ContinuousClock.Instant { start + .milliseconds(ms) }
         var policy = GroupCommitPolicy(now: start)
-        #expect(!policy.due(at: at(49)) && policy.due(at: at(50)))
-        // A send: its acknowledgement may spare the row, so the group waits for it.
-        policy.wrote(sent: true, at: at(40))
-        #expect(!policy.due(at: at(60)) && !policy.due(at: at(139)) && policy.due(at: at(140)))
-        policy.wrote(sent: false, at: at(150))
-        #expect(policy.due(at: at(150)))
+        #expect(!policy.due(at: at(49), held: 5) && policy.due(at: at(50), held: 5))
+        // Sends and acknowledgements under way: the acknowledgements still coming may spare rows.
+        policy.wrote(active: true, at: at(40))
+        #expect(!policy.due(at: at(60), held: 5) && !policy.due(at: at(139), held: 5) && policy.due(at: at(140), held: 5))
+        #expect(policy.due(at: at(60), held: 0), "nothing held: nothing to wait for")
+        policy.wrote(active: false, at: at(150))
+        #expect(policy.due(at: at(150), held: 5))
         policy.committed(at: at(150))
-        #expect(!policy.due(at: at(199)) && policy.due(at: at(200)))
-        // Sends that never stop: the group still commits once a second old.
-        for ms in stride(from: 160, through: 1_200, by: 20) {
-            policy.wrote(sent: true, at: at(ms))
-            #expect(policy.due(at: at(ms)) == (ms >= 1_150))
+        #expect(!policy.due(at: at(199), held: 5) && policy.due(at: at(200), held: 5))
+        // Agents that never fall quiet: the group still commits once 2 s old.
+        for ms in stride(from: 160, through: 2_200, by: 20) {
+            policy.wrote(active: true, at: at(ms))
+            #expect(policy.due(at: at(ms), held: 5) == (ms >= 2_150))
         }
     }
 }
-

@@ -112,6 +112,7 @@ final class GroupedStore: DeliveryStore {
 
     func writeTurn(_ body: () throws -> Void) throws { try inner.writeTurn(body) }
     func flush() throws { try inner.flush() }
+    var held: Int { inner.held }
     func close() { inner.close() }
     func cursor() throws -> UInt64 { try inner.cursor() }
 
