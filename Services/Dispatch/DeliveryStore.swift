@@ -460,7 +460,7 @@ extension DeliveryEngine {
             ledger.tally.open(id, OutcomeOpening(
                 state: state, enqueuedAt: notification.enqueuedAt, at: now, targets: targets, expired: expired ? 1 : 0, adds: adds))
             let sequence = Int64(notification.sequence)
-            if let known = ledger.knownCursor { ledger.knownCursor = max(known, notification.sequence) }
+            if shards == nil, let known = ledger.knownCursor { ledger.knownCursor = max(known, notification.sequence) }
             if let shards {
                 for shard in shards { touch(shard) }
                 try run(sql.advanceShardCursors, [sequence, sql.shards(shards)])
