@@ -188,6 +188,14 @@ public final class SQLiteDatabase {
         }
     }
 
+    /// Rolls the open group back, if any: everything since `beginGroup()` is undone.
+    public func rollBackGroup() {
+        guard groupOpen else { return }
+        groupOpen = false
+        nesting.depth = 0
+        try? execute("ROLLBACK")
+    }
+
     // MARK: Schema
 
     /// PRAGMA user_version: the schema version the migrations reached.

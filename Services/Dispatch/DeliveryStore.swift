@@ -522,6 +522,9 @@ extension DeliveryEngine {
                 if wentOut { ledger.tally.add(id) { $0.delivered += 1 } }
                 continue
             }
+            // An agent's delivery written at once (one with a topic) comes after those held, as
+            // they were recorded first: the agent loads them in the order of their rows.
+            if plan.platform == Platform.linux.rawValue { try writeHeld() }
             // A phone's or browser's delivery keeps what its push service needs; a Linux agent's leaves it empty.
             var push: [(any StoreValue)?] = [nil, nil, nil]
             if plan.platform != Platform.linux.rawValue {

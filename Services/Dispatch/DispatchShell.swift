@@ -122,8 +122,9 @@ final class DispatchShell {
 
     /// Writes what this turn decided: records, sends, acknowledgements and failures, in one
     /// transaction: on SQLite a savepoint of the open group of writes, which commits when
-    /// `GroupCommitPolicy` says (every 50 ms to 1 s) rather than every turn; on PostgreSQL a commit that does not wait for the server's disk. A
-    /// turn's writes stand or fall together, and losing the last of them to a crash loses nothing:
+    /// `GroupCommitPolicy` says (every 50 ms to 2 s) rather than every turn; on PostgreSQL a commit
+    /// that does not wait for the server's disk. A turn's writes stand or fall together, and losing
+    /// the last of them to a crash loses nothing:
     /// the cursor then points back into the publish service's durable log, the notifications are
     /// planned again, lost acknowledgements make their deliveries go out again, and agents show
     /// each once.

@@ -6,8 +6,9 @@ import Push
 import Storage
 
 /// The dispatcher's store on SQLite, the embedded default. Turns write into a group of writes that
-/// `flush` commits (every 50 ms to 1 s in the dispatcher, `GroupCommitPolicy`): the store may lose its last commits to a crash,
-/// since all of it can be rebuilt from the publish service's durable log.
+/// `flush` commits (every 50 ms to 2 s in the dispatcher, `GroupCommitPolicy`); deliveries to
+/// agents wait in memory until then (`UnwrittenDeliveries`). The store may lose its last group to a
+/// crash, since all of it can be rebuilt from the publish service's durable log.
 final class SQLiteDeliveryStore: DeliveryEngine {
     static let migrations = [
         Migration(
@@ -286,13 +287,16 @@ final class SQLiteDeliveryStore: DeliveryEngine {
         try write(body)
     }
 
-    /// Writes the deliveries still held, then commits the group. A commit that fails rolls the
-    /// whole group back, the cursor's move with it, so the cursor is read again.
+    /// Writes the deliveries still held, then commits the group. When either fails the whole group
+    /// is rolled back, as a crash would lose it: what it held goes with it, and the cursor, moved
+    /// back, is read again; the notifications are planned again from the publish service's log.
     func flush() throws {
-        try writeHeld()
         do {
+            try writeHeld()
             try database.commitGroup()
         } catch {
+            database.rollBackGroup()
+            ledger.unwritten = UnwrittenDeliveries()
             ledger.knownCursor = nil
             throw error
         }

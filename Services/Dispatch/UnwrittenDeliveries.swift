@@ -26,7 +26,9 @@ struct UnwrittenDeliveries {
     }
 
     private var held: [String: Delivery] = [:]
-    /// Delivery ids in the order they were recorded; an id no longer held is skipped.
+    /// Delivery ids in the order they were recorded. An id no longer held is skipped, and left in
+    /// place until the list is compacted after a write stands, so that undoing a write needs no
+    /// reordering.
     private var order: [String] = []
     /// Each change's delivery id and what it held before, since the outermost write began.
     private var journal: [(String, Delivery?)] = []
@@ -73,7 +75,6 @@ struct UnwrittenDeliveries {
             taken.append((id, delivery))
             set(id, nil)
         }
-        order.removeAll(keepingCapacity: true)
         return taken
     }
 
@@ -82,21 +83,17 @@ struct UnwrittenDeliveries {
 
     /// Undoes every change since `mark`, newest first.
     mutating func revert(to mark: Int) {
-        guard journal.count > mark else { return }
-        let listed = Set(order)
-        var returned: [String] = []
         while journal.count > mark {
             let (id, before) = journal.removeLast()
-            if before != nil, !listed.contains(id) { returned.append(id) }
             held[id] = before
         }
-        // Taken ones come back in their order, ahead of any recorded since.
-        order = returned.reversed() + order
     }
 
-    /// The outermost write committed: its changes stand, and need no undoing.
+    /// The outermost write committed: its changes stand, and need no undoing. Ids no longer held
+    /// leave the order once they are most of it.
     mutating func settle() {
         journal.removeAll(keepingCapacity: true)
+        if order.count > 2 * held.count + 1_024 { order.removeAll { held[$0] == nil } }
     }
 
     private mutating func set(_ deliveryId: String, _ delivery: Delivery?) {

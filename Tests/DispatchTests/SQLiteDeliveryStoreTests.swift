@@ -103,6 +103,37 @@ struct SQLiteDeliveryStoreTests {
         #expect(try store.outcome("n")?.expired == 1)
     }
 
+    @Test("an agent's delivery written at once, one with a topic, comes after the held ones recorded before it")
+    func topicAfterHeld() throws {
+        let store = try SQLiteDeliveryStore(database: try StoreEngine.sqliteDatabase())
+        let first = Fixture.plan("n1", "a")
+        var topical = Fixture.plan("n2", "a")
+        topical.headers = [AppPushMessage.topicHeader: "weather"]
+        try store.writeTurn { try store.record(Fixture.notification("n1", sequence: 1), plans: [first], sent: [], now: now) }
+        try store.writeTurn { try store.record(Fixture.notification("n2", sequence: 2), plans: [topical], sent: [], now: now) }
+        try store.flush()
+        #expect(try store.pending(for: "a", now: now).map(\.deliveryId) == [first.deliveryId, topical.deliveryId])
+    }
+
+    @Test("a group whose commit fails is rolled back whole, as a crash would lose it: nothing stays held, and the cursor is read again")
+    func failedFlush() throws {
+        let store = try SQLiteDeliveryStore(database: try StoreEngine.sqliteDatabase())
+        try store.writeTurn { try store.record(Fixture.notification("n0", sequence: 1), plans: [Fixture.plan("n0", "a")], sent: [], now: now) }
+        try store.flush()
+        try store.writeTurn { try store.record(Fixture.notification("n", sequence: 2), plans: [Fixture.plan("n", "a")], sent: [], now: now) }
+        // The held delivery cannot be written: its table is gone, inside the group.
+        try store.database.execute("DROP TABLE deliveries")
+        #expect(throws: StorageError.self) { try store.flush() }
+        #expect(store.held == 0 && !store.database.groupOpen)
+        #expect(try store.cursor() == 1 && store.outcome("n") == nil)
+        #expect(try store.pending(for: "a", now: now).map(\.notificationId) == ["n0"])
+        // Planned again, it is held and written as the first time.
+        try store.writeTurn { try store.record(Fixture.notification("n", sequence: 2), plans: [Fixture.plan("n", "a")], sent: [], now: now) }
+        #expect(store.held == 1)
+        try store.flush()
+        #expect(try store.pending(for: "a", now: now).map(\.notificationId) == ["n0", "n"] && store.outcome("n")?.targets == 1)
+    }
+
     @Test("a turn that fails takes back what it did to the held deliveries")
     func failedTurn() throws {
         let store = try SQLiteDeliveryStore(database: try StoreEngine.sqliteDatabase())
@@ -176,6 +207,12 @@ struct UnwrittenDeliveriesTests {
         _ = held.takeAll()
         held.revert(to: before)
         held.add("4", delivery("a"))
+        // A removal, then everything taken, in a write that fails: the order is the recorded one.
+        held.settle()
+        let again = held.mark
+        _ = held.remove("2", installationId: "a")
+        _ = held.takeAll()
+        held.revert(to: again)
         #expect(held.takeAll().map(\.0) == ["1", "2", "4"])
     }
 }
