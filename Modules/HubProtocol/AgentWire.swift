@@ -70,7 +70,8 @@ public enum AgentWire {
         let bytes = text.utf8
         let newline = UInt8(ascii: "\n")
         let firstBreak = bytes.firstIndex(of: newline) ?? bytes.endIndex
-        let name = String(Substring(bytes[..<firstBreak]))
+        func string(_ slice: Substring.UTF8View) -> String { String(Substring(slice)) }
+        let name = string(bytes[..<firstBreak])
         guard let verb = Verb(rawValue: name) else {
             throw malformed(
                 "the first line '\(name.prefix(24))' names no agent-channel message; expected one of \(Verb.allCases.map(\.rawValue).joined(separator: ", "))")
@@ -78,7 +79,7 @@ public enum AgentWire {
         let rest = firstBreak < bytes.endIndex ? bytes[bytes.index(after: firstBreak)...] : bytes[bytes.endIndex...]
         /// The message's fields: `count` lines, the last of which runs to the end.
         func fields(_ count: Int, _ what: String) throws(HubError) -> [String] {
-            let parts = rest.split(separator: newline, maxSplits: count - 1, omittingEmptySubsequences: false).map { String(Substring($0)) }
+            let parts = rest.split(separator: newline, maxSplits: count - 1, omittingEmptySubsequences: false).map(string)
             guard firstBreak < bytes.endIndex, parts.count == count else {
                 throw malformed("'\(name)' has \(firstBreak == bytes.endIndex ? 0 : parts.count) of its \(count) fields (\(what)), one per line")
             }
@@ -102,12 +103,12 @@ public enum AgentWire {
             for line in rest.split(separator: newline) {
                 if line.first == UInt8(ascii: "!") {
                     guard let tab = line.firstIndex(of: UInt8(ascii: "\t")) else {
-                        throw malformed("'ack' failure '\(Substring(line).prefix(60))' needs a tab between delivery id and reason")
+                        throw malformed("'ack' failure '\(string(line).prefix(60))' needs a tab between delivery id and reason")
                     }
                     failures.append(DeliveryFailure(
-                        deliveryId: String(Substring(line[line.index(after: line.startIndex)..<tab])), reason: String(Substring(line[line.index(after: tab)...]))))
+                        deliveryId: string(line[line.index(after: line.startIndex)..<tab]), reason: string(line[line.index(after: tab)...])))
                 } else {
-                    ids.append(String(Substring(line)))
+                    ids.append(string(line))
                 }
             }
             return .ack(AgentAck(deliveryIds: ids, failures: failures.isEmpty ? nil : failures))

@@ -453,9 +453,9 @@ extension DeliveryEngine {
             // Targets are the deliveries this record stored: one recorded before (by this
             // dispatcher before a restart, or by another) counts once, however often it is recorded.
             // A notification past the cursor was never recorded: its agents' deliveries can be held
-            // in memory until the group commits. Any other is checked against the rows written.
+            // in memory until the group commits. Any other is checked against the rows written
+            // (held ones are written first, where an agent's delivery is).
             let holds = try holdsDeliveries && shards == nil && notification.send.test != true && pastCursor(notification.sequence)
-            if !holds { try writeHeld() }
             let targets = expired ? 0 : try recordDeliveries(notification, plans: plans, sent: sent, now: now, adds: adds, holds: holds)
             ledger.tally.open(id, OutcomeOpening(
                 state: state, enqueuedAt: notification.enqueuedAt, at: now, targets: targets, expired: expired ? 1 : 0, adds: adds))
@@ -522,8 +522,8 @@ extension DeliveryEngine {
                 if wentOut { ledger.tally.add(id) { $0.delivered += 1 } }
                 continue
             }
-            // An agent's delivery written at once (one with a topic) comes after those held, as
-            // they were recorded first: the agent loads them in the order of their rows.
+            // An agent's delivery written at once comes after those held, as they were recorded
+            // first (the agent loads them in the order of their rows), and is checked against them.
             if plan.platform == Platform.linux.rawValue { try writeHeld() }
             // A phone's or browser's delivery keeps what its push service needs; a Linux agent's leaves it empty.
             var push: [(any StoreValue)?] = [nil, nil, nil]
