@@ -136,6 +136,10 @@ struct DeliverySQL: Sendable {
     /// (delivery_id, notification_id, installation_id, shard, template, payload_id, expires_at, rich,
     /// delivered_at, acked_at, failed_reason, platform, push_channel, headers): unless there.
     var insertDelivery: String
+    /// (rows) → the statement that writes that many agents' deliveries, each with (delivery_id,
+    /// notification_id, installation_id, shard, template, payload_id, expires_at, rich,
+    /// delivered_at): unless there.
+    var insertAgentDeliveries: @Sendable (Int) -> String
     /// (delivery_id, notification_id, installation_id, platform, push_channel, outcome): unless there.
     var insertTestResult: String
     /// (now, installation_id, topic, delivery_id): a newer delivery with a topic replaces the
@@ -210,6 +214,12 @@ struct DeliverySQL: Sendable {
     var leaseOwners: String
     /// Shards as the engine's list parameter.
     var shards: @Sendable (Set<Int>) -> String
+
+    /// `rows` groups of `width` numbered parameters, each written by `group` from its first
+    /// number: the VALUES of a statement that writes many rows.
+    static func values(rows: Int, width: Int, _ group: (Int) -> String) -> String {
+        (0..<rows).map { group($0 * width + 1) }.joined(separator: ", ")
+    }
     /// Shards with their epochs ("shard:epoch") as the engine's list parameter.
     var fencedShards: @Sendable ([String]) -> String
 }
@@ -366,16 +376,25 @@ extension DeliveryEngine {
     func writeHeld() throws {
         guard !ledger.unwritten.isEmpty else { return }
         try write {
-            for (id, delivery) in ledger.unwritten.takeAll() {
-                touch(delivery.shard)
-                try run(
-                    sql.insertDelivery,
-                    [id, delivery.notificationId, delivery.installationId, delivery.shard, delivery.template, delivery.payloadId,
-                     delivery.expiresAt.timeIntervalSince1970, delivery.rich, delivery.deliveredAt?.timeIntervalSince1970, nil, nil, nil, nil,
-                     nil])
+            let held = ledger.unwritten.takeAll()
+            // A statement per 64 rows: a statement's own cost is shared, and each row is still bound alone.
+            for start in stride(from: 0, to: held.count, by: Self.rowsPerInsert) {
+                let rows = held[start..<min(start + Self.rowsPerInsert, held.count)]
+                var values: [(any StoreValue)?] = []
+                values.reserveCapacity(rows.count * 9)
+                for (id, delivery) in rows {
+                    touch(delivery.shard)
+                    values += [
+                        id, delivery.notificationId, delivery.installationId, delivery.shard, delivery.template, delivery.payloadId,
+                        delivery.expiresAt.timeIntervalSince1970, delivery.rich, delivery.deliveredAt?.timeIntervalSince1970,
+                    ]
+                }
+                try run(sql.insertAgentDeliveries(rows.count), values)
             }
         }
     }
+
+    static var rowsPerInsert: Int { 64 }
 
     /// Whether `sequence` is past every notification this store has recorded (with one dispatcher).
     private func pastCursor(_ sequence: UInt64) throws -> Bool {

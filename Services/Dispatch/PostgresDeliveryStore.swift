@@ -112,6 +112,14 @@ final class PostgresDeliveryStore: DeliveryEngine {
             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
             ON CONFLICT (delivery_id) DO NOTHING
             """,
+        insertAgentDeliveries: { rows in
+            """
+            INSERT INTO dispatch.deliveries
+              (delivery_id, notification_id, installation_id, shard, template, payload_id, expires_at, rich, delivered_at)
+            VALUES \(DeliverySQL.values(rows: rows, width: 9) { "(" + ($0..<$0 + 9).map { "$\($0)" }.joined(separator: ", ") + ")" })
+            ON CONFLICT (delivery_id) DO NOTHING
+            """
+        },
         insertTestResult: """
             INSERT INTO dispatch.test_results (delivery_id, notification_id, installation_id, platform, push_channel, outcome)
             VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (delivery_id) DO NOTHING

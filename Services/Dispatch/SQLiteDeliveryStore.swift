@@ -135,6 +135,13 @@ final class SQLiteDeliveryStore: DeliveryEngine {
                acked_at, failed_reason, platform, push_channel, headers, payload)
             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, '')
             """,
+        insertAgentDeliveries: { rows in
+            """
+            INSERT OR IGNORE INTO deliveries
+              (delivery_id, notification_id, installation_id, shard, template, payload_id, expires_at, rich, delivered_at, payload)
+            VALUES \(DeliverySQL.values(rows: rows, width: 9) { "(" + ($0..<$0 + 9).map { "?\($0)" }.joined(separator: ", ") + ", '')" })
+            """
+        },
         insertTestResult: """
             INSERT OR IGNORE INTO test_results (delivery_id, notification_id, installation_id, platform, push_channel, outcome)
             VALUES (?1, ?2, ?3, ?4, ?5, ?6)

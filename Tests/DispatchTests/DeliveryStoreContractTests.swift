@@ -1,6 +1,7 @@
 import DispatchCore
 import Foundation
 import HubProtocol
+import Postgres
 import Push
 import Storage
 import Testing
@@ -37,6 +38,26 @@ struct DeliveryStoreContractTests {
         #expect(try store.cursor() == 7)
         #expect(try store.outcome("n0")?.state == .noTargetFound)
         #expect(try store.outcome("missing") == nil)
+    }
+
+    @Test("the statement that writes many agents' deliveries writes each once, readable as any other", arguments: StoreEngine.available)
+    func manyRows(engine: StoreEngine) throws {
+        let store = try engine.makeStore()
+        func write<E: DeliveryEngine>(_ engine: E) throws {
+            let values: [(any StoreValue)?] = ["d1", "n", "a", Shards.of("a"), nil, nil, now.addingTimeInterval(60).timeIntervalSince1970, nil, nil]
+                + ["d2", "n", "a", Shards.of("a"), "t", nil, now.addingTimeInterval(60).timeIntervalSince1970, nil, now.timeIntervalSince1970]
+            #expect(try engine.run(E.sql.insertAgentDeliveries(2), values) == 2)
+            #expect(try engine.run(E.sql.insertAgentDeliveries(1), Array(values.prefix(9))) == 0, "unless there")
+        }
+        switch store {
+        case let sqlite as SQLiteDeliveryStore: try write(sqlite)
+        case let grouped as GroupedStore: try write(grouped.inner)
+        case let postgres as PostgresDeliveryStore: try write(postgres)
+        default: Issue.record("an engine this test does not know")
+        }
+        let loaded = try store.unacknowledged(for: "a", now: now, limit: 10)
+        #expect(loaded.deliveries.map(\.deliveryId) == ["d1", "d2"] && loaded.deliveries.map(\.template) == [nil, "t"])
+        #expect(loaded.sentBefore == ["d2"])
     }
 
     @Test("a notification past its expiry is abandoned: counted expired once, with no deliveries", arguments: StoreEngine.available)

@@ -66,6 +66,17 @@ struct SQLiteDeliveryStoreTests {
         #expect(try store.unacknowledged(for: "c", now: now, limit: 10).sentBefore.isEmpty)
     }
 
+    @Test("held deliveries are written many to a statement, in the order they were recorded")
+    func manyHeld() throws {
+        let store = try SQLiteDeliveryStore(database: try StoreEngine.sqliteDatabase())
+        let plans = (0..<(2 * SQLiteDeliveryStore.rowsPerInsert + 3)).map { Fixture.plan("n", "i\($0)") }
+        try store.writeTurn { try store.record(Fixture.notification("n", sequence: 1), plans: plans, sent: [plans[5].deliveryId], now: now) }
+        try store.flush()
+        #expect(try written(store) == plans.map(\.deliveryId))
+        #expect(try store.unacknowledged(for: "i5", now: now, limit: 10).sentBefore == [plans[5].deliveryId])
+        #expect(try store.pending(for: "i130", now: now).map(\.payload) == ["hello"])
+    }
+
     @Test("a read of deliveries while the group is open writes the held ones first, in the order they were recorded")
     func readsWriteHeld() throws {
         let store = try SQLiteDeliveryStore(database: try StoreEngine.sqliteDatabase())
