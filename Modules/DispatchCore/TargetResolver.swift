@@ -79,6 +79,9 @@ public struct TargetResolver {
         // Installations of one app share their templates: each distinct body is rendered once per notification.
         var rendered: [String: String] = [:]
         var expiries: [String: Date?] = [:]
+        // The template of the installation before, and its payload: consecutive installations of
+        // one app have the same, and comparing a body is cheaper than hashing it twice.
+        var last: (body: String, markup: Template.Markup, template: Template, payload: String?)?
         for installation in candidates {
             let tags = Tag.effectiveTags(
                 stored: installation.tags, installationId: installation.installationId, userId: installation.userId)
@@ -99,8 +102,14 @@ public struct TargetResolver {
                     let templateTags = tags.union(registered.tags ?? [])
                     guard expression?.matches(templateTags) ?? true else { continue }
                     let markup = Template.markup(platform: platform, headers: registered.headers)
-                    guard let template = compiled(registered.body, markup) else { continue }
-                    let renderKey = markup == .json ? registered.body : "\(markup.rawValue):\(registered.body)"
+                    let template: Template
+                    if let last, last.markup == markup, last.body == registered.body {
+                        template = last.template
+                    } else {
+                        guard let compiled = compiled(registered.body, markup) else { continue }
+                        template = compiled
+                        last = (registered.body, markup, compiled, nil)
+                    }
                     var expiresAt = notification.expiresAt
                     if let expiry = registered.expiry {
                         let date = expiries[expiry] ?? expiryDate(expiry, properties)
@@ -109,9 +118,11 @@ public struct TargetResolver {
                     }
                     guard expiresAt > now else { continue }
                     func renderedPayload() -> String {
-                        if let payload = rendered[renderKey] { return payload }
-                        let payload = template.render(properties)
+                        if let payload = last?.payload { return payload }
+                        let renderKey = markup == .json ? registered.body : "\(markup.rawValue):\(registered.body)"
+                        let payload = rendered[renderKey] ?? template.render(properties)
                         rendered[renderKey] = payload
+                        last?.payload = payload
                         return payload
                     }
                     plans.append(PlannedDelivery(

@@ -297,8 +297,8 @@ final class DeliveryLedger {
     /// Test sends whose targets' results are still kept; every other notification's acks skip them.
     var testNotifications: Set<String> = []
     var tally = OutcomeTally()
-    /// How deep the writes under way nest; the outermost writes the tally.
-    var depth = 0
+    /// Whether a write is under way: a write inside it joins it.
+    var writing = false
     var fence: LeaseFence?
     /// The shards the write under way wrote for, where it is fenced.
     var touched: Set<Int> = []
@@ -338,28 +338,30 @@ extension DeliveryEngine {
         Dictionary(try query(sql, values).map { (key($0[0]), value($0[1])) }, uniquingKeysWith: { $1 })
     }
 
-    /// Runs `body` in a transaction (a savepoint when nested); the outermost writes the outcome
-    /// counts gathered meanwhile before it commits. Counts gathered inside a part that fails go with it.
-    /// Where the store is fenced, the outermost also checks the leases of every shard written for,
-    /// last, so that a claim made meanwhile rolls the whole write back.
+    /// Runs `body` in a transaction; the outermost writes the outcome counts gathered meanwhile
+    /// before it commits. A write inside another joins it with no savepoint of its own (a
+    /// statement each on SQLite, a round trip each on PostgreSQL): no caller goes on after a part
+    /// fails, so the parts stand or fall with the outermost, whose failure takes back the counts,
+    /// the held deliveries and the known cursor as they were when it began. Where the store is
+    /// fenced, the outermost also checks the leases of every shard written for, last, so that a
+    /// claim made meanwhile rolls the whole write back.
     func write<T>(_ body: () throws -> T) throws -> T {
+        guard !ledger.writing else { return try body() }
         let saved = ledger.tally
         let savedTouched = ledger.touched
         let savedCursor = ledger.knownCursor
         let savedUnwritten = ledger.acknowledgedUnwritten
         let mark = ledger.unwritten.mark
-        ledger.depth += 1
-        defer { ledger.depth -= 1 }
+        ledger.writing = true
+        defer { ledger.writing = false }
         do {
             let result = try transaction {
                 let result = try body()
-                if ledger.depth == 1 {
-                    try writeTally()
-                    try checkFence()
-                }
+                try writeTally()
+                try checkFence()
                 return result
             }
-            if ledger.depth == 1 { ledger.unwritten.settle() }
+            ledger.unwritten.settle()
             return result
         } catch {
             ledger.tally = saved
@@ -496,7 +498,12 @@ extension DeliveryEngine {
         let id = notification.notificationId
         var stored = 0
         var payloadIds: [String: Int64] = [:]
+        // The last payload's id: a broadcast's plans share theirs, and comparing is cheaper than hashing.
+        var lastPayload: (body: String, id: Int64)?
         var platformCounts: [PlatformCountKey: Int] = [:]
+        // Targets per platform, and deliveries that went out, counted here and added once.
+        var targets: [String: Int] = [:]
+        var delivered = 0
         if notification.send.test == true {
             ledger.testNotifications.insert(id)
             for plan in plans.prefix(Self.testResultsKept) {
@@ -508,7 +515,7 @@ extension DeliveryEngine {
             // The columns after payload_id: expires_at, rich, delivered_at, acked_at, failed_reason, platform, push_channel, headers.
             let shard = Shards.of(plan.installationId)
             touch(shard)
-            let delivery: [(any StoreValue)?] = [plan.deliveryId, id, plan.installationId, shard, plan.template]
+            var delivery: [(any StoreValue)?] { [plan.deliveryId, id, plan.installationId, shard, plan.template] }
             if let outcome = plan.unreachable {
                 // Over as soon as it is recorded; recorded again (a pull repeated after a restart), it is not counted again.
                 let inserted = try run(
@@ -517,19 +524,22 @@ extension DeliveryEngine {
                                 nil, nil, nil])
                 if inserted > 0 {
                     stored += 1
-                    platformCounts[PlatformCountKey(notificationId: id, platform: plan.platform, outcome: "Targets"), default: 0] += 1
+                    targets[plan.platform, default: 0] += 1
                     platformCounts[PlatformCountKey(notificationId: id, platform: plan.platform, outcome: outcome), default: 0] += 1
                     ledger.tally.add(id) { $0.failed += 1 }
                 }
                 continue
             }
             let payloadId: Int64
-            if let known = payloadIds[plan.payload] {
+            if let lastPayload, lastPayload.body == plan.payload {
+                payloadId = lastPayload.id
+            } else if let known = payloadIds[plan.payload] {
                 payloadId = known
             } else {
                 payloadId = try one(sql.insertPayload, [id, plan.payload])?[0].int64 ?? 0
                 payloadIds[plan.payload] = payloadId
             }
+            lastPayload = (plan.payload, payloadId)
             let wentOut = sent.contains(plan.deliveryId)
             let rich = try plan.rich.map { try ledger.encoder.encode($0) }
             if holds, plan.platform == Platform.linux.rawValue, plan.headers?[AppPushMessage.topicHeader] == nil {
@@ -537,8 +547,8 @@ extension DeliveryEngine {
                     notificationId: id, installationId: plan.installationId, shard: shard, template: plan.template, payloadId: payloadId,
                     expiresAt: plan.expiresAt, rich: rich, deliveredAt: wentOut ? now : nil))
                 stored += 1
-                platformCounts[PlatformCountKey(notificationId: id, platform: plan.platform, outcome: "Targets"), default: 0] += 1
-                if wentOut { ledger.tally.add(id) { $0.delivered += 1 } }
+                targets[plan.platform, default: 0] += 1
+                if wentOut { delivered += 1 }
                 continue
             }
             // An agent's delivery written at once comes after those held, as they were recorded
@@ -559,9 +569,13 @@ extension DeliveryEngine {
                 try run(sql.setTopic, [topic, plan.deliveryId])
             }
             stored += 1
-            platformCounts[PlatformCountKey(notificationId: id, platform: plan.platform, outcome: "Targets"), default: 0] += 1
-            if wentOut { ledger.tally.add(id) { $0.delivered += 1 } }
+            targets[plan.platform, default: 0] += 1
+            if wentOut { delivered += 1 }
         }
+        for (platform, count) in targets {
+            platformCounts[PlatformCountKey(notificationId: id, platform: platform, outcome: "Targets"), default: 0] += count
+        }
+        if delivered > 0 { ledger.tally.add(id) { $0.delivered += delivered } }
         for (key, count) in platformCounts { ledger.tally.openPlatform(key, count: count, adds: adds) }
         return stored
     }

@@ -18,12 +18,12 @@ struct DispatchTurn {
     /// Writes it to `store`: deliveries planned and sent in this turn are recorded as sent in the same write.
     func write(to store: any DeliveryStore, now: Date) throws {
         let sentIds = Set(sent.map(\.deliveryId))
-        var recorded = Set<String>()
         for (notification, plans, shards) in records {
             try store.record(notification, plans: plans, sent: sentIds, shards: shards, now: now)
-            if !sentIds.isEmpty { recorded.formUnion(plans.map(\.deliveryId)) }
         }
-        try store.markSent(recorded.isEmpty ? sent : sent.filter { !recorded.contains($0.deliveryId) }, now: now)
+        // What a record of this turn planned and sent is delivered already; the rest was recorded before.
+        let recorded = Set(records.map(\.0.notificationId))
+        try store.markSent(recorded.isEmpty ? sent : sent.filter { !recorded.contains($0.notificationId) }, now: now)
         for (installationId, ids) in acks { try store.acknowledge(ids, installationId: installationId, now: now) }
         for (installationId, failures) in failures { try store.fail(failures, installationId: installationId, now: now) }
         try store.pushed(pushResults, now: now)
