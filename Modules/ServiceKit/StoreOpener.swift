@@ -13,12 +13,18 @@ public struct StoreOpener {
     /// Opens (creating if needed) the database `fileName` in the data folder and migrates it.
     /// `synchronous` is FULL for what must survive power loss once acknowledged to a sender;
     /// NORMAL for state that can be rebuilt from another service's store, which WAL keeps intact.
+    /// Its log is copied into the file by a thread of its own (`BackgroundCheckpointer`), so that
+    /// a service's loop seldom stalls on a checkpoint inside a commit.
     public func open(_ fileName: String, migrations: [Migration], synchronous: String = "FULL") throws -> SQLiteDatabase {
         let path = runtime.dataDirectory.appendingPathComponent(fileName).path
         let database = try SQLiteDatabase(
             path: path, options: SQLiteDatabase.Options(synchronous: synchronous, maxBytes: runtime.config.limits.storeBytes))
         try database.migrate(migrations)
-        runtime.onShutdown { database.close() }
+        let checkpointer = try BackgroundCheckpointer(for: database)
+        runtime.onShutdown {
+            checkpointer.stop()
+            database.close()
+        }
         runtime.logger.info("store open", ("path", path), ("schema", try database.schemaVersion))
         return database
     }

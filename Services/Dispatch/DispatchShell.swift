@@ -375,8 +375,7 @@ extension DispatchShell {
             postgres: { try PostgresDeliveryStore(url: $0, limits: .init(leasePeriod: leasePeriod, dispatcher: advertise)) },
             sqlite: {
                 try SQLiteDeliveryStore(
-                    database: try context.stores.open("dispatch.db", migrations: SQLiteDeliveryStore.migrations, synchronous: "NORMAL"),
-                    checkpointEvery: 5)
+                    database: try context.stores.open("dispatch.db", migrations: SQLiteDeliveryStore.migrations, synchronous: "NORMAL"))
             })
         context.onShutdown { store.close() }
         return store

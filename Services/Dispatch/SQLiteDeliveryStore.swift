@@ -265,15 +265,12 @@ final class SQLiteDeliveryStore: DeliveryEngine {
 
     let database: SQLiteDatabase
     let ledger = DeliveryLedger()
-    private var checkpointer: BackgroundCheckpointer?
 
-    /// A store on a migrated database. With `checkpointEvery`, the log is copied into the file by a
-    /// thread of its own that often, since a checkpoint inside a commit would stall the dispatcher's loop.
-    init(database: SQLiteDatabase, checkpointEvery interval: TimeInterval? = nil) throws {
+    /// A store on a migrated database.
+    init(database: SQLiteDatabase) throws {
         self.database = database
         // Deliveries come and go within seconds: a larger page cache keeps their tables in memory.
         try database.execute("PRAGMA cache_size=-65536")
-        if let interval { checkpointer = try BackgroundCheckpointer(for: database, interval: interval) }
         try assignShards()
         ledger.testNotifications = try testNotificationIds()
     }
@@ -313,8 +310,6 @@ final class SQLiteDeliveryStore: DeliveryEngine {
 
     func close() {
         try? flush()
-        checkpointer?.stop()
-        checkpointer = nil
     }
 
     var engine: SQLiteEngine { SQLiteEngine(database) }

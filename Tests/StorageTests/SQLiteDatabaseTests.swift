@@ -175,18 +175,43 @@ struct SQLiteDatabaseTests {
         #expect(try reader.queryOne("SELECT count(*) FROM items")?[0].int == 2)
     }
 
-    @Test("the background checkpointer copies the log into the database file while the writer's own checkpoints are off")
+    @Test("the background checkpointer copies the log into the database file; the writer's own checkpoint waits for a long log")
     func backgroundCheckpoint() throws {
         let path = temporaryPath()
         let writer = try SQLiteDatabase(path: path)
         try writer.migrate(Self.migrations)
         let checkpointer = try BackgroundCheckpointer(for: writer, interval: 0.05)
         defer { checkpointer.stop() }
-        #expect(try writer.queryOne("PRAGMA wal_autocheckpoint")?[0].int == 0)
+        #expect(try writer.queryOne("PRAGMA wal_autocheckpoint")?[0].int == BackgroundCheckpointer.restartPages)
         try writer.run("INSERT INTO items (name, payload) VALUES (?, ?)", ["big", Data(repeating: 7, count: 1 << 20)])
         func fileSize() -> Int { ((try? FileManager.default.attributesOfItem(atPath: path))?[.size] as? Int) ?? 0 }
         let deadline = Date().addingTimeInterval(10)
         while fileSize() < 1 << 20 && Date() < deadline { Thread.sleep(forTimeInterval: 0.02) }
         #expect(fileSize() >= 1 << 20, "the megabyte reached the database file")
+    }
+
+    @Test("a writer whose groups follow each other with no pause still has its log start over, not grow without end")
+    func logStartsOver() throws {
+        let path = temporaryPath()
+        let writer = try SQLiteDatabase(path: path)
+        try writer.migrate(Self.migrations)
+        let checkpointer = try BackgroundCheckpointer(for: writer, interval: 0.05)
+        defer { checkpointer.stop() }
+        func logSize() -> Int { ((try? FileManager.default.attributesOfItem(atPath: path + "-wal"))?[.size] as? Int) ?? 0 }
+        // 400 groups of 16 KiB each, every one opened as soon as the last committed: 6.4 MB in all,
+        // more than the log may hold before it starts over (restartPages of 4 KiB).
+        let row = Data(repeating: 1, count: 16 << 10)
+        var largest = 0
+        try writer.beginGroup()
+        for index in 0..<400 {
+            try writer.transaction { try writer.run("INSERT INTO items (name, payload) VALUES (?, ?)", ["g\(index)", row]) }
+            try writer.commitGroup()
+            try writer.beginGroup()
+            largest = max(largest, logSize())
+        }
+        try writer.commitGroup()
+        #expect(try writer.queryOne("SELECT count(*) FROM items")?[0].int == 400)
+        let limit = (BackgroundCheckpointer.restartPages + 64) * 4_120
+        #expect(largest <= limit, "the log reached \(largest) bytes; it starts over at about \(limit)")
     }
 }
