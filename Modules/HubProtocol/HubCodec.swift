@@ -211,8 +211,10 @@ public enum HubCodec {
         String(cString: number.objCType) == "c"
     }
 
-    /// Decodes a whole envelope of a known type, rejecting fields the type does not have.
-    public static func decode<M: HubMessage>(_: M.Type, from data: Data, parsed: Parsed? = nil) throws(HubError) -> Envelope<M> {
+    /// Decodes a whole envelope of a known type; fields the type does not have are refused unless `extraFields` says otherwise.
+    public static func decode<M: HubMessage>(_: M.Type, from data: Data, parsed: Parsed? = nil, extraFields: ExtraFields = .refused)
+        throws(HubError) -> Envelope<M>
+    {
         let parsed = try parsedOrParse(parsed, data)
         let header = parsed.header
         guard header.type == M.messageType else {
@@ -230,22 +232,32 @@ public enum HubCodec {
         } catch {
             throw HubError(.invalidPayload, "'\(M.messageType)': \(error)")
         }
-        if let field = unknownField(in: parsed.object["payload"], comparedWith: envelope.payload) {
+        if case .refused = extraFields, let field = unknownField(in: parsed.object["payload"], comparedWith: envelope.payload) {
             throw HubError(.unknownField, "'\(M.messageType)' has no field '\(field)'")
         }
         return envelope
     }
 
-    /// Decodes a reply: the expected type, or the error it carries as a thrown `HubError`.
+    /// Decodes a reply: the expected type, or the error it carries as a thrown `HubError`. Unlike a
+    /// request, a reply may hold fields its type does not have: a newer service may add to its
+    /// replies without breaking older clients, so they are passed over, not refused.
     public static func decodeReply<R: HubMessage>(_: R.Type, from data: Data, parsed: Parsed? = nil) throws(HubError)
         -> Envelope<R>
     {
         let parsed = try parsedOrParse(parsed, data)
         if parsed.header.type == ErrorReply.messageType {
-            let error = try decode(ErrorReply.self, from: data, parsed: parsed).payload
+            let error = try decode(ErrorReply.self, from: data, parsed: parsed, extraFields: .passed).payload
             throw HubError(error.code, error.message)
         }
-        return try decode(R.self, from: data, parsed: parsed)
+        return try decode(R.self, from: data, parsed: parsed, extraFields: .passed)
+    }
+
+    /// What `decode` does with fields a payload's type does not have.
+    public enum ExtraFields: Sendable {
+        /// Refused with `unknown_field`: the rule for requests.
+        case refused
+        /// Passed over: the rule for replies.
+        case passed
     }
 
     // MARK: Helpers

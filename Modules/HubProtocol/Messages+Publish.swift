@@ -136,6 +136,67 @@ public struct AcceptedNotification: Codable, Sendable, Equatable {
     }
 }
 
+/// The publish service's stream: one message per accepted notification, topic `notification`,
+/// under the notification's sequence. Its body is the accepted notification itself, as JSON,
+/// when that is at most `inlineLimit` bytes, so that a dispatcher that has planned everything
+/// before it plans it at once; otherwise only its id, and the dispatcher pulls it. Either way a
+/// message is also the hint that there is more to pull: a lost one costs a pull, never a send.
+public enum NotificationStream {
+    public static let topic = "notification"
+    /// The largest notification carried whole; a larger one is pulled.
+    public static let inlineLimit = 64 * 1024
+
+    /// The body of the stream's message for `notification`.
+    public static func body(_ notification: AcceptedNotification) -> Data {
+        body(
+            sequence: notification.sequence, notificationId: notification.notificationId, send: HubCodec.encodeValue(notification.send),
+            enqueuedAt: notification.enqueuedAt, expiresAt: notification.expiresAt)
+    }
+
+    /// The same, for a notification whose send is at hand as its JSON (as the publish store keeps
+    /// it): the notification's JSON is made around those bytes, which are not decoded again.
+    public static func body(sequence: UInt64, notificationId: String, send: Data, enqueuedAt: Date, expiresAt: Date) -> Data {
+        var body = Data()
+        body.reserveCapacity(send.count + notificationId.utf8.count + 128)
+        body.append(contentsOf: #"{"enqueuedAt":""#.utf8)
+        body.append(contentsOf: WireDate.format(enqueuedAt).utf8)
+        body.append(contentsOf: #"","expiresAt":""#.utf8)
+        body.append(contentsOf: WireDate.format(expiresAt).utf8)
+        body.append(contentsOf: #"","notificationId":"#.utf8)
+        appendString(notificationId, to: &body)
+        body.append(contentsOf: #","send":"#.utf8)
+        body.append(send)
+        body.append(contentsOf: #","sequence":\#(sequence)}"#.utf8)
+        return body.count <= inlineLimit ? body : Data(notificationId.utf8)
+    }
+
+    /// `text` as a JSON string.
+    static func appendString(_ text: String, to data: inout Data) {
+        data.append(UInt8(ascii: "\""))
+        for byte in text.utf8 {
+            switch byte {
+            case UInt8(ascii: "\""), UInt8(ascii: "\\"):
+                data.append(UInt8(ascii: "\\"))
+                data.append(byte)
+            case 0..<0x20:
+                data.append(contentsOf: String(format: "\\u%04x", byte).utf8)
+            default:
+                data.append(byte)
+            }
+        }
+        data.append(UInt8(ascii: "\""))
+    }
+
+    /// The notification a message carries whole under `sequence`; nil for one that carries only an
+    /// id (the dispatcher pulls it), or whose body does not read as the notification of that sequence.
+    public static func notification(in body: Data, sequence: UInt64) -> AcceptedNotification? {
+        guard body.first == UInt8(ascii: "{"), let notification = try? HubCodec.decoder.decode(AcceptedNotification.self, from: body),
+            notification.sequence == sequence
+        else { return nil }
+        return notification
+    }
+}
+
 /// The dispatcher's pull: accepted notifications after `after`, oldest first.
 public struct PendingNotificationsRequest: HubRequest {
     public typealias Reply = PendingNotifications

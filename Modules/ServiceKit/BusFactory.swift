@@ -81,18 +81,18 @@ public final class BusFactory {
         }
     }
 
-    /// Follows a stream whose messages only say that there is more (the publish service's): each
-    /// time messages arrive, `more` gets the highest sequence among them. Messages in another shape
-    /// are passed over.
-    public func followLatest(_ endpoint: String, more: @escaping (UInt64) throws -> Void) throws {
+    /// Follows a stream read in batches (the publish service's): each time messages arrive, `batch`
+    /// gets all that were waiting, heartbeats included, in the order they came. Messages in another
+    /// shape are passed over.
+    public func followBatches(_ endpoint: String, batch: @escaping ([SequencedMessage]) throws -> Void) throws {
         let socket = try subscriber(endpoint)
         runtime.loop.watch(socket) {
-            var latest: UInt64 = 0
+            var messages: [SequencedMessage] = []
             while let frames = try socket.receive(wait: false) {
                 guard let message = try? SequencedMessage(frames: frames) else { continue }
-                latest = max(latest, message.sequence)
+                messages.append(message)
             }
-            try more(latest)
+            try batch(messages)
         }
     }
 

@@ -1,3 +1,4 @@
+import Bus
 import DispatchCore
 import Foundation
 import HubProtocol
@@ -28,6 +29,27 @@ struct PullControl: Equatable {
         guard !heldBack else { return nil }
         pulling = true
         return PendingNotificationsRequest(after: cursor, limit: limit)
+    }
+
+    /// Whether notifications that came whole on the publish service's stream may be planned now,
+    /// without a pull: none is on its way (its reply plans them), the registry is read, and the
+    /// deliveries in flight are below the limit (else the pull that follows is held back).
+    func takesStreamed(registryReady: Bool, inFlight: Int) -> Bool {
+        !pulling && registryReady && inFlight < Self.inFlightLimit
+    }
+
+    /// The notifications of `messages` to plan after `cursor`: those carried whole, in sequence
+    /// from `cursor + 1` on, up to the first that is missing or carries only its id. What follows a
+    /// gap is pulled.
+    static func streamed(_ messages: [SequencedMessage], after cursor: UInt64) -> [AcceptedNotification] {
+        var batch: [AcceptedNotification] = []
+        for message in messages where !message.isHeartbeat && message.sequence > cursor {
+            guard message.sequence == cursor + UInt64(batch.count) + 1,
+                let notification = NotificationStream.notification(in: message.body, sequence: message.sequence)
+            else { break }
+            batch.append(notification)
+        }
+        return batch
     }
 
     /// Whether a pull held back may go now that `inFlight` deliveries are in flight.

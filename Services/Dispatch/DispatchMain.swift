@@ -69,7 +69,7 @@ public enum DispatchMain {
             ).install(on: server)
 
             context.loop.watch(publish.socket) { try publish.receive(); dispatch.commit() }
-            try context.bus.followLatest(config.publish.events ?? "tcp://127.0.0.1:7712") { dispatch.hinted(latest: $0) }
+            try context.bus.followBatches(config.publish.events ?? "tcp://127.0.0.1:7712") { dispatch.streamed($0) }
             // The sync store's stream: a user's notifications changed, so signal that user's other devices.
             try context.bus.followHints(
                 config.sync.events ?? "tcp://127.0.0.1:7732",

@@ -15,6 +15,8 @@ enum DispatchHealth {
         /// How often push services' connections were shut down as stuck (PushHTTPClient.stalls).
         var pushStalls = 0
         var pushCounters: [PushService: PushCounters] = [:]
+        /// Notifications planned as they came whole on the publish service's stream, and as pulled.
+        var planned: (streamed: Int, pulled: Int) = (0, 0)
     }
 
     static func details(_ core: Dispatcher, _ inputs: Inputs) -> [String: String] {
@@ -39,6 +41,8 @@ enum DispatchHealth {
             "pushPending": String(inputs.pushPending),
             "pushInFlight": String(inputs.pushInFlight),
             "pushStalls": String(inputs.pushStalls),
+            "streamedTotal": String(inputs.planned.streamed),
+            "pulledTotal": String(inputs.planned.pulled),
         ]
         if let shards = core.shards {
             details["shards"] = String(shards.owned.count)

@@ -33,6 +33,8 @@ final class DispatchShell {
     private var turn = DispatchTurn()
     private var groups = GroupCommitPolicy()
     private var pulls = PullControl()
+    /// Notifications planned as they came whole on the publish service's stream, and as pulled (health).
+    private var planned = (streamed: 0, pulled: 0)
     private var resume = PushResume()
     /// Sends an agent's full queue refused; the delivery is left to its resend.
     private(set) var sendsBlocked = 0
@@ -241,6 +243,7 @@ final class DispatchShell {
                 // The batch holds everything after `after`: shards taken over since the pull went
                 // out, and so behind it, are planned by a pull from their own cursor.
                 handle(.accepted(batch.notifications, after: request.after))
+                planned.pulled += batch.notifications.count
                 commit()
                 if pulls.answered(count: batch.notifications.count, planned: core.counters.planned - before) { pull() }
             case .failure(let error):
@@ -254,6 +257,25 @@ final class DispatchShell {
     /// costs a tick's delay, never a send.
     func hinted(latest: UInt64) {
         if PullControl.hinted(latest: latest, cursor: pullCursor()) { pull() }
+    }
+
+    /// Messages from the publish service's stream. Those that carry their notification whole, next
+    /// after the cursor, are planned at once, as a pull's reply would be, which saves the pull's round
+    /// trip; anything past them (a gap, a large notification, or all of them while a pull is on its
+    /// way) is left to a pull.
+    func streamed(_ messages: [SequencedMessage]) {
+        guard let latest = messages.map(\.sequence).max() else { return }
+        if pulls.takesStreamed(registryReady: replica?.tracker.position != nil, inFlight: core.inFlightCount), let cursor = pullCursor() {
+            let batch = PullControl.streamed(messages, after: cursor)
+            if !batch.isEmpty {
+                FaultPoint.reach(.pulled)
+                do { try replica?.pump() } catch { logger.warning("registry stream", ("error", "\(error)")) }
+                handle(.accepted(batch, after: cursor))
+                planned.streamed += batch.count
+                commit()
+            }
+        }
+        hinted(latest: latest)
     }
 
     // MARK: Push services
@@ -341,7 +363,7 @@ final class DispatchShell {
         let details = DispatchHealth.details(core, DispatchHealth.Inputs(
             registrySequence: replica?.tracker.position, cursor: pullCursor(), sendsBlocked: sendsBlocked,
             handshakes: context.bus.handshakes, pushPending: push.pending, pushInFlight: push.inFlight, pushStalls: push.stalls,
-            pushCounters: push.counters))
+            pushCounters: push.counters, planned: planned))
         return details.merging(totals.read(store, logger: logger)) { $1 }
     }
 }

@@ -52,6 +52,15 @@ extension PublishEngine {
         try query(sql.pending, [Int64(clamping: after), limit]).map(accepted)
     }
 
+    func stream(after: UInt64, limit: Int) throws -> [(sequence: UInt64, body: Data)] {
+        try query(sql.pending, [Int64(clamping: after), limit]).map { row in
+            let sequence = row[0].sequence
+            return (sequence, NotificationStream.body(
+                sequence: sequence, notificationId: row[1].string ?? "", send: row[2].data ?? Data(),
+                enqueuedAt: Date(timeIntervalSince1970: row[3].double ?? 0), expiresAt: Date(timeIntervalSince1970: row[4].double ?? 0)))
+        }
+    }
+
     func find(_ id: String) throws -> AcceptedNotification? { try one(sql.find, [id]).map(accepted) }
 
     /// Forgets notifications that expired before `before`; the dispatcher has long pulled them.

@@ -27,9 +27,10 @@ public enum PublishMain {
 
             /// Announces, in order, what the store accepted beyond what the stream has announced: this
             /// process's sends and, on PostgreSQL, those of every other process sharing the store.
+            /// Each message carries its notification whole (or its id, when large): see `NotificationStream`.
             let log = ChangeLog(
-                events, topic: "notification", page: 100, read: { try store.pending(after: $0, limit: $1) }, sequence: \.sequence,
-                body: { Data($0.notificationId.utf8) })
+                events, topic: NotificationStream.topic, page: 100, read: { try store.stream(after: $0, limit: $1) }, sequence: \.sequence,
+                body: \.body)
 
             func accept(_ send: SendNotification, timeToLive: Int) throws -> AcceptedNotification {
                 let (accepted, isNew) = try store.accept(send, timeToLive: timeToLive, now: Date())

@@ -26,6 +26,9 @@ protocol PublishStore: AnyObject {
     func scheduledState(_ id: String) throws -> (NotificationState, Date)?
     /// Accepted notifications after `after`, in sequence order, at most `limit`.
     func pending(after: UInt64, limit: Int) throws -> [AcceptedNotification]
+    /// The same notifications as the bodies of the publish service's stream (`NotificationStream`),
+    /// made from the stored sends without decoding them.
+    func stream(after: UInt64, limit: Int) throws -> [(sequence: UInt64, body: Data)]
     func find(_ id: String) throws -> AcceptedNotification?
     /// Forgets notifications that expired before `before`; returns how many.
     func purge(before: Date) throws -> Int

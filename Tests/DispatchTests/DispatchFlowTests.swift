@@ -1,3 +1,4 @@
+import Bus
 import DispatchCore
 import Foundation
 import HubProtocol
@@ -34,6 +35,41 @@ struct DispatchFlowTests {
         pulls.failed()
         #expect(pulls.next(after: 17, registryReady: true) != nil, "a failure frees the next pull")
         #expect(PullControl.hinted(latest: 18, cursor: 17) && !PullControl.hinted(latest: 17, cursor: 17) && !PullControl.hinted(latest: 9, cursor: nil))
+    }
+
+    @Test("notifications carried whole on the stream are planned from the cursor on, up to a gap or one carried by id; none while a pull is on its way")
+    func streamed() throws {
+        func accepted(_ sequence: UInt64, _ message: String = "m") -> AcceptedNotification {
+            AcceptedNotification(
+                sequence: sequence, notificationId: "n\(sequence)", send: SendNotification(format: .template, properties: ["m": message]),
+                enqueuedAt: Date(timeIntervalSince1970: 1_000), expiresAt: Date(timeIntervalSince1970: 2_000))
+        }
+        func message(_ notification: AcceptedNotification) -> SequencedMessage {
+            SequencedMessage(topic: NotificationStream.topic, sequence: notification.sequence, body: NotificationStream.body(notification))
+        }
+        let heartbeat = SequencedMessage(topic: SequencedMessage.heartbeatTopic, sequence: 9, body: Data())
+        // 4 and 5 were planned already; 6, 7 follow; 9 comes after a gap.
+        let messages = [message(accepted(5)), heartbeat, message(accepted(6)), message(accepted(7)), message(accepted(9))]
+        #expect(PullControl.streamed(messages, after: 5) == [accepted(6), accepted(7)])
+        #expect(PullControl.streamed(messages, after: 7).isEmpty, "9 is not next: 8 is pulled, and 9 with it")
+        #expect(PullControl.streamed(messages, after: 3).isEmpty, "4 is missing")
+        // Too large to carry: its id only, so it and what follows it are pulled.
+        let large = accepted(8, String(repeating: "x", count: NotificationStream.inlineLimit))
+        #expect(NotificationStream.body(large) == Data("n8".utf8))
+        #expect(PullControl.streamed([message(accepted(7)), message(large), message(accepted(9))], after: 6) == [accepted(7)])
+        // A body that names another sequence, or does not read, is pulled too.
+        let wrong = SequencedMessage(topic: NotificationStream.topic, sequence: 8, body: NotificationStream.body(accepted(3)))
+        let garbled = SequencedMessage(topic: NotificationStream.topic, sequence: 8, body: Data("{not json".utf8))
+        #expect(PullControl.streamed([wrong], after: 7).isEmpty && PullControl.streamed([garbled], after: 7).isEmpty)
+
+        var pulls = PullControl()
+        #expect(pulls.takesStreamed(registryReady: true, inFlight: 0))
+        #expect(!pulls.takesStreamed(registryReady: false, inFlight: 0), "the registry is not read yet")
+        #expect(!pulls.takesStreamed(registryReady: true, inFlight: PullControl.inFlightLimit), "the pull that follows is held back")
+        _ = pulls.next(after: 5, registryReady: true)
+        #expect(!pulls.takesStreamed(registryReady: true, inFlight: 0), "the pull on its way brings them")
+        _ = pulls.answered(count: 0, planned: 0)
+        #expect(pulls.takesStreamed(registryReady: true, inFlight: 0))
     }
 
     @Test("push deliveries resume a page at a time, each once most of the last is done, until a page is not full")
@@ -86,7 +122,8 @@ struct DispatchFlowTests {
         counters.errors = ["BadDeviceToken": 2]
         let details = DispatchHealth.details(core, DispatchHealth.Inputs(
             registrySequence: 9, cursor: 4, sendsBlocked: 1, handshakes: (5, 6), pushPending: 7, pushInFlight: 8,
-            pushCounters: [PushService.apple: counters]))
+            pushCounters: [PushService.apple: counters], planned: (streamed: 10, pulled: 11)))
+        #expect(details["streamedTotal"] == "10" && details["pulledTotal"] == "11")
         #expect(details["installations"] == "1" && details["registrySequence"] == "9" && details["cursor"] == "4")
         #expect(details["zapAcceptedTotal"] == "5" && details["zapRefusedTotal"] == "6" && details["sendsBlockedTotal"] == "1")
         #expect(details["pushPending"] == "7" && details["pushInFlight"] == "8")

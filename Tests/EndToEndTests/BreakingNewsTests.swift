@@ -120,6 +120,10 @@ struct BreakingNewsTests {
                 format: .template, properties: ["messageParam": "Breaking \(category) News!"], tagExpression: category)))
         }
         hub.waitSettled(ids)
+        // Sent one at a time, each came whole on the publish service's stream, next after the
+        // cursor: planned from there, with no pull (only a pull on its way at that moment brings one).
+        let planned = hub.dispatcherDetails()
+        #expect(Int(planned["streamedTotal"] ?? "") ?? 0 >= ids.count - 1, "\(planned)")
         #expect(a.alerts().sorted() == ["Breaking Sports News!", "Breaking World News!"])
         #expect(a.lines().allSatisfy { ($0["payload"] as? [String: Any])?["aps"] != nil }, "A renders the seed's template")
         #expect(b.alerts() == ["Breaking Politics News!"])

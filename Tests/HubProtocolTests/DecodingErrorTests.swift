@@ -95,6 +95,31 @@ struct DecodingErrorTests {
         }
     }
 
+    @Test("a reply may hold fields its type does not have (a newer service's), a request may not")
+    func extraReplyFields() throws {
+        let reply = #"{"v":1,"type":"ack","id":"1","payload":{"addedLater":true}}"#
+        #expect(try HubCodec.decodeReply(Ack.self, from: Data(reply.utf8)).id == "1")
+        #expect(throws: HubError(.unknownField, "'ack' has no field 'addedLater'")) {
+            try HubCodec.decode(Ack.self, from: Data(reply.utf8))
+        }
+        let error = #"{"v":1,"type":"error","id":"2","payload":{"code":"not_found","message":"gone","hint":"x"}}"#
+        #expect(throws: HubError(.notFound, "gone")) { try HubCodec.decodeReply(Ack.self, from: Data(error.utf8)) }
+    }
+
+    @Test("a stream body holds the notification whole, its id escaped; one too large holds its id alone")
+    func streamBody() {
+        let notification = AcceptedNotification(
+            sequence: 7, notificationId: "id \"quoted\" \\ tab\t bell\u{7}", send: SendNotification(format: .native, body: "b"),
+            enqueuedAt: Date(timeIntervalSince1970: 1_780_000_000.25), expiresAt: Date(timeIntervalSince1970: 1_780_000_060.5))
+        let body = NotificationStream.body(notification)
+        #expect(NotificationStream.notification(in: body, sequence: 7) == notification)
+        #expect(NotificationStream.notification(in: body, sequence: 8) == nil, "under another sequence it is not this notification")
+        var large = notification
+        large.send.body = String(repeating: "x", count: NotificationStream.inlineLimit)
+        #expect(NotificationStream.body(large) == Data(notification.notificationId.utf8))
+        #expect(NotificationStream.notification(in: NotificationStream.body(large), sequence: 7) == nil)
+    }
+
     @Test("the header is readable before the payload type is known")
     func header() throws {
         let data = HubCodec.encode(HealthRequest(), id: "abc", auth: "t")

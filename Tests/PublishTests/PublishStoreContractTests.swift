@@ -91,6 +91,21 @@ struct PublishStoreContractTests {
         #expect(try store.pending(after: .max, limit: 10).isEmpty)
     }
 
+    @Test("the stream's bodies, made around the stored sends, read as the notifications pending returns", arguments: PublishEngine.available)
+    func streamBodies(engine: PublishEngine) throws {
+        let (store, _) = try engine.makeStores()
+        var send = Self.send("quote \" backslash \\ and ünïcode")
+        send.properties = ["messageParam": "line\nbreak", "other": "x"]
+        send.tagExpression = "World && !Sports"
+        _ = try store.accept(send, timeToLive: 60, now: Self.now)
+        _ = try store.accept(Self.send("second"), timeToLive: 90, now: Self.now.addingTimeInterval(1.5))
+        let pending = try store.pending(after: 0, limit: 10)
+        let streamed = try store.stream(after: 0, limit: 10)
+        #expect(streamed.map(\.sequence) == pending.map(\.sequence))
+        #expect(streamed.map { NotificationStream.notification(in: $0.body, sequence: $0.sequence) } == pending.map { Optional($0) })
+        #expect(try store.stream(after: 1, limit: 10).map(\.sequence) == [2])
+    }
+
     @Test("a scheduled send waits, fires once when due under the id its sender was told, and cannot be canceled then",
           arguments: PublishEngine.available)
     func scheduleAndFire(engine: PublishEngine) throws {
