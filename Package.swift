@@ -31,7 +31,7 @@ let serviceDependencies: [Target.Dependency] = ["Auth", "Bus", "HubProtocol", "S
 let extraDependencies: [String: [Target.Dependency]] = [
     "Gateway": ["HTTPServer", "Push"], "Registry": ["Postgres"], "Publish": ["Postgres"], "SyncStore": ["Postgres"],
     "Dispatch": ["DispatchCore", "Push", "Postgres"], "Agent": ["DBus", "DispatchCore"],
-    "Bench": ["CLibZMQ", "CMosquitto", "DispatchCore", "Postgres", "Push"],
+    "Bench": ["CLibZMQ", "CMosquitto", "DispatchCore", "Postgres", "Push", "NHPublish"],
 ]
 
 let executables: [(product: String, directory: String)] = [

@@ -2,7 +2,10 @@ import Auth
 import Foundation
 import HubProtocol
 import ServiceKit
+import Storage
 import Synchronization
+import Bus
+import NHPublish
 
 #if canImport(Glibc)
 import Glibc
@@ -10,7 +13,15 @@ import Glibc
 
 /// Template sends accepted through the REST gateway beside the same sends over the bus, in one
 /// run against the same services: C clients at once each way, every send durable before its reply.
+/// Then the same sends over the bus with many in flight on each client, beside their reference:
+/// rows as the publish service stores them, inserted straight into a SQLite file on the same disk.
 enum HTTPSendBench {
+    /// Requests each pipelined client keeps in flight.
+    static let window = 32
+    /// Rows per transaction in the SQLite reference.
+    static let batch = 100
+    static let insertsName = "SQLite inserts, \(batch) per commit"
+
     static func run(sends: Int, clients: Int = 8) throws -> [BenchResult] {
         let cluster = try HubCluster()
         defer { cluster.stopAll() }
@@ -31,8 +42,12 @@ enum HTTPSendBench {
         let busSecurity = cluster.bus
 
         // Alternately, so that neither way runs on a warmer machine than the other.
-        var bus = (count: 0, seconds: 0.0), http = (count: 0, seconds: 0.0)
+        var bus = (count: 0, seconds: 0.0), http = (count: 0, seconds: 0.0), piped = (count: 0, seconds: 0.0), rows = (count: 0, seconds: 0.0)
         for round in 0..<2 {
+            let pipedRound = measureThreads(clients: clients) { thread in
+                try pipelined(publish, credential: credential, bus: busSecurity, round: round, sends: sends / 2, clients: clients, thread: thread)
+            }
+            let rowsRound = try inserts(sends / 2, perCommit: batch, folder: cluster.dataDirectory, round: round)
             let busRound = measure(sends: sends / 2, clients: clients) { _ in
                 // Signed once, as the HTTP clients' token is, so that neither way pays for signing per send.
                 let client = try HubCluster.client(publish, credential: credential, bus: busSecurity)
@@ -47,6 +62,8 @@ enum HTTPSendBench {
                 let connection = try HTTPConnection(port: port)
                 return { index in (try? connection.status(of: request(port: port, token: token, index: index))) == 201 }
             }
+            piped = (piped.count + pipedRound.count, piped.seconds + pipedRound.seconds)
+            rows = (rows.count + rowsRound.count, rows.seconds + rowsRound.seconds)
             bus = (bus.count + busRound.count, bus.seconds + busRound.seconds)
             http = (http.count + httpRound.count, http.seconds + httpRound.seconds)
         }
@@ -57,13 +74,82 @@ enum HTTPSendBench {
             BenchResult(
                 name: "template sends accepted over HTTP", unit: "send/s", count: http.count, seconds: http.seconds,
                 baseline: "template sends accepted over the bus",
-                note: "\(http.count) sends, \(clients) keep-alive connections to nh-gateway, durable; goal 0.7×"),
+                note: "\(http.count) sends, \(clients) keep-alive connections to nh-gateway, durable; goal 0.9×"),
+            BenchResult(
+                name: "template sends accepted over the bus, pipelined", unit: "send/s", count: piped.count, seconds: piped.seconds,
+                baseline: insertsName,
+                note: "\(piped.count) sends, \(clients) clients with \(window) each in flight, durable; goal 0.5×"),
+            BenchResult(
+                name: insertsName, unit: "row/s", count: rows.count, seconds: rows.seconds,
+                note: "rows as publish.db holds them (the same send bodies), one connection, WAL, synchronous=FULL, same disk"),
         ]
+    }
+
+    /// A thread's share of `sends` (every `clients`th from `thread`) over one connection that keeps
+    /// up to `window` in flight (a DEALER whose replies are matched to their requests by correlation
+    /// id: `HubForwarder`); returns how many were accepted.
+    static func pipelined(
+        _ endpoint: String, credential: ConnectionString, bus: BusSecurity?, round: Int, sends: Int, clients: Int, thread: Int
+    ) throws -> () -> Int {
+        let token = credential.token(for: "http://127.0.0.1:7780/hub")
+        let forwarder = try HubForwarder(connect: endpoint, timeoutMs: 30_000, curve: bus?.client, auth: { token })
+        return {
+            var poller = Poller()
+            _ = poller.add(forwarder.socket)
+            var accepted = 0
+            var next = thread
+            while next < sends || forwarder.inFlight > 0 {
+                while next < sends && forwarder.inFlight < window {
+                    forwarder.forward(SendNotification(
+                        format: .template, properties: ["messageParam": "piped \(round) \(next)"], tagExpression: "HttpBench")
+                    ) { if case .success = $0 { accepted += 1 } }
+                    next += clients
+                }
+                _ = try? poller.poll(timeout: 100)
+                try? forwarder.receive()
+                forwarder.expire()
+            }
+            forwarder.close()
+            return accepted
+        }
+    }
+
+    /// `count` rows as the publish service stores them (its schema, the same send bodies) inserted
+    /// into a new SQLite file in `folder`, `perCommit` to a transaction, from one connection (SQLite
+    /// has one writer at a time), WAL and synchronous=FULL as the service's store.
+    static func inserts(_ count: Int, perCommit: Int, folder: URL, round: Int) throws -> (count: Int, seconds: Double) {
+        let database = try SQLiteDatabase(path: folder.appendingPathComponent("inserts-\(round).db").path)
+        defer { database.close() }
+        try database.migrate(PublishSchema.migrations)
+        let encoder = HubCodec.makeEncoder()
+        let timeToLive = TimeInterval(HubConfig().defaultTimeToLive)
+        let start = ContinuousClock.now
+        for first in stride(from: 0, to: count, by: perCommit) {
+            try database.transaction {
+                for index in first..<min(count, first + perCommit) {
+                    let now = Date()
+                    _ = try database.run(
+                        "INSERT INTO notifications (notification_id, idempotency_key, send, state, enqueued_at, expires_at) VALUES (?, ?, ?, ?, ?, ?)",
+                        [UUID().uuidString.lowercased(), String?.none, try encoder.encode(BreakingNewsBench.send(index)),
+                         NotificationState.enqueued.rawValue, now.timeIntervalSince1970, now.addingTimeInterval(timeToLive).timeIntervalSince1970])
+                }
+            }
+        }
+        return (count, seconds(since: start))
     }
 
     /// Runs `sends` calls over `clients` threads, each with the sender `make` gives it.
     static func measure(sends: Int, clients: Int, make: @escaping @Sendable (Int) throws -> (Int) -> Bool) -> (count: Int, seconds: Double) {
-        let accepted = Mutex(0)
+        measureThreads(clients: clients) { thread in
+            let send = try make(thread)
+            return { stride(from: thread, to: sends, by: clients).reduce(0) { $0 + (send($1) ? 1 : 0) } }
+        }
+    }
+
+    /// Runs `clients` threads at once, each the work `make` gives it, made before the clock starts;
+    /// the sum of what they count, and the seconds until the last is done.
+    static func measureThreads(clients: Int, make: @escaping @Sendable (Int) throws -> () -> Int) -> (count: Int, seconds: Double) {
+        let counted = Mutex(0)
         let ready = DispatchGroup()
         let done = DispatchGroup()
         let go = DispatchSemaphore(value: 0)
@@ -72,20 +158,19 @@ enum HTTPSendBench {
             done.enter()
             Thread {
                 defer { done.leave() }
-                let send = try? make(thread)
+                let work = try? make(thread)
                 ready.leave()
                 go.wait()
-                guard let send else { return }
-                var mine = 0
-                for index in stride(from: thread, to: sends, by: clients) where send(index) { mine += 1 }
-                accepted.withLock { $0 += mine }
+                guard let work else { return }
+                let mine = work()
+                counted.withLock { $0 += mine }
             }.start()
         }
         ready.wait()
         let start = ContinuousClock.now
         for _ in 0..<clients { go.signal() }
         done.wait()
-        return (accepted.withLock { $0 }, seconds(since: start))
+        return (counted.withLock { $0 }, seconds(since: start))
     }
 
     static func request(port: Int, token: String, index: Int) -> Data {

@@ -2,8 +2,8 @@ import Storage
 
 /// The publish service's store: accepted notifications in acceptance order, keyed by id and by
 /// the sender's idempotency key.
-enum PublishSchema {
-    static let migrations = [
+public enum PublishSchema {
+    public static let migrations = [
         Migration(
             version: 1,
             """
