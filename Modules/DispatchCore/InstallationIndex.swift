@@ -14,8 +14,13 @@ public struct InstallationIndex {
     /// kept once and the installations share its storage.
     private var sharedTags: Set<[String]> = []
     private var sharedTemplates: Set<[String: InstallationTemplate]> = []
+    /// Candidates already put in order, by the tags that chose them: a broadcast to the same tags
+    /// again takes the list as it is, instead of sorting every matching id and looking each up. A
+    /// change to the index starts a new cache (a copy of the index keeps its own, still right for it).
+    private var ordered = OrderedCandidates()
 
     public mutating func replace(with snapshot: RegistrySnapshot) {
+        ordered = OrderedCandidates()
         installations = [:]
         byTag = [:]
         byUser = [:]
@@ -23,6 +28,7 @@ public struct InstallationIndex {
     }
 
     public mutating func apply(_ change: InstallationChanged) {
+        ordered = OrderedCandidates()
         remove(change.installationId)
         if change.change == .upserted, let installation = change.installation { insert(installation) }
     }
@@ -72,8 +78,13 @@ public struct InstallationIndex {
     /// (as `!Sports` can), otherwise those holding at least one of its tags.
     public func candidates(for expression: TagExpression) -> [Installation] {
         if expression.matchesWithoutTags { return all }
+        let tags = expression.tags
+        return ordered.list(for: tags.joined(separator: "\u{0}")) { findCandidates(tags) }
+    }
+
+    private func findCandidates(_ tags: [String]) -> [Installation] {
         var ids = Set<String>()
-        for tag in expression.tags {
+        for tag in tags {
             if tag.hasPrefix(Tag.installationPrefix) {
                 ids.insert(String(tag.dropFirst(Tag.installationPrefix.count)))
             } else if tag.hasPrefix(Tag.userPrefix) {
@@ -85,5 +96,21 @@ public struct InstallationIndex {
         return ids.sorted().compactMap { installations[$0] }
     }
 
-    public var all: [Installation] { installations.keys.sorted().compactMap { installations[$0] } }
+    public var all: [Installation] { ordered.list(for: "") { installations.keys.sorted().compactMap { installations[$0] } } }
+}
+
+/// Lists of installations in id order, kept until the index changes: at most `limit` of them,
+/// then the cache starts over, so that many different expressions cannot make it grow.
+final class OrderedCandidates {
+    static let limit = 32
+    private var lists: [String: [Installation]] = [:]
+
+    /// The list cached under `key` (the tags that chose it; "" for all), made by `make` if none is.
+    func list(for key: String, make: () -> [Installation]) -> [Installation] {
+        if let list = lists[key] { return list }
+        if lists.count >= Self.limit { lists = [:] }
+        let list = make()
+        lists[key] = list
+        return list
+    }
 }

@@ -83,13 +83,18 @@ public struct TargetResolver {
         // one app have the same, and comparing a body is cheaper than hashing it twice.
         var last: (body: String, markup: Template.Markup, template: Template, payload: String?)?
         for installation in candidates {
-            let tags = Tag.effectiveTags(
-                stored: installation.tags, installationId: installation.installationId, userId: installation.userId)
+            // The installation's effective tags, and a template's own beside them, asked one at a time.
+            func matches(adding extra: [String]?) -> Bool {
+                expression?.matches { tag in
+                    Tag.isEffective(tag, stored: installation.tags, installationId: installation.installationId, userId: installation.userId)
+                        || (extra?.contains(tag) ?? false)
+                } ?? true
+            }
             let platform = installation.platform.lowercased()
             switch send.format {
             case .native:
                 // A native send is in one platform's format and goes to that platform's installations.
-                guard platform == (send.platform ?? .linux).rawValue, expression?.matches(tags) ?? true else { continue }
+                guard platform == (send.platform ?? .linux).rawValue, matches(adding: nil) else { continue }
                 plans.append(PlannedDelivery(
                     deliveryId: "\(notification.notificationId)/\(installation.installationId)/native",
                     installationId: installation.installationId, template: nil, payload: send.body ?? "",
@@ -99,8 +104,7 @@ public struct TargetResolver {
             case .template:
                 let properties = send.properties ?? [:]
                 for (name, registered) in (installation.templates ?? [:]).sorted(by: { $0.key < $1.key }) {
-                    let templateTags = tags.union(registered.tags ?? [])
-                    guard expression?.matches(templateTags) ?? true else { continue }
+                    guard matches(adding: registered.tags) else { continue }
                     let markup = Template.markup(platform: platform, headers: registered.headers)
                     let template: Template
                     if let last, last.markup == markup, last.body == registered.body {

@@ -47,6 +47,14 @@ public enum Tag {
         if let userId, !userId.isEmpty { tags.insert(userPrefix + userId) }
         return tags
     }
+
+    /// Whether `tag` is one of `effectiveTags(stored:installationId:userId:)`, without building them.
+    public static func isEffective(_ tag: String, stored: [String], installationId: String, userId: String?) -> Bool {
+        if stored.contains(tag) { return true }
+        if tag.hasPrefix(installationPrefix) { return tag.utf8.dropFirst(installationPrefix.utf8.count).elementsEqual(installationId.utf8) }
+        if let userId, !userId.isEmpty, tag.hasPrefix(userPrefix) { return tag.utf8.dropFirst(userPrefix.utf8.count).elementsEqual(userId.utf8) }
+        return false
+    }
 }
 
 /// A tag or tag expression that breaks the rules; the message says which rule, and where.

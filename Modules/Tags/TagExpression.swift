@@ -27,12 +27,15 @@ public indirect enum TagExpression: Equatable, Sendable, CustomStringConvertible
         return expression
     }
 
-    public func matches(_ tags: Set<String>) -> Bool {
+    public func matches(_ tags: Set<String>) -> Bool { matches(where: tags.contains) }
+
+    /// Whether the tags that `has` answers for match, without a set of them being built.
+    public func matches(where has: (String) -> Bool) -> Bool {
         switch self {
-        case .tag(let tag): return tags.contains(tag)
-        case .not(let inner): return !inner.matches(tags)
-        case .and(let left, let right): return left.matches(tags) && right.matches(tags)
-        case .or(let left, let right): return left.matches(tags) || right.matches(tags)
+        case .tag(let tag): return has(tag)
+        case .not(let inner): return !inner.matches(where: has)
+        case .and(let left, let right): return left.matches(where: has) && right.matches(where: has)
+        case .or(let left, let right): return left.matches(where: has) || right.matches(where: has)
         }
     }
 

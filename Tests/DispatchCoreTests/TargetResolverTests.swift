@@ -1,5 +1,6 @@
 import Foundation
 import HubProtocol
+import Tags
 import Testing
 
 @testable import DispatchCore
@@ -106,5 +107,26 @@ struct TargetResolverTests {
         index.apply(InstallationChanged(change: .deleted, installationId: "i1"))
         #expect(plan(Self.send("B"), index).isEmpty)
         #expect(index.count == 0)
+    }
+
+    @Test("candidates kept in order follow every change, and a copy of the index keeps its own")
+    func orderedCandidates() throws {
+        func ids(_ index: InstallationIndex, _ expression: String) throws -> [String] {
+            index.candidates(for: try TagExpression.parse(expression)).map(\.installationId)
+        }
+        var index = Self.index([Self.installation("i2", tags: ["A"]), Self.installation("i1", tags: ["A", "B"])])
+        #expect(try ids(index, "A") == ["i1", "i2"] && index.all.map(\.installationId) == ["i1", "i2"])
+        let before = index
+        index.apply(InstallationChanged(change: .upserted, installationId: "i3", installation: Self.installation("i3", tags: ["A"])))
+        #expect(try ids(index, "A") == ["i1", "i2", "i3"] && index.all.map(\.installationId) == ["i1", "i2", "i3"])
+        #expect(try ids(before, "A") == ["i1", "i2"] && before.all.count == 2, "the copy's lists are still its own")
+        index.apply(InstallationChanged(change: .deleted, installationId: "i1"))
+        #expect(try ids(index, "A || B") == ["i2", "i3"] && plan(Self.send("B"), index).isEmpty)
+        // More expressions than the cache keeps: it starts over, and every answer stays right.
+        for n in 0..<(OrderedCandidates.limit + 8) {
+            #expect(try ids(index, "A || T\(n)") == ["i2", "i3"])
+        }
+        index.replace(with: RegistrySnapshot(sequence: 2, installations: [Self.installation("i9", tags: ["A"])]))
+        #expect(try ids(index, "A || T1") == ["i9"] && index.all.map(\.installationId) == ["i9"])
     }
 }

@@ -33,6 +33,20 @@ struct TagTests {
             == ["World", "$InstallationId:i1", "$UserId:alice"])
         #expect(Tag.effectiveTags(stored: [], installationId: "i1", userId: nil) == ["$InstallationId:i1"])
     }
+
+    @Test("a tag is effective exactly when effectiveTags holds it, however it is asked")
+    func isEffective() {
+        let asked = ["World", "world", "Sports", "$InstallationId:i1", "$InstallationId:i", "$InstallationId:i12", "$InstallationId:",
+                     "$UserId:alice", "$UserId:alic", "$UserId:", "$UserId:bob", "InstallationId:i1", ""]
+        for (stored, user) in [(["World"], "alice"), ([], nil), (["Sports", "World"], ""), (["World"], "bob")] as [([String], String?)] {
+            let effective = Tag.effectiveTags(stored: stored, installationId: "i1", userId: user)
+            for tag in asked {
+                #expect(Tag.isEffective(tag, stored: stored, installationId: "i1", userId: user) == effective.contains(tag), "\(tag) for \(stored), \(user ?? "nil")")
+            }
+            let expression = try? TagExpression.parse("World && !$UserId:bob")
+            #expect(expression?.matches(where: { Tag.isEffective($0, stored: stored, installationId: "i1", userId: user) }) == expression?.matches(effective))
+        }
+    }
 }
 
 @Suite("Tag expressions")
