@@ -55,10 +55,8 @@ public enum AgentWire {
     /// The frame of a delivery. The installation id is not sent: a session speaks for one installation.
     public static func encodeDelivery(_ delivery: AgentDelivery) -> Data {
         let rich = delivery.rich.flatMap { try? richEncoder.encode($0) }.map { String(decoding: $0, as: UTF8.self) } ?? ""
-        return lines(.deliver, [
-            delivery.deliveryId, delivery.notificationId, delivery.template ?? "", String(milliseconds(delivery.expiresAt)),
-            rich, delivery.richTicket ?? "", delivery.payload,
-        ])
+        return lines(.deliver, delivery.deliveryId, delivery.notificationId, delivery.template ?? "", String(milliseconds(delivery.expiresAt)),
+            rich, delivery.richTicket ?? "", delivery.payload)
     }
 
     /// Decodes one message. `installationId` fills in a delivery's installation, which the wire
@@ -66,22 +64,19 @@ public enum AgentWire {
     public static func decode(_ frame: Data, installationId: String = "") throws(HubError) -> AgentFrame {
         guard !frame.isEmpty else { throw malformed("the message is empty") }
         guard let text = String(validating: frame, as: UTF8.self) else { throw malformed("the message is not UTF-8") }
-        // Lines are split on the byte 0x0A, which in UTF-8 is never part of another character.
-        let bytes = text.utf8
-        let newline = UInt8(ascii: "\n")
-        let firstBreak = bytes.firstIndex(of: newline) ?? bytes.endIndex
-        func string(_ slice: Substring.UTF8View) -> String { String(Substring(slice)) }
-        let name = string(bytes[..<firstBreak])
+        // Lines are split on the byte 0x0A, which in UTF-8 is never part of another character, so
+        // every line of valid text is valid text too.
+        let lines = Lines(text)
+        let name = lines.first
         guard let verb = Verb(rawValue: name) else {
             throw malformed(
                 "the first line '\(name.prefix(24))' names no agent-channel message; expected one of \(Verb.allCases.map(\.rawValue).joined(separator: ", "))")
         }
-        let rest = firstBreak < bytes.endIndex ? bytes[bytes.index(after: firstBreak)...] : bytes[bytes.endIndex...]
         /// The message's fields: `count` lines, the last of which runs to the end.
         func fields(_ count: Int, _ what: String) throws(HubError) -> [String] {
-            let parts = rest.split(separator: newline, maxSplits: count - 1, omittingEmptySubsequences: false).map(string)
-            guard firstBreak < bytes.endIndex, parts.count == count else {
-                throw malformed("'\(name)' has \(firstBreak == bytes.endIndex ? 0 : parts.count) of its \(count) fields (\(what)), one per line")
+            let parts = lines.rest(count)
+            guard lines.hasRest, parts.count == count else {
+                throw malformed("'\(name)' has \(lines.hasRest ? parts.count : 0) of its \(count) fields (\(what)), one per line")
             }
             return parts
         }
@@ -100,15 +95,15 @@ public enum AgentWire {
         case .ack:
             var ids: [String] = []
             var failures: [DeliveryFailure] = []
-            for line in rest.split(separator: newline) {
-                if line.first == UInt8(ascii: "!") {
-                    guard let tab = line.firstIndex(of: UInt8(ascii: "\t")) else {
-                        throw malformed("'ack' failure '\(string(line).prefix(60))' needs a tab between delivery id and reason")
+            for line in lines.rest(.max) where !line.isEmpty {
+                if line.utf8.first == UInt8(ascii: "!") {
+                    guard let tab = line.firstIndex(of: "\t") else {
+                        throw malformed("'ack' failure '\(line.prefix(60))' needs a tab between delivery id and reason")
                     }
                     failures.append(DeliveryFailure(
-                        deliveryId: string(line[line.index(after: line.startIndex)..<tab]), reason: string(line[line.index(after: tab)...])))
+                        deliveryId: String(line[line.index(after: line.startIndex)..<tab]), reason: String(line[line.index(after: tab)...])))
                 } else {
-                    ids.append(string(line))
+                    ids.append(line)
                 }
             }
             return .ack(AgentAck(deliveryIds: ids, failures: failures.isEmpty ? nil : failures))
@@ -146,6 +141,53 @@ public enum AgentWire {
         }
     }
 
+    /// A message's lines, found by one pass over its bytes: the first names the message, the rest
+    /// are its fields.
+    struct Lines {
+        let first: String
+        /// Where each line after the first starts and ends, in bytes.
+        private let ranges: [Range<Int>]
+        private let text: String
+
+        init(_ text: String) {
+            var ranges: [Range<Int>] = []
+            var firstEnd: Int?
+            func scan(_ bytes: UnsafeBufferPointer<UInt8>) {
+                var start = 0
+                for index in 0..<bytes.count where bytes[index] == UInt8(ascii: "\n") {
+                    if firstEnd == nil { firstEnd = index } else { ranges.append(start..<index) }
+                    start = index + 1
+                }
+                if firstEnd != nil { ranges.append(start..<bytes.count) }
+            }
+            if text.utf8.withContiguousStorageIfAvailable(scan) == nil { Array(text.utf8).withUnsafeBufferPointer(scan) }
+            let utf8 = text.utf8
+            let end = firstEnd.map { utf8.index(utf8.startIndex, offsetBy: $0) } ?? utf8.endIndex
+            first = String(Substring(utf8[..<end]))
+            self.ranges = ranges
+            self.text = text
+        }
+
+        /// Whether there is anything after the first line (even an empty line).
+        var hasRest: Bool { !ranges.isEmpty }
+
+        /// The lines after the first, at most `count`: the last of them runs to the end.
+        func rest(_ count: Int) -> [String] {
+            guard !ranges.isEmpty, count > 0 else { return [] }
+            let taken = min(count, ranges.count)
+            var parts: [String] = []
+            parts.reserveCapacity(taken)
+            let utf8 = text.utf8
+            func string(_ range: Range<Int>) -> String {
+                let from = utf8.index(utf8.startIndex, offsetBy: range.lowerBound)
+                return String(Substring(utf8[from..<utf8.index(from, offsetBy: range.count)]))
+            }
+            for range in ranges.prefix(taken - 1) { parts.append(string(range)) }
+            parts.append(string(ranges[taken - 1].lowerBound..<ranges[ranges.count - 1].upperBound))
+            return parts
+        }
+    }
+
     /// Milliseconds since 1970, as deliveries carry their expiry.
     public static func milliseconds(_ date: Date) -> Int64 {
         Int64((date.timeIntervalSince1970 * 1000).rounded())
@@ -153,13 +195,21 @@ public enum AgentWire {
 
     private static let richEncoder = HubCodec.makeEncoder()
 
+    private static func lines(_ verb: Verb, _ fields: String...) -> Data { lines(verb, fields) }
+
+    /// The verb and the fields, a line each, written once into a buffer of their size (bytes are
+    /// appended to an array: appending to `Data` piece by piece costs many times more).
     private static func lines(_ verb: Verb, _ fields: [String]) -> Data {
-        var text = verb.rawValue
+        var count = verb.rawValue.utf8.count
+        for field in fields { count += 1 + field.utf8.count }
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(count)
+        bytes.append(contentsOf: verb.rawValue.utf8)
         for field in fields {
-            text += "\n"
-            text += field
+            bytes.append(UInt8(ascii: "\n"))
+            bytes.append(contentsOf: field.utf8)
         }
-        return Data(text.utf8)
+        return Data(bytes)
     }
 
     private static func oneLine(_ text: String) -> String {

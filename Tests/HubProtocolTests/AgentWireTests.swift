@@ -48,6 +48,20 @@ struct AgentWireTests {
         #expect(decoded == frame)
     }
 
+    @Test("lines split on the newline byte only: empty ack lines are passed over, the last field keeps its newlines")
+    func lines() throws {
+        let ack = try AgentWire.decode(Data("ack\n\nd1\n\n!d2\twhy\tnot\nd\u{e9}3".utf8))
+        #expect(ack == .ack(AgentAck(deliveryIds: ["d1", "dé3"], failures: [DeliveryFailure(deliveryId: "d2", reason: "why\tnot")])))
+        #expect(try AgentWire.decode(Data("ack".utf8)) == .ack(AgentAck(deliveryIds: [])))
+        let frame = "deliver\nd\u{e9}\nn\n\n1000\n\n\nline 1\n\nline 3 \u{1F600}\n"
+        guard case .deliver(let delivery) = try AgentWire.decode(Data(frame.utf8), installationId: "i") else {
+            Issue.record("not a delivery")
+            return
+        }
+        #expect(delivery.deliveryId == "dé" && delivery.template == nil && delivery.payload == "line 1\n\nline 3 \u{1F600}\n")
+        #expect(AgentWire.encode(.deliver(delivery)) == Data(frame.utf8))
+    }
+
     @Test("bad frames are refused with a code and a message that says what is wrong")
     func badFrames() {
         let cases: [(String, ErrorCode, String)] = [
