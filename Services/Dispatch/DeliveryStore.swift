@@ -618,12 +618,20 @@ extension DeliveryEngine {
         try write {
             var fresh = 0
             touch(Shards.of(installationId))
+            // An agent acknowledges several deliveries at once, mostly of one notification: they are
+            // counted together, one count per run of the same notification.
+            var run: (notificationId: String, count: Int)?
             for id in deliveryIds {
                 // Held and acknowledged before its group commits: never written.
                 if let held = ledger.unwritten.remove(id, installationId: installationId) {
                     fresh += 1
                     ledger.acknowledgedUnwritten += 1
-                    ledger.tally.add(held.notificationId) { $0.acknowledged += 1 }
+                    if let current = run, current.notificationId == held.notificationId {
+                        run?.count += 1
+                    } else {
+                        if let current = run { ledger.tally.add(current.notificationId) { $0.acknowledged += current.count } }
+                        run = (held.notificationId, 1)
+                    }
                     continue
                 }
                 guard let notification = try removeDelivery(id, installationId: installationId) else { continue }
@@ -631,6 +639,7 @@ extension DeliveryEngine {
                 ledger.tally.add(notification) { $0.acknowledged += 1 }
                 try testOutcome(notification, deliveryId: id, Self.successText, success: true)
             }
+            if let run { ledger.tally.add(run.notificationId) { $0.acknowledged += run.count } }
             return fresh
         }
     }

@@ -38,24 +38,27 @@ struct UnwrittenDeliveries {
 
     subscript(deliveryId: String) -> Delivery? { held[deliveryId] }
 
+    // Each change below looks its delivery id up once: these run once or twice per delivery.
+
     /// Holds a delivery recorded in the open group.
     mutating func add(_ deliveryId: String, _ delivery: Delivery) {
-        set(deliveryId, delivery)
+        journal.append((deliveryId, held.updateValue(delivery, forKey: deliveryId)))
         order.append(deliveryId)
     }
 
     /// Notes its first send; false when it was sent before or is not held.
     mutating func markSent(_ deliveryId: String, at time: Date) -> Bool {
-        guard var delivery = held[deliveryId], delivery.deliveredAt == nil else { return false }
-        delivery.deliveredAt = time
-        set(deliveryId, delivery)
+        guard let index = held.index(forKey: deliveryId), held.values[index].deliveredAt == nil else { return false }
+        journal.append((deliveryId, held.values[index]))
+        held.values[index].deliveredAt = time
         return true
     }
 
     /// Lets go of a delivery held for `installationId`, acknowledged or handed on; returns it.
     mutating func remove(_ deliveryId: String, installationId: String) -> Delivery? {
-        guard let delivery = held[deliveryId], delivery.installationId == installationId else { return nil }
-        set(deliveryId, nil)
+        guard let index = held.index(forKey: deliveryId), held.values[index].installationId == installationId else { return nil }
+        let delivery = held.remove(at: index).value
+        journal.append((deliveryId, delivery))
         return delivery
     }
 
