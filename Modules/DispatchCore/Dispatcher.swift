@@ -512,8 +512,9 @@ final class Session {
     var queue: [AgentDelivery] = []
     var head = 0
     var inFlight = 0
-    /// Delivery ids queued or in flight, so that a load from the store adds each once.
-    var known: Set<String> = []
+    /// Delivery ids queued or in flight, so that a load from the store adds each once. Room for a
+    /// few from the start: grown one step at a time, a new session's set hashed every id again.
+    var known = Set<String>(minimumCapacity: 16)
     /// Queued deliveries that were sent before, to an earlier session: sending them is a resend.
     var sentBefore: Set<String> = []
     var loading = false
@@ -550,12 +551,12 @@ final class Session {
     /// Queues a delivery once. Returns false when it was known already or the queue is full,
     /// in which case it stays in the store for a later load.
     func enqueue(_ delivery: AgentDelivery, limit: Int) -> Bool {
-        guard !known.contains(delivery.deliveryId) else { return false }
         guard waiting < limit else {
-            spilled = true
+            if !known.contains(delivery.deliveryId) { spilled = true }
             return false
         }
-        known.insert(delivery.deliveryId)
+        // One lookup: the insert says whether it was known.
+        guard known.insert(delivery.deliveryId).inserted else { return false }
         queue.append(delivery)
         return true
     }

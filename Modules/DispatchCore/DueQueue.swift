@@ -10,6 +10,9 @@ public struct DueQueue {
 
     private var buckets: [Bucket: Set<String>] = [:]
     private var times: [Bucket] = []
+    /// The most deliveries a bucket has held lately: a new bucket starts with room for as many,
+    /// so that a broadcast's bucket is not grown (and every id in it hashed again) step by step.
+    private var typical = 0
 
     public init() {}
 
@@ -17,7 +20,20 @@ public struct DueQueue {
     @discardableResult
     public mutating func push(due: Date, id: String) -> Bucket {
         let bucket = Bucket((due.timeIntervalSince1970 * 10).rounded(.up))
-        if buckets[bucket, default: []].insert(id).inserted, buckets[bucket]?.count == 1 { pushTime(bucket) }
+        let count: Int? = {
+            guard let index = buckets.index(forKey: bucket) else { return nil }
+            guard buckets.values[index].insert(id).inserted else { return 0 }
+            return buckets.values[index].count
+        }()
+        switch count {
+        case nil:
+            var ids = Set<String>(minimumCapacity: typical)
+            ids.insert(id)
+            buckets[bucket] = ids
+            pushTime(bucket)
+        case let count?:
+            typical = max(typical, count)
+        }
         return bucket
     }
 
@@ -35,6 +51,8 @@ public struct DueQueue {
             if ids.isEmpty {
                 buckets[first] = nil
                 popTime()
+                // Lately: the figure decays as buckets go by, so one large broadcast is not reserved for ever.
+                typical -= typical / 8
             } else {
                 buckets[first] = ids
             }
