@@ -39,12 +39,12 @@ struct PullControl: Equatable {
     }
 
     /// The notifications of `messages` to plan after `cursor`: those carried whole, in sequence
-    /// from `cursor + 1` on, up to the first that is missing or carries only its id. What follows a
-    /// gap is pulled.
-    static func streamed(_ messages: [SequencedMessage], after cursor: UInt64) -> [AcceptedNotification] {
+    /// from `cursor + 1` on, up to the first that is missing or carries only its id, and at most
+    /// `limit` (a page, as a pull would take). What follows is pulled.
+    static func streamed(_ messages: [SequencedMessage], after cursor: UInt64, limit: Int = maxPage) -> [AcceptedNotification] {
         var batch: [AcceptedNotification] = []
         for message in messages where !message.isHeartbeat && message.sequence > cursor {
-            guard message.sequence == cursor + UInt64(batch.count) + 1,
+            guard batch.count < limit, message.sequence == cursor + UInt64(batch.count) + 1,
                 let notification = NotificationStream.notification(in: message.body, sequence: message.sequence)
             else { break }
             batch.append(notification)
@@ -60,9 +60,16 @@ struct PullControl: Equatable {
     mutating func answered(count: Int, planned: Int) -> Bool {
         pulling = false
         guard count > 0 else { return false }
+        adapt(count: count, planned: planned)
+        return true
+    }
+
+    /// `count` notifications planned `planned` deliveries: the next page takes as many as keep it
+    /// near `deliveriesPerPage`, whether it is pulled or comes on the stream.
+    mutating func adapt(count: Int, planned: Int) {
+        guard count > 0 else { return }
         let perNotification = planned / count
         limit = max(1, min(Self.maxPage, Self.deliveriesPerPage / max(1, perNotification)))
-        return true
     }
 
     /// The pull failed; the next tick or hint tries again.

@@ -266,12 +266,14 @@ final class DispatchShell {
     func streamed(_ messages: [SequencedMessage]) {
         guard let latest = messages.map(\.sequence).max() else { return }
         if pulls.takesStreamed(registryReady: replica?.tracker.position != nil, inFlight: core.inFlightCount), let cursor = pullCursor() {
-            let batch = PullControl.streamed(messages, after: cursor)
+            let batch = PullControl.streamed(messages, after: cursor, limit: pulls.limit)
             if !batch.isEmpty {
                 FaultPoint.reach(.pulled)
                 do { try replica?.pump() } catch { logger.warning("registry stream", ("error", "\(error)")) }
+                let before = core.counters.planned
                 handle(.accepted(batch, after: cursor))
                 planned.streamed += batch.count
+                pulls.adapt(count: batch.count, planned: core.counters.planned - before)
                 commit()
             }
         }

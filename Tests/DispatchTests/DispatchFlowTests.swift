@@ -53,6 +53,7 @@ struct DispatchFlowTests {
         #expect(PullControl.streamed(messages, after: 5) == [accepted(6), accepted(7)])
         #expect(PullControl.streamed(messages, after: 7).isEmpty, "9 is not next: 8 is pulled, and 9 with it")
         #expect(PullControl.streamed(messages, after: 3).isEmpty, "4 is missing")
+        #expect(PullControl.streamed(messages, after: 5, limit: 1) == [accepted(6)], "at most a page; 7 is pulled")
         // Too large to carry: its id only, so it and what follows it are pulled.
         let large = accepted(8, String(repeating: "x", count: NotificationStream.inlineLimit))
         #expect(NotificationStream.body(large) == Data("n8".utf8))
@@ -70,6 +71,9 @@ struct DispatchFlowTests {
         #expect(!pulls.takesStreamed(registryReady: true, inFlight: 0), "the pull on its way brings them")
         _ = pulls.answered(count: 0, planned: 0)
         #expect(pulls.takesStreamed(registryReady: true, inFlight: 0))
+        // Broadcasts of 5,000 deliveries each: the stream's pages shrink as a pull's do.
+        pulls.adapt(count: 2, planned: 10_000)
+        #expect(pulls.limit == 2)
     }
 
     @Test("push deliveries resume a page at a time, each once most of the last is done, until a page is not full")
