@@ -79,7 +79,8 @@ enum UserSyncBench {
         return [
             BenchResult(
                 name: "user posts, durable (publish → sync store)", unit: "post/s", count: posted, seconds: postSeconds,
-                note: "\(posted) posts, 4 backends, user with 3 devices"),
+                baseline: "template sends accepted, durable",
+                note: "\(posted) posts, 4 backends, user with 3 devices; beside template sends from 4 backends to 3 agents; goal 0.5×"),
             BenchResult(
                 name: "user posts shown on all 3 devices", unit: "post/s", count: everywhere ? posts : 0, seconds: shownSeconds,
                 note: everywhere ? "signal → fetch in batches → agent output" : "not all shown within 60 s"),
