@@ -237,15 +237,9 @@ final class DispatchShell {
                     _ = pulls.answered(count: 0, planned: 0)
                     return
                 }
-                FaultPoint.reach(.pulled)
-                do { try replica?.pump() } catch { logger.warning("registry stream", ("error", "\(error)")) }
-                let before = core.counters.planned
-                // The batch holds everything after `after`: shards taken over since the pull went
-                // out, and so behind it, are planned by a pull from their own cursor.
-                handle(.accepted(batch.notifications, after: request.after))
+                let deliveries = plan(batch.notifications, after: request.after)
                 planned.pulled += batch.notifications.count
-                commit()
-                if pulls.answered(count: batch.notifications.count, planned: core.counters.planned - before) { pull() }
+                if pulls.answered(count: batch.notifications.count, planned: deliveries) { pull() }
             case .failure(let error):
                 pulls.failed()
                 logger.warning("pull from the publish service failed; trying again", ("error", error.message))
@@ -268,16 +262,25 @@ final class DispatchShell {
         if pulls.takesStreamed(registryReady: replica?.tracker.position != nil, inFlight: core.inFlightCount), let cursor = pullCursor() {
             let batch = PullControl.streamed(messages, after: cursor, limit: pulls.limit)
             if !batch.isEmpty {
-                FaultPoint.reach(.pulled)
-                do { try replica?.pump() } catch { logger.warning("registry stream", ("error", "\(error)")) }
-                let before = core.counters.planned
-                handle(.accepted(batch, after: cursor))
+                let deliveries = plan(batch, after: cursor)
                 planned.streamed += batch.count
-                pulls.adapt(count: batch.count, planned: core.counters.planned - before)
-                commit()
+                pulls.adapt(count: batch.count, planned: deliveries)
             }
         }
         hinted(latest: latest)
+    }
+
+    /// Plans notifications that hold everything after `after`, pulled or from the stream, with the
+    /// registry's stream read first, and writes the turn; returns how many deliveries they planned.
+    /// Shards taken over since `after` was read, and so behind it, are planned by a pull from their
+    /// own cursor.
+    private func plan(_ notifications: [AcceptedNotification], after: UInt64) -> Int {
+        FaultPoint.reach(.pulled)
+        do { try replica?.pump() } catch { logger.warning("registry stream", ("error", "\(error)")) }
+        let before = core.counters.planned
+        handle(.accepted(notifications, after: after))
+        commit()
+        return core.counters.planned - before
     }
 
     // MARK: Push services

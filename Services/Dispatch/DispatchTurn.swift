@@ -17,7 +17,8 @@ struct DispatchTurn {
 
     /// Writes it to `store`: deliveries planned and sent in this turn are recorded as sent in the same write.
     func write(to store: any DeliveryStore, now: Date) throws {
-        let sentIds = Set(sent.map(\.deliveryId))
+        // Only records ask what went out; most turns (acknowledgements) have none.
+        let sentIds = records.isEmpty ? [] : Set(sent.map(\.deliveryId))
         for (notification, plans, shards) in records {
             try store.record(notification, plans: plans, sent: sentIds, shards: shards, now: now)
         }
