@@ -5,7 +5,7 @@ import Foundation
 /// whose name the file holds removes the file and stops itself with SIGSTOP, until the test sends
 /// SIGCONT. Without the setting, reaching a point costs nothing but a branch.
 public enum FaultPoint: String, Sendable, CaseIterable {
-    /// Notifications have come, back from a pull or whole on the publish service's stream, before they are planned.
+    /// Notifications have come (back from a pull, or whole on the publish service's stream) and are not planned yet.
     case pulled
     /// Inside a turn's write transaction, after its statements and before its lease check and commit.
     case write
