@@ -114,7 +114,7 @@ public final class PostgresConnection {
         let connection = try connection()
         let parameters = try Parameters(values.map { $0?.postgresValue }, sql)
         defer { parameters.deallocate() }
-        let key = parameters.types.contains(Self.byteaType) ? "\(parameters.types)\u{1}\(sql)" : sql
+        let key = parameters.types.contains { $0 != 0 } ? "\(parameters.types)\u{1}\(sql)" : sql
         var retried = false
         while true {
             let name = try statement(for: key, sql, parameters)
@@ -331,7 +331,7 @@ struct Parameters {
                         operation: sql)
                 }
                 types.append(0); values.append(strdup(text)); lengths.append(0); formats.append(0)
-            case .bytea(let data):
+            case .bytea(let data), .binary(let data, _):
                 guard data.count <= Int32.max else {
                     values.forEach { free($0) }
                     throw PostgresError(sqlState: "54000", message: "parameter $\(index + 1) is too large", operation: sql)
@@ -340,7 +340,8 @@ struct Parameters {
                 data.withUnsafeBytes { bytes in
                     if let base = bytes.baseAddress { UnsafeMutableRawPointer(copy).copyMemory(from: base, byteCount: data.count) }
                 }
-                types.append(PostgresConnection.byteaType); values.append(copy)
+                if case .binary(_, let oid) = parameter { types.append(oid) } else { types.append(PostgresConnection.byteaType) }
+                values.append(copy)
                 lengths.append(Int32(data.count)); formats.append(1)
             }
         }

@@ -2,10 +2,45 @@ import Foundation
 import Storage
 
 /// How a parameter travels to the server: as text, which the server parses as the type the
-/// statement expects, or as the raw bytes of a bytea.
+/// statement expects, as the raw bytes of a bytea, or in the binary format of the type `oid`.
 public enum PostgresValue: Sendable, Equatable, Hashable {
     case text(String)
     case bytea(Data)
+    case binary(Data, oid: UInt32)
+
+    /// A bytea[] parameter, in the array's binary format: one dimension from 1, no NULLs, each
+    /// element its length then its bytes (big-endian).
+    public static func byteaArray(_ elements: [Data]) -> PostgresValue {
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(20 + elements.reduce(0) { $0 + 4 + $1.count })
+        func put(_ value: Int32) { withUnsafeBytes(of: value.bigEndian) { bytes.append(contentsOf: $0) } }
+        put(1)
+        put(0)
+        put(Int32(bitPattern: 17))
+        put(Int32(elements.count))
+        put(1)
+        for element in elements {
+            put(Int32(element.count))
+            bytes.append(contentsOf: element)
+        }
+        return .binary(Data(bytes), oid: 1001)
+    }
+
+    /// An array parameter in text form, each element quoted, for a statement that casts it
+    /// (`$1::text[]`, `$1::float8[]`).
+    public static func textArray(_ elements: [String]) -> PostgresValue {
+        var text = "{"
+        for (index, element) in elements.enumerated() {
+            if index > 0 { text += "," }
+            text += "\""
+            for character in element.unicodeScalars {
+                if character == "\\" || character == "\"" { text += "\\" }
+                text.unicodeScalars.append(character)
+            }
+            text += "\""
+        }
+        return .text(text + "}")
+    }
 }
 
 /// Types that bind to a statement parameter ($1, $2…); nil binds NULL.

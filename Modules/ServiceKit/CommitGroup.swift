@@ -8,6 +8,8 @@ public final class CommitGroup {
     /// Runs its argument in one transaction of the service's store: SQLite's or PostgreSQL's.
     private let transaction: (() -> Void) throws -> Void
     private var effects: [() throws -> Void] = []
+    /// The keys of the effects queued once in the open group.
+    private var keys: Set<String> = []
     private var open = false
     /// Why the last group failed, as the message every request of that group gets.
     public private(set) var failureMessage = ""
@@ -33,6 +35,13 @@ public final class CommitGroup {
         }
     }
 
+    /// Like `afterCommit`, but an effect queued again under the same `key` in the same group runs once.
+    public func afterCommit(once key: String, _ effect: @escaping () throws -> Void) throws {
+        guard open else { return try effect() }
+        guard keys.insert(key).inserted else { return }
+        effects.append(effect)
+    }
+
     /// Runs `body` in one transaction and then the effects it queued. Returns false, with the
     /// effects dropped, when the commit failed.
     func run(_ body: () -> Void) -> Bool {
@@ -40,6 +49,7 @@ public final class CommitGroup {
         defer {
             open = false
             effects.removeAll()
+            keys.removeAll()
         }
         do {
             try transaction(body)

@@ -18,11 +18,13 @@ import Glibc
 enum HTTPSendBench {
     /// Requests each pipelined client keeps in flight.
     static let window = 32
+    /// Clients of the pipelined figures.
+    static let pipelinedClients = 8
     /// Rows per transaction in the SQLite reference.
     static let batch = 100
     static let insertsName = "SQLite inserts, \(batch) per commit"
 
-    static func run(sends: Int, clients: Int = 8) throws -> [BenchResult] {
+    static func run(sends: Int, clients: Int = pipelinedClients) throws -> [BenchResult] {
         let cluster = try HubCluster()
         defer { cluster.stopAll() }
         let port = try freePort()

@@ -10,8 +10,9 @@ import Synchronization
 /// round starts fresh services on SQLite and times N template sends from 4 backends at once (the
 /// load of BreakingNewsBench's accept figure, without agents), then the same on PostgreSQL in a new
 /// database, then inserts N rows shaped like the accepted notifications into that database from 4
-/// connections: one per commit (the reference: the hub commits each send alone), and 100 per
-/// commit. The median of the rounds counts.
+/// connections: one per commit (the reference), and 100 per commit. The same sends are also timed
+/// pipelined, as the request path's figure is (8 clients with 32 each in flight), on either store.
+/// The median of the rounds counts.
 enum PostgresBench {
     static let rounds = 3
     static let backends = 4
@@ -21,6 +22,8 @@ enum PostgresBench {
     static let sqliteName = "durable accepts on SQLite"
     static let rawName = "raw inserts, one per commit, 4 connections"
     static let batchedName = "raw inserts, \(batch) per commit"
+    static let pipelinedName = "durable accepts on PostgreSQL, pipelined"
+    static let sqlitePipelinedName = "durable accepts on SQLite, pipelined"
 
     /// The bytes of one send as the publish service stores it.
     static var bodySize: Int { (try? HubCodec.makeEncoder().encode(BreakingNewsBench.send(0)).count) ?? 0 }
@@ -30,26 +33,36 @@ enum PostgresBench {
             [try RepositoryFile.locate("Tests/Support/pgserver.py"), "serve"], what: "a throwaway PostgreSQL server", timeout: 60
         ) { $0.hasPrefix("postgresql://") }
         defer { server.stop() }
-        var sqlite = Rounds(), postgres = Rounds(), single = Rounds(), batched = Rounds()
+        var sqlite = Rounds(), postgres = Rounds(), single = Rounds(), batched = Rounds(), piped = Rounds(), sqlitePiped = Rounds()
         // Alternately, so that neither store runs on a machine the other has just warmed or left busy.
         for round in 1...rounds {
             sqlite.add(Result { try accepts(sends: sends, store: nil) }, round: round)
+            sqlitePiped.add(Result { try accepts(sends: sends, store: nil, pipelined: true) }, round: round)
             let database = Result { try PostgresConnection.createDatabase(on: server.line, prefix: "nh_bench_") }
             postgres.add(Result { try accepts(sends: sends, store: try database.get()) }, round: round)
+            let pipedDatabase = Result { try PostgresConnection.createDatabase(on: server.line, prefix: "nh_bench_") }
+            piped.add(Result { try accepts(sends: sends, store: try pipedDatabase.get(), pipelined: true) }, round: round)
             single.add(Result { try inserts(sends, perCommit: 1, database: try database.get()) }, round: round)
             batched.add(Result { try inserts(sends, perCommit: batch, database: try database.get()) }, round: round)
         }
         let load = "\(sends.formatted()) template sends to tag World, \(backends) backends"
         let rows = "\(sends.formatted()) rows as publish.notifications holds them (the same send bodies), \(backends) connections"
+        let pipelinedLoad = "\(sends.formatted()) template sends, \(HTTPSendBench.pipelinedClients) clients with \(HTTPSendBench.window) each in flight"
         let fsyncOff = "throwaway server with fsync and synchronous_commit off"
         return [
             postgres.result(
                 name: postgresName, unit: "send/s", count: sends, baseline: rawName,
                 note: "\(load); registry, publish and sync stores in a new database, each send its own transaction; \(fsyncOff)"),
+            piped.result(
+                name: pipelinedName, unit: "send/s", count: sends, baseline: rawName,
+                note: "\(pipelinedLoad); stores as above; \(fsyncOff); goal 0.4×"),
             single.result(name: rawName, unit: "row/s", count: sends, note: "\(rows), each INSERT its own transaction; \(fsyncOff)"),
             sqlite.result(
                 name: sqliteName, unit: "send/s", count: sends,
                 note: "\(load); SQLite files, WAL, synchronous=FULL, sends waiting at once share a commit"),
+            sqlitePiped.result(
+                name: sqlitePipelinedName, unit: "send/s", count: sends,
+                note: "context: \(pipelinedLoad); SQLite files as above"),
             batched.result(
                 name: batchedName, unit: "row/s", count: sends, note: "context: \(rows), \(batch) INSERTs per transaction; \(fsyncOff)"),
         ]
@@ -57,9 +70,10 @@ enum PostgresBench {
 
     /// One round of a hub figure: fresh services with their stores in `store` (a PostgreSQL URL,
     /// or SQLite files when nil), then `sends` template sends from 4 backends at once, each client
-    /// connected before the clock starts; the seconds until the last was accepted. Services that
+    /// connected before the clock starts; the seconds until the last was accepted. `pipelined`: from
+    /// 8 clients with 32 sends each in flight instead (HTTPSendBench's pipelined load). Services that
     /// do not all answer at start are started once more, on new ports, before the round fails.
-    static func accepts(sends: Int, store: String?, attempts: Int = 2) throws -> Double {
+    static func accepts(sends: Int, store: String?, pipelined: Bool = false, attempts: Int = 2) throws -> Double {
         let cluster = try HubCluster()
         defer { cluster.stopAll() }
         if let store { cluster.environment["NH_STORE"] = store }
@@ -67,11 +81,19 @@ enum PostgresBench {
             try cluster.startServices()
         } catch where attempts > 1 {
             cluster.stopAll()
-            return try accepts(sends: sends, store: store, attempts: attempts - 1)
+            return try accepts(sends: sends, store: store, pipelined: pipelined, attempts: attempts - 1)
         }
         let publish = cluster.environment["NH_PUBLISH_REQUESTS"]!
         let credential = try cluster.credential()
         let bus = cluster.bus
+        if pipelined {
+            let clients = HTTPSendBench.pipelinedClients
+            let round = HTTPSendBench.measureThreads(clients: clients) { thread in
+                try HTTPSendBench.pipelined(publish, credential: credential, bus: bus, round: 0, sends: sends, clients: clients, thread: thread)
+            }
+            guard round.count == sends else { throw BenchError("\(round.count) of \(sends) sends accepted") }
+            return round.seconds
+        }
         let round = HTTPSendBench.measure(sends: sends, clients: backends) { _ in
             let client = try HubCluster.client(publish, credential: credential, bus: bus)
             return { index in (try? client.call(BreakingNewsBench.send(index))) != nil }

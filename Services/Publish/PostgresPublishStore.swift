@@ -68,13 +68,97 @@ final class PostgresPublishStore: PublishEngine {
 
     var engine: PostgresEngine { PostgresEngine(connection) }
 
+    /// Sends without an idempotency key accepted in the open commit group, inserted together
+    /// before it commits (`group`); nil outside a group.
+    private var held: [Held]?
+
+    private struct Held {
+        let id: String
+        let send: Data
+        let enqueuedAt: Double
+        let expiresAt: Double
+    }
+
+    /// A commit group: one transaction, whose sends without an idempotency key are held as they
+    /// are accepted and inserted just before the commit, all in one statement (`insertHeld`), one
+    /// round trip for the group. Sends with a key, which need a lookup first, go in when they come,
+    /// after the sends held before them, so sequences follow the order sends arrived in.
+    func group(_ body: () -> Void) throws {
+        try connection.transaction {
+            held = []
+            defer { held = nil }
+            body()
+            try insertHeld()
+        }
+    }
+
     func accept(_ send: SendNotification, timeToLive: Int, now: Date) throws -> (AcceptedNotification, isNew: Bool) {
+        if send.idempotencyKey == nil {
+            guard held != nil else { return (try insertAlone(send, timeToLive: timeToLive, now: now), true) }
+            let id = UUID().uuidString.lowercased()
+            let expiresAt = now.addingTimeInterval(TimeInterval(timeToLive))
+            held?.append(Held(id: id, send: try encoder.encode(send), enqueuedAt: now.timeIntervalSince1970, expiresAt: expiresAt.timeIntervalSince1970))
+            return (AcceptedNotification(sequence: 0, notificationId: id, send: send, enqueuedAt: now, expiresAt: expiresAt), true)
+        }
+        try insertHeld()
         do {
             return (try connection.transaction { try insert(send, timeToLive: timeToLive, now: now, id: nil) }, true)
         } catch let repeated as Repeated {
             return (repeated.first, false)
         }
     }
+
+    /// Takes the sequence, inserts the row and tells the other processes in one statement, one
+    /// round trip to the server: a send without an idempotency key has nothing to look up first. The
+    /// statement is atomic, so it needs no savepoint of its own in a commit group; if it fails, the
+    /// group's transaction can no longer commit, and every request of the group is refused (none
+    /// of them happened).
+    private func insertAlone(_ send: SendNotification, timeToLive: Int, now: Date) throws -> AcceptedNotification {
+        let id = UUID().uuidString.lowercased()
+        let expiresAt = now.addingTimeInterval(TimeInterval(timeToLive))
+        let row = try connection.queryOne(
+            Self.insertAlone,
+            [id, try encoder.encode(send), NotificationState.enqueued.rawValue, now.timeIntervalSince1970, expiresAt.timeIntervalSince1970])
+        guard let sequence = row?[0].int64 else {
+            throw PostgresError(message: "the sequence row publish.stream is missing", operation: "accept a send")
+        }
+        return AcceptedNotification(sequence: UInt64(sequence), notificationId: id, send: send, enqueuedAt: now, expiresAt: expiresAt)
+    }
+
+    /// Inserts the sends held so far in the open group.
+    private func insertHeld() throws {
+        guard let rows = held, !rows.isEmpty else { return }
+        held = []
+        try connection.run(Self.insertHeld, [
+            Int64(rows.count), PostgresValue.textArray(rows.map(\.id)), PostgresValue.byteaArray(rows.map(\.send)),
+            PostgresValue.textArray(rows.map { String($0.enqueuedAt) }), PostgresValue.textArray(rows.map { String($0.expiresAt) }),
+            NotificationState.enqueued.rawValue,
+        ])
+    }
+
+    /// (count, ids, sends, enqueued at, expires at, state): takes `count` sequences at once and
+    /// numbers the rows in the order given; tells the other processes once.
+    static let insertHeld = """
+        WITH next AS (UPDATE publish.stream SET sequence = sequence + $1::bigint WHERE id = 1 RETURNING sequence),
+        inserted AS (
+            INSERT INTO publish.notifications (sequence, notification_id, idempotency_key, send, state, enqueued_at, expires_at)
+            SELECT next.sequence - $1::bigint + held.n, held.id, NULL, held.send, $6::text, held.enqueued, held.expires
+            FROM next, unnest($2::text[], $3::bytea[], $4::float8[], $5::float8[]) WITH ORDINALITY AS held(id, send, enqueued, expires, n)
+            RETURNING sequence
+        )
+        SELECT count(*), pg_notify('\(notifyChannel)', coalesce(max(sequence), 0)::text) FROM inserted
+        """
+
+    /// (id, send, state, enqueued at, expires at) → sequence. The sequence row's update comes first
+    /// and holds the row's lock until the transaction ends, as `nextSequence` does.
+    static let insertAlone = """
+        WITH next AS (UPDATE publish.stream SET sequence = sequence + 1 WHERE id = 1 RETURNING sequence),
+        inserted AS (
+            INSERT INTO publish.notifications (sequence, notification_id, idempotency_key, send, state, enqueued_at, expires_at)
+            SELECT sequence, $1::text, NULL, $2::bytea, $3::text, $4::float8, $5::float8 FROM next RETURNING sequence
+        )
+        SELECT sequence, pg_notify('\(notifyChannel)', sequence::text) FROM inserted
+        """
 
     /// A send whose idempotency key was accepted before: the transaction rolls back, and with it
     /// the sequence it took.

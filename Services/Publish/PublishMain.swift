@@ -36,9 +36,8 @@ public enum PublishMain {
                 let (accepted, isNew) = try store.accept(send, timeToLive: timeToLive, now: Date())
                 if isNew {
                     // Committed by then: the send stands even when the hint has to wait for the next heartbeat.
-                    try group.afterCommit {
-                        // One announcement covers every send of the group: the later ones find theirs made.
-                        guard events.sequence < accepted.sequence else { return }
+                    // One announcement covers every send of the group.
+                    try group.afterCommit(once: "announce") {
                         do {
                             try log.publish()
                         } catch {

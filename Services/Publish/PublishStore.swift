@@ -10,9 +10,14 @@ import HubProtocol
 protocol PublishStore: AnyObject {
     /// The sequence of the last accepted notification.
     func latestSequence() throws -> UInt64
-    /// Persists a send, committed when this returns (on SQLite, with the commit group it runs in).
-    /// A repeated idempotency key returns the first send instead of a new one.
+    /// Persists a send, committed when this returns, or with the commit group it runs in (`group`).
+    /// A repeated idempotency key returns the first send instead of a new one. On PostgreSQL a send
+    /// without a key accepted in a group is inserted with the group's others as the group commits:
+    /// its sequence is 0 in what this returns, and the stream announces it.
     func accept(_ send: SendNotification, timeToLive: Int, now: Date) throws -> (AcceptedNotification, isNew: Bool)
+    /// Runs `body`, the requests of one commit group, in one transaction: all of them commit, or
+    /// (when this throws) none.
+    func group(_ body: () -> Void) throws
     /// Keeps a send until its time. A repeated idempotency key returns the first one's id.
     func schedule(_ send: SendNotification, fireAt: Date, now: Date) throws -> String
     /// Moves scheduled sends whose time has come into the accepted ones, each in one transaction, so

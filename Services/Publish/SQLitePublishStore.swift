@@ -18,6 +18,7 @@ final class SQLitePublishStore: PublishEngine {
         self.database = database
     }
 
+    func group(_ body: () -> Void) throws { try database.transaction { body() } }
 
     func accept(_ send: SendNotification, timeToLive: Int, now: Date) throws -> (AcceptedNotification, isNew: Bool) {
         try accept(send, timeToLive: timeToLive, now: now, id: nil)

@@ -94,6 +94,22 @@ struct PostgresConnectionTests {
         }
     }
 
+    @Test("array parameters: bytea[] in binary form keeps every byte, text[] keeps quotes, backslashes and commas")
+    func arrays() throws {
+        try TestServer.withScratch { db, _ in
+            let blobs = [Data([0, 1, 2, 255]), Data(), Data("{\"a\":\"b\\\\c\"}".utf8)]
+            let texts = ["plain", "with \"quotes\", commas", "back\\slash", "", "NULL", "ünï {braces}"]
+            let rows = try db.query(
+                "SELECT b, t, n FROM unnest($1::bytea[], $2::text[]) WITH ORDINALITY AS x(b, t, n) ORDER BY n",
+                [PostgresValue.byteaArray(blobs), PostgresValue.textArray(texts)])
+            #expect(rows.count == texts.count)
+            #expect(rows.prefix(blobs.count).map { $0[0].data } == blobs)
+            #expect(rows.map { $0[1].string } == texts)
+            #expect(try db.queryOne("SELECT cardinality($1::float8[])", [PostgresValue.textArray(["1.5", "1.8e+09"])])?[0].int == 2)
+            #expect(try db.queryOne("SELECT cardinality($1::bytea[])", [PostgresValue.byteaArray([])])?[0].int == 0)
+        }
+    }
+
     @Test("run returns the rows a statement inserted, changed, deleted or returned")
     func rowsAffected() throws {
         try TestServer.withScratch { db, _ in

@@ -66,6 +66,32 @@ struct PublishStoreContractTests {
         #expect(try store.find("missing") == nil)
     }
 
+    @Test("a commit group numbers its sends in the order they came, with a key or without, and the next group follows", arguments: PublishEngine.available)
+    func group(engine: PublishEngine) throws {
+        let (store, _) = try engine.makeStores()
+        var ids: [String] = []
+        var repeated: AcceptedNotification?
+        try store.group {
+            for (body, key) in [("a", nil), ("b", "key-b"), ("c", nil), ("d", nil)] {
+                ids.append(try! store.accept(Self.send(body, key: key), timeToLive: 60, now: Self.now).0.notificationId)
+            }
+            repeated = try! store.accept(Self.send("b again", key: "key-b"), timeToLive: 60, now: Self.now).0
+        }
+        try store.group {
+            ids.append(try! store.accept(Self.send("e"), timeToLive: 90, now: Self.now).0.notificationId)
+        }
+        let stored = try store.pending(after: 0, limit: 10)
+        #expect(stored.map(\.send.body) == ["a", "b", "c", "d", "e"])
+        #expect(stored.map(\.sequence) == [1, 2, 3, 4, 5])
+        #expect(stored.map(\.notificationId) == ids)
+        #expect(repeated?.notificationId == ids[1] && repeated?.send.body == "b")
+        #expect(stored[4].expiresAt == Self.now.addingTimeInterval(90) && stored[4].enqueuedAt == Self.now)
+        #expect(try store.latestSequence() == 5)
+        #expect(try store.find(ids[2])?.send.body == "c")
+        // Outside a group, each send commits alone and is numbered at once.
+        #expect(try store.accept(Self.send("f"), timeToLive: 60, now: Self.now).0.sequence == 6)
+    }
+
     @Test("a repeated idempotency key returns the first send, and takes no sequence", arguments: PublishEngine.available)
     func idempotency(engine: PublishEngine) throws {
         let (store, _) = try engine.makeStores()
