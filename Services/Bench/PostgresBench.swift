@@ -52,7 +52,7 @@ enum PostgresBench {
         return [
             postgres.result(
                 name: postgresName, unit: "send/s", count: sends, baseline: rawName,
-                note: "\(load); registry, publish and sync stores in a new database, each send its own transaction; \(fsyncOff)"),
+                note: "\(load); registry, publish and sync stores in a new database, sends waiting at once share a commit; \(fsyncOff)"),
             piped.result(
                 name: pipelinedName, unit: "send/s", count: sends, baseline: rawName,
                 note: "\(pipelinedLoad); stores as above; \(fsyncOff); goal 0.4×"),
