@@ -8,30 +8,38 @@ public enum PostgresValue: Sendable, Equatable, Hashable {
     case bytea(Data)
     case binary(Data, oid: UInt32)
 
-    /// A bytea[] parameter, in the array's binary format: one dimension from 1, no NULLs, each
-    /// element its length then its bytes (big-endian).
-    public static func byteaArray(_ elements: [Data]) -> PostgresValue {
+    /// A bytea[] parameter, in the array's binary format: one dimension from 1, each element its
+    /// length then its bytes (big-endian), a nil element NULL.
+    public static func byteaArray(_ elements: [Data?]) -> PostgresValue {
         var bytes: [UInt8] = []
-        bytes.reserveCapacity(20 + elements.reduce(0) { $0 + 4 + $1.count })
+        bytes.reserveCapacity(20 + elements.reduce(0) { $0 + 4 + ($1?.count ?? 0) })
         func put(_ value: Int32) { withUnsafeBytes(of: value.bigEndian) { bytes.append(contentsOf: $0) } }
         put(1)
-        put(0)
+        put(elements.contains(nil) ? 1 : 0)
         put(Int32(bitPattern: 17))
         put(Int32(elements.count))
         put(1)
         for element in elements {
+            guard let element else {
+                put(-1)
+                continue
+            }
             put(Int32(element.count))
             bytes.append(contentsOf: element)
         }
         return .binary(Data(bytes), oid: 1001)
     }
 
-    /// An array parameter in text form, each element quoted, for a statement that casts it
-    /// (`$1::text[]`, `$1::float8[]`).
-    public static func textArray(_ elements: [String]) -> PostgresValue {
+    /// An array parameter in text form, each element quoted and a nil element NULL, for a
+    /// statement that casts it (`$1::text[]`, `$1::float8[]`, `$1::int[]`).
+    public static func textArray(_ elements: [String?]) -> PostgresValue {
         var text = "{"
         for (index, element) in elements.enumerated() {
             if index > 0 { text += "," }
+            guard let element else {
+                text += "NULL"
+                continue
+            }
             text += "\""
             for character in element.unicodeScalars {
                 if character == "\\" || character == "\"" { text += "\\" }

@@ -6,7 +6,8 @@ import Postgres
 import ServiceKit
 
 /// Fan-out with the stores on PostgreSQL, served by one dispatcher and then by two that split the
-/// 64 shards between them, with what the dispatchers spend in CPU for it. Each round has a fresh
+/// 64 shards between them, with what the dispatchers spend in CPU for it; first, the same with one
+/// dispatcher on SQLite files, the reference of one on PostgreSQL. Each round has a fresh
 /// database on one throwaway server (`python3 Tests/Support/pgserver.py serve`) and fresh services;
 /// N simulated agents (`AgentFleet`) are given every dispatcher's agent endpoint and follow the
 /// redirect to their shard's owner; B template broadcasts are timed until every delivery is
@@ -60,6 +61,7 @@ enum FanoutShardsBench {
             [try RepositoryFile.locate("Tests/Support/pgserver.py"), "serve"], what: "a throwaway PostgreSQL server", timeout: 60
         ) { $0.hasPrefix("postgresql://") }
         defer { server.stop() }
+        let sqlite = Result { try round(dispatchers: 1, agents: agents, broadcasts: broadcasts, database: nil) }
         let rounds = [1, 2].map { count in
             Result {
                 try round(
@@ -67,18 +69,34 @@ enum FanoutShardsBench {
                     database: try PostgresConnection.createDatabase(on: server.line, prefix: "nh_bench_"))
             }
         }
-        return results(n: agents, broadcasts: broadcasts, one: rounds[0], two: rounds[1])
+        return results(n: agents, broadcasts: broadcasts, sqlite: sqlite, one: rounds[0], two: rounds[1])
     }
 
-    /// The four figures from the two rounds: each rate, each CPU cost, two dispatchers' beside one's.
-    static func results(n: Int, broadcasts: Int, one: Result<Round, any Error>, two: Result<Round, any Error>) -> [BenchResult] {
+    static func sqliteRateName(n: Int) -> String { "fan-out \(n.formatted()) on SQLite, 1 dispatcher" }
+    static let sqliteCPUName = "CPU s per 1,000 acked, 1 dispatcher on SQLite"
+    /// The least one dispatcher on PostgreSQL should reach beside one on SQLite: the goal.
+    static let postgresGoal = 0.8
+
+    /// The figures from the three rounds: each rate, each CPU cost; one dispatcher on PostgreSQL
+    /// beside one on SQLite, two beside one.
+    static func results(
+        n: Int, broadcasts: Int, sqlite: Result<Round, any Error>, one: Result<Round, any Error>, two: Result<Round, any Error>
+    ) -> [BenchResult] {
         var results: [BenchResult] = []
+        switch sqlite {
+        case .success(let round):
+            results.append(BenchResult(
+                name: sqliteRateName(n: n), unit: "dlv/s", count: round.seconds > 0 ? round.expected : 0, seconds: round.seconds,
+                note: "\(broadcasts) template broadcasts, every delivery acknowledged; the stores on SQLite files; resends \(round.resends), duplicates seen by agents \(round.duplicates)"))
+        case .failure(let error):
+            results.append(BenchResult(name: sqliteRateName(n: n), unit: "dlv/s", count: 0, seconds: 0, note: "\(error)"))
+        }
         for (count, outcome) in [(1, one), (2, two)] {
-            let baseline = count == 1 ? nil : rateName(n: n, dispatchers: 1)
+            let baseline = count == 1 ? sqliteRateName(n: n) : rateName(n: n, dispatchers: 1)
             switch outcome {
             case .success(let round):
                 var note = "\(broadcasts) template broadcasts, every delivery acknowledged; resends \(round.resends), duplicates seen by agents \(round.duplicates)"
-                if count > 1 { note += ", \(round.redirected) hellos redirected" }
+                note += count > 1 ? ", \(round.redirected) hellos redirected" : "; goal ≥ \(postgresGoal)× one on SQLite"
                 results.append(BenchResult(
                     name: rateName(n: n, dispatchers: count), unit: "dlv/s", count: round.seconds > 0 ? round.expected : 0,
                     seconds: round.seconds, baseline: baseline, note: note))
@@ -86,8 +104,13 @@ enum FanoutShardsBench {
                 results.append(BenchResult(name: rateName(n: n, dispatchers: count), unit: "dlv/s", count: 0, seconds: 0, baseline: baseline, note: "\(error)"))
             }
         }
+        if case .success(let round) = sqlite, let cost = round.cpuPerThousand {
+            results.append(BenchResult(
+                name: sqliteCPUName, unit: "s", count: 0, seconds: 0, value: cost,
+                note: "user+system time of the dispatcher over the broadcasts, per 1,000 it acknowledged; stores on SQLite"))
+        }
         for (count, outcome) in [(1, one), (2, two)] {
-            let baseline = count == 1 ? nil : cpuName(dispatchers: 1)
+            let baseline = count == 1 ? sqliteCPUName : cpuName(dispatchers: 1)
             guard case .success(let round) = outcome, let cost = round.cpuPerThousand else {
                 results.append(BenchResult(name: cpuName(dispatchers: count), unit: "s", count: 0, seconds: 0, baseline: baseline, note: "not measured"))
                 continue
@@ -103,10 +126,10 @@ enum FanoutShardsBench {
 
     /// One round: fresh services on `database` with `count` dispatchers, each with requests, agent
     /// and advertised endpoints of its own; N agents registered and connected; B broadcasts.
-    static func round(dispatchers count: Int, agents: Int, broadcasts: Int, database: String) throws -> Round {
+    static func round(dispatchers count: Int, agents: Int, broadcasts: Int, database: String?) throws -> Round {
         let cluster = try HubCluster()
         defer { cluster.stopAll() }
-        cluster.environment["NH_STORE"] = database
+        if let database { cluster.environment["NH_STORE"] = database }
         cluster.environment["NH_DISPATCH_ADVERTISE"] = cluster.environment["NH_DISPATCH_AGENTS"]
         try cluster.startServices()
         var requests = [cluster.environment["NH_DISPATCH_REQUESTS"]!]
@@ -142,7 +165,8 @@ enum FanoutShardsBench {
         let share = Shards.fairShare(dispatchers: count)
         guard FanoutBench.waitFor(timeout: 60, {
             let all = details()
-            return total(all, "installations").allSatisfy { $0 == agents } && total(all, "shards").allSatisfy { $0 == share }
+            // One dispatcher on SQLite holds no shards: it serves them all.
+            return total(all, "installations").allSatisfy { $0 == agents } && (database == nil || total(all, "shards").allSatisfy { $0 == share })
         }) else {
             throw BenchError("the dispatchers did not index \(agents) installations and hold \(share) shards each: \(describe(details()))")
         }

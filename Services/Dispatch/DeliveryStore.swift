@@ -44,11 +44,11 @@ protocol DeliveryStore: LeaseStore {
     func record(_ notification: AcceptedNotification, plans: [PlannedDelivery], sent: Set<String>, shards: Set<Int>?, now: Date) throws
     /// Notes that deliveries went out; the first send of each counts as delivered.
     func markSent(_ deliveries: [AgentDelivery], now: Date) throws
-    /// Records acknowledgements from `installationId`; each delivery counts once, and only for the
-    /// installation it was meant for. An acknowledged delivery is done: its row goes, and the
-    /// outcome keeps the count. Returns how many were new.
+    /// Records acknowledgements, each an installation's and the ids it acknowledged; each delivery
+    /// counts once, and only for the installation it was meant for. An acknowledged delivery is
+    /// done: its row goes, and the outcome keeps the count. Returns how many were new.
     @discardableResult
-    func acknowledge(_ deliveryIds: [String], installationId: String, now: Date) throws -> Int
+    func acknowledge(_ acks: [(String, [String])], now: Date) throws -> Int
     /// Records deliveries the agent gave up on; each counts once as failed, never as acknowledged.
     func fail(_ failures: [DeliveryFailure], installationId: String, now: Date) throws
     /// Records what push services answered. A delivery a service took counts as delivered and
@@ -88,6 +88,12 @@ extension DeliveryStore {
     }
 
     func backlog(now: Date) throws -> Set<String> { try backlog(now: now, shards: nil) }
+
+    /// Records acknowledgements from `installationId` (see `acknowledge(_:now:)`).
+    @discardableResult
+    func acknowledge(_ deliveryIds: [String], installationId: String, now: Date) throws -> Int {
+        try acknowledge([(installationId, deliveryIds)], now: now)
+    }
 
     func expire(now: Date) throws -> Int { try expire(now: now, shards: nil) }
 
@@ -321,6 +327,28 @@ protocol DeliveryEngine: DeliveryStore, EngineBacked {
     /// (`UnwrittenDeliveries`): on SQLite while a group is open; never on PostgreSQL, where each
     /// turn commits.
     var holdsDeliveries: Bool { get }
+    /// Whether many rows go in one statement (`insertAgentDeliveries(of:_:)`,
+    /// `removeDeliveries`): where each statement is a round trip to a server. SQLite, in process,
+    /// runs a statement per row.
+    var batchesRows: Bool { get }
+    /// Inserts agents' deliveries of `notificationId` in one statement, unless stored before;
+    /// returns the ids it inserted. Only where `batchesRows`.
+    func insertAgentDeliveries(of notificationId: String, _ rows: [AgentDeliveryRow]) throws -> Set<String>
+    /// Removes the unacknowledged deliveries of (delivery id, installation id) in one statement;
+    /// returns each removed one's (delivery id, notification id). Only where `batchesRows`.
+    func removeDeliveries(_ pairs: ArraySlice<(String, String)>) throws -> [(String, String)]
+}
+
+/// One agent's delivery as a row to insert, in the columns after the notification's id.
+struct AgentDeliveryRow {
+    var deliveryId: String
+    var installationId: String
+    var shard: Int
+    var template: String?
+    var payloadId: Int64
+    var expiresAt: Double
+    var rich: Data?
+    var deliveredAt: Double?
 }
 
 extension DeliveryEngine {
@@ -330,6 +358,17 @@ extension DeliveryEngine {
     static var testResultsKept: Int { 10 }
 
     private var sql: DeliverySQL { Self.sql }
+
+    var batchesRows: Bool { false }
+    func insertAgentDeliveries(of notificationId: String, _ rows: [AgentDeliveryRow]) throws -> Set<String> {
+        preconditionFailure("\(Self.self) inserts a statement per row")
+    }
+    func removeDeliveries(_ pairs: ArraySlice<(String, String)>) throws -> [(String, String)] {
+        preconditionFailure("\(Self.self) removes a statement per row")
+    }
+
+    /// Pairs per statement where rows are batched.
+    static var rowsPerBatch: Int { 2_000 }
 
     /// Rows of (key, value), each read with its function, as a dictionary.
     private func dictionary<Key: Hashable, Item>(
@@ -504,6 +543,9 @@ extension DeliveryEngine {
         // Targets per platform, and deliveries that went out, counted here and added once.
         var targets: [String: Int] = [:]
         var delivered = 0
+        // Agents' deliveries written at once, where a statement takes many rows: inserted together
+        // after the loop, and counted by the ids the statement says it inserted.
+        var batch: [AgentDeliveryRow] = []
         if notification.send.test == true {
             ledger.testNotifications.insert(id)
             for plan in plans.prefix(Self.testResultsKept) {
@@ -551,6 +593,13 @@ extension DeliveryEngine {
                 if wentOut { delivered += 1 }
                 continue
             }
+            if batchesRows, plan.platform == Platform.linux.rawValue, plan.headers?[AppPushMessage.topicHeader] == nil {
+                batch.append(AgentDeliveryRow(
+                    deliveryId: plan.deliveryId, installationId: plan.installationId, shard: shard, template: plan.template,
+                    payloadId: payloadId, expiresAt: plan.expiresAt.timeIntervalSince1970, rich: rich,
+                    deliveredAt: wentOut ? now.timeIntervalSince1970 : nil))
+                continue
+            }
             // An agent's delivery written at once comes after those held, as they were recorded
             // first (the agent loads them in the order of their rows), and is checked against them.
             if plan.platform == Platform.linux.rawValue { try writeHeld() }
@@ -571,6 +620,12 @@ extension DeliveryEngine {
             stored += 1
             targets[plan.platform, default: 0] += 1
             if wentOut { delivered += 1 }
+        }
+        for start in stride(from: 0, to: batch.count, by: Self.rowsPerBatch) {
+            let inserted = try insertAgentDeliveries(of: id, Array(batch[start..<min(start + Self.rowsPerBatch, batch.count)]))
+            stored += inserted.count
+            targets[Platform.linux.rawValue, default: 0] += inserted.count
+            if !sent.isEmpty { delivered += inserted.reduce(0) { $0 + (sent.contains($1) ? 1 : 0) } }
         }
         for (platform, count) in targets {
             platformCounts[PlatformCountKey(notificationId: id, platform: platform, outcome: "Targets"), default: 0] += count
@@ -614,29 +669,48 @@ extension DeliveryEngine {
     }
 
     @discardableResult
-    func acknowledge(_ deliveryIds: [String], installationId: String, now: Date) throws -> Int {
-        try write {
+    func acknowledge(_ acks: [(String, [String])], now: Date) throws -> Int {
+        guard !acks.isEmpty else { return 0 }
+        return try write {
             var fresh = 0
-            touch(Shards.of(installationId))
-            // An agent acknowledges several deliveries at once, mostly of one notification: they are
-            // counted together, one count per run of the same notification.
+            // Agents acknowledge mostly deliveries of one notification: they are counted together,
+            // one count per run of the same notification.
             var run: (notificationId: String, count: Int)?
-            for id in deliveryIds {
-                // Held and acknowledged before its group commits: never written.
-                if let held = ledger.unwritten.remove(id, installationId: installationId) {
-                    fresh += 1
-                    ledger.acknowledgedUnwritten += 1
-                    if let current = run, current.notificationId == held.notificationId {
-                        run?.count += 1
-                    } else {
-                        if let current = run { ledger.tally.add(current.notificationId) { $0.acknowledged += current.count } }
-                        run = (held.notificationId, 1)
-                    }
-                    continue
+            func count(_ notificationId: String) {
+                if let current = run, current.notificationId == notificationId {
+                    run?.count += 1
+                } else {
+                    if let current = run { ledger.tally.add(current.notificationId) { $0.acknowledged += current.count } }
+                    run = (notificationId, 1)
                 }
-                guard let notification = try removeDelivery(id, installationId: installationId) else { continue }
+            }
+            var written: [(String, String)] = []
+            for (installationId, deliveryIds) in acks {
+                touch(Shards.of(installationId))
+                for id in deliveryIds {
+                    // Held and acknowledged before its group commits: never written.
+                    if let held = ledger.unwritten.remove(id, installationId: installationId) {
+                        fresh += 1
+                        ledger.acknowledgedUnwritten += 1
+                        count(held.notificationId)
+                    } else {
+                        written.append((id, installationId))
+                    }
+                }
+            }
+            var removed: [(String, String)] = []
+            if batchesRows {
+                for start in stride(from: 0, to: written.count, by: Self.rowsPerBatch) {
+                    removed += try removeDeliveries(written[start..<min(start + Self.rowsPerBatch, written.count)])
+                }
+            } else {
+                for (id, installationId) in written {
+                    if let notification = try removeDelivery(id, installationId: installationId) { removed.append((id, notification)) }
+                }
+            }
+            for (id, notification) in removed {
                 fresh += 1
-                ledger.tally.add(notification) { $0.acknowledged += 1 }
+                count(notification)
                 try testOutcome(notification, deliveryId: id, Self.successText, success: true)
             }
             if let run { ledger.tally.add(run.notificationId) { $0.acknowledged += run.count } }

@@ -25,7 +25,7 @@ struct DispatchTurn {
         // What a record of this turn planned and sent is delivered already; the rest was recorded before.
         let recorded = Set(records.map(\.0.notificationId))
         try store.markSent(recorded.isEmpty ? sent : sent.filter { !recorded.contains($0.notificationId) }, now: now)
-        for (installationId, ids) in acks { try store.acknowledge(ids, installationId: installationId, now: now) }
+        try store.acknowledge(acks, now: now)
         for (installationId, failures) in failures { try store.fail(failures, installationId: installationId, now: now) }
         try store.pushed(pushResults, now: now)
     }

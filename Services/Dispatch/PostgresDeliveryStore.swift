@@ -349,6 +349,45 @@ final class PostgresDeliveryStore: DeliveryEngine {
     /// Each turn commits on its own: nothing is held back.
     var holdsDeliveries: Bool { false }
 
+    /// Each statement is a round trip to the server: a broadcast's deliveries go in, and a turn's
+    /// acknowledgements come out, a few thousand rows to a statement.
+    var batchesRows: Bool { true }
+
+    func insertAgentDeliveries(of notificationId: String, _ rows: [AgentDeliveryRow]) throws -> Set<String> {
+        let inserted = try connection.query(Self.insertAgentDeliveryArrays, [
+            notificationId, PostgresValue.textArray(rows.map(\.deliveryId)), PostgresValue.textArray(rows.map(\.installationId)),
+            PostgresValue.textArray(rows.map { String($0.shard) }), PostgresValue.textArray(rows.map(\.template)),
+            PostgresValue.textArray(rows.map { String($0.payloadId) }), PostgresValue.textArray(rows.map { String($0.expiresAt) }),
+            PostgresValue.byteaArray(rows.map(\.rich)), PostgresValue.textArray(rows.map { $0.deliveredAt.map { String($0) } }),
+        ])
+        return Set(inserted.compactMap { $0[0].string })
+    }
+
+    func removeDeliveries(_ pairs: ArraySlice<(String, String)>) throws -> [(String, String)] {
+        try connection.query(Self.removeDeliveryArrays, [PostgresValue.textArray(pairs.map(\.0)), PostgresValue.textArray(pairs.map(\.1))])
+            .map { ($0[0].string ?? "", $0[1].string ?? "") }
+    }
+
+    /// (notification id, then arrays of: delivery ids, installation ids, shards, templates, payload
+    /// ids, expiries, rich references, delivered at) → the delivery ids inserted, those not stored before.
+    static let insertAgentDeliveryArrays = """
+        INSERT INTO dispatch.deliveries
+          (delivery_id, notification_id, installation_id, shard, template, payload_id, expires_at, rich, delivered_at)
+        SELECT given.id, $1::text, given.installation, given.shard, given.template, given.payload, given.expires, given.rich, given.delivered
+        FROM unnest($2::text[], $3::text[], $4::int[], $5::text[], $6::bigint[], $7::float8[], $8::bytea[], $9::float8[])
+          AS given(id, installation, shard, template, payload, expires, rich, delivered)
+        ON CONFLICT (delivery_id) DO NOTHING
+        RETURNING delivery_id
+        """
+
+    /// (delivery ids, installation ids) → (delivery id, notification id) of each removed: only a
+    /// delivery still open, and only for the installation it was meant for.
+    static let removeDeliveryArrays = """
+        DELETE FROM dispatch.deliveries AS d USING unnest($1::text[], $2::text[]) AS ack(id, installation)
+        WHERE d.delivery_id = ack.id AND d.installation_id = ack.installation AND d.acked_at IS NULL
+        RETURNING d.delivery_id, d.notification_id
+        """
+
     func close() { connection.close() }
 
     var engine: PostgresEngine { PostgresEngine(connection) }

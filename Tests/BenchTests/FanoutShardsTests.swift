@@ -50,22 +50,28 @@ struct FanoutShardsTests {
         FanoutShardsBench.Round(dispatchers: dispatchers, expected: 100_000, seconds: seconds, cpuSeconds: cpu, acked: acked, shards: shards)
     }
 
-    @Test("two rounds make four figures: each rate, then each CPU cost summed over the dispatchers, two beside one")
+    @Test("three rounds make six figures: each rate, then each CPU cost; PostgreSQL beside SQLite, two dispatchers beside one")
     func figures() throws {
+        let sqlite = Self.round(1, cpu: [3], acked: [100_000], shards: [0], seconds: 2)
         let one = Self.round(1, cpu: [4], acked: [100_000], shards: [64], seconds: 4)
         let two = Self.round(2, cpu: [2.5, 2], acked: [49_000, 51_000], shards: [32, 32])
-        let results = FanoutShardsBench.results(n: 10_000, broadcasts: 10, one: .success(one), two: .success(two))
+        let results = FanoutShardsBench.results(n: 10_000, broadcasts: 10, sqlite: .success(sqlite), one: .success(one), two: .success(two))
         #expect(results.map(\.name) == [
-            "fan-out 10,000 on PostgreSQL, 1 dispatcher", "fan-out 10,000 on PostgreSQL, 2 dispatchers",
-            "CPU s per 1,000 acked, 1 dispatcher", "CPU s per 1,000 acked, 2 dispatchers, summed",
+            "fan-out 10,000 on SQLite, 1 dispatcher", "fan-out 10,000 on PostgreSQL, 1 dispatcher", "fan-out 10,000 on PostgreSQL, 2 dispatchers",
+            "CPU s per 1,000 acked, 1 dispatcher on SQLite", "CPU s per 1,000 acked, 1 dispatcher", "CPU s per 1,000 acked, 2 dispatchers, summed",
         ])
-        #expect(results[0].rate == 25_000 && results[0].baseline == nil)
-        #expect(results[1].rate == 50_000 && results[1].baseline == results[0].name)
-        #expect(results[2].value == 0.04 && results[2].baseline == nil)
-        #expect(results[3].value == 0.045 && results[3].baseline == results[2].name)
-        let ratio = try #require(BenchReport.ratio(results[3], rates: BenchReport.rates(results)))
+        #expect(results[0].rate == 50_000 && results[0].baseline == nil)
+        #expect(results[1].rate == 25_000 && results[1].baseline == results[0].name)
+        #expect(results[2].rate == 50_000 && results[2].baseline == results[1].name)
+        let rates = BenchReport.rates(results)
+        #expect(BenchReport.ratio(results[1], rates: rates) == 0.5)
+        #expect(try #require(results[1].note).contains("goal ≥ 0.8× one on SQLite"))
+        #expect(results[3].value == 0.03 && results[3].baseline == nil)
+        #expect(results[4].value == 0.04 && results[4].baseline == results[3].name)
+        #expect(results[5].value == 0.045 && results[5].baseline == results[4].name)
+        let ratio = try #require(BenchReport.ratio(results[5], rates: rates))
         #expect(abs(ratio - 1.125) < 1e-9)
-        let note = try #require(results[3].note)
+        let note = try #require(results[5].note)
         #expect(note.contains("≤ 1.1×"))
         #expect(note.contains("#1 32 shards, 49.0% of acks, 2.50 CPU s; #2 32 shards, 51.0% of acks, 2.00 CPU s"))
     }
@@ -74,9 +80,12 @@ struct FanoutShardsTests {
     func failedRound() {
         let one = Self.round(1, cpu: [4], acked: [100_000], shards: [64])
         let results = FanoutShardsBench.results(
-            n: 2_000, broadcasts: 10, one: .success(one), two: .failure(BenchError("not all 2000 agents connected")))
-        #expect(results[1].rate == 0 && results[1].note == "not all 2000 agents connected")
-        #expect(results[3].value == nil && results[3].rate == 0 && results[3].note == "not measured")
+            n: 2_000, broadcasts: 10, sqlite: .failure(BenchError("no SQLite")), one: .success(one),
+            two: .failure(BenchError("not all 2000 agents connected")))
+        #expect(results[0].rate == 0 && results[0].note == "no SQLite")
+        #expect(results[2].rate == 0 && results[2].note == "not all 2000 agents connected")
+        #expect(results.map(\.name).contains("CPU s per 1,000 acked, 1 dispatcher on SQLite") == false)
+        #expect(results[4].value == nil && results[4].rate == 0 && results[4].note == "not measured")
     }
 }
 

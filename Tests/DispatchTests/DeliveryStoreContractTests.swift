@@ -60,6 +60,31 @@ struct DeliveryStoreContractTests {
         #expect(loaded.sentBefore == ["d2"])
     }
 
+    @Test("where a statement takes many rows, a broadcast's deliveries go in together: NULLs kept, each once, only new ones counted",
+          arguments: StoreEngine.available)
+    func batchedRecord(engine: StoreEngine) throws {
+        let store = try engine.makeStore()
+        let rich = RichReference(richId: "r1", richType: "text/plain", message: "m", contentType: "text/plain", size: 3)
+        var plans = (0..<2_500).map { Fixture.plan("n", "i\($0)") }
+        plans[1].template = "t\"quoted\",{x}"
+        plans[2].rich = rich
+        let sent = Set(plans.prefix(1_000).map(\.deliveryId))
+        let all = Set(0..<Shards.count)
+        try store.record(Fixture.notification("n", sequence: 1), plans: plans, sent: sent, shards: all, now: now)
+        var outcome = try #require(try store.outcome("n"))
+        #expect(outcome.targets == 2_500 && outcome.delivered == 1_000)
+        let second = try store.unacknowledged(for: "i1", now: now, limit: 10)
+        #expect(second.deliveries.map(\.template) == ["t\"quoted\",{x}"] && second.sentBefore == [plans[1].deliveryId])
+        #expect(try store.pending(for: "i2", now: now).map(\.rich) == [rich])
+        #expect(try store.unacknowledged(for: "i2000", now: now, limit: 10).sentBefore.isEmpty)
+        // Recorded again with more installations, as a second dispatcher would: only the new ones count.
+        plans.append(Fixture.plan("n", "late"))
+        try store.record(Fixture.notification("n", sequence: 1), plans: plans, sent: [], shards: all, now: now)
+        outcome = try #require(try store.outcome("n"))
+        #expect(outcome.targets == 2_501 && outcome.delivered == 1_000)
+        if let postgres = store as? PostgresDeliveryStore { #expect(postgres.batchesRows) }
+    }
+
     @Test("a notification past its expiry is abandoned: counted expired once, with no deliveries", arguments: StoreEngine.available)
     func abandoned(engine: StoreEngine) throws {
         let store = try engine.makeStore()
@@ -98,6 +123,33 @@ struct DeliveryStoreContractTests {
         #expect(try store.pending(for: "b", now: now).map(\.deliveryId) == [plans[1].deliveryId])
         let outcome = try #require(try store.outcome("n"))
         #expect(outcome.acknowledged == 1 && outcome.delivered == 2)
+    }
+
+    @Test("a turn's acknowledgements from many installations, in one call: each delivery once, only from its own installation, per notification",
+          arguments: StoreEngine.available)
+    func manyAcknowledgements(engine: StoreEngine) throws {
+        let store = try engine.makeStore()
+        let installations = (0..<40).map { "i\($0)" }
+        var plans: [String: [PlannedDelivery]] = [:]
+        for (index, notification) in ["n1", "n2"].enumerated() {
+            plans[notification] = installations.map { Fixture.plan(notification, $0) }
+            try store.record(
+                Fixture.notification(notification, sequence: UInt64(index + 1)), plans: plans[notification]!,
+                sent: Set(plans[notification]!.map(\.deliveryId)), now: now)
+        }
+        // Every installation acknowledges n1's delivery (one of them twice), the first ten n2's too;
+        // i0 also names i1's delivery, which is not its own, and one nobody has.
+        var acks: [(String, [String])] = installations.map { ($0, [Fixture.plan("n1", $0).deliveryId]) }
+        acks[3].1.append(acks[3].1[0])
+        for index in 0..<10 { acks[index].1.append(Fixture.plan("n2", installations[index]).deliveryId) }
+        acks[0].1 += [Fixture.plan("n2", "i1").deliveryId, "unknown"]
+        #expect(try store.acknowledge(acks, now: now) == 50)
+        #expect(try store.acknowledge(acks, now: now) == 0, "counted once")
+        #expect(try store.outcome("n1")?.acknowledged == 40)
+        #expect(try store.outcome("n2")?.acknowledged == 10)
+        #expect(try store.pending(for: "i1", now: now).isEmpty)
+        #expect(try store.pending(for: "i10", now: now).map(\.deliveryId) == [Fixture.plan("n2", "i10").deliveryId])
+        #expect(try store.acknowledge([], now: now) == 0)
     }
 
     @Test("a failure counts once, never as acknowledged, and only from its installation", arguments: StoreEngine.available)

@@ -122,8 +122,8 @@ final class GroupedStore: DeliveryStore {
 
     func markSent(_ deliveries: [AgentDelivery], now: Date) throws { try turn { try inner.markSent(deliveries, now: now) } }
 
-    func acknowledge(_ deliveryIds: [String], installationId: String, now: Date) throws -> Int {
-        try turn { try inner.acknowledge(deliveryIds, installationId: installationId, now: now) }
+    func acknowledge(_ acks: [(String, [String])], now: Date) throws -> Int {
+        try turn { try inner.acknowledge(acks, now: now) }
     }
 
     func fail(_ failures: [DeliveryFailure], installationId: String, now: Date) throws {
