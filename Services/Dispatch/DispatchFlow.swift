@@ -15,6 +15,11 @@ struct PullControl: Equatable {
     /// ahead of the agents only queues in memory, and leaves the store fewer deliveries it can keep
     /// from writing (those acknowledged before their group of writes commits).
     static let inFlightLimit = 5_000
+    /// The most pages of notifications that came whole on the stream planned at once, one turn
+    /// each, before the loop serves its other sockets; what is left is pulled.
+    static let streamedPages = 8
+    /// The most messages of the stream kept while a pull is on its way, to plan after its reply.
+    static let heldStreamLimit = 2_000
 
     private(set) var pulling = false
     private(set) var limit = PullControl.maxPage

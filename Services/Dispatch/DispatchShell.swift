@@ -35,6 +35,8 @@ final class DispatchShell {
     private var pulls = PullControl()
     /// Notifications planned as they came whole on the publish service's stream, and as pulled (health).
     private var planned = (streamed: 0, pulled: 0)
+    /// Messages of the publish service's stream that came while a pull was on its way.
+    private var heldStream: [SequencedMessage] = []
     private var resume = PushResume()
     /// Sends an agent's full queue refused; the delivery is left to its resend.
     private(set) var sendsBlocked = 0
@@ -235,16 +237,32 @@ final class DispatchShell {
             case .success(let batch):
                 guard !batch.notifications.isEmpty else {
                     _ = pulls.answered(count: 0, planned: 0)
+                    streamedMeanwhile()
                     return
                 }
                 let deliveries = plan(batch.notifications, after: request.after)
                 planned.pulled += batch.notifications.count
-                if pulls.answered(count: batch.notifications.count, planned: deliveries) { pull() }
+                let more = pulls.answered(count: batch.notifications.count, planned: deliveries)
+                if !streamedMeanwhile() && more { pull() }
             case .failure(let error):
                 pulls.failed()
                 logger.warning("pull from the publish service failed; trying again", ("error", error.message))
+                streamedMeanwhile()
             }
         }
+    }
+
+    /// What came on the stream while a pull was on its way, planned once its reply is: those next
+    /// after the cursor are planned from here, and only what they do not cover is pulled. Without
+    /// it, a dispatcher that pulled once while sends kept coming would pull page after page.
+    /// Returns false when nothing came meanwhile.
+    @discardableResult
+    private func streamedMeanwhile() -> Bool {
+        guard !heldStream.isEmpty else { return false }
+        let messages = heldStream
+        heldStream = []
+        streamed(messages)
+        return true
     }
 
     /// The publish service's stream says there is more past `latest`: only a hint, so a lost one
@@ -256,16 +274,24 @@ final class DispatchShell {
     /// Messages from the publish service's stream. Those that carry their notification whole, next
     /// after the cursor, are planned at once, as a pull's reply would be, which saves the pull's round
     /// trip; anything past them (a gap, a large notification, or all of them while a pull is on its
-    /// way) is left to a pull.
+    /// way) is left to a pull. They are planned a page at a time, each page its own turn, up to
+    /// `PullControl.streamedPages` pages, while the deliveries in flight stay below the limit.
     func streamed(_ messages: [SequencedMessage]) {
         guard let latest = messages.map(\.sequence).max() else { return }
-        if pulls.takesStreamed(registryReady: replica?.tracker.position != nil, inFlight: core.inFlightCount), let cursor = pullCursor() {
+        if pulls.pulling {
+            // Kept for the pull's reply, up to a bound; past it, the pull that follows takes the rest.
+            heldStream += messages.prefix(max(0, PullControl.heldStreamLimit - heldStream.count))
+            return
+        }
+        for _ in 0..<PullControl.streamedPages {
+            guard pulls.takesStreamed(registryReady: replica?.tracker.position != nil, inFlight: core.inFlightCount),
+                let cursor = pullCursor()
+            else { break }
             let batch = PullControl.streamed(messages, after: cursor, limit: pulls.limit)
-            if !batch.isEmpty {
-                let deliveries = plan(batch, after: cursor)
-                planned.streamed += batch.count
-                pulls.adapt(count: batch.count, planned: deliveries)
-            }
+            guard !batch.isEmpty else { break }
+            let deliveries = plan(batch, after: cursor)
+            planned.streamed += batch.count
+            pulls.adapt(count: batch.count, planned: deliveries)
         }
         hinted(latest: latest)
     }
