@@ -75,7 +75,7 @@ public struct KeyStore: Sendable, Equatable {
         guard Double(signature.expiry) > now.timeIntervalSince1970 else {
             throw AuthError(.unauthorized, "the token expired at \(Date(timeIntervalSince1970: Double(signature.expiry)))")
         }
-        guard signature.covers(resource) else {
+        guard verified.covers(signature, resource) else {
             throw AuthError(.unauthorized, "the token is for '\(signature.resource)', not '\(resource)'")
         }
         guard key.rights.allows(needs) else {
@@ -90,7 +90,23 @@ final class VerifiedTokens: Sendable {
     private let entries = Mutex<[String: (SharedAccessSignature, String)]>([:])
     static let capacity = 4_096
 
+    /// Whether a token's resource covers a requested one, by resource pair: the pairs are few (a
+    /// service checks every request against its own hub), and `SharedAccessSignature.covers`
+    /// decodes and lowercases both each time.
+    private let coverage = Mutex<[String: Bool]>([:])
+
     func lookup(_ token: String) -> (SharedAccessSignature, String)? { entries.withLock { $0[token] } }
+
+    func covers(_ signature: SharedAccessSignature, _ requested: String) -> Bool {
+        let pair = signature.resource + "\n" + requested
+        if let known = coverage.withLock({ $0[pair] }) { return known }
+        let covers = signature.covers(requested)
+        coverage.withLock { coverage in
+            if coverage.count >= Self.capacity { coverage.removeAll(keepingCapacity: true) }
+            coverage[pair] = covers
+        }
+        return covers
+    }
 
     func remember(_ token: String, _ signature: SharedAccessSignature, secret: String) {
         entries.withLock { entries in
