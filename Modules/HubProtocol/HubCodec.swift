@@ -215,6 +215,15 @@ public enum HubCodec {
     public static func decode<M: HubMessage>(_: M.Type, from data: Data, parsed: Parsed? = nil, extraFields: ExtraFields = .refused)
         throws(HubError) -> Envelope<M>
     {
+        try decodeChecked(M.self, from: data, parsed: parsed, extraFields: extraFields).envelope
+    }
+
+    /// Like `decode`, also returning the payload as `encodeValue` writes it, when the check for
+    /// unknown fields made it (a request whose payload has fields): what a handler that stores the
+    /// payload would otherwise encode again.
+    public static func decodeChecked<M: HubMessage>(
+        _: M.Type, from data: Data, parsed: Parsed? = nil, extraFields: ExtraFields = .refused
+    ) throws(HubError) -> (envelope: Envelope<M>, payloadJSON: Data?) {
         let parsed = try parsedOrParse(parsed, data)
         let header = parsed.header
         guard header.type == M.messageType else {
@@ -232,10 +241,10 @@ public enum HubCodec {
         } catch {
             throw HubError(.invalidPayload, "'\(M.messageType)': \(error)")
         }
-        if case .refused = extraFields, let field = unknownField(in: parsed.object["payload"], comparedWith: envelope.payload) {
-            throw HubError(.unknownField, "'\(M.messageType)' has no field '\(field)'")
-        }
-        return envelope
+        guard case .refused = extraFields else { return (envelope, nil) }
+        let (field, encoded) = check(parsed.object["payload"], against: envelope.payload)
+        if let field { throw HubError(.unknownField, "'\(M.messageType)' has no field '\(field)'") }
+        return (envelope, encoded)
     }
 
     /// Decodes a reply: the expected type, or the error it carries as a thrown `HubError`. Unlike a
@@ -279,11 +288,16 @@ public enum HubCodec {
     /// The first field path present in the input payload but absent from the decoded value,
     /// found by encoding the value again and comparing the two trees.
     static func unknownField<M: HubMessage>(in inputPayload: Any?, comparedWith payload: M) -> String? {
+        check(inputPayload, against: payload).field
+    }
+
+    /// `unknownField`, with the payload encoded again for the comparison (nil when the input had no fields).
+    private static func check<M: HubMessage>(_ inputPayload: Any?, against payload: M) -> (field: String?, encoded: Data?) {
         guard let inputPayload, let object = inputPayload as? [String: Any], !object.isEmpty,
             let reencoded = try? encoder.encode(payload),
             let known = try? JSONSerialization.jsonObject(with: reencoded, options: [.fragmentsAllowed])
-        else { return nil }
-        return firstExtraKey(inputPayload, known, path: "")
+        else { return (nil, nil) }
+        return (firstExtraKey(inputPayload, known, path: ""), reencoded)
     }
 
     private static func firstExtraKey(_ input: Any, _ known: Any, path: String) -> String? {

@@ -52,7 +52,7 @@ public final class HubServer {
 
     /// Answers requests of type `R` with `handler`. Throwing a `HubError` replies with its code.
     public func on<R: HubRequest>(_: R.Type, _ handler: @escaping (Envelope<R>) throws -> R.Reply) {
-        on(R.self) { envelope, _ in try handler(envelope) }
+        on(R.self) { (envelope: Envelope<R>, _: [Data]) in try handler(envelope) }
     }
 
     /// Like `on`, with the route back to the peer, for servers that push to their peers later.
@@ -61,6 +61,15 @@ public final class HubServer {
             let envelope = try HubCodec.decode(R.self, from: data, parsed: parsed)
             let reply = try handler(envelope, route)
             return HubCodec.encode(reply, id: parsed.header.id)
+        }
+    }
+
+    /// Like `on`, with the payload as `HubCodec.encodeValue` writes it, when decoding made it (see
+    /// `HubCodec.decodeChecked`), for a handler that stores the payload.
+    public func on<R: HubRequest>(_: R.Type, payloadJSON handler: @escaping (Envelope<R>, _ payloadJSON: Data?) throws -> R.Reply) {
+        handlers[R.messageType] = { data, parsed, _ in
+            let (envelope, payloadJSON) = try HubCodec.decodeChecked(R.self, from: data, parsed: parsed)
+            return HubCodec.encode(try handler(envelope, payloadJSON), id: parsed.header.id)
         }
     }
 

@@ -92,12 +92,12 @@ final class PostgresPublishStore: PublishEngine {
         }
     }
 
-    func accept(_ send: SendNotification, timeToLive: Int, now: Date) throws -> (AcceptedNotification, isNew: Bool) {
+    func accept(_ send: SendNotification, timeToLive: Int, now: Date, encoded: Data?) throws -> (AcceptedNotification, isNew: Bool) {
         if send.idempotencyKey == nil {
-            guard held != nil else { return (try insertAlone(send, timeToLive: timeToLive, now: now), true) }
+            guard held != nil else { return (try insertAlone(send, timeToLive: timeToLive, now: now, encoded: encoded), true) }
             let id = UUID().uuidString.lowercased()
             let expiresAt = now.addingTimeInterval(TimeInterval(timeToLive))
-            held?.append(Held(id: id, send: try encoder.encode(send), enqueuedAt: now.timeIntervalSince1970, expiresAt: expiresAt.timeIntervalSince1970))
+            held?.append(Held(id: id, send: try encoded ?? encoder.encode(send), enqueuedAt: now.timeIntervalSince1970, expiresAt: expiresAt.timeIntervalSince1970))
             return (AcceptedNotification(sequence: 0, notificationId: id, send: send, enqueuedAt: now, expiresAt: expiresAt), true)
         }
         try insertHeld()
@@ -113,12 +113,12 @@ final class PostgresPublishStore: PublishEngine {
     /// statement is atomic, so it needs no savepoint of its own in a commit group; if it fails, the
     /// group's transaction can no longer commit, and every request of the group is refused (none
     /// of them happened).
-    private func insertAlone(_ send: SendNotification, timeToLive: Int, now: Date) throws -> AcceptedNotification {
+    private func insertAlone(_ send: SendNotification, timeToLive: Int, now: Date, encoded: Data?) throws -> AcceptedNotification {
         let id = UUID().uuidString.lowercased()
         let expiresAt = now.addingTimeInterval(TimeInterval(timeToLive))
         let row = try connection.queryOne(
             Self.insertAlone,
-            [id, try encoder.encode(send), NotificationState.enqueued.rawValue, now.timeIntervalSince1970, expiresAt.timeIntervalSince1970])
+            [id, try encoded ?? encoder.encode(send), NotificationState.enqueued.rawValue, now.timeIntervalSince1970, expiresAt.timeIntervalSince1970])
         guard let sequence = row?[0].int64 else {
             throw PostgresError(message: "the sequence row publish.stream is missing", operation: "accept a send")
         }

@@ -10,8 +10,9 @@ struct PublishHandlers {
     let context: ServiceContext
     let store: any PublishStore
     let rich: any RichStore
-    /// Stores a send durably and announces it once committed; the same idempotency key gives the first send back.
-    let accept: (SendNotification, Int) throws -> AcceptedNotification
+    /// Stores a send durably and announces it once committed; the same idempotency key gives the
+    /// first send back. The data, when given, is the send as the store encodes it.
+    let accept: (SendNotification, Int, Data?) throws -> AcceptedNotification
     /// The last sequence announced on the stream.
     let latest: () -> UInt64
     /// Forwards a user notification to the sync store without waiting; nil where there is none.
@@ -24,7 +25,7 @@ struct PublishHandlers {
                 sync.forward(request.payload) { respond(Self.posted($0)) }
             }
         }
-        server.on(SendNotification.self) { try send($0) }
+        server.on(SendNotification.self, payloadJSON: { try send($0, payloadJSON: $1) })
         server.on(CancelScheduledNotification.self) { try cancel($0) }
         server.on(SendRichNotification.self) { try sendRich($0) }
         server.on(RichFetchRequest.self) { try fetchRich($0) }
@@ -42,7 +43,8 @@ struct PublishHandlers {
         return .failure(HubError(.unavailable, "the sync store did not answer in time; posting again with the same appNotificationId is safe"))
     }
 
-    func send(_ request: Envelope<SendNotification>) throws -> SendAccepted {
+    /// `payloadJSON`: the send as decoding encoded it again, which the store keeps as it is.
+    func send(_ request: Envelope<SendNotification>, payloadJSON: Data? = nil) throws -> SendAccepted {
         try context.authorize(request.auth, needs: .send)
         guard request.payload.rich == nil else {
             throw HubError(.invalidArgument, "'rich' is set by the hub; send rich payloads with rich.send")
@@ -52,7 +54,7 @@ struct PublishHandlers {
         if let fireAt = request.payload.scheduledAt {
             return SendAccepted(notificationId: try store.schedule(request.payload, fireAt: fireAt, now: Date()), state: .scheduled)
         }
-        return SendAccepted(notificationId: try accept(request.payload, timeToLive).notificationId, state: .enqueued)
+        return SendAccepted(notificationId: try accept(request.payload, timeToLive, payloadJSON).notificationId, state: .enqueued)
     }
 
     func cancel(_ request: Envelope<CancelScheduledNotification>) throws -> Ack {
@@ -73,7 +75,7 @@ struct PublishHandlers {
         silent.rich = RichReference(
             richId: richId, richType: request.payload.richType, message: request.payload.message,
             contentType: request.payload.contentType, size: request.payload.payload.count)
-        return RichAccepted(notificationId: try accept(silent, timeToLive).notificationId, richId: richId)
+        return RichAccepted(notificationId: try accept(silent, timeToLive, nil).notificationId, richId: richId)
     }
 
     func fetchRich(_ request: Envelope<RichFetchRequest>) throws -> RichPayload {

@@ -32,8 +32,8 @@ public enum PublishMain {
                 events, topic: NotificationStream.topic, page: 100, read: { try store.stream(after: $0, limit: $1) }, sequence: \.sequence,
                 body: \.body)
 
-            func accept(_ send: SendNotification, timeToLive: Int) throws -> AcceptedNotification {
-                let (accepted, isNew) = try store.accept(send, timeToLive: timeToLive, now: Date())
+            func accept(_ send: SendNotification, timeToLive: Int, encoded: Data?) throws -> AcceptedNotification {
+                let (accepted, isNew) = try store.accept(send, timeToLive: timeToLive, now: Date(), encoded: encoded)
                 if isNew {
                     // Committed by then: the send stands even when the hint has to wait for the next heartbeat.
                     // One announcement covers every send of the group.

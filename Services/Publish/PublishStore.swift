@@ -14,7 +14,8 @@ protocol PublishStore: AnyObject {
     /// A repeated idempotency key returns the first send instead of a new one. On PostgreSQL a send
     /// without a key accepted in a group is inserted with the group's others as the group commits:
     /// its sequence is 0 in what this returns, and the stream announces it.
-    func accept(_ send: SendNotification, timeToLive: Int, now: Date) throws -> (AcceptedNotification, isNew: Bool)
+    /// `encoded`, when given, is `send` as the store's encoder writes it (`HubCodec.encodeValue`).
+    func accept(_ send: SendNotification, timeToLive: Int, now: Date, encoded: Data?) throws -> (AcceptedNotification, isNew: Bool)
     /// Runs `body`, the requests of one commit group, in one transaction: all of them commit, or
     /// (when this throws) none.
     func group(_ body: () -> Void) throws
@@ -37,6 +38,12 @@ protocol PublishStore: AnyObject {
     func find(_ id: String) throws -> AcceptedNotification?
     /// Forgets notifications that expired before `before`; returns how many.
     func purge(before: Date) throws -> Int
+}
+
+extension PublishStore {
+    func accept(_ send: SendNotification, timeToLive: Int, now: Date) throws -> (AcceptedNotification, isNew: Bool) {
+        try accept(send, timeToLive: timeToLive, now: now, encoded: nil)
+    }
 }
 
 extension HubError {

@@ -20,12 +20,12 @@ final class SQLitePublishStore: PublishEngine {
 
     func group(_ body: () -> Void) throws { try database.transaction { body() } }
 
-    func accept(_ send: SendNotification, timeToLive: Int, now: Date) throws -> (AcceptedNotification, isNew: Bool) {
-        try accept(send, timeToLive: timeToLive, now: now, id: nil)
+    func accept(_ send: SendNotification, timeToLive: Int, now: Date, encoded: Data?) throws -> (AcceptedNotification, isNew: Bool) {
+        try accept(send, timeToLive: timeToLive, now: now, id: nil, encoded: encoded)
     }
 
     /// `id` is given when a scheduled send fires, so it keeps the id its sender was told.
-    private func accept(_ send: SendNotification, timeToLive: Int, now: Date, id given: String?) throws
+    private func accept(_ send: SendNotification, timeToLive: Int, now: Date, id given: String?, encoded: Data? = nil) throws
         -> (AcceptedNotification, isNew: Bool)
     {
         try database.transaction {
@@ -43,7 +43,7 @@ final class SQLitePublishStore: PublishEngine {
                 INSERT INTO notifications (notification_id, idempotency_key, send, state, enqueued_at, expires_at)
                 VALUES (?, ?, ?, ?, ?, ?)
                 """,
-                [id, send.idempotencyKey, try encoder.encode(send), NotificationState.enqueued.rawValue,
+                [id, send.idempotencyKey, try encoded ?? encoder.encode(send), NotificationState.enqueued.rawValue,
                  now.timeIntervalSince1970, expiresAt.timeIntervalSince1970])
             let sequence = UInt64(database.lastInsertRowID)
             return (

@@ -67,6 +67,20 @@ struct DecodingErrorTests {
         }
     }
 
+    @Test("a checked decode gives back the payload as encodeValue writes it, for storing as it is; nothing when the payload has no fields")
+    func payloadJSON() throws {
+        let send = SendNotification(format: .template, properties: ["messageParam": "a/b \"q\""], tagExpression: "World && !Sports")
+        let data = HubCodec.encode(send, id: "1")
+        let (envelope, payloadJSON) = try HubCodec.decodeChecked(SendNotification.self, from: data)
+        #expect(envelope.payload == send)
+        #expect(payloadJSON == HubCodec.encodeValue(send))
+        let empty = try HubCodec.decodeChecked(HealthRequest.self, from: Data(#"{"v":1,"type":"health","id":"2","payload":{}}"#.utf8))
+        #expect(empty.payloadJSON == nil)
+        #expect(throws: HubError.self) {
+            try HubCodec.decodeChecked(SendNotification.self, from: Data(#"{"v":1,"type":"notification.send","id":"3","payload":{"format":"native","bogus":1}}"#.utf8))
+        }
+    }
+
     @Test("a null optional field is not an unknown field")
     func nullOptional() throws {
         let text = #"{"v":1,"type":"installation.list","id":"1","auth":null,"payload":{"tag":null,"limit":5}}"#

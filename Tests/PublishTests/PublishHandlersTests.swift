@@ -23,7 +23,7 @@ final class PublishHandlersTests {
         self.store = store
         let rich = try SQLiteRichStore(database: database, directory: URL(fileURLWithPath: harness.dataDir).appendingPathComponent("rich"))
         handlers = PublishHandlers(
-            context: harness.context, store: store, rich: rich, accept: { try store.accept($0, timeToLive: $1, now: Date()).0 }, latest: { 42 })
+            context: harness.context, store: store, rich: rich, accept: { try store.accept($0, timeToLive: $1, now: Date(), encoded: $2).0 }, latest: { 42 })
     }
 
     var context: ServiceContext { harness.context }
