@@ -60,6 +60,8 @@ enum FanoutBench {
     }
 
     static func run(agents: Int, broadcasts: Int, latencySends: Int, rate: Int, size: Int = 256, meter: Meter = .cpu) throws -> [BenchResult] {
+        // The floor under connecting: as many CURVE connections to a bare libzmq socket, first.
+        let alone = meter.wrapper == nil ? try? CurveConnectBench.run(agents: agents) : nil
         let cluster = try HubCluster()
         defer { cluster.stopAll() }
         if let wrapper = meter.wrapper { cluster.wrappers["nh-dispatch"] = wrapper }
@@ -83,10 +85,33 @@ enum FanoutBench {
         _ = waitFor(timeout: 60) { (try? cluster.waitHealthy(dispatcher).details?["installations"]) == String(agents) }
         Thread.sleep(forTimeInterval: 0.5)
         let indexed = residentBytes(dispatchProcess.processIdentifier)
+        // Connecting, with when the dispatcher had let every agent's handshake through (ZAP
+        // accepted; each health check's own connection is not counted) and how many connections
+        // the kernel dropped meanwhile for a full accept queue (retried by the client a second or
+        // more later).
+        let overflowsBefore = CurveConnectBench.listenOverflows()
+        let zapBefore = Int((try? details(cluster, dispatcher))?["zapAcceptedTotal"] ?? "") ?? 0
+        // Each check's own handshake is counted before it answers (the first one's is in zapBefore).
+        var checks = 0
+        var handshakesSeconds: Double?
         let connectStart = ContinuousClock.now
         for fleet in fleets { fleet.send("connect") }
-        let allWelcomed = fleets.allSatisfy { $0.wait("welcomed", timeout: 120) }
+        var waiting = fleets
+        let connectDeadline = Date().addingTimeInterval(120)
+        while let first = waiting.first, Date() < connectDeadline {
+            if first.wait("welcomed", timeout: 0.1) {
+                waiting.removeFirst()
+                continue
+            }
+            guard handshakesSeconds == nil else { continue }
+            checks += 1
+            if let accepted = (try? details(cluster, dispatcher))?["zapAcceptedTotal"].flatMap({ Int($0) }), accepted - zapBefore - checks >= agents {
+                handshakesSeconds = seconds(since: connectStart)
+            }
+        }
+        let allWelcomed = waiting.isEmpty
         let connectSeconds = seconds(since: connectStart)
+        let overflows = CurveConnectBench.listenOverflows().flatMap { after in overflowsBefore.map { after - $0 } }
         _ = waitFor(timeout: 30) { (try? cluster.waitHealthy(dispatcher).details?["agents"]) == String(agents) }
         Thread.sleep(forTimeInterval: 0.5)
         let connected = residentBytes(dispatchProcess.processIdentifier)
@@ -160,7 +185,7 @@ enum FanoutBench {
         var results: [BenchResult] = [
             BenchResult(name: "fan-out N=\(n): connect all agents", unit: "s", count: 0, seconds: 0,
                         baseline: MosquittoFanout.connectName(n: agents, qos: 1), value: connectSeconds,
-                        note: allWelcomed ? "CURVE handshake, ZAP, hello, welcome" : "not all welcomed within 120 s"),
+                        note: allWelcomed ? connectNote(handshakes: handshakesSeconds, overflows: overflows, alone: alone) : "not all welcomed within 120 s"),
             BenchResult(name: "fan-out N=\(n): reaching agents", unit: "dlv/s", count: reachedSeconds > 0 ? expected : 0,
                         seconds: reachedSeconds, baseline: MosquittoFanout.deliveryName(n: agents, qos: 1),
                         note: "\(broadcasts) broadcasts of \(size) B"),
@@ -173,6 +198,14 @@ enum FanoutBench {
             BenchResult(name: "fan-out N=\(n): dispatcher memory per installation", unit: "B", count: 0, seconds: 0,
                         value: Double(max(0, indexed - baseline)) / Double(agents), note: "RSS growth as N installations are indexed"),
         ]
+        if let alone {
+            results.insert(
+                BenchResult(
+                    name: CurveConnectBench.name(n: agents), unit: "s", count: 0, seconds: 0, value: alone.seconds,
+                    note: "context: \(alone.echoed.formatted()) of \(n) echoed; server with 2 I/O threads, clients of 2,500 sockets"
+                        + (alone.overflows.map { "; \($0.formatted()) connections dropped by a full accept queue and retried" } ?? "")),
+                at: 1)
+        }
         if !latencies.isEmpty {
             for (label, quantile) in [("p50", 0.5), ("p99", 0.99), ("p99.9", 0.999)] {
                 results.append(BenchResult(
@@ -183,6 +216,15 @@ enum FanoutBench {
             }
         }
         return results
+    }
+
+    /// What connecting took, in parts: the CURVE handshakes through ZAP, then hellos and welcomes.
+    static func connectNote(handshakes: Double?, overflows: Int?, alone: CurveConnectBench.Outcome?) -> String {
+        var parts = ["CURVE handshake, ZAP, hello, welcome"]
+        if let handshakes { parts.append("every handshake through ZAP at \(BenchReport.format(handshakes, decimals: 2)) s") }
+        if let overflows { parts.append("\(overflows.formatted()) connections dropped by a full accept queue and retried") }
+        if let alone { parts.append("libzmq CURVE alone: \(BenchReport.format(alone.seconds, decimals: 2)) s") }
+        return parts.joined(separator: "; ")
     }
 
     /// The dispatcher's cost per acknowledged delivery as `meter` reads it; its CPU beside the

@@ -18,6 +18,7 @@ let usage = """
            nh-bench fanout [--fanout N,N...] [--broadcasts B] [--rate SENDS/S] [--latency-count C] [--json] [--output FILE]
            nh-bench fanout-mqtt [--fanout N,N...] [--broadcasts B] [--rate SENDS/S] [--latency-count C] [--json] [--output FILE]
            nh-bench fanout-shards [--fanout N] [--broadcasts B] [--json] [--output FILE]
+           nh-bench curve-connect [--fanout N] [--json] [--output FILE]
            nh-bench instructions [--fanout N] [--broadcasts B] [--json] [--output FILE]
            nh-bench desktop [--popups N] [--tries N] [--json] [--output FILE]
            nh-bench unifiedpush [--pushes N] [--json] [--output FILE]
@@ -31,7 +32,9 @@ let usage = """
     beside the Mosquitto broker's at QoS 1, is user and system time of all the process's threads
     (/proc/PID/stat) over a run of B broadcasts less that over a run of 2, divided by the
     deliveries between them, so that connecting and each run's fixed costs are not counted.
-    `fanout` runs only those; `fanout-mqtt` only Mosquitto's.
+    `fanout` runs only those; `fanout-mqtt` only Mosquitto's. Before the hub's connect figure, the
+    same N CURVE connections are timed to a bare libzmq ROUTER that echoes (`curve-connect` alone):
+    the floor under connecting, with the connections the kernel dropped for a full accept queue.
 
     The instruction figure (`instructions`, `make bench-instructions`) runs the dispatcher under
     valgrind's callgrind and broadcasts to N agents (default 200) as the fan-out does: the
@@ -123,6 +126,10 @@ if CommandLine.arguments.count > 1 && CommandLine.arguments[1] == "mqtt-subscrib
 }
 
 do {
+    if CommandLine.arguments.dropFirst().first == "curve-clients" {
+        try CurveConnectBench.clients(Array(CommandLine.arguments.dropFirst(2)))
+        exit(0)
+    }
     if CommandLine.arguments.dropFirst().first == "fleet" {
         let parsed = try Arguments(Array(CommandLine.arguments.dropFirst(2)), valued: ["count", "prefix", "tag", "heartbeat-ms"], flags: [])
         var options = AgentFleet.Options()
@@ -201,6 +208,15 @@ do {
         try report(
             try FanoutBench.instructions(agents: agents, broadcasts: parsed[option: "broadcasts"].flatMap(Int.init) ?? 10),
             settings: BenchSettings(messages: 0, roundTrips: 0, size: FanoutPayload.size), parsed)
+        exit(0)
+    case "curve-connect":
+        let agents = try shardedFanoutAgents(parsed)
+        let outcome = try CurveConnectBench.run(agents: agents)
+        try report(
+            [BenchResult(
+                name: CurveConnectBench.name(n: agents), unit: "s", count: 0, seconds: 0, value: outcome.seconds,
+                note: "\(outcome.echoed) echoed; \(outcome.overflows.map(String.init) ?? "unknown") connections dropped by a full accept queue")],
+            settings: BenchSettings(messages: 0, roundTrips: 0, size: 5), parsed)
         exit(0)
     case "fanout-shards":
         let agents = try shardedFanoutAgents(parsed)

@@ -453,7 +453,7 @@ extension ZMQSocket {
         try socket.setMaxMessageSize(config.maxMessageBytes + 4_096)
         try socket.setHandshakeInterval(0)
         try socket.setTCPKeepalive(idle: 60, interval: 10, count: 3)
-        try socket.setBacklog(4_096)
+        try socket.setBacklog(65_535)
         try socket.makeCurveServer(keys, domain: ZAPHandler.agentDomain)
         try socket.bind(endpoint)
         return socket

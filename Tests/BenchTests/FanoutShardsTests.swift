@@ -149,3 +149,22 @@ struct CPUPerDeliveryTests {
         #expect(figure.name == "fan-out N=200: dispatcher instructions per acknowledged delivery")
     }
 }
+
+/// What connecting N agents took, in parts, and the machine's accept-queue drops.
+@Suite("Connect figure")
+struct ConnectFigureTests {
+    @Test("the note gives the handshakes' time, the dropped connections and bare libzmq's time, each only when known")
+    func note() {
+        let alone = CurveConnectBench.Outcome(seconds: 6.5, echoed: 10_000, overflows: 3)
+        #expect(FanoutBench.connectNote(handshakes: 4.25, overflows: 1_779, alone: alone)
+            == "CURVE handshake, ZAP, hello, welcome; every handshake through ZAP at 4.25 s; 1,779 connections dropped by a full accept queue and retried; libzmq CURVE alone: 6.50 s")
+        #expect(FanoutBench.connectNote(handshakes: nil, overflows: nil, alone: nil) == "CURVE handshake, ZAP, hello, welcome")
+    }
+
+    @Test("the kernel's count of connections dropped for a full accept queue is read, and does not go back")
+    func listenOverflows() throws {
+        let first = try #require(CurveConnectBench.listenOverflows())
+        let second = try #require(CurveConnectBench.listenOverflows())
+        #expect(first >= 0 && second >= first)
+    }
+}
