@@ -121,7 +121,33 @@ enum FanoutShardsBench {
                 : "summed over both dispatchers; goal ≤ \(goal)× one dispatcher's (the work is split, not repeated); \(round.shares); \(idle), summed"
             results.append(BenchResult(name: cpuName(dispatchers: count), unit: "s", count: 0, seconds: 0, baseline: baseline, value: cost, note: note))
         }
+        if case .success(let first) = one, case .success(let second) = two, let oneCost = first.cpuPerThousand, let twoCost = second.cpuPerThousand {
+            for dispatchers in projected {
+                guard let rate = projectedRate(one: oneCost, two: twoCost, dispatchers: dispatchers) else { continue }
+                results.append(BenchResult(
+                    name: projectionName(dispatchers: dispatchers), unit: "dlv/s", count: 0, seconds: 0, value: rate,
+                    note: "on paper, from the CPU s per 1,000 above (one dispatcher \(BenchReport.format(oneCost, decimals: 3)), two summed "
+                        + "\(BenchReport.format(twoCost, decimals: 3))): each dispatcher repeats the difference (reading and planning every "
+                        + "notification) and they split the rest; a core for each, the store and the agents elsewhere"))
+            }
+        }
         return results
+    }
+
+    /// The dispatcher counts projected on paper.
+    static let projected = [8, 16]
+
+    static func projectionName(dispatchers: Int) -> String { "projected: \(dispatchers) dispatchers, a core each" }
+
+    /// Deliveries a second that `dispatchers` dispatchers would take, each on a core of its own,
+    /// from the CPU seconds per 1,000 deliveries of one and of two (summed): what the second
+    /// dispatcher added is what each repeats for itself (every notification read and planned for
+    /// its shards), the rest is split among them. Nil when the figures say nothing is split.
+    static func projectedRate(one: Double, two: Double, dispatchers: Int) -> Double? {
+        let repeated = max(0, two - one)
+        let split = one - repeated
+        guard split > 0, dispatchers > 0 else { return nil }
+        return 1_000 / (repeated + split / Double(dispatchers))
     }
 
     /// One round: fresh services on `database` with `count` dispatchers, each with requests, agent

@@ -327,28 +327,16 @@ protocol DeliveryEngine: DeliveryStore, EngineBacked {
     /// (`UnwrittenDeliveries`): on SQLite while a group is open; never on PostgreSQL, where each
     /// turn commits.
     var holdsDeliveries: Bool { get }
-    /// Whether many rows go in one statement (`insertAgentDeliveries(of:_:)`,
+    /// Whether many rows go in one statement (`insertAgentDeliveries(_:)`,
     /// `removeDeliveries`): where each statement is a round trip to a server. SQLite, in process,
     /// runs a statement per row.
     var batchesRows: Bool { get }
-    /// Inserts agents' deliveries of `notificationId` in one statement, unless stored before;
-    /// returns the ids it inserted. Only where `batchesRows`.
-    func insertAgentDeliveries(of notificationId: String, _ rows: [AgentDeliveryRow]) throws -> Set<String>
+    /// Inserts agents' deliveries of one notification, each under its id, in one statement, unless
+    /// stored before; returns the ids it inserted. Only where `batchesRows`.
+    func insertAgentDeliveries(_ rows: [(String, UnwrittenDeliveries.Delivery)]) throws -> Set<String>
     /// Removes the unacknowledged deliveries of (delivery id, installation id) in one statement;
     /// returns each removed one's (delivery id, notification id). Only where `batchesRows`.
     func removeDeliveries(_ pairs: ArraySlice<(String, String)>) throws -> [(String, String)]
-}
-
-/// One agent's delivery as a row to insert, in the columns after the notification's id.
-struct AgentDeliveryRow {
-    var deliveryId: String
-    var installationId: String
-    var shard: Int
-    var template: String?
-    var payloadId: Int64
-    var expiresAt: Double
-    var rich: Data?
-    var deliveredAt: Double?
 }
 
 extension DeliveryEngine {
@@ -360,7 +348,7 @@ extension DeliveryEngine {
     private var sql: DeliverySQL { Self.sql }
 
     var batchesRows: Bool { false }
-    func insertAgentDeliveries(of notificationId: String, _ rows: [AgentDeliveryRow]) throws -> Set<String> {
+    func insertAgentDeliveries(_ rows: [(String, UnwrittenDeliveries.Delivery)]) throws -> Set<String> {
         preconditionFailure("\(Self.self) inserts a statement per row")
     }
     func removeDeliveries(_ pairs: ArraySlice<(String, String)>) throws -> [(String, String)] {
@@ -543,9 +531,8 @@ extension DeliveryEngine {
         // Targets per platform, and deliveries that went out, counted here and added once.
         var targets: [String: Int] = [:]
         var delivered = 0
-        // Agents' deliveries written at once, where a statement takes many rows: inserted together
-        // after the loop, and counted by the ids the statement says it inserted.
-        var batch: [AgentDeliveryRow] = []
+        // Agents' deliveries inserted together after the loop, where a statement takes many rows.
+        var batch: [(String, UnwrittenDeliveries.Delivery)] = []
         if notification.send.test == true {
             ledger.testNotifications.insert(id)
             for plan in plans.prefix(Self.testResultsKept) {
@@ -584,20 +571,21 @@ extension DeliveryEngine {
             lastPayload = (plan.payload, payloadId)
             let wentOut = sent.contains(plan.deliveryId)
             let rich = try plan.rich.map { try ledger.encoder.encode($0) }
-            if holds, plan.platform == Platform.linux.rawValue, plan.headers?[AppPushMessage.topicHeader] == nil {
-                ledger.unwritten.add(plan.deliveryId, UnwrittenDeliveries.Delivery(
+            // An agent's delivery is held in memory until the group commits (past the cursor, on
+            // SQLite), or goes with the others in one statement where a statement takes many rows,
+            // counted then by the ids the statement says it inserted.
+            if plan.platform == Platform.linux.rawValue, plan.headers?[AppPushMessage.topicHeader] == nil, holds || batchesRows {
+                let delivery = UnwrittenDeliveries.Delivery(
                     notificationId: id, installationId: plan.installationId, shard: shard, template: plan.template, payloadId: payloadId,
-                    expiresAt: plan.expiresAt, rich: rich, deliveredAt: wentOut ? now : nil))
+                    expiresAt: plan.expiresAt, rich: rich, deliveredAt: wentOut ? now : nil)
+                guard holds else {
+                    batch.append((plan.deliveryId, delivery))
+                    continue
+                }
+                ledger.unwritten.add(plan.deliveryId, delivery)
                 stored += 1
                 targets[plan.platform, default: 0] += 1
                 if wentOut { delivered += 1 }
-                continue
-            }
-            if batchesRows, plan.platform == Platform.linux.rawValue, plan.headers?[AppPushMessage.topicHeader] == nil {
-                batch.append(AgentDeliveryRow(
-                    deliveryId: plan.deliveryId, installationId: plan.installationId, shard: shard, template: plan.template,
-                    payloadId: payloadId, expiresAt: plan.expiresAt.timeIntervalSince1970, rich: rich,
-                    deliveredAt: wentOut ? now.timeIntervalSince1970 : nil))
                 continue
             }
             // An agent's delivery written at once comes after those held, as they were recorded
@@ -622,7 +610,7 @@ extension DeliveryEngine {
             if wentOut { delivered += 1 }
         }
         for start in stride(from: 0, to: batch.count, by: Self.rowsPerBatch) {
-            let inserted = try insertAgentDeliveries(of: id, Array(batch[start..<min(start + Self.rowsPerBatch, batch.count)]))
+            let inserted = try insertAgentDeliveries(Array(batch[start..<min(start + Self.rowsPerBatch, batch.count)]))
             stored += inserted.count
             targets[Platform.linux.rawValue, default: 0] += inserted.count
             if !sent.isEmpty { delivered += inserted.reduce(0) { $0 + (sent.contains($1) ? 1 : 0) } }

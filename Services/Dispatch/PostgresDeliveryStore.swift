@@ -353,12 +353,14 @@ final class PostgresDeliveryStore: DeliveryEngine {
     /// acknowledgements come out, a few thousand rows to a statement.
     var batchesRows: Bool { true }
 
-    func insertAgentDeliveries(of notificationId: String, _ rows: [AgentDeliveryRow]) throws -> Set<String> {
+    func insertAgentDeliveries(_ rows: [(String, UnwrittenDeliveries.Delivery)]) throws -> Set<String> {
+        guard let notificationId = rows.first?.1.notificationId else { return [] }
         let inserted = try connection.query(Self.insertAgentDeliveryArrays, [
-            notificationId, PostgresValue.textArray(rows.map(\.deliveryId)), PostgresValue.textArray(rows.map(\.installationId)),
-            PostgresValue.textArray(rows.map { String($0.shard) }), PostgresValue.textArray(rows.map(\.template)),
-            PostgresValue.textArray(rows.map { String($0.payloadId) }), PostgresValue.textArray(rows.map { String($0.expiresAt) }),
-            PostgresValue.byteaArray(rows.map(\.rich)), PostgresValue.textArray(rows.map { $0.deliveredAt.map { String($0) } }),
+            notificationId, PostgresValue.textArray(rows.map(\.0)), PostgresValue.textArray(rows.map(\.1.installationId)),
+            PostgresValue.textArray(rows.map { String($0.1.shard) }), PostgresValue.textArray(rows.map(\.1.template)),
+            PostgresValue.textArray(rows.map { String($0.1.payloadId) }),
+            PostgresValue.textArray(rows.map { String($0.1.expiresAt.timeIntervalSince1970) }), PostgresValue.byteaArray(rows.map(\.1.rich)),
+            PostgresValue.textArray(rows.map { $0.1.deliveredAt.map { String($0.timeIntervalSince1970) } }),
         ])
         return Set(inserted.compactMap { $0[0].string })
     }

@@ -50,7 +50,7 @@ struct FanoutShardsTests {
         FanoutShardsBench.Round(dispatchers: dispatchers, expected: 100_000, seconds: seconds, cpuSeconds: cpu, acked: acked, shards: shards)
     }
 
-    @Test("three rounds make six figures: each rate, then each CPU cost; PostgreSQL beside SQLite, two dispatchers beside one")
+    @Test("three rounds make eight figures: each rate, each CPU cost (PostgreSQL beside SQLite, two dispatchers beside one), then 8 and 16 on paper")
     func figures() throws {
         let sqlite = Self.round(1, cpu: [3], acked: [100_000], shards: [0], seconds: 2)
         let one = Self.round(1, cpu: [4], acked: [100_000], shards: [64], seconds: 4)
@@ -59,6 +59,7 @@ struct FanoutShardsTests {
         #expect(results.map(\.name) == [
             "fan-out 10,000 on SQLite, 1 dispatcher", "fan-out 10,000 on PostgreSQL, 1 dispatcher", "fan-out 10,000 on PostgreSQL, 2 dispatchers",
             "CPU s per 1,000 acked, 1 dispatcher on SQLite", "CPU s per 1,000 acked, 1 dispatcher", "CPU s per 1,000 acked, 2 dispatchers, summed",
+            "projected: 8 dispatchers, a core each", "projected: 16 dispatchers, a core each",
         ])
         #expect(results[0].rate == 50_000 && results[0].baseline == nil)
         #expect(results[1].rate == 25_000 && results[1].baseline == results[0].name)
@@ -74,6 +75,19 @@ struct FanoutShardsTests {
         let note = try #require(results[5].note)
         #expect(note.contains("≤ 1.1×"))
         #expect(note.contains("#1 32 shards, 49.0% of acks, 2.50 CPU s; #2 32 shards, 51.0% of acks, 2.00 CPU s"))
+        // On paper: one 0.04 s per 1,000, two 0.045 summed: each repeats 0.005, and 0.035 is split.
+        #expect(abs((results[6].value ?? 0) - 1_000 / (0.005 + 0.035 / 8)) < 1e-6)
+        #expect(abs((results[7].value ?? 0) - 1_000 / (0.005 + 0.035 / 16)) < 1e-6)
+    }
+
+    @Test("the projection: what two add is repeated by each, the rest split; two no dearer than one split it all; nothing split, nothing projected")
+    func projection() throws {
+        #expect(FanoutShardsBench.projectedRate(one: 0.04, two: 0.04, dispatchers: 8) == 1_000 / 0.005)
+        #expect(FanoutShardsBench.projectedRate(one: 0.04, two: 0.038, dispatchers: 2) == 1_000 / 0.02)
+        #expect(FanoutShardsBench.projectedRate(one: 0.04, two: 0.08, dispatchers: 8) == nil)
+        let eight = try #require(FanoutShardsBench.projectedRate(one: 0.039, two: 0.045, dispatchers: 8))
+        let sixteen = try #require(FanoutShardsBench.projectedRate(one: 0.039, two: 0.045, dispatchers: 16))
+        #expect(eight > 1_000 / 0.039 && sixteen > eight && sixteen < 1_000 / 0.006)
     }
 
     @Test("a round that failed gives no rate and no CPU figure, and says why")
@@ -86,6 +100,7 @@ struct FanoutShardsTests {
         #expect(results[2].rate == 0 && results[2].note == "not all 2000 agents connected")
         #expect(results.map(\.name).contains("CPU s per 1,000 acked, 1 dispatcher on SQLite") == false)
         #expect(results[4].value == nil && results[4].rate == 0 && results[4].note == "not measured")
+        #expect(!results.contains { $0.name.hasPrefix("projected") })
     }
 }
 
@@ -153,12 +168,12 @@ struct CPUPerDeliveryTests {
 /// What connecting N agents took, in parts, and the machine's accept-queue drops.
 @Suite("Connect figure")
 struct ConnectFigureTests {
-    @Test("the note gives the handshakes' time, the dropped connections and bare libzmq's time, each only when known")
+    @Test("the note gives the dropped connections and bare libzmq's time, each only when known")
     func note() {
         let alone = CurveConnectBench.Outcome(seconds: 6.5, echoed: 10_000, overflows: 3)
-        #expect(FanoutBench.connectNote(handshakes: 4.25, overflows: 1_779, alone: alone)
-            == "CURVE handshake, ZAP, hello, welcome; every handshake through ZAP at 4.25 s; 1,779 connections dropped by a full accept queue and retried; libzmq CURVE alone: 6.50 s")
-        #expect(FanoutBench.connectNote(handshakes: nil, overflows: nil, alone: nil) == "CURVE handshake, ZAP, hello, welcome")
+        #expect(FanoutBench.connectNote(overflows: 1_779, alone: alone)
+            == "CURVE handshake, ZAP, hello, welcome; 1,779 connections dropped by a full accept queue and retried; libzmq CURVE alone: 6.50 s")
+        #expect(FanoutBench.connectNote(overflows: nil, alone: nil) == "CURVE handshake, ZAP, hello, welcome")
     }
 
     @Test("the kernel's count of connections dropped for a full accept queue is read, and does not go back")
