@@ -42,12 +42,14 @@ let usage = """
     It does not depend on the machine's load, so it shows regressions that timings cannot.
 
     The sharded fan-out figures (`fanout-shards`, and part of the whole run unless --no-fanout or
-    --no-postgres) put the stores on a throwaway PostgreSQL server (as the PostgreSQL figures do),
-    a fresh database each round, and broadcast B times (default 10) to N agents (default 10,000),
-    first served by one dispatcher, then by two that split the 64 shards (each with its own
-    endpoints; the agents are given both and follow the redirect to their shard's owner). Beside
-    each rate, the dispatchers' CPU seconds (user+system, from /proc) over the broadcasts per 1,000
-    acknowledged deliveries, summed over both dispatchers: the goal is at most 1.1× one's.
+    --no-postgres) broadcast B times (default 10) to N agents (default 10,000) served by one
+    dispatcher on SQLite files, the reference; then with the stores on a throwaway PostgreSQL
+    server (as the PostgreSQL figures do), a fresh database each round, by one dispatcher (goal
+    0.8× the SQLite rate), then by two that split the 64 shards (each with its own endpoints; the
+    agents are given both and follow the redirect to their shard's owner). Beside each rate, the
+    dispatchers' CPU seconds (user+system, from /proc) over the broadcasts per 1,000 acknowledged
+    deliveries, summed over both dispatchers (goal at most 1.1× one's); then, on paper, the rate
+    of 8 and 16 dispatchers with a core each, from those two CPU figures.
 
     The push figures (`push`, and part of the whole run unless --no-push) start the stand-in push
     services (python3 Tests/Support/pushstandins.py, found above nh-bench's folder, under
@@ -58,8 +60,9 @@ let usage = """
 
     The PostgreSQL figures (`postgres`, and part of the whole run unless --no-postgres) start a
     throwaway server (python3 Tests/Support/pgserver.py serve, found as the stand-ins are) and time,
-    in 3 alternating rounds, N template sends (--sends, default 1,000) from 4 backends accepted
-    durably by fresh services on SQLite and on PostgreSQL; beside them, N rows shaped like the
+    in 3 alternating rounds, N template sends (--sends, default 1,000) from 4 backends, and the
+    same pipelined from 8 clients with 32 each in flight, accepted durably by fresh services on
+    SQLite and on PostgreSQL; beside them, N rows shaped like the
     accepted notifications inserted into the same server from 4 connections, one per commit and 100
     per commit. Without python3 or PostgreSQL they are skipped with a message.
 
