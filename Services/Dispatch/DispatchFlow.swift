@@ -23,6 +23,8 @@ struct PullControl: Equatable {
 
     private(set) var pulling = false
     private(set) var limit = PullControl.maxPage
+    /// Messages of the stream that came while a pull was on its way, for after its reply.
+    private(set) var kept: [SequencedMessage] = []
     /// A pull was held back for the deliveries in flight; it goes once they fall below the limit.
     private(set) var heldBack = false
 
@@ -55,6 +57,22 @@ struct PullControl: Equatable {
             batch.append(notification)
         }
         return batch
+    }
+
+    /// Keeps messages of the stream that came while a pull is on its way, up to `heldStreamLimit`
+    /// (past it, the pull that follows the reply takes the rest); false, keeping nothing, when no
+    /// pull is on its way.
+    mutating func keep(_ messages: [SequencedMessage]) -> Bool {
+        guard pulling else { return false }
+        kept += messages.prefix(max(0, Self.heldStreamLimit - kept.count))
+        return true
+    }
+
+    /// What was kept while the pull was on its way, once its reply (or failure) has come: to be
+    /// planned as if it came now.
+    mutating func takeKept() -> [SequencedMessage] {
+        defer { kept = [] }
+        return kept
     }
 
     /// Whether a pull held back may go now that `inFlight` deliveries are in flight.

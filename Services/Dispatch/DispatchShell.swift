@@ -35,8 +35,6 @@ final class DispatchShell {
     private var pulls = PullControl()
     /// Notifications planned as they came whole on the publish service's stream, and as pulled (health).
     private var planned = (streamed: 0, pulled: 0)
-    /// Messages of the publish service's stream that came while a pull was on its way.
-    private var heldStream: [SequencedMessage] = []
     private var resume = PushResume()
     /// Sends an agent's full queue refused; the delivery is left to its resend.
     private(set) var sendsBlocked = 0
@@ -258,9 +256,8 @@ final class DispatchShell {
     /// Returns false when nothing came meanwhile.
     @discardableResult
     private func streamedMeanwhile() -> Bool {
-        guard !heldStream.isEmpty else { return false }
-        let messages = heldStream
-        heldStream = []
+        let messages = pulls.takeKept()
+        guard !messages.isEmpty else { return false }
         streamed(messages)
         return true
     }
@@ -278,11 +275,8 @@ final class DispatchShell {
     /// `PullControl.streamedPages` pages, while the deliveries in flight stay below the limit.
     func streamed(_ messages: [SequencedMessage]) {
         guard let latest = messages.map(\.sequence).max() else { return }
-        if pulls.pulling {
-            // Kept for the pull's reply, up to a bound; past it, the pull that follows takes the rest.
-            heldStream += messages.prefix(max(0, PullControl.heldStreamLimit - heldStream.count))
-            return
-        }
+        // While a pull is on its way, kept for after its reply.
+        guard !pulls.keep(messages) else { return }
         for _ in 0..<PullControl.streamedPages {
             guard pulls.takesStreamed(registryReady: replica?.tracker.position != nil, inFlight: core.inFlightCount),
                 let cursor = pullCursor()

@@ -37,6 +37,26 @@ struct DispatchFlowTests {
         #expect(PullControl.hinted(latest: 18, cursor: 17) && !PullControl.hinted(latest: 17, cursor: 17) && !PullControl.hinted(latest: 9, cursor: nil))
     }
 
+    @Test("what the stream brings while a pull is on its way is kept, up to a bound, and given back once; nothing is kept without a pull")
+    func keptWhilePulling() {
+        func messages(_ range: ClosedRange<UInt64>) -> [SequencedMessage] {
+            range.map { SequencedMessage(topic: NotificationStream.topic, sequence: $0, body: Data("n\($0)".utf8)) }
+        }
+        var pulls = PullControl()
+        #expect(!pulls.keep(messages(1...3)) && pulls.kept.isEmpty, "no pull on its way: planned at once")
+        _ = pulls.next(after: 0, registryReady: true)
+        #expect(pulls.keep(messages(1...3)) && pulls.keep(messages(4...5)))
+        _ = pulls.answered(count: 1, planned: 1)
+        #expect(pulls.takeKept().map(\.sequence) == [1, 2, 3, 4, 5])
+        #expect(pulls.takeKept().isEmpty, "given back once")
+        _ = pulls.next(after: 5, registryReady: true)
+        let limit = UInt64(PullControl.heldStreamLimit)
+        #expect(pulls.keep(messages(1...(limit - 1))) && pulls.keep(messages(limit...(limit + 10))))
+        pulls.failed()
+        let kept = pulls.takeKept()
+        #expect(kept.count == PullControl.heldStreamLimit && kept.last?.sequence == limit, "past the bound, the next pull takes the rest")
+    }
+
     @Test("notifications carried whole on the stream are planned from the cursor on, up to a gap or one carried by id; none while a pull is on its way")
     func streamed() throws {
         func accepted(_ sequence: UInt64, _ message: String = "m") -> AcceptedNotification {
