@@ -10,9 +10,10 @@ import Glibc
 /// The floor under the hub's connect figure: N CURVE DEALERs connecting to a bare libzmq CURVE
 /// ROUTER (no ZAP, no hello: it echoes each message) on the same machine, from clients shaped as
 /// the fan-out's simulated agents are (processes of 2,500 sockets, one I/O thread each, each
-/// socket sending again every 500 ms until answered, as an agent's hello), the server with
-/// two I/O threads as the dispatcher has; the seconds until every DEALER has had a message echoed. With it, the TCP connections the kernel's accept queue
-/// dropped meanwhile (`ListenOverflows`), which the clients retry a second or more later.
+/// socket sending again every 500 ms until answered, as an agent's hello), the server with two
+/// I/O threads as the dispatcher has; the seconds until every DEALER has had a message echoed.
+/// With it, the TCP connections the kernel's accept queue dropped meanwhile (`ListenOverflows`),
+/// which the clients retry a second or more later.
 enum CurveConnectBench {
     static func name(n: Int) -> String { "libzmq CURVE alone: connect \(n.formatted()), one echo each" }
 

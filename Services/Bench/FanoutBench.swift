@@ -90,12 +90,7 @@ enum FanoutBench {
         let overflowsBefore = CurveConnectBench.listenOverflows()
         let connectStart = ContinuousClock.now
         for fleet in fleets { fleet.send("connect") }
-        var waiting = fleets
-        let connectDeadline = Date().addingTimeInterval(120)
-        while let first = waiting.first, Date() < connectDeadline {
-            if first.wait("welcomed", timeout: max(0, connectDeadline.timeIntervalSinceNow)) { waiting.removeFirst() }
-        }
-        let allWelcomed = waiting.isEmpty
+        let allWelcomed = fleets.allSatisfy { $0.wait("welcomed", timeout: 120) }
         let connectSeconds = seconds(since: connectStart)
         let overflows = CurveConnectBench.listenOverflows().flatMap { after in overflowsBefore.map { after - $0 } }
         _ = waitFor(timeout: 30) { (try? cluster.waitHealthy(dispatcher).details?["agents"]) == String(agents) }

@@ -83,25 +83,20 @@ enum FanoutShardsBench {
         n: Int, broadcasts: Int, sqlite: Result<Round, any Error>, one: Result<Round, any Error>, two: Result<Round, any Error>
     ) -> [BenchResult] {
         var results: [BenchResult] = []
-        switch sqlite {
-        case .success(let round):
-            results.append(BenchResult(
-                name: sqliteRateName(n: n), unit: "dlv/s", count: round.seconds > 0 ? round.expected : 0, seconds: round.seconds,
-                note: "\(broadcasts) template broadcasts, every delivery acknowledged; the stores on SQLite files; resends \(round.resends), duplicates seen by agents \(round.duplicates)"))
-        case .failure(let error):
-            results.append(BenchResult(name: sqliteRateName(n: n), unit: "dlv/s", count: 0, seconds: 0, note: "\(error)"))
-        }
-        for (count, outcome) in [(1, one), (2, two)] {
-            let baseline = count == 1 ? sqliteRateName(n: n) : rateName(n: n, dispatchers: 1)
+        let rounds: [(name: String, baseline: String?, outcome: Result<Round, any Error>, more: (Round) -> String)] = [
+            (sqliteRateName(n: n), nil, sqlite, { _ in "; the stores on SQLite files" }),
+            (rateName(n: n, dispatchers: 1), sqliteRateName(n: n), one, { _ in "; goal ≥ \(postgresGoal)× one on SQLite" }),
+            (rateName(n: n, dispatchers: 2), rateName(n: n, dispatchers: 1), two, { ", \($0.redirected) hellos redirected" }),
+        ]
+        for (name, baseline, outcome, more) in rounds {
             switch outcome {
             case .success(let round):
-                var note = "\(broadcasts) template broadcasts, every delivery acknowledged; resends \(round.resends), duplicates seen by agents \(round.duplicates)"
-                note += count > 1 ? ", \(round.redirected) hellos redirected" : "; goal ≥ \(postgresGoal)× one on SQLite"
+                let note = "\(broadcasts) template broadcasts, every delivery acknowledged; resends \(round.resends), duplicates seen by agents \(round.duplicates)"
                 results.append(BenchResult(
-                    name: rateName(n: n, dispatchers: count), unit: "dlv/s", count: round.seconds > 0 ? round.expected : 0,
-                    seconds: round.seconds, baseline: baseline, note: note))
+                    name: name, unit: "dlv/s", count: round.seconds > 0 ? round.expected : 0, seconds: round.seconds, baseline: baseline,
+                    note: note + more(round)))
             case .failure(let error):
-                results.append(BenchResult(name: rateName(n: n, dispatchers: count), unit: "dlv/s", count: 0, seconds: 0, baseline: baseline, note: "\(error)"))
+                results.append(BenchResult(name: name, unit: "dlv/s", count: 0, seconds: 0, baseline: baseline, note: "\(error)"))
             }
         }
         if case .success(let round) = sqlite, let cost = round.cpuPerThousand {
