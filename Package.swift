@@ -110,7 +110,7 @@ let package = Package(
             tests("HTTPServerTests", dependencies: ["HTTPServer"]),
             tests("DBusTests", dependencies: ["DBus"]),
             tests("HubProtocolTests", dependencies: ["HubProtocol"], exclude: ["Fixtures"]),
-            tests("StorageTests", dependencies: ["Storage"]),
+            tests("StorageTests", dependencies: ["Storage", "CSQLite"]),
             tests("PostgresTests", dependencies: ["Postgres", "Storage"]),
             tests("TagsTests", dependencies: ["Tags"]),
             tests("AuthTests", dependencies: ["Auth"]),

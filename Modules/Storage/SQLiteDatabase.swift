@@ -45,7 +45,7 @@ public final class SQLiteDatabase {
         sqlite3_extended_result_codes(db, 1)
         sqlite3_busy_timeout(db, options.busyTimeout)
         if !options.readOnly {
-            try execute("PRAGMA journal_mode=WAL")
+            try enterWAL(busyTimeoutMs: options.busyTimeout)
         }
         try execute("PRAGMA synchronous=\(options.synchronous == "NORMAL" ? "NORMAL" : "FULL")")
         try execute("PRAGMA foreign_keys=ON")
@@ -56,6 +56,22 @@ public final class SQLiteDatabase {
     }
 
     deinit { close() }
+
+    /// Switches to WAL mode. While another connection writes to a store still in its first
+    /// journal mode (a command opening a fresh store beside the service that made it), SQLite
+    /// answers the switch with SQLITE_BUSY at once rather than call the busy handler, since it
+    /// already holds a read lock; so the switch is tried again until the busy timeout has passed.
+    private func enterWAL(busyTimeoutMs: Int32) throws(StorageError) {
+        let deadline = DispatchTime.now().uptimeNanoseconds + UInt64(max(0, busyTimeoutMs)) * 1_000_000
+        while true {
+            do {
+                try execute("PRAGMA journal_mode=WAL")
+                return
+            } catch where error.isBusy && DispatchTime.now().uptimeNanoseconds < deadline {
+                usleep(5_000)
+            }
+        }
+    }
 
     /// Finalizes every statement and closes the connection.
     public func close() {

@@ -1,3 +1,4 @@
+import CSQLite
 import Foundation
 import Storage
 import Synchronization
@@ -27,6 +28,42 @@ struct SQLiteDatabaseTests {
         let row = try database.queryOne("SELECT name, payload FROM items")
         #expect(row?[0].string == "a")
         #expect(row?[1].data == Data([1, 2, 3]))
+    }
+
+    /// Another process (a command beside the running service, say) writing to a store not yet in
+    /// WAL mode: SQLite answers the switch to WAL with SQLITE_BUSY at once, without its busy
+    /// handler, so opening waits and tries again within the busy timeout.
+    @Test("opening waits out another connection writing to a store not yet in WAL mode", arguments: [false, true])
+    func openBesideAWriter(committedBefore: Bool) throws {
+        let path = temporaryPath()
+        var other: OpaquePointer?
+        #expect(sqlite3_open(path, &other) == SQLITE_OK)
+        defer { sqlite3_close(other) }
+        if committedBefore { #expect(sqlite3_exec(other, "CREATE TABLE earlier (x)", nil, nil, nil) == SQLITE_OK) }
+        #expect(sqlite3_exec(other, "BEGIN IMMEDIATE; CREATE TABLE theirs (x);", nil, nil, nil) == SQLITE_OK)
+        // The writer commits on its own thread 300 ms on; the semaphore orders its result before the read.
+        nonisolated(unsafe) let writing = other
+        nonisolated(unsafe) var committed = SQLITE_ERROR
+        let writerDone = DispatchSemaphore(value: 0)
+        Thread {
+            Thread.sleep(forTimeInterval: 0.3)
+            committed = sqlite3_exec(writing, "COMMIT", nil, nil, nil)
+            writerDone.signal()
+        }.start()
+        let database = try SQLiteDatabase(path: path)
+        writerDone.wait()
+        #expect(committed == SQLITE_OK)
+        #expect(try database.queryOne("PRAGMA journal_mode")?[0].string == "wal")
+        #expect(try database.queryOne("SELECT count(*) FROM sqlite_master WHERE name = 'theirs'")?[0].int == 1)
+
+        // A writer that holds on past the busy timeout is reported, not waited for without end.
+        let stuck = temporaryPath()
+        var holder: OpaquePointer?
+        #expect(sqlite3_open(stuck, &holder) == SQLITE_OK)
+        defer { sqlite3_close(holder) }
+        #expect(sqlite3_exec(holder, "BEGIN IMMEDIATE; CREATE TABLE theirs (x);", nil, nil, nil) == SQLITE_OK)
+        #expect(throws: StorageError.self) { _ = try SQLiteDatabase(path: stuck, options: .init(busyTimeout: 200)) }
+        sqlite3_exec(holder, "ROLLBACK", nil, nil, nil)
     }
 
     @Test("reopening keeps the data and runs only the new migrations")

@@ -99,6 +99,20 @@ class Hub:
         self.processes[name] = process
         return process
 
+    def describe(self, name, lines=30):
+        """What became of the process started under `name`: running or its exit status, and the
+        last lines of its log; for a failed assertion to say why a process did not come up."""
+        process = self.processes.get(name)
+        state = "not started" if process is None else ("running" if process.poll() is None else f"exited with status {process.returncode}")
+        try:
+            with open(os.path.join(self.data, f"{name}.log"), "rb") as f:
+                f.seek(0, 2)
+                f.seek(max(0, f.tell() - 65536))
+                tail = f.read().decode(errors="replace").splitlines()[-lines:]
+        except OSError as error:
+            tail = [f"(no log: {error})"]
+        return f"{name} {state}; the last lines of its log:\n" + "\n".join(tail)
+
     def endpoint(self, section, key="REQUESTS"):
         """A bound endpoint, such as endpoint("DISPATCH", "AGENTS")."""
         return self.env[f"NH_{section}_{key}"]

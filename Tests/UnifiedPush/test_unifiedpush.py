@@ -105,8 +105,10 @@ class Setup:
 
     def start_agent(self):
         self.hub.start(AGENT, "nh-agent", env=self.agent_env)
-        assert wait_until(lambda: (self.health() or {}).get("unifiedpush", "").startswith("serving"), timeout=60), self.health()
-        assert wait_until(lambda: (self.health() or {}).get("dispatcherWelcomed") == "true", timeout=60), self.health()
+        assert wait_until(lambda: (self.health() or {}).get("unifiedpush", "").startswith("serving"), timeout=60), \
+            (self.health(), self.hub.describe(AGENT))
+        assert wait_until(lambda: (self.health() or {}).get("dispatcherWelcomed") == "true", timeout=60), \
+            (self.health(), self.hub.describe(AGENT))
 
     def agent(self, *arguments, check=True):
         done = subprocess.run([os.path.join(BIN, "nh-agent"), *arguments], env={**self.hub.env, **self.agent_env},
