@@ -333,7 +333,7 @@ protocol DeliveryEngine: DeliveryStore, EngineBacked {
     var batchesRows: Bool { get }
     /// Inserts agents' deliveries of one notification, each under its id, in one statement, unless
     /// stored before; returns the ids it inserted. Only where `batchesRows`.
-    func insertAgentDeliveries(_ rows: [(String, UnwrittenDeliveries.Delivery)]) throws -> Set<String>
+    func insertAgentDeliveries(_ rows: ArraySlice<(String, UnwrittenDeliveries.Delivery)>) throws -> Set<String>
     /// Removes the unacknowledged deliveries of (delivery id, installation id) in one statement;
     /// returns each removed one's (delivery id, notification id). Only where `batchesRows`.
     func removeDeliveries(_ pairs: ArraySlice<(String, String)>) throws -> [(String, String)]
@@ -348,7 +348,7 @@ extension DeliveryEngine {
     private var sql: DeliverySQL { Self.sql }
 
     var batchesRows: Bool { false }
-    func insertAgentDeliveries(_ rows: [(String, UnwrittenDeliveries.Delivery)]) throws -> Set<String> {
+    func insertAgentDeliveries(_ rows: ArraySlice<(String, UnwrittenDeliveries.Delivery)>) throws -> Set<String> {
         preconditionFailure("\(Self.self) inserts a statement per row")
     }
     func removeDeliveries(_ pairs: ArraySlice<(String, String)>) throws -> [(String, String)] {
@@ -407,8 +407,7 @@ extension DeliveryEngine {
         try write {
             let held = ledger.unwritten.takeAll()
             // A statement per 64 rows: a statement's own cost is shared, and each row is still bound alone.
-            for start in stride(from: 0, to: held.count, by: Self.rowsPerInsert) {
-                let rows = held[start..<min(start + Self.rowsPerInsert, held.count)]
+            for rows in held.slices(of: Self.rowsPerInsert) {
                 var values: [(any StoreValue)?] = []
                 values.reserveCapacity(rows.count * 9)
                 for (id, delivery) in rows {
@@ -609,8 +608,8 @@ extension DeliveryEngine {
             targets[plan.platform, default: 0] += 1
             if wentOut { delivered += 1 }
         }
-        for start in stride(from: 0, to: batch.count, by: Self.rowsPerBatch) {
-            let inserted = try insertAgentDeliveries(Array(batch[start..<min(start + Self.rowsPerBatch, batch.count)]))
+        for rows in batch.slices(of: Self.rowsPerBatch) {
+            let inserted = try insertAgentDeliveries(rows)
             stored += inserted.count
             targets[Platform.linux.rawValue, default: 0] += inserted.count
             if !sent.isEmpty { delivered += inserted.reduce(0) { $0 + (sent.contains($1) ? 1 : 0) } }
@@ -688,9 +687,7 @@ extension DeliveryEngine {
             }
             var removed: [(String, String)] = []
             if batchesRows {
-                for start in stride(from: 0, to: written.count, by: Self.rowsPerBatch) {
-                    removed += try removeDeliveries(written[start..<min(start + Self.rowsPerBatch, written.count)])
-                }
+                for pairs in written.slices(of: Self.rowsPerBatch) { removed += try removeDeliveries(pairs) }
             } else {
                 for (id, installationId) in written {
                     if let notification = try removeDelivery(id, installationId: installationId) { removed.append((id, notification)) }
@@ -913,5 +910,12 @@ extension DeliveryEngine {
 
     func leaseOwners(now: Date) throws -> [Int: String] {
         try dictionary(sql.leaseOwners, [now.timeIntervalSince1970], { $0.int ?? 0 }, { $0.string ?? "" })
+    }
+}
+
+extension Array {
+    /// The elements in consecutive slices of at most `size`: the rows of one statement each.
+    func slices(of size: Int) -> [ArraySlice<Element>] {
+        stride(from: 0, to: count, by: size).map { self[$0..<Swift.min($0 + size, count)] }
     }
 }

@@ -353,7 +353,7 @@ final class PostgresDeliveryStore: DeliveryEngine {
     /// acknowledgements come out, a few thousand rows to a statement.
     var batchesRows: Bool { true }
 
-    func insertAgentDeliveries(_ rows: [(String, UnwrittenDeliveries.Delivery)]) throws -> Set<String> {
+    func insertAgentDeliveries(_ rows: ArraySlice<(String, UnwrittenDeliveries.Delivery)>) throws -> Set<String> {
         guard let notificationId = rows.first?.1.notificationId else { return [] }
         let inserted = try connection.query(Self.insertAgentDeliveryArrays, [
             notificationId, PostgresValue.textArray(rows.map(\.0)), PostgresValue.textArray(rows.map(\.1.installationId)),
