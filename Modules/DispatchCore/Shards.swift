@@ -36,6 +36,18 @@ public struct ShardMap: Equatable, Sendable {
         self.cursors = cursors
         self.owners = owners
     }
+
+    /// Cursors read from the store, with each shard's `planned` cursor kept where it is ahead,
+    /// except for shards in `gained` (taken at this beat, or again at a new epoch), which start
+    /// from the store's. A shard held on at one epoch is planned by this dispatcher alone, so what
+    /// it planned and has not written yet is past the store's cursor, never behind it.
+    public static func keeping(_ planned: [Int: UInt64], over stored: [Int: UInt64], except gained: Set<Int>) -> [Int: UInt64] {
+        var cursors = stored
+        for (shard, cursor) in stored where !gained.contains(shard) {
+            if let mine = planned[shard], mine > cursor { cursors[shard] = mine }
+        }
+        return cursors
+    }
 }
 
 /// What a dispatcher does with its leases at each heartbeat: keep its fair share of the shards

@@ -40,11 +40,15 @@ enum FanoutShardsBench {
         var resends = 0
         var duplicates = 0
         var redirected = 0
+        /// Deliveries acknowledged while their dispatcher held them in memory, so never written.
+        var unwritten = 0
         /// CPU seconds a second the dispatchers spent, summed, with every agent connected and
         /// nothing to deliver: hellos and transport heartbeats, timers, leases.
         var idlePerSecond = 0.0
 
         var ackedTotal: Int { acked.reduce(0, +) }
+        /// The share of the expected deliveries never written, as "83% never written".
+        var neverWritten: String { "\(Int((Double(unwritten) / Double(max(1, expected)) * 100).rounded()))% never written" }
         var cpuPerThousand: Double? { ProcessCPU.perThousand(cpuSeconds: cpuSeconds.reduce(0, +), count: ackedTotal) }
 
         /// Each dispatcher's shards and share of the acknowledgements, as "32 shards, 50.2% of acks".
@@ -91,7 +95,8 @@ enum FanoutShardsBench {
         for (name, baseline, outcome, more) in rounds {
             switch outcome {
             case .success(let round):
-                let note = "\(broadcasts) template broadcasts, every delivery acknowledged; resends \(round.resends), duplicates seen by agents \(round.duplicates)"
+                let note = "\(broadcasts) template broadcasts, every delivery acknowledged; resends \(round.resends), duplicates seen by agents "
+                    + "\(round.duplicates), \(round.neverWritten)"
                 results.append(BenchResult(
                     name: name, unit: "dlv/s", count: round.seconds > 0 ? round.expected : 0, seconds: round.seconds, baseline: baseline,
                     note: note + more(round)))
@@ -239,6 +244,10 @@ enum FanoutShardsBench {
         round.duplicates = fleets.reduce(0) { $0 + $1.stat("duplicates") }
         round.redirected = fleets.reduce(0) { $0 + $1.stat("redirected") }
         round.idlePerSecond = idle
+        // Once the last group is written and the totals read again (health reads them once a second).
+        Thread.sleep(forTimeInterval: 2.5)
+        round.unwritten = zip(total(details(), "acknowledgedUnwrittenTotal"), total(before, "acknowledgedUnwrittenTotal"))
+            .map { $0 - $1 }.reduce(0, +)
         return round
     }
 

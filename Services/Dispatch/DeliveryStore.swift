@@ -33,6 +33,12 @@ protocol DeliveryStore: LeaseStore {
     func close()
     /// Deliveries held in memory until the open group of writes commits (`UnwrittenDeliveries`).
     var held: Int { get }
+    /// Whether the dispatcher keeps its turns in memory until their group is due, and then writes
+    /// them together as one turn (PostgreSQL, where a transaction left open across turns would
+    /// hold locks other dispatchers wait on); where false, each turn is written at once into the
+    /// open group of writes (SQLite). Either way a delivery acknowledged before its group is
+    /// written is never written.
+    var turnsWaitForGroup: Bool { get }
 
     /// The sequence of the last notification planned, with one dispatcher.
     func cursor() throws -> UInt64
@@ -82,6 +88,8 @@ protocol DeliveryStore: LeaseStore {
 }
 
 extension DeliveryStore {
+    var turnsWaitForGroup: Bool { false }
+
     /// Records with one dispatcher, which plans every shard.
     func record(_ notification: AcceptedNotification, plans: [PlannedDelivery], sent: Set<String>, now: Date) throws {
         try record(notification, plans: plans, sent: sent, shards: nil, now: now)
@@ -312,6 +320,10 @@ final class DeliveryLedger {
     var unwritten = UnwrittenDeliveries()
     /// The one dispatcher's cursor as last read or moved: a notification past it was never recorded.
     var knownCursor: UInt64?
+    /// The shards' cursors as read in the write under way, and moved by it: a notification past
+    /// its shard's cursor was never recorded for that shard's installations. Read again by each
+    /// write, since other dispatchers move the cursors of their shards.
+    var shardCursors: [Int: UInt64]?
     /// Deliveries acknowledged while held, so never written, since the store opened.
     var acknowledgedUnwritten = 0
     let encoder = HubCodec.makeEncoder()
@@ -323,10 +335,13 @@ final class DeliveryLedger {
 protocol DeliveryEngine: DeliveryStore, EngineBacked {
     static var sql: DeliverySQL { get }
     var ledger: DeliveryLedger { get }
-    /// Whether deliveries to agents are held in memory until the open group of writes commits
-    /// (`UnwrittenDeliveries`): on SQLite while a group is open; never on PostgreSQL, where each
-    /// turn commits.
+    /// Whether deliveries to agents are held in memory (`UnwrittenDeliveries`): on SQLite while a
+    /// group of writes is open, until it commits; on PostgreSQL while a write runs, until its end
+    /// (`heldPastWrite`), since there a write is a whole group of turns.
     var holdsDeliveries: Bool { get }
+    /// Whether held deliveries outlive the write that recorded them (SQLite, until its group
+    /// commits); where false, each outermost write writes what it holds before it commits.
+    var heldPastWrite: Bool { get }
     /// Whether many rows go in one statement (`insertAgentDeliveries(_:)`,
     /// `removeDeliveries`): where each statement is a round trip to a server. SQLite, in process,
     /// runs a statement per row.
@@ -348,6 +363,7 @@ extension DeliveryEngine {
     private var sql: DeliverySQL { Self.sql }
 
     var batchesRows: Bool { false }
+    var heldPastWrite: Bool { true }
     func insertAgentDeliveries(_ rows: ArraySlice<(String, UnwrittenDeliveries.Delivery)>) throws -> Set<String> {
         preconditionFailure("\(Self.self) inserts a statement per row")
     }
@@ -380,10 +396,14 @@ extension DeliveryEngine {
         let savedUnwritten = ledger.acknowledgedUnwritten
         let mark = ledger.unwritten.mark
         ledger.writing = true
-        defer { ledger.writing = false }
+        defer {
+            ledger.writing = false
+            ledger.shardCursors = nil
+        }
         do {
             let result = try transaction {
                 let result = try body()
+                if !heldPastWrite { try writeHeld() }
                 try writeTally()
                 try checkFence()
                 return result
@@ -406,6 +426,21 @@ extension DeliveryEngine {
         guard !ledger.unwritten.isEmpty else { return }
         try write {
             let held = ledger.unwritten.takeAll()
+            if batchesRows {
+                // A statement per run of one notification's deliveries, up to a batch.
+                var start = held.startIndex
+                while start < held.endIndex {
+                    let notificationId = held[start].1.notificationId
+                    var end = start + 1
+                    while end < held.endIndex, held[end].1.notificationId == notificationId { end += 1 }
+                    for rows in held[start..<end].slices(of: Self.rowsPerBatch) {
+                        for (_, delivery) in rows { touch(delivery.shard) }
+                        _ = try insertAgentDeliveries(rows)
+                    }
+                    start = end
+                }
+                return
+            }
             // A statement per 64 rows: a statement's own cost is shared, and each row is still bound alone.
             for rows in held.slices(of: Self.rowsPerInsert) {
                 var values: [(any StoreValue)?] = []
@@ -429,6 +464,13 @@ extension DeliveryEngine {
         let known = try ledger.knownCursor ?? cursor()
         ledger.knownCursor = known
         return sequence > known
+    }
+
+    /// Whether `sequence` is past every notification recorded for `shard`'s installations.
+    private func pastCursor(_ sequence: UInt64, shard: Int) throws -> Bool {
+        let cursors = try ledger.shardCursors ?? shardCursors()
+        ledger.shardCursors = cursors
+        return sequence > cursors[shard] ?? 0
     }
 
     var fence: LeaseFence? {
@@ -499,17 +541,22 @@ extension DeliveryEngine {
             let adds = shards != nil
             // Targets are the deliveries this record stored: one recorded before (by this
             // dispatcher before a restart, or by another) counts once, however often it is recorded.
-            // A notification past the cursor was never recorded: its agents' deliveries can be held
-            // in memory until the group commits. Any other is checked against the rows written
-            // (held ones are written first, where an agent's delivery is).
-            let holds = try holdsDeliveries && shards == nil && notification.send.test != true && pastCursor(notification.sequence)
-            let targets = expired ? 0 : try recordDeliveries(notification, plans: plans, sent: sent, now: now, adds: adds, holds: holds)
+            // A notification past the cursor (with shards, past its shard's cursor) was never
+            // recorded for an installation: its agents' deliveries can be held in memory until the
+            // group commits. Any other is checked against the rows written (held ones are written
+            // first, where an agent's delivery is).
+            let holds = try holdsDeliveries && notification.send.test != true && (shards != nil || pastCursor(notification.sequence))
+            let targets = expired
+                ? 0 : try recordDeliveries(notification, plans: plans, sent: sent, now: now, adds: adds, holds: holds, byShard: shards != nil)
             ledger.tally.open(id, OutcomeOpening(
                 state: state, enqueuedAt: notification.enqueuedAt, at: now, targets: targets, expired: expired ? 1 : 0, adds: adds))
             let sequence = Int64(notification.sequence)
             if shards == nil, let known = ledger.knownCursor { ledger.knownCursor = max(known, notification.sequence) }
             if let shards {
-                for shard in shards { touch(shard) }
+                for shard in shards {
+                    touch(shard)
+                    if let cursor = ledger.shardCursors?[shard] { ledger.shardCursors?[shard] = max(cursor, notification.sequence) }
+                }
                 try run(sql.advanceShardCursors, [sequence, sql.shards(shards)])
             } else {
                 try run(sql.advanceCursor, [sequence])
@@ -517,9 +564,11 @@ extension DeliveryEngine {
         }
     }
 
-    /// Stores the deliveries not stored yet; returns how many it stored.
+    /// Stores the deliveries not stored yet; returns how many it stored. `holds`: agents'
+    /// deliveries may be held, each (`byShard`) where its shard's cursor is behind the notification.
     private func recordDeliveries(
-        _ notification: AcceptedNotification, plans: [PlannedDelivery], sent: Set<String>, now: Date, adds: Bool, holds: Bool
+        _ notification: AcceptedNotification, plans: [PlannedDelivery], sent: Set<String>, now: Date, adds: Bool, holds: Bool,
+        byShard: Bool
     ) throws -> Int {
         let id = notification.notificationId
         var stored = 0
@@ -570,14 +619,16 @@ extension DeliveryEngine {
             lastPayload = (plan.payload, payloadId)
             let wentOut = sent.contains(plan.deliveryId)
             let rich = try plan.rich.map { try ledger.encoder.encode($0) }
-            // An agent's delivery is held in memory until the group commits (past the cursor, on
-            // SQLite), or goes with the others in one statement where a statement takes many rows,
-            // counted then by the ids the statement says it inserted.
-            if plan.platform == Platform.linux.rawValue, plan.headers?[AppPushMessage.topicHeader] == nil, holds || batchesRows {
+            // An agent's delivery is held in memory until the group commits (past its cursor), or
+            // goes with the others in one statement where a statement takes many rows, counted
+            // then by the ids the statement says it inserted.
+            let agent = plan.platform == Platform.linux.rawValue && plan.headers?[AppPushMessage.topicHeader] == nil
+            let hold = try agent && holds && (!byShard || pastCursor(notification.sequence, shard: shard))
+            if agent, hold || batchesRows {
                 let delivery = UnwrittenDeliveries.Delivery(
                     notificationId: id, installationId: plan.installationId, shard: shard, template: plan.template, payloadId: payloadId,
                     expiresAt: plan.expiresAt, rich: rich, deliveredAt: wentOut ? now : nil)
-                guard holds else {
+                guard hold else {
                     batch.append((plan.deliveryId, delivery))
                     continue
                 }
@@ -608,6 +659,8 @@ extension DeliveryEngine {
             targets[plan.platform, default: 0] += 1
             if wentOut { delivered += 1 }
         }
+        // After those held, which were recorded first, and checked against them.
+        if !batch.isEmpty { try writeHeld() }
         for rows in batch.slices(of: Self.rowsPerBatch) {
             let inserted = try insertAgentDeliveries(rows)
             stored += inserted.count
@@ -913,9 +966,9 @@ extension DeliveryEngine {
     }
 }
 
-extension Array {
+extension RandomAccessCollection where Index == Int, SubSequence == ArraySlice<Element> {
     /// The elements in consecutive slices of at most `size`: the rows of one statement each.
     func slices(of size: Int) -> [ArraySlice<Element>] {
-        stride(from: 0, to: count, by: size).map { self[$0..<Swift.min($0 + size, count)] }
+        stride(from: startIndex, to: endIndex, by: size).map { self[$0..<Swift.min($0 + size, endIndex)] }
     }
 }

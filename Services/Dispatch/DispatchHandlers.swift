@@ -15,6 +15,8 @@ struct DispatchHandlers {
     let placement: (String) -> Placement
     /// The platforms the core delivers to, after credentials change.
     let setPlatforms: (Set<String>) -> Void
+    /// Before the store is read for a request: the dispatcher writes the turns it has gathered.
+    var beforeReading: () -> Void = {}
 
     func install(on server: HubServer) {
         server.on(PushCredentialsRequest.self) { try pushCredentials($0) }
@@ -44,6 +46,7 @@ struct DispatchHandlers {
 
     func testResults(_ request: Envelope<TestResultsRequest>) throws -> TestResults {
         try context.authorize(request.auth, needs: .send)
+        beforeReading()
         guard let results = try store.testResults(request.payload.notificationId) else {
             throw HubError(.notFound, "the dispatcher has no test send '\(request.payload.notificationId)' yet")
         }
@@ -57,6 +60,7 @@ struct DispatchHandlers {
 
     func outcome(_ request: Envelope<OutcomeRequest>) throws -> NotificationOutcome {
         try context.authorize(request.auth, needs: .send)
+        beforeReading()
         guard let outcome = try store.outcome(request.payload.notificationId) else {
             throw HubError(.notFound, "the dispatcher has no notification '\(request.payload.notificationId)' yet")
         }

@@ -40,6 +40,8 @@ public enum DispatchMain {
                 leases: ShardLeaseKeeper(store: store, id: advertise, period: leasePeriod), push: push, agents: agents,
                 publish: publish, registryWrites: registryWrites, shared: config.storeIsPostgres)
             shell = dispatch
+            // Before the store closes (closers run newest first): turns gathered in memory are written.
+            context.onShutdown { dispatch.writeGathered() }
             // Before anything is handed to the push services: a delivery can be reported as it is taken.
             push.note = { message, fields in context.logger.log(.warning, message, fields.map { ($0.0, $0.1) }) }
             push.report = { dispatch.pushAnswered($0, $1) }
@@ -65,7 +67,7 @@ public enum DispatchMain {
             endpoints["requests"] = server.endpoint
             DispatchHandlers(
                 context: context, store: store, push: push, placement: { dispatch.core.placement(of: $0, advertised: advertise) },
-                setPlatforms: { dispatch.setPlatforms($0) }
+                setPlatforms: { dispatch.setPlatforms($0) }, beforeReading: { dispatch.writeGathered() }
             ).install(on: server)
 
             context.loop.watch(publish.socket) { try publish.receive(); dispatch.commit() }

@@ -8,7 +8,8 @@ import ServiceKit
 
 /// The shell around `Dispatcher`: it turns socket traffic, timers and store answers into the
 /// core's events, and carries out the actions that come back. It owns a turn's writes (one
-/// transaction per turn, committed in groups: `GroupCommitPolicy`), the pull from the publish service, the
+/// transaction per turn, committed in groups; or on PostgreSQL turns gathered in memory and
+/// written as one: `GroupCommitPolicy`), the pull from the publish service, the
 /// shards' leases and the hand-over to push services. `DispatchMain` makes the parts and wires
 /// each socket and timer to one of its methods.
 final class DispatchShell {
@@ -32,6 +33,8 @@ final class DispatchShell {
 
     private var turn = DispatchTurn()
     private var groups = GroupCommitPolicy()
+    /// A write of the turn is under way: what it calls on failure (the leases read again) must not write it again.
+    private var writing = false
     private var pulls = PullControl()
     /// Notifications planned as they came whole on the publish service's stream, and as pulled (health).
     private var planned = (streamed: 0, pulled: 0)
@@ -90,6 +93,7 @@ final class DispatchShell {
                 turn.failures.append((installationId, failures))
                 for failure in failures { logger.warning("delivery failed", ("delivery", failure.deliveryId), ("reason", failure.reason)) }
             case .load(let installationId, let route, let limit):
+                writeGathered()
                 do {
                     let (deliveries, sentBefore) = try store.unacknowledged(for: installationId, now: Date(), limit: limit)
                     handle(.loaded(installationId: installationId, route: route, deliveries, complete: deliveries.count < limit, sentBefore: sentBefore))
@@ -136,8 +140,21 @@ final class DispatchShell {
     /// are read again, and the turn is written again without the lost shards' work, which is the
     /// new owner's. A write that fails otherwise keeps its acknowledgements, failures and push
     /// answers for the next turn; its records are planned again from the stored cursors.
-    func commit() {
-        guard !turn.isEmpty else { return }
+    ///
+    /// Where the store's turns wait for their group (PostgreSQL), a turn joins the one gathered in
+    /// memory since the last write, and the whole is written as one turn when the group is due, or
+    /// at once with `now` (`writeGathered`). No transaction stays open meanwhile, and a delivery
+    /// acknowledged within the group is never written. A crash loses what was gathered as it
+    /// would lose an open group: the cursors have not moved past it.
+    func commit(now force: Bool = false) {
+        let gathers = store.turnsWaitForGroup
+        guard !turn.isEmpty else {
+            if gathers { groups.committed(at: .now) }
+            return
+        }
+        if gathers, !force, !groups.writes(gathered: turn, at: .now, awaited: core.inFlightCount) { return }
+        writing = true
+        defer { writing = false }
         let now = Date()
         var pending = turn
         turn = DispatchTurn()
@@ -157,23 +174,39 @@ final class DispatchShell {
             } catch {
                 logger.error("dispatch commit failed", ("error", "\(error)"))
                 turn.retry(pending)
-                refreshShards(force: true)
+                refreshShards(force: true, rewind: true)
                 return
             }
         }
         FaultPoint.reach(.committed)
-        groups.wrote(active: !pending.sent.isEmpty || !pending.acks.isEmpty, at: .now)
-        commitGroupIfDue()
+        if gathers {
+            groups.committed(at: .now)
+        } else {
+            commitGroupIfDue()
+        }
         // Handed to the push services once their deliveries are in the store, where an answer finds them.
         for message in pending.pushes { push.submit(message, now: now) }
     }
 
-    /// Commits the open group of writes when `GroupCommitPolicy` says it is time: on a timer, and after each turn.
+    /// Commits the open group of writes, or writes the turns gathered, when `GroupCommitPolicy`
+    /// says it is time: on a timer, and after each turn.
     func commitGroupIfDue() {
-        if groups.due(at: .now, held: store.held) { commitGroup() }
+        if store.turnsWaitForGroup {
+            commit()
+        } else if groups.due(at: .now, held: store.held, awaited: core.inFlightCount) {
+            commitGroup()
+        }
     }
 
-    /// Commits the open group of writes (SQLite; a no-op on PostgreSQL, where each turn commits).
+    /// Writes the turns gathered in memory, where the store's turns wait for their group, so that
+    /// what the store is asked next sees them: before deliveries are loaded, push deliveries are
+    /// resumed, or an outcome or a test send's results are read. Health's totals do not wait for
+    /// it: they may trail by a group.
+    func writeGathered() {
+        if store.turnsWaitForGroup, !writing { commit(now: true) }
+    }
+
+    /// Commits the open group of writes (SQLite; on PostgreSQL each write has committed already).
     func commitGroup() {
         groups.committed(at: .now)
         do { try store.flush() } catch { logger.error("dispatch commit failed", ("error", "\(error)")) }
@@ -308,6 +341,7 @@ final class DispatchShell {
     /// What push services had not taken when the dispatcher last stopped goes to them again, a page at a time.
     func resumePush() throws {
         guard let limit = resume.limit(pushPending: push.pending) else { return }
+        writeGathered()
         let unsent = try store.pendingPush(now: Date(), limit: limit, shards: core.shards?.owned)
         for message in unsent { push.submit(message) }
         resume.read(unsent.count)
@@ -351,17 +385,23 @@ final class DispatchShell {
     }
 
     /// The leases, each heartbeat: shards taken bring their waiting deliveries (agents' from the
-    /// store when they say hello, push services' at once); shards lost move their agents. The
-    /// cursors are the store's, where each turn has committed.
+    /// store when they say hello, push services' at once); shards lost move their agents. A shard
+    /// taken starts from the store's cursor; one held on keeps the core's.
     func keepLeases() {
         refreshShards()
         commit()
     }
 
-    private func refreshShards(force: Bool = false) {
-        guard shared, let change = leases.beat(now: Date(), force: force) else { return }
+    /// `rewind`: a write failed, so the core's cursors go back to the store's, and what it had
+    /// planned past them is planned again. Otherwise a shard held on at the same epoch keeps the
+    /// core's cursor where it is ahead of the store's (turns gathered in memory, not written yet).
+    private func refreshShards(force: Bool = false, rewind: Bool = false) {
+        guard shared, var change = leases.beat(now: Date(), force: force) else { return }
         store.fence = leases.fence
         let before = core.shards?.owned
+        if !rewind, let planned = core.shards?.cursors {
+            change.map.cursors = ShardMap.keeping(planned, over: change.map.cursors, except: change.gained)
+        }
         handle(.shards(change.map))
         if before != change.map.owned { logger.info("shards", ("held", change.map.owned.count), ("gained", change.gained.count)) }
         guard !change.gained.isEmpty else { return }

@@ -32,6 +32,9 @@ struct DispatchTurn {
 
     var isEmpty: Bool { records.isEmpty && sent.isEmpty && acks.isEmpty && failures.isEmpty && pushes.isEmpty && pushResults.isEmpty }
 
+    /// How many deliveries its records planned.
+    var planned: Int { records.reduce(0) { $0 + $1.1.count } }
+
     /// Keeps only the work of `shards`: what was planned, sent, answered and pushed for their installations.
     mutating func keep(shards: Set<Int>) {
         func held(_ installationId: String) -> Bool { shards.contains(Shards.of(installationId)) }
@@ -61,31 +64,37 @@ struct DispatchTurn {
 }
 
 /// When the open group of writes commits (SQLite, where deliveries to agents are held in memory
-/// until then, and one acknowledged before is never written): once the group is `interval` old,
-/// at once if the store holds no delivery; otherwise once the agents have been quiet for
-/// `quiet` (no send, no acknowledgement), since acknowledgements still coming would spare their
-/// rows; and in any case once the group is `longest` old. What a crash loses is at most that long,
-/// and is rebuilt from the publish service's log.
+/// until then, and one acknowledged before is never written), or when the turns gathered in
+/// memory are written as one (PostgreSQL, `writes(gathered:at:awaited:)`): once the group is
+/// `interval` old, at once if it holds no delivery, or if no delivery sent awaits its
+/// acknowledgement (none still to come could spare a row); otherwise once the group is `longest`
+/// old. What a crash loses is at most that long, and is rebuilt from the publish service's log.
+///
+/// What is awaited, not a quiet spell, says whether acknowledgements are still to come: on a
+/// machine whose cores are busy, agents fall silent for a tenth of a second with thousands of
+/// deliveries still in flight.
 struct GroupCommitPolicy {
     static let interval: Duration = .milliseconds(50)
-    static let quiet: Duration = .milliseconds(100)
     static let longest: Duration = .seconds(2)
 
     private(set) var committedAt: ContinuousClock.Instant
-    private var activeAt: ContinuousClock.Instant?
 
     init(now: ContinuousClock.Instant = .now) { committedAt = now }
 
-    /// A turn was written; `active` says whether it sent deliveries or took acknowledgements.
-    mutating func wrote(active: Bool, at now: ContinuousClock.Instant) {
-        if active { activeAt = now }
-    }
-
-    func due(at now: ContinuousClock.Instant, held: Int) -> Bool {
+    /// `held`: deliveries the group holds; `awaited`: deliveries sent whose acknowledgement has not come.
+    func due(at now: ContinuousClock.Instant, held: Int, awaited: Int) -> Bool {
         let age = committedAt.duration(to: now)
         guard age >= Self.interval else { return false }
-        guard held > 0, let activeAt, activeAt > committedAt else { return true }
-        return activeAt.duration(to: now) >= Self.quiet || age >= Self.longest
+        return held == 0 || awaited == 0 || age >= Self.longest
+    }
+
+    /// Where the dispatcher's turns wait in memory for their group (`DeliveryStore.turnsWaitForGroup`):
+    /// whether `turn`, gathered from the turns since the last write, is written now. It is at once
+    /// when it hands deliveries to push services (they go once their rows are in the store); else
+    /// when the group is due, with the deliveries its records planned as the held ones. A group
+    /// starts with its first turn: the policy is told `committed` while nothing is gathered.
+    func writes(gathered turn: DispatchTurn, at now: ContinuousClock.Instant, awaited: Int) -> Bool {
+        !turn.pushes.isEmpty || due(at: now, held: turn.planned, awaited: awaited)
     }
 
     mutating func committed(at now: ContinuousClock.Instant) { committedAt = now }

@@ -7,9 +7,12 @@ import Storage
 
 /// The dispatcher's store on PostgreSQL, which several dispatchers can share, each serving the
 /// shards it holds leases on. Its tables live in the schema `dispatch`, named in full in every
-/// statement. Each turn commits on its own, without waiting for the server's disk
-/// (synchronous_commit off, set in the connection's options so that a reconnected session has it
-/// too): like the SQLite store, it may lose its last commits, which the publish service's log rebuilds.
+/// statement. The dispatcher keeps its turns in memory until their group is due and writes them
+/// as one (`turnsWaitForGroup`), so no transaction stays open between writes, and a delivery
+/// acknowledged in the same group is never written. Each write commits without waiting for the
+/// server's disk (synchronous_commit off, set in the connection's options so that a reconnected
+/// session has it too): like the SQLite store, it may lose its last group, which the publish
+/// service's log rebuilds.
 final class PostgresDeliveryStore: DeliveryEngine {
     static let schema = "dispatch"
 
@@ -343,11 +346,16 @@ final class PostgresDeliveryStore: DeliveryEngine {
 
     func writeTurn(_ body: () throws -> Void) throws { try write(body) }
 
-    /// Each turn has committed already.
+    /// Each write has committed already.
     func flush() throws {}
 
-    /// Each turn commits on its own: nothing is held back.
-    var holdsDeliveries: Bool { false }
+    /// The dispatcher writes a group of turns as one.
+    var turnsWaitForGroup: Bool { true }
+
+    /// Agents' deliveries recorded in a write are held until its end, so that those acknowledged
+    /// in the same write (the same group of turns) are never written.
+    var holdsDeliveries: Bool { ledger.writing }
+    var heldPastWrite: Bool { false }
 
     /// Each statement is a round trip to the server: a broadcast's deliveries go in, and a turn's
     /// acknowledgements come out, a few thousand rows to a statement.

@@ -494,6 +494,17 @@ struct DispatcherShardTests {
         #expect(actions.contains(.note(.dropped(ids[0], .moved))))
         #expect(dispatcher.sessionCount == 1 && dispatcher.route(of: ids[1]) == DispatcherTests.routeB)
     }
+
+    @Test("leases read again keep a shard's planned cursor where it is ahead of the store's, unless the shard was just taken")
+    func cursorsKept() {
+        let planned: [Int: UInt64] = [1: 20, 2: 5, 3: 30]
+        let stored: [Int: UInt64] = [1: 12, 2: 9, 3: 11, 4: 7]
+        // 1 is held on with turns not written yet; 2's store is ahead (never so while held, but
+        // never gone back); 3 was lost and taken again at a new epoch; 4 is new here.
+        #expect(ShardMap.keeping(planned, over: stored, except: [3, 4]) == [1: 20, 2: 9, 3: 11, 4: 7])
+        // A shard no longer held is not brought back by what was planned for it.
+        #expect(ShardMap.keeping(planned, over: [1: 12], except: []) == [1: 20])
+    }
 }
 
 @Suite("Lease plan")

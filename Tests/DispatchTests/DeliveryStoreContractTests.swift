@@ -152,6 +152,46 @@ struct DeliveryStoreContractTests {
         #expect(try store.acknowledge([], now: now) == 0)
     }
 
+    @Test("a write that records a broadcast and takes its acknowledgements (a group of turns) counts each once, and the acknowledged are never written",
+          arguments: StoreEngine.available)
+    func groupOfTurns(engine: StoreEngine) throws {
+        let store = try engine.makeStore()
+        let all = Set(0..<Shards.count)
+        let installations = (0..<50).map { "g\($0)" }
+        let first = installations.map { Fixture.plan("n1", $0) }
+        let second = installations.map { Fixture.plan("n2", $0) }
+        try store.writeTurn {
+            try store.record(Fixture.notification("n1", sequence: 1), plans: first, sent: Set(first.map(\.deliveryId)), shards: all, now: now)
+            try store.record(Fixture.notification("n2", sequence: 2), plans: second, sent: [], shards: all, now: now)
+            try store.markSent(second.prefix(10).map { Fixture.delivery($0, of: "n2") }, now: now)
+            // Every n1 delivery but the last five is acknowledged, and n2's first.
+            let acks = first.dropLast(5).map { ($0.installationId, [$0.deliveryId]) } + [(second[0].installationId, [second[0].deliveryId])]
+            #expect(try store.acknowledge(acks, now: now) == 46)
+        }
+        try store.flush()
+        let n1 = try #require(try store.outcome("n1"))
+        let n2 = try #require(try store.outcome("n2"))
+        #expect(n1.targets == 50 && n1.delivered == 50 && n1.acknowledged == 45)
+        #expect(n2.targets == 50 && n2.delivered == 10 && n2.acknowledged == 1)
+        #expect(try Fixture.rows("deliveries", in: store) == 5 + 49)
+        let unwritten = Int(try store.totals()["acknowledgedUnwrittenTotal"] ?? "") ?? -1
+        #expect(unwritten == 46, "held, then acknowledged in the same group")
+        // The rows left are loaded in the order their notifications came, each sent or not as it was.
+        let last = try store.unacknowledged(for: installations[49], now: now, limit: 10)
+        #expect(last.deliveries.map(\.deliveryId) == [first[49].deliveryId, second[49].deliveryId] && last.sentBefore == [first[49].deliveryId])
+        #expect(try store.unacknowledged(for: installations[5], now: now, limit: 10).sentBefore == [second[5].deliveryId])
+        // Recorded again with one more installation, as a second dispatcher would: behind the
+        // shards' cursors, so checked against the rows, and only the new one counts.
+        try store.writeTurn {
+            try store.record(
+                Fixture.notification("n2", sequence: 2), plans: Array(second.dropFirst()) + [Fixture.plan("n2", "late")], sent: [], shards: all,
+                now: now)
+        }
+        try store.flush()
+        #expect(try store.outcome("n2")?.targets == 51)
+        #expect(try Fixture.rows("deliveries", in: store) == 5 + 49 + 1)
+    }
+
     @Test("a failure counts once, never as acknowledged, and only from its installation", arguments: StoreEngine.available)
     func failures(engine: StoreEngine) throws {
         let store = try engine.makeStore()

@@ -49,24 +49,43 @@ struct DispatchTurnTests {
 
 @Suite("When a group of writes commits")
 struct GroupCommitPolicyTests {
-    @Test("not before 50 ms; then at once when nothing is held or the agents were quiet for 100 ms, else once the group is 2 s old")
+    @Test("not before 50 ms; then at once when nothing is held or nothing sent awaits its acknowledgement, else once the group is 2 s old")
     func due() {
         let start = ContinuousClock.now
         func at(_ ms: Int) -> ContinuousClock.Instant { start + .milliseconds(ms) }
         var policy = GroupCommitPolicy(now: start)
-        #expect(!policy.due(at: at(49), held: 5) && policy.due(at: at(50), held: 5))
-        // Sends and acknowledgements under way: the acknowledgements still coming may spare rows.
-        policy.wrote(active: true, at: at(40))
-        #expect(!policy.due(at: at(60), held: 5) && !policy.due(at: at(139), held: 5) && policy.due(at: at(140), held: 5))
-        #expect(policy.due(at: at(60), held: 0), "nothing held: nothing to wait for")
-        policy.wrote(active: false, at: at(150))
-        #expect(policy.due(at: at(150), held: 5))
-        policy.committed(at: at(150))
-        #expect(!policy.due(at: at(199), held: 5) && policy.due(at: at(200), held: 5))
-        // Agents that never fall quiet: the group still commits once 2 s old.
-        for ms in stride(from: 160, through: 2_200, by: 20) {
-            policy.wrote(active: true, at: at(ms))
-            #expect(policy.due(at: at(ms), held: 5) == (ms >= 2_150))
-        }
+        #expect(!policy.due(at: at(49), held: 5, awaited: 0) && policy.due(at: at(50), held: 5, awaited: 0))
+        #expect(policy.due(at: at(50), held: 0, awaited: 7), "nothing held: nothing to wait for")
+        // Acknowledgements still to come may spare rows, however long the agents are silent.
+        #expect(!policy.due(at: at(60), held: 5, awaited: 7) && !policy.due(at: at(1_999), held: 5, awaited: 7))
+        #expect(policy.due(at: at(2_000), held: 5, awaited: 7), "the group is 2 s old")
+        policy.committed(at: at(2_000))
+        #expect(!policy.due(at: at(2_049), held: 0, awaited: 0) && policy.due(at: at(2_050), held: 5, awaited: 0))
+    }
+
+    @Test("turns gathered in memory are written when the group is due, counting their planned deliveries as held; at once with a push")
+    func gathered() {
+        let start = ContinuousClock.now
+        func at(_ ms: Int) -> ContinuousClock.Instant { start + .milliseconds(ms) }
+        var policy = GroupCommitPolicy(now: start)
+        let plans = [Fixture.plan("n", "a"), Fixture.plan("n", "b")]
+        var turn = DispatchTurn()
+        turn.records = [(Fixture.notification("n", sequence: 1), plans, nil)]
+        turn.sent = plans.map { Fixture.delivery($0, of: "n") }
+        #expect(turn.planned == 2)
+        #expect(!policy.writes(gathered: turn, at: at(10), awaited: 0), "younger than 50 ms")
+        #expect(!policy.writes(gathered: turn, at: at(60), awaited: 2), "both deliveries await their acknowledgements")
+        turn.acks = [("a", [plans[0].deliveryId]), ("b", [plans[1].deliveryId])]
+        #expect(policy.writes(gathered: turn, at: at(70), awaited: 0))
+        policy.committed(at: at(70))
+        // Only acknowledgements gathered: nothing held, written once the group is 50 ms old.
+        var acks = DispatchTurn()
+        acks.acks = [("b", [plans[1].deliveryId])]
+        #expect(!policy.writes(gathered: acks, at: at(110), awaited: 9) && policy.writes(gathered: acks, at: at(120), awaited: 9))
+        // A turn that hands deliveries to push services is written at once: they go once their rows are in.
+        turn.pushes = [PushMessage(
+            deliveryId: "p", notificationId: "n", installationId: "c", platform: .apns, pushChannel: "c", payload: "{}", headers: [:],
+            expiresAt: Fixture.now)]
+        #expect(policy.writes(gathered: turn, at: at(71), awaited: 9))
     }
 }

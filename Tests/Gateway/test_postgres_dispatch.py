@@ -1,5 +1,6 @@
-"""The dispatcher's store on PostgreSQL (beside the registry's): breaking news reaches an agent and a
-phone, the outcome is Completed, and a dispatcher killed and started again loses nothing: what it
+"""The dispatcher's store on PostgreSQL (beside the registry's): a delivery acknowledged before its
+group of turns is written leaves no row, breaking news reaches an agent and a phone, the outcome is
+Completed, and a dispatcher killed and started again loses nothing: what it
 had sent is not sent again, what came while it was down goes out, an agent that was away gets its
 backlog, and a push the service had not taken goes to it. Runs on the server NH_TEST_POSTGRES names
 (`make test` starts a throwaway one); skipped without it."""
@@ -50,6 +51,20 @@ def shown(hub, message):
 
 def query(hub, sql):
     return subprocess.run(["psql", hub.env["NH_STORE"], "-tAc", sql], check=True, capture_output=True, text=True).stdout.strip()
+
+
+def test_an_agents_delivery_acknowledged_within_its_group_is_never_written(hub):
+    """The dispatcher gathers its turns in memory and writes them as one: a delivery the agent
+    acknowledges before that write leaves no row, and is counted all the same."""
+    before = int(dispatcher(hub).get("acknowledgedUnwrittenTotal", 0))
+    response = send(hub, "Acknowledged before the write")
+    assert wait_until(lambda: shown(hub, "Acknowledged before the write") == 1)
+    # Health does not wait for the gathered turns, so reading it leaves the group as it is.
+    assert wait_until(lambda: int(dispatcher(hub).get("acknowledgedUnwrittenTotal", 0)) > before), dispatcher(hub)
+    settled(hub, response, "linux", "Success")
+    notification = response.headers["Location"].rstrip("/").split("/")[-1].split("?")[0]
+    assert query(hub, f"SELECT count(*) FROM dispatch.deliveries WHERE notification_id = '{notification}'") == "0"
+    assert query(hub, f"SELECT targets, delivered, acknowledged FROM dispatch.outcomes WHERE notification_id = '{notification}'") == "1|1|1"
 
 
 def test_breaking_news_reaches_an_agent_and_a_phone_from_the_shared_store(hub, standins):
