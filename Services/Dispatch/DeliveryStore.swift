@@ -23,11 +23,12 @@ protocol DeliveryStore: LeaseStore {
     /// at the epoch given here, and is rolled back whole with `LeaseLost` when not. Nil: unfenced,
     /// as with one dispatcher.
     var fence: LeaseFence? { get set }
-    /// Runs one turn's writes in one transaction (a savepoint of the open group on SQLite): they
-    /// stand or fall together.
+    /// Runs one turn's writes in one transaction (a savepoint of the open group on SQLite; on
+    /// PostgreSQL a transaction of its own, for the turns the dispatcher gathered): they stand or
+    /// fall together.
     func writeTurn(_ body: () throws -> Void) throws
-    /// Commits what the turns wrote since the last call, on an engine that groups them (SQLite);
-    /// where each turn commits on its own (PostgreSQL) there is nothing to do.
+    /// Commits what the turns wrote since the last call, on an engine that keeps a group of writes
+    /// open (SQLite); where each write commits on its own (PostgreSQL) there is nothing to do.
     func flush() throws
     /// Commits what is open and lets go of the database.
     func close()
