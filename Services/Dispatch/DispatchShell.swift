@@ -35,6 +35,9 @@ final class DispatchShell {
     private var groups = GroupCommitPolicy()
     /// A write of the turn is under way: what it calls on failure (the leases read again) must not write it again.
     private var writing = false
+    /// A write failed and its records were dropped, on a shared store: nothing is planned until the
+    /// core's cursors have gone back to the store's, at the next reading of the leases that succeeds.
+    private var rewinding = false
     private var pulls = PullControl()
     /// Notifications planned as they came whole on the publish service's stream, and as pulled (health).
     private var planned = (streamed: 0, pulled: 0)
@@ -70,7 +73,7 @@ final class DispatchShell {
         for action in actions {
             switch action {
             case .record(let notification, let plans, let shards):
-                turn.records.append((notification, plans, shards))
+                turn.records.append((notification, plans, shards, Date()))
             case .send(let route, var delivery):
                 // A rich delivery carries a ticket that lets this installation, and no other, fetch the payload.
                 if let rich = delivery.rich {
@@ -174,7 +177,8 @@ final class DispatchShell {
             } catch {
                 logger.error("dispatch commit failed", ("error", "\(error)"))
                 turn.retry(pending)
-                refreshShards(force: true, rewind: true)
+                if shared { rewinding = true }
+                refreshShards(force: true)
                 return
             }
         }
@@ -247,6 +251,7 @@ final class DispatchShell {
     /// Where the next pull starts: the stored cursor, or with shards the least of the owned shards'
     /// cursors (each shard then plans only what is past its own). Nil while no shard is held.
     func pullCursor() -> UInt64? {
+        guard !rewinding else { return nil }
         guard let shards = core.shards else {
             do {
                 return try store.cursor()
@@ -328,6 +333,8 @@ final class DispatchShell {
     /// Shards taken over since `after` was read, and so behind it, are planned by a pull from their
     /// own cursor.
     private func plan(_ notifications: [AcceptedNotification], after: UInt64) -> Int {
+        // Pulled again once the cursors have gone back.
+        guard !rewinding else { return 0 }
         FaultPoint.reach(.pulled)
         do { try replica?.pump() } catch { logger.warning("registry stream", ("error", "\(error)")) }
         let before = core.counters.planned
@@ -392,15 +399,20 @@ final class DispatchShell {
         commit()
     }
 
-    /// `rewind`: a write failed, so the core's cursors go back to the store's, and what it had
-    /// planned past them is planned again. Otherwise a shard held on at the same epoch keeps the
-    /// core's cursor where it is ahead of the store's (turns gathered in memory, not written yet).
-    private func refreshShards(force: Bool = false, rewind: Bool = false) {
-        guard shared, var change = leases.beat(now: Date(), force: force) else { return }
+    /// After a failed write (`rewinding`) the core's cursors go back to the store's, and what it
+    /// had planned past them is planned again. Otherwise a shard held on at the same epoch keeps
+    /// the core's cursor where it is ahead of the store's (turns gathered in memory, not written
+    /// yet); work gathered for a shard taken at a new epoch is dropped, as a fenced write drops it,
+    /// since the shard starts again from the store's cursor.
+    private func refreshShards(force: Bool = false) {
+        guard shared, var change = leases.beat(now: Date(), force: force || rewinding) else { return }
         store.fence = leases.fence
         let before = core.shards?.owned
-        if !rewind, let planned = core.shards?.cursors {
+        if rewinding {
+            rewinding = false
+        } else if let planned = core.shards?.cursors {
             change.map.cursors = ShardMap.keeping(planned, over: change.map.cursors, except: change.gained)
+            if !change.gained.isEmpty, !turn.isEmpty { turn.keep(shards: change.map.owned.subtracting(change.gained)) }
         }
         handle(.shards(change.map))
         if before != change.map.owned { logger.info("shards", ("held", change.map.owned.count), ("gained", change.gained.count)) }

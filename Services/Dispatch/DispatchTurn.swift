@@ -5,8 +5,9 @@ import Push
 
 /// What one turn of the loop has to commit.
 struct DispatchTurn {
-    /// Notifications planned, with the shards whose cursors move past them (nil: the one cursor).
-    var records: [(AcceptedNotification, [PlannedDelivery], Set<Int>?)] = []
+    /// Notifications planned, with the shards whose cursors move past them (nil: the one cursor),
+    /// and when: a record is written as of then (its expiry, its times), however late its group is written.
+    var records: [(AcceptedNotification, [PlannedDelivery], Set<Int>?, Date)] = []
     var sent: [AgentDelivery] = []
     var acks: [(String, [String])] = []
     var failures: [(String, [DeliveryFailure])] = []
@@ -19,12 +20,15 @@ struct DispatchTurn {
     func write(to store: any DeliveryStore, now: Date) throws {
         // Only records ask what went out; most turns (acknowledgements) have none.
         let sentIds = records.isEmpty ? [] : Set(sent.map(\.deliveryId))
-        for (notification, plans, shards) in records {
-            try store.record(notification, plans: plans, sent: sentIds, shards: shards, now: now)
+        var plannedIds = Set<String>()
+        for (notification, plans, shards, plannedAt) in records {
+            try store.record(notification, plans: plans, sent: sentIds, shards: shards, now: plannedAt)
+            for plan in plans { plannedIds.insert(plan.deliveryId) }
         }
-        // What a record of this turn planned and sent is delivered already; the rest was recorded before.
-        let recorded = Set(records.map(\.0.notificationId))
-        try store.markSent(recorded.isEmpty ? sent : sent.filter { !recorded.contains($0.notificationId) }, now: now)
+        // What a record of this turn planned and sent is delivered already; the rest was recorded
+        // before (a notification recorded again, for other shards or with nothing left to plan, is
+        // not enough: its sends may be of deliveries an earlier record planned).
+        try store.markSent(plannedIds.isEmpty ? sent : sent.filter { !plannedIds.contains($0.deliveryId) }, now: now)
         try store.acknowledge(acks, now: now)
         for (installationId, failures) in failures { try store.fail(failures, installationId: installationId, now: now) }
         try store.pushed(pushResults, now: now)
@@ -38,10 +42,10 @@ struct DispatchTurn {
     /// Keeps only the work of `shards`: what was planned, sent, answered and pushed for their installations.
     mutating func keep(shards: Set<Int>) {
         func held(_ installationId: String) -> Bool { shards.contains(Shards.of(installationId)) }
-        records = records.compactMap { notification, plans, planned in
+        records = records.compactMap { notification, plans, planned, plannedAt in
             let kept = planned.map { $0.intersection(shards) }
             if let kept, kept.isEmpty { return nil }
-            return (notification, plans.filter { held($0.installationId) }, kept)
+            return (notification, plans.filter { held($0.installationId) }, kept, plannedAt)
         }
         sent.removeAll { !held($0.installationId) }
         acks.removeAll { !held($0.0) }
@@ -90,11 +94,12 @@ struct GroupCommitPolicy {
 
     /// Where the dispatcher's turns wait in memory for their group (`DeliveryStore.turnsWaitForGroup`):
     /// whether `turn`, gathered from the turns since the last write, is written now. It is at once
-    /// when it hands deliveries to push services (they go once their rows are in the store); else
-    /// when the group is due, with the deliveries its records planned as the held ones. A group
-    /// starts with its first turn: the policy is told `committed` while nothing is gathered.
+    /// when it hands deliveries to push services (they go once their rows are in the store) or
+    /// carries their answers (a phone shows a push sent again, where an agent shows a delivery
+    /// once); else when the group is due, with the deliveries its records planned as the held ones.
+    /// A group starts with its first turn: the policy is told `committed` while nothing is gathered.
     func writes(gathered turn: DispatchTurn, at now: ContinuousClock.Instant, awaited: Int) -> Bool {
-        !turn.pushes.isEmpty || due(at: now, held: turn.planned, awaited: awaited)
+        !turn.pushes.isEmpty || !turn.pushResults.isEmpty || due(at: now, held: turn.planned, awaited: awaited)
     }
 
     mutating func committed(at now: ContinuousClock.Instant) { committedAt = now }

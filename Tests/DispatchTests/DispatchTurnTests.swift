@@ -11,7 +11,7 @@ struct DispatchTurnTests {
     static func turn(_ a: String, _ b: String) -> DispatchTurn {
         let plans = [Fixture.plan("n", a), Fixture.plan("n", b)]
         var turn = DispatchTurn()
-        turn.records = [(Fixture.notification("n", sequence: 1), plans, [4, 9])]
+        turn.records = [(Fixture.notification("n", sequence: 1), plans, [4, 9], Fixture.now)]
         turn.sent = plans.map { Fixture.delivery($0, of: "n") }
         turn.acks = [(a, ["x/\(a)"]), (b, ["x/\(b)"])]
         turn.failures = [(b, [DeliveryFailure(deliveryId: "y/\(b)", reason: "gone")])]
@@ -33,6 +33,28 @@ struct DispatchTurnTests {
         #expect(turn.pushes.count == 1 && turn.pushResults.count == 1)
         turn.keep(shards: [9])
         #expect(turn.isEmpty)
+    }
+
+    @Test("a group that records a notification again marks sent the deliveries an earlier group planned, and writes each record as of when it was planned",
+          arguments: StoreEngine.available)
+    func writtenLater(engine: StoreEngine) throws {
+        let store = try engine.makeStore()
+        let plans = [Fixture.plan("n", "a"), Fixture.plan("n", "b")]
+        var first = DispatchTurn()
+        first.records = [(Fixture.notification("n", sequence: 1, expiresIn: 1), plans, nil, Fixture.now)]
+        // Written 5 s after it was planned, past the notification's expiry: still as of its planning.
+        try store.writeTurn { try first.write(to: store, now: Fixture.now.addingTimeInterval(5)) }
+        try store.flush()
+        var outcome = try #require(try store.outcome("n", now: Fixture.now))
+        #expect(outcome.state == .completed && outcome.targets == 2 && outcome.expired == 0)
+        // The next group sends one of them, and records the notification again with nothing left to plan.
+        var second = DispatchTurn()
+        second.records = [(Fixture.notification("n", sequence: 1, expiresIn: 1), [], nil, Fixture.now)]
+        second.sent = [Fixture.delivery(plans[0], of: "n")]
+        try store.writeTurn { try second.write(to: store, now: Fixture.now) }
+        try store.flush()
+        outcome = try #require(try store.outcome("n", now: Fixture.now))
+        #expect(outcome.delivered == 1 && outcome.targets == 2)
     }
 
     @Test("a failed turn gives the next its sends, acknowledgements, failures and push answers, never its records or pushes")
@@ -70,7 +92,7 @@ struct GroupCommitPolicyTests {
         var policy = GroupCommitPolicy(now: start)
         let plans = [Fixture.plan("n", "a"), Fixture.plan("n", "b")]
         var turn = DispatchTurn()
-        turn.records = [(Fixture.notification("n", sequence: 1), plans, nil)]
+        turn.records = [(Fixture.notification("n", sequence: 1), plans, nil, Fixture.now)]
         turn.sent = plans.map { Fixture.delivery($0, of: "n") }
         #expect(turn.planned == 2)
         #expect(!policy.writes(gathered: turn, at: at(10), awaited: 0), "younger than 50 ms")
@@ -87,5 +109,9 @@ struct GroupCommitPolicyTests {
             deliveryId: "p", notificationId: "n", installationId: "c", platform: .apns, pushChannel: "c", payload: "{}", headers: [:],
             expiresAt: Fixture.now)]
         #expect(policy.writes(gathered: turn, at: at(71), awaited: 9))
+        // So is one that carries push services' answers.
+        var answers = DispatchTurn()
+        answers.pushResults = [(turn.pushes[0], .delivered)]
+        #expect(policy.writes(gathered: answers, at: at(71), awaited: 9))
     }
 }
