@@ -1,5 +1,6 @@
 """The dispatcher's store on PostgreSQL (beside the registry's): a delivery acknowledged before its
-group of turns is written leaves no row, breaking news reaches an agent and a phone, the outcome is
+group of turns is written leaves no row, writes that fail while the store is locked lose nothing
+and count nothing twice, breaking news reaches an agent and a phone, the outcome is
 Completed, and a dispatcher killed and started again loses nothing: what it
 had sent is not sent again, what came while it was down goes out, an agent that was away gets its
 backlog, and a push the service had not taken goes to it. Runs on the server NH_TEST_POSTGRES names
@@ -7,6 +8,7 @@ backlog, and a push the service had not taken goes to it. Runs on the server NH_
 import json
 import os
 import subprocess
+import time
 
 import pytest
 import requests
@@ -65,6 +67,40 @@ def test_an_agents_delivery_acknowledged_within_its_group_is_never_written(hub):
     notification = response.headers["Location"].rstrip("/").split("/")[-1].split("?")[0]
     assert query(hub, f"SELECT count(*) FROM dispatch.deliveries WHERE notification_id = '{notification}'") == "0"
     assert query(hub, f"SELECT targets, delivered, acknowledged FROM dispatch.outcomes WHERE notification_id = '{notification}'") == "1|1|1"
+
+
+def test_writes_that_fail_while_the_store_is_locked_lose_nothing_and_count_nothing_twice(hub):
+    """Another session holds the dispatcher's outcome and lease tables longer than the dispatcher's
+    lock timeout, so its writes fail, and so does a reading of its leases while they are still
+    current. What it had gathered is planned again from the store's cursors once the lock goes:
+    every notification is shown once, and counted once, with none left behind."""
+    log = os.path.join(hub.data, "nh-dispatch.log")
+    def failures():
+        with open(log, errors="replace") as f:
+            return f.read().count("dispatch commit failed")
+    before = failures()
+    lock = "BEGIN; LOCK TABLE dispatch.outcomes, dispatch.leases IN ACCESS EXCLUSIVE MODE; SELECT pg_sleep(1.5); COMMIT;"
+    locker = None
+    responses = []
+    for i in range(30):
+        if i == 8:
+            locker = subprocess.Popen(["psql", hub.env["NH_STORE"], "-qc", lock], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        r = requests.post(f"{hub.base}/hub/messages?{API}", data=json.dumps({"messageParam": f"Locked {i}", "message": f"Locked {i}"}),
+                          headers={"Authorization": hub.token(), "Content-Type": "application/json",
+                                   "ServiceBusNotification-Format": "template", "ServiceBusNotification-Tags": "$InstallationId:pg-agent"})
+        assert r.status_code == 201, r.text
+        responses.append(r.headers["Location"].rstrip("/").split("/")[-1].split("?")[0])
+        time.sleep(0.1)
+    assert locker.wait(timeout=30) == 0, locker.stderr.read()
+    for i in range(30):
+        assert wait_until(lambda: shown(hub, f"Locked {i}") >= 1, timeout=30), f"Locked {i}"
+    assert failures() > before, "no write failed: the lock did not reach the dispatcher"
+    ids = ",".join(f"'{n}'" for n in responses)
+    counted = lambda: query(hub, f"SELECT count(*) FROM dispatch.outcomes WHERE notification_id IN ({ids}) AND targets = 1 AND acknowledged = 1")
+    assert wait_until(lambda: counted() == "30", timeout=30), query(
+        hub, f"SELECT notification_id, targets, delivered, acknowledged FROM dispatch.outcomes WHERE notification_id IN ({ids})")
+    assert all(shown(hub, f"Locked {i}") == 1 for i in range(30))
+    assert query(hub, f"SELECT count(*) FROM dispatch.deliveries WHERE notification_id IN ({ids})") == "0"
 
 
 def test_breaking_news_reaches_an_agent_and_a_phone_from_the_shared_store(hub, standins):
