@@ -337,12 +337,10 @@ protocol DeliveryEngine: DeliveryStore, EngineBacked {
     static var sql: DeliverySQL { get }
     var ledger: DeliveryLedger { get }
     /// Whether deliveries to agents are held in memory (`UnwrittenDeliveries`): on SQLite while a
-    /// group of writes is open, until it commits; on PostgreSQL while a write runs, until its end
-    /// (`heldPastWrite`), since there a write is a whole group of turns.
+    /// group of writes is open, until it commits; on PostgreSQL while a write runs, until its end,
+    /// since there a write is a whole group of turns (`turnsWaitForGroup`): each outermost write
+    /// then writes what it holds before it commits.
     var holdsDeliveries: Bool { get }
-    /// Whether held deliveries outlive the write that recorded them (SQLite, until its group
-    /// commits); where false, each outermost write writes what it holds before it commits.
-    var heldPastWrite: Bool { get }
     /// Whether many rows go in one statement (`insertAgentDeliveries(_:)`,
     /// `removeDeliveries`): where each statement is a round trip to a server. SQLite, in process,
     /// runs a statement per row.
@@ -364,7 +362,6 @@ extension DeliveryEngine {
     private var sql: DeliverySQL { Self.sql }
 
     var batchesRows: Bool { false }
-    var heldPastWrite: Bool { true }
     func insertAgentDeliveries(_ rows: ArraySlice<(String, UnwrittenDeliveries.Delivery)>) throws -> Set<String> {
         preconditionFailure("\(Self.self) inserts a statement per row")
     }
@@ -404,7 +401,7 @@ extension DeliveryEngine {
         do {
             let result = try transaction {
                 let result = try body()
-                if !heldPastWrite { try writeHeld() }
+                if turnsWaitForGroup { try writeHeld() }
                 try writeTally()
                 try checkFence()
                 return result

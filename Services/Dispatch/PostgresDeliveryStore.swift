@@ -355,7 +355,6 @@ final class PostgresDeliveryStore: DeliveryEngine {
     /// Agents' deliveries recorded in a write are held until its end, so that those acknowledged
     /// in the same write (the same group of turns) are never written.
     var holdsDeliveries: Bool { ledger.writing }
-    var heldPastWrite: Bool { false }
 
     /// Each statement is a round trip to the server: a broadcast's deliveries go in, and a turn's
     /// acknowledgements come out, a few thousand rows to a statement.
