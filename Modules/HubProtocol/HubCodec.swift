@@ -250,9 +250,17 @@ public enum HubCodec {
     /// Decodes a reply: the expected type, or the error it carries as a thrown `HubError`. Unlike a
     /// request, a reply may hold fields its type does not have: a newer service may add to its
     /// replies without breaking older clients, so they are passed over, not refused.
+    ///
+    /// A reply of the expected type, in a version this build reads, decodes in one pass. Anything
+    /// else (an error reply, a malformed one) is parsed for its header, and answered as such.
     public static func decodeReply<R: HubMessage>(_: R.Type, from data: Data, parsed: Parsed? = nil) throws(HubError)
         -> Envelope<R>
     {
+        if let envelope = try? decoder.decode(Envelope<R>.self, from: data), envelope.type == R.messageType,
+            HubProtocolVersion.supported.contains(envelope.v)
+        {
+            return envelope
+        }
         let parsed = try parsedOrParse(parsed, data)
         if parsed.header.type == ErrorReply.messageType {
             let error = try decode(ErrorReply.self, from: data, parsed: parsed, extraFields: .passed).payload

@@ -57,20 +57,16 @@ public final class HubClient: ServiceCalling {
                 "\(R.messageType): a request of \(data.count) bytes is over what any service reads "
                     + "(\(HubServer.socketLimit(maxMessageBytes: maxMessageBytes)) bytes; see maxMessageBytes and maxRichBytes); nothing was sent")
         }
-        var parsed: HubCodec.Parsed?
         let reply: [Data]
         do {
             reply = try client.request([data]) { frames in
-                guard frames.count == 1, let candidate = try? HubCodec.parse(frames[0]), candidate.header.id == id else {
-                    return false
-                }
-                parsed = candidate
-                return true
+                guard frames.count == 1 else { return false }
+                return (HubCodec.scanID(frames[0]) ?? (try? HubCodec.parse(frames[0]))?.header.id) == id
             }
         } catch let error as BusError {
             throw HubError(.timeout, "\(R.messageType): \(error)")
         }
-        return try HubCodec.decodeReply(R.Reply.self, from: reply[0], parsed: parsed).payload
+        return try HubCodec.decodeReply(R.Reply.self, from: reply[0]).payload
     }
 
     /// Sends raw frames and returns the raw reply, for tools that test the wire itself.

@@ -15,7 +15,7 @@ public final class HubForwarder {
 
     private struct Pending {
         let deadline: Date
-        let complete: (Data?, HubCodec.Parsed?) -> Void
+        let complete: (Data?) -> Void
     }
 
     public init(
@@ -38,34 +38,35 @@ public final class HubForwarder {
     /// Sends `request`; `completion` runs later on this loop with the reply or the failure.
     public func forward<R: HubRequest>(_ request: R, completion: @escaping (Result<R.Reply, HubError>) -> Void) {
         let id = HubClient.nextCorrelationID()
-        pending[id] = Pending(deadline: Date().addingTimeInterval(timeout)) { data, parsed in
+        pending[id] = Pending(deadline: Date().addingTimeInterval(timeout)) { data in
             guard let data else {
                 completion(.failure(HubError(.timeout, "\(R.messageType): no reply from \(self.endpoint)")))
                 return
             }
             do throws(HubError) {
-                completion(.success(try HubCodec.decodeReply(R.Reply.self, from: data, parsed: parsed).payload))
+                completion(.success(try HubCodec.decodeReply(R.Reply.self, from: data).payload))
             } catch {
                 completion(.failure(error))
             }
         }
         do {
             guard try socket.send([Data(), HubCodec.encode(request, id: id, auth: auth())], wait: false) else {
-                pending.removeValue(forKey: id)?.complete(nil, nil)
+                pending.removeValue(forKey: id)?.complete(nil)
                 return
             }
         } catch {
-            pending.removeValue(forKey: id)?.complete(nil, nil)
+            pending.removeValue(forKey: id)?.complete(nil)
         }
     }
 
     /// Hands waiting replies to their requests. Call when the socket is readable.
     public func receive() throws {
         while let frames = try socket.receive(wait: false) {
-            guard let body = frames.last, let parsed = try? HubCodec.parse(body),
-                let waiting = pending.removeValue(forKey: parsed.header.id)
+            // The correlation id is found without parsing the whole reply; decoding it is the caller's.
+            guard let body = frames.last, let id = HubCodec.scanID(body) ?? (try? HubCodec.parse(body))?.header.id,
+                let waiting = pending.removeValue(forKey: id)
             else { continue }
-            waiting.complete(body, parsed)
+            waiting.complete(body)
         }
     }
 
@@ -73,7 +74,7 @@ public final class HubForwarder {
     public func expire(now: Date = Date()) {
         for (id, waiting) in pending where waiting.deadline <= now {
             pending.removeValue(forKey: id)
-            waiting.complete(nil, nil)
+            waiting.complete(nil)
         }
     }
 
