@@ -58,6 +58,8 @@ public final class HTTPStream: @unchecked Sendable {
     private var ended = false
     private var suspended = false
     fileprivate var connection: OpaquePointer?
+    /// Wakes the server's poller after a resume, when the caller polls.
+    fileprivate var wakeServer: (@Sendable () -> Void)?
     /// Set when the server stops: the stream then ends rather than waiting suspended.
     fileprivate var serverStopping: (@Sendable () -> Bool)?
     private var endHandlers: [@Sendable () -> Void] = []
@@ -119,6 +121,7 @@ public final class HTTPStream: @unchecked Sendable {
         if suspended, let connection {
             suspended = false
             MHD_resume_connection(connection)
+            wakeServer?()
         }
     }
 
@@ -166,16 +169,30 @@ public final class HTTPStream: @unchecked Sendable {
     }
 }
 
-/// An HTTP server on libmicrohttpd (plain, or TLS through its GnuTLS support). libmicrohttpd's
-/// threads only move bytes: a complete request is handed to one of `Limits.workers` worker
-/// threads and its connection is suspended until the answer is ready, so a handler that waits (on
-/// another service, say) holds up no other connection. The handler gets the worker's index, so
-/// each worker can keep state of its own without locks.
+/// An HTTP server on libmicrohttpd (plain, or TLS through its GnuTLS support).
+///
+/// The connections are read and written either by libmicrohttpd's own threads, or by the
+/// caller's loop (`callerPolls`): it watches `fileDescriptor`, and calls `run()` when that is
+/// readable and when `timeoutMilliseconds` has run out.
+///
+/// A complete request goes first to `inline`, if given, on the thread that read it. It may take
+/// the request and answer it later through its `HTTPReply`, from any thread: a handler that sends
+/// a request to another service and is called back with the reply, so that no thread waits.
+/// Any other request is handed to one of `Limits.workers` worker threads. Either way its
+/// connection is suspended until the answer is ready, so a handler that waits holds up no other
+/// connection. The worker's handler gets the worker's index, so each worker can keep state of its
+/// own without locks.
 public final class HTTPServer: @unchecked Sendable {
     public typealias Handler = @Sendable (HTTPRequest, _ worker: Int) -> HTTPResponse
+    /// Takes a request on the polling thread and answers it through the reply (true), or leaves
+    /// it to the workers (false). It must not wait: every connection shares the polling thread.
+    public typealias Inline = (HTTPRequest, HTTPReply) -> Bool
 
     private var daemon: OpaquePointer?
     let handler: Handler
+    let inline: Inline?
+    /// No thread of libmicrohttpd's reads the connections: the caller's loop runs it.
+    public let callerPolls: Bool
     let maxBodyBytes: Int
     let isTLS: Bool
     public private(set) var port: UInt16 = 0
@@ -188,7 +205,7 @@ public final class HTTPServer: @unchecked Sendable {
     public struct Limits: Sendable {
         /// Threads that run the handler: requests handled at once.
         public var workers = 8
-        /// libmicrohttpd's threads, which read and write connections.
+        /// libmicrohttpd's threads, which read and write connections, unless the caller polls.
         public var ioThreads = 2
         public var connections = 10_000
         public var connectionsPerAddress = 256
@@ -206,37 +223,104 @@ public final class HTTPServer: @unchecked Sendable {
     private let queue: WorkQueue
 
     public init(address: String, port: UInt16, tls: (key: String, certificate: String)? = nil, maxBodyBytes: Int,
-                limits: Limits = Limits(), handler: @escaping Handler) throws {
+                limits: Limits = Limits(), callerPolls: Bool = false, inline: Inline? = nil, handler: @escaping Handler) throws {
         self.handler = handler
+        self.inline = inline
+        self.callerPolls = callerPolls
         self.maxBodyBytes = maxBodyBytes
         isTLS = tls != nil
         queue = WorkQueue(workers: max(limits.workers, 1), handler: handler)
         let context = Unmanaged.passUnretained(self).toOpaque()
         daemon = nh_mhd_start(
             address, port, HTTPServer.access, context, HTTPServer.completed, tls?.key, tls?.certificate,
-            UInt32(max(limits.ioThreads, 1)), UInt32(max(limits.connections, 1)), UInt32(max(limits.connectionsPerAddress, 1)),
-            UInt32(max(limits.idleSeconds, 1)))
+            callerPolls ? 0 : UInt32(max(limits.ioThreads, 1)), UInt32(max(limits.connections, 1)),
+            UInt32(max(limits.connectionsPerAddress, 1)), UInt32(max(limits.idleSeconds, 1)))
         guard let daemon else {
             throw Failure(description: "cannot listen on \(address):\(port) (in use, or a bad address or TLS key and certificate)")
         }
         self.port = nh_mhd_port(daemon)
+        if callerPolls {
+            var event: Int32 = -1
+            fileDescriptor = nh_poll_set(nh_mhd_epoll_fd(daemon), &event)
+            wakeDescriptor = event
+            guard fileDescriptor >= 0 else {
+                MHD_stop_daemon(daemon)
+                self.daemon = nil
+                throw Failure(description: "cannot make the descriptors to poll \(address):\(port) with")
+            }
+        }
     }
 
-    deinit { stop() }
+    deinit {
+        stop()
+        if fileDescriptor >= 0 { close(fileDescriptor) }
+        if wakeDescriptor >= 0 { close(wakeDescriptor) }
+    }
 
+    /// What the caller's loop watches when it polls: readable when `run()` has work. -1 when
+    /// libmicrohttpd's own threads poll.
+    public private(set) var fileDescriptor: Int32 = -1
+    /// Written on every resume, from any thread, so that the caller's loop runs the server.
+    private var wakeDescriptor: Int32 = -1
+
+    /// Makes `fileDescriptor` readable, after a connection is resumed.
+    fileprivate func wake() {
+        if wakeDescriptor >= 0 { nh_poll_wake(wakeDescriptor) }
+    }
+
+    /// Reads, writes and answers what is ready, on the caller's loop (`callerPolls`). Runs again
+    /// while libmicrohttpd has work left that its descriptor would not show (bytes already read),
+    /// a bounded number of times; `timeoutMilliseconds` then says 0.
+    public func run() {
+        guard callerPolls, let daemon else { return }
+        nh_poll_drain(wakeDescriptor)
+        for _ in 0..<16 {
+            _ = MHD_run(daemon)
+            guard nh_mhd_timeout(daemon) == 0 else { return }
+        }
+    }
+
+    /// Milliseconds until `run()` is due whatever the descriptor shows (an idle connection to
+    /// close, work left over); nil for no limit.
+    public var timeoutMilliseconds: Int? {
+        guard callerPolls, let daemon else { return nil }
+        let timeout = nh_mhd_timeout(daemon)
+        return timeout < 0 ? nil : Int(timeout)
+    }
+
+    /// Stops taking requests, answers those still waiting (503), ends open streams, and closes
+    /// every connection. When the caller polls, call this on its loop's thread.
     public func stop() {
-        stopping.store(true, ordering: .sequentiallyConsistent)
+        guard !stopping.exchange(true, ordering: .sequentiallyConsistent) else { return }
+        // Open streams end, and every request still awaiting its answer gets one (the workers
+        // finish what they run; the rest is 503), so that no connection is left suspended when
+        // the daemon stops. Then the answers go out, for at most 2 s.
+        let awaited = replies.withLock { Array($0.values) }
         queue.stop()
-        // Open streams end first, so that no connection is left suspended when the daemon stops.
         let open = streams.withLock { streams in
             defer { streams.removeAll() }
             return Array(streams.values)
         }
         for stream in open { stream.finish() }
+        for reply in awaited { reply.send(HTTPResponse(status: 503, headers: [("Retry-After", "1")])) }
+        replies.withLock { $0.removeAll() }
         let deadline = Date().addingTimeInterval(2)
-        while open.contains(where: { !$0.hasEnded }) && Date() < deadline { usleep(10_000) }
+        repeat {
+            run()
+            let waiting = open.contains(where: { !$0.hasEnded }) || awaited.contains(where: { !$0.isFinished })
+            guard waiting && Date() < deadline else { break }
+            usleep(10_000)
+        } while true
+        run()
         if let daemon { MHD_stop_daemon(daemon) }
         daemon = nil
+    }
+
+    /// Replies not yet sent, so that `stop` can answer them.
+    private let replies = Mutex<[ObjectIdentifier: HTTPReply]>([:])
+
+    fileprivate func settled(_ reply: HTTPReply) {
+        _ = replies.withLock { $0.removeValue(forKey: ObjectIdentifier(reply)) }
     }
 
     private let streams = Mutex<[ObjectIdentifier: HTTPStream]>([:])
@@ -246,6 +330,7 @@ public final class HTTPServer: @unchecked Sendable {
     fileprivate func track(_ stream: HTTPStream) {
         let id = ObjectIdentifier(stream)
         stream.serverStopping = { [weak self] in self?.stopping.load(ordering: .sequentiallyConsistent) ?? true }
+        stream.wakeServer = { [weak self] in self?.wake() }
         streams.withLock { $0[id] = stream }
         if stopping.load(ordering: .sequentiallyConsistent) { stream.finish() }
         stream.onEnd { [weak self] in _ = self?.streams.withLock { $0.removeValue(forKey: id) } }
@@ -253,6 +338,8 @@ public final class HTTPServer: @unchecked Sendable {
 
     /// What one connection's request has gathered between calls, and its answer once a worker has it.
     final class Pending: @unchecked Sendable {
+        /// The request is over: its answer went out, or its connection closed.
+        let finished = Atomic<Bool>(false)
         var body = Data()
         var tooLarge = false
         var dispatched = false
@@ -286,10 +373,12 @@ public final class HTTPServer: @unchecked Sendable {
                 query: values(connection, MHD_ValueKind.GET_ARGUMENT_KIND, lowercase: false),
                 body: pending.body, bodyTooLarge: pending.tooLarge, isTLS: server.isTLS)
             MHD_suspend_connection(connection)
-            let handle = ConnectionHandle(connection)
-            server.queue.submit(request) { response in
-                pending.response = response
-                MHD_resume_connection(handle.pointer)
+            let reply = HTTPReply(pending: pending, connection: connection, server: server)
+            server.replies.withLock { $0[ObjectIdentifier(reply)] = reply }
+            if server.stopping.load(ordering: .sequentiallyConsistent) {
+                reply.send(HTTPResponse(status: 503, headers: [("Retry-After", "1")]))
+            } else if server.inline?(request, reply) != true {
+                server.queue.submit(request) { reply.send($0) }
             }
             return MHD_Result.YES
         }
@@ -315,6 +404,7 @@ public final class HTTPServer: @unchecked Sendable {
 
     static let completed: MHD_RequestCompletedCallback = { _, _, state, _ in
         guard let state, let pointer = state.pointee else { return }
+        Unmanaged<Pending>.fromOpaque(pointer).takeUnretainedValue().finished.store(true, ordering: .releasing)
         Unmanaged<Pending>.fromOpaque(pointer).release()
         state.pointee = nil
     }
@@ -340,10 +430,31 @@ public final class HTTPServer: @unchecked Sendable {
 }
 
 
-/// A connection pointer carried to a worker thread; libmicrohttpd allows resuming from any thread.
-struct ConnectionHandle: @unchecked Sendable {
-    let pointer: OpaquePointer
-    init(_ pointer: OpaquePointer) { self.pointer = pointer }
+/// The answer to one request, sent once from any thread: its connection, suspended until then,
+/// is resumed (libmicrohttpd allows that from any thread). A second answer is dropped, as is one
+/// after the server has answered the request itself on stopping.
+public final class HTTPReply: @unchecked Sendable {
+    private let pending: HTTPServer.Pending
+    private let connection: OpaquePointer
+    private weak var server: HTTPServer?
+    private let sent = Atomic<Bool>(false)
+
+    init(pending: HTTPServer.Pending, connection: OpaquePointer, server: HTTPServer) {
+        self.pending = pending
+        self.connection = connection
+        self.server = server
+    }
+
+    /// The answer has gone out, or the connection closed.
+    var isFinished: Bool { pending.finished.load(ordering: .acquiring) }
+
+    public func send(_ response: HTTPResponse) {
+        guard !sent.exchange(true, ordering: .acquiringAndReleasing) else { return }
+        pending.response = response
+        server?.settled(self)
+        MHD_resume_connection(connection)
+        server?.wake()
+    }
 }
 
 /// Worker threads that take requests in order of arrival.

@@ -7,6 +7,7 @@ public final class EventLoop {
     private var poller = Poller()
     private var handlers: [Int: () throws -> Void] = [:]
     private var timers: [Timer] = []
+    private var dueTasks: [(milliseconds: () -> Int?, task: () throws -> Void)] = []
     private let signals: SignalWatcher
     private let signalIndex: Int
     private var stopping = false
@@ -60,6 +61,13 @@ public final class EventLoop {
         timers.append(Timer(interval: interval, due: .now + interval, task: task))
     }
 
+    /// Calls `task` whenever `milliseconds()`, asked before each wait and after each wake, has come
+    /// down to 0; nil means no limit. For a library that keeps its own timeouts, such as
+    /// libmicrohttpd's for idle connections, run from this loop.
+    public func whenDue(in milliseconds: @escaping () -> Int?, _ task: @escaping () throws -> Void) {
+        dueTasks.append((milliseconds, task))
+    }
+
     /// Calls `handler`, before any socket's or timer's, whenever the loop wakes more than `after`
     /// since it last woke: the process was stopped, or a handler ran that long. With timers every
     /// few milliseconds, an idle loop never waits that long.
@@ -102,15 +110,24 @@ public final class EventLoop {
                 }
             }
             runDueTimers()
+            for due in dueTasks where due.milliseconds() == 0 {
+                do {
+                    try due.task()
+                } catch {
+                    logger.error("task failed", ("error", "\(error)"))
+                }
+            }
         }
     }
 
     private func nextTimeout() -> Int {
-        guard let due = timers.map(\.due).min() else { return -1 }
+        let asked = dueTasks.compactMap { $0.milliseconds() }.min()
+        guard let due = timers.map(\.due).min() else { return asked ?? -1 }
         let left = ContinuousClock.now.duration(to: due)
         if left <= .zero { return 0 }
         let (seconds, attoseconds) = left.components
-        return Int(seconds) * 1_000 + Int(attoseconds / 1_000_000_000_000_000) + 1
+        let timer = Int(seconds) * 1_000 + Int(attoseconds / 1_000_000_000_000_000) + 1
+        return min(timer, asked ?? timer)
     }
 
     private func runDueTimers() {

@@ -59,14 +59,68 @@ final class RawClient {
     }
 }
 
-/// The HTTP server in process, on a loopback port of its own: what a handler gets, the limits on
-/// what a client may send, connections kept and refused, and streamed answers.
+/// Who reads the connections: libmicrohttpd's threads, or a loop of the caller's.
+enum Polling: CaseIterable, CustomStringConvertible {
+    case ownThreads, caller
+    var description: String { self == .caller ? "polled by the caller" : "on its own threads" }
+}
+
+/// A server under test, with the loop that polls it when the caller polls: a thread that waits on
+/// its descriptor, no longer than the server asks (so that a resume the server does not signal
+/// would hang), and runs it; a pipe ends the wait when the test stops.
+final class Served: @unchecked Sendable {
+    let server: HTTPServer
+    private let done = Atomic<Bool>(false)
+    private let exited = DispatchSemaphore(value: 0)
+    private var stopped = false
+    private var stopPipe: [Int32] = [-1, -1]
+
+    init(_ server: HTTPServer) {
+        self.server = server
+        guard server.callerPolls else { return }
+        _ = pipe(&stopPipe)
+        Thread { [self] in
+            while !done.load(ordering: .sequentiallyConsistent) {
+                var descriptors = [
+                    pollfd(fd: server.fileDescriptor, events: Int16(POLLIN), revents: 0),
+                    pollfd(fd: stopPipe[0], events: Int16(POLLIN), revents: 0),
+                ]
+                _ = poll(&descriptors, 2, Int32(server.timeoutMilliseconds ?? -1))
+                server.run()
+            }
+            exited.signal()
+        }.start()
+    }
+
+    var port: UInt16 { server.port }
+
+    /// Stops the polling loop, then the server, so that the server stops on the thread that last polled it.
+    func stop() {
+        guard !stopped else { return }
+        stopped = true
+        if server.callerPolls {
+            done.store(true, ordering: .sequentiallyConsistent)
+            var byte: UInt8 = 1
+            _ = write(stopPipe[1], &byte, 1)
+            exited.wait()
+            for end in stopPipe { close(end) }
+        }
+        server.stop()
+    }
+}
+
+/// The HTTP server in process, on a loopback port of its own, polled by its own threads and by the
+/// caller: what a handler gets, the limits on what a client may send, connections kept and
+/// refused, streamed answers, and requests answered later without a worker.
 @Suite("HTTP server")
 struct HTTPServerTests {
-    static func server(maxBodyBytes: Int = 1_024, limits: HTTPServer.Limits = HTTPServer.Limits(workers: 2), handler: @escaping HTTPServer.Handler)
-        throws -> HTTPServer
-    {
-        try HTTPServer(address: "127.0.0.1", port: 0, maxBodyBytes: maxBodyBytes, limits: limits, handler: handler)
+    static func server(
+        _ polling: Polling, maxBodyBytes: Int = 1_024, limits: HTTPServer.Limits = HTTPServer.Limits(workers: 2),
+        inline: HTTPServer.Inline? = nil, handler: @escaping HTTPServer.Handler
+    ) throws -> Served {
+        Served(try HTTPServer(
+            address: "127.0.0.1", port: 0, maxBodyBytes: maxBodyBytes, limits: limits, callerPolls: polling == .caller, inline: inline,
+            handler: handler))
     }
 
     static func echo(_ request: HTTPRequest, _ worker: Int) -> HTTPResponse {
@@ -75,9 +129,9 @@ struct HTTPServerTests {
         return HTTPResponse(status: 200, headers: [("Content-Type", "text/plain")], body: Data(summary.utf8))
     }
 
-    @Test("a request reaches the handler whole: method, path, query (a key without value too), headers by any case, body")
-    func request() throws {
-        let server = try Self.server(handler: Self.echo)
+    @Test("a request reaches the handler whole: method, path, query (a key without value too), headers by any case, body", arguments: Polling.allCases)
+    func request(_ polling: Polling) throws {
+        let server = try Self.server(polling, handler: Self.echo)
         defer { server.stop() }
         let client = try RawClient(port: server.port)
         client.send("POST /hub/messages?direct&api-version=2015-01 HTTP/1.1\r\nHost: x\r\nx-THING: yes\r\nContent-Length: 5\r\n\r\nhello")
@@ -89,9 +143,9 @@ struct HTTPServerTests {
         #expect(client.response().hasSuffix("GET /again q= h=- body=0 tooLarge=false"))
     }
 
-    @Test("a body over the limit reaches the handler marked, with its start only; oversized heads and bad requests are refused by the server")
-    func limits() throws {
-        let server = try Self.server(maxBodyBytes: 100, handler: Self.echo)
+    @Test("a body over the limit reaches the handler marked, with its start only; oversized heads and bad requests are refused by the server", arguments: Polling.allCases)
+    func limits(_ polling: Polling) throws {
+        let server = try Self.server(polling, maxBodyBytes: 100, handler: Self.echo)
         defer { server.stop() }
         let big = try RawClient(port: server.port)
         big.send("POST /big HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n" + String(repeating: "a", count: 1_000))
@@ -110,9 +164,9 @@ struct HTTPServerTests {
         #expect(bad.isEmpty || bad.hasPrefix("HTTP/1.1 400") || bad.hasPrefix("HTTP/1.1 505"), "\(bad.prefix(40))")
     }
 
-    @Test("connections from one address beyond the limit are closed at once; the ones held still answer")
-    func connections() throws {
-        let server = try Self.server(limits: HTTPServer.Limits(workers: 2, connections: 100, connectionsPerAddress: 2), handler: Self.echo)
+    @Test("connections from one address beyond the limit are closed at once; the ones held still answer", arguments: Polling.allCases)
+    func connections(_ polling: Polling) throws {
+        let server = try Self.server(polling, limits: HTTPServer.Limits(workers: 2, connections: 100, connectionsPerAddress: 2), handler: Self.echo)
         defer { server.stop() }
         let held = try (0..<2).map { _ in try RawClient(port: server.port) }
         for client in held { client.send("GET /held HTTP/1.1\r\nHost: x\r\n\r\n") }
@@ -124,10 +178,10 @@ struct HTTPServerTests {
         #expect(held[0].response().hasSuffix("GET /still q= h=- body=0 tooLarge=false"))
     }
 
-    @Test("a handler that waits holds up only its own connection")
-    func workers() throws {
+    @Test("a handler that waits holds up only its own connection", arguments: Polling.allCases)
+    func workers(_ polling: Polling) throws {
         let release = Mutex(false)
-        let server = try Self.server(limits: HTTPServer.Limits(workers: 2)) { request, worker in
+        let server = try Self.server(polling, limits: HTTPServer.Limits(workers: 2)) { request, worker in
             if request.path == "/slow" {
                 let deadline = Date().addingTimeInterval(10)
                 while !release.withLock({ $0 }), Date() < deadline { usleep(1_000) }
@@ -144,12 +198,12 @@ struct HTTPServerTests {
         #expect(slow.response().hasSuffix("GET /slow q= h=- body=0 tooLarge=false"))
     }
 
-    @Test("a streamed answer goes out as it is written, suspended in between; its end is heard when the client leaves")
-    func streams() throws {
+    @Test("a streamed answer goes out as it is written, suspended in between; its end is heard when the client leaves", arguments: Polling.allCases)
+    func streams(_ polling: Polling) throws {
         let stream = HTTPStream()
         let ended = Atomic<Bool>(false)
         stream.onEnd { ended.store(true, ordering: .sequentiallyConsistent) }
-        let server = try Self.server { _, _ in
+        let server = try Self.server(polling) { _, _ in
             HTTPResponse(status: 200, headers: [("Content-Type", "text/event-stream")], stream: stream)
         }
         defer { server.stop() }
@@ -174,14 +228,68 @@ struct HTTPServerTests {
         #expect(endedAtLast)
     }
 
-    @Test("stopping the server ends open streams")
-    func stopEndsStreams() throws {
+    @Test("stopping the server ends open streams", arguments: Polling.allCases)
+    func stopEndsStreams(_ polling: Polling) throws {
         let stream = HTTPStream()
-        let server = try Self.server { _, _ in HTTPResponse(status: 200, stream: stream) }
+        let server = try Self.server(polling) { _, _ in HTTPResponse(status: 200, stream: stream) }
         let client = try RawClient(port: server.port)
         client.send("GET /events HTTP/1.1\r\nHost: x\r\n\r\n")
         _ = client.read { $0.contains("\r\n\r\n") }
         server.stop()
         #expect(!stream.isOpen)
+    }
+
+    @Test("a request taken inline is answered later through its reply, from another thread, while other connections go on", arguments: Polling.allCases)
+    func inline(_ polling: Polling) throws {
+        let held = Mutex<HTTPReply?>(nil)
+        let server = try Self.server(polling, inline: { request, reply in
+            switch request.path {
+            case "/later":
+                held.withLock { $0 = reply }
+                return true
+            case "/now":
+                reply.send(HTTPResponse(status: 202, body: Data("now".utf8)))
+                return true
+            default:
+                return false
+            }
+        }, handler: Self.echo)
+        defer { server.stop() }
+        let later = try RawClient(port: server.port)
+        later.send("POST /later HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nhi")
+        let now = try RawClient(port: server.port)
+        now.send("GET /now HTTP/1.1\r\nHost: x\r\n\r\n")
+        let answeredNow = now.response()
+        #expect(answeredNow.hasPrefix("HTTP/1.1 202") && answeredNow.hasSuffix("now"), "\(answeredNow)")
+        // What inline leaves goes to a worker.
+        now.send("GET /worker HTTP/1.1\r\nHost: x\r\n\r\n")
+        #expect(now.response().hasSuffix("GET /worker q= h=- body=0 tooLarge=false"))
+        let deadline = Date().addingTimeInterval(10)
+        while held.withLock({ $0 == nil }), Date() < deadline { usleep(1_000) }
+        let reply = try #require(held.withLock { $0 })
+        // Answered from this thread: the connection resumes and the poller wakes for it.
+        Thread.sleep(forTimeInterval: 0.1)
+        reply.send(HTTPResponse(status: 201, headers: [("Location", "/there")]))
+        reply.send(HTTPResponse(status: 500))
+        let answer = later.response()
+        #expect(answer.hasPrefix("HTTP/1.1 201") && answer.contains("Location: /there"), "\(answer)")
+        // The connection is kept, and the second answer to the same reply was dropped.
+        later.send("GET /again HTTP/1.1\r\nHost: x\r\n\r\n")
+        #expect(later.response().hasSuffix("GET /again q= h=- body=0 tooLarge=false"))
+    }
+
+    @Test("stopping the server answers replies still awaited with 503", arguments: Polling.allCases)
+    func stopAnswersAwaited(_ polling: Polling) throws {
+        let taken = Atomic<Bool>(false)
+        let server = try Self.server(polling, inline: { _, _ in
+            taken.store(true, ordering: .sequentiallyConsistent)
+            return true
+        }, handler: Self.echo)
+        let client = try RawClient(port: server.port)
+        client.send("GET /never HTTP/1.1\r\nHost: x\r\n\r\n")
+        let deadline = Date().addingTimeInterval(10)
+        while !taken.load(ordering: .sequentiallyConsistent), Date() < deadline { usleep(1_000) }
+        server.stop()
+        #expect(client.read { $0.contains("\r\n\r\n") }.hasPrefix("HTTP/1.1 503"))
     }
 }
