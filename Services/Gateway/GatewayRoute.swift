@@ -6,11 +6,19 @@ import HubProtocol
 struct GatewayRoute: Sendable {
     let method: String
     let pattern: [String]
+    /// The pattern's literals lowercased, nil for its parameters.
+    private let literals: [String?]
     let handle: @Sendable (GatewayRoutes, HTTPRequest, [String]) throws -> HTTPResponse
+    /// For a send the HTTP loop may forward without a worker (`GatewayRoutes.forward`): whether it
+    /// is scheduled. Nil for every other route.
+    let forwardedSend: Bool?
 
-    init(_ method: String, _ path: String, _ handle: @escaping @Sendable (GatewayRoutes, HTTPRequest, [String]) throws -> HTTPResponse) {
+    init(_ method: String, _ path: String, forwardedSend: Bool? = nil,
+         _ handle: @escaping @Sendable (GatewayRoutes, HTTPRequest, [String]) throws -> HTTPResponse) {
         self.method = method
         pattern = path.split(separator: "/").map(String.init)
+        literals = pattern.map { $0 == "{}" ? nil : $0.lowercased() }
+        self.forwardedSend = forwardedSend
         self.handle = handle
     }
 
@@ -29,11 +37,13 @@ struct GatewayRoute: Sendable {
         GatewayRoute("DELETE", "registrations/{}") { routes, request, p in try routes.delete(request, p[0], status: 200) },
         GatewayRoute("GET", "tags/{}/registrations") { routes, request, p in try routes.listRegistrations(request, tag: p[0]) },
         // Sends and outcomes
-        GatewayRoute("POST", "messages") { routes, request, _ in try routes.sendMessage(request, scheduled: false) },
+        GatewayRoute("POST", "messages", forwardedSend: false) { routes, request, _ in try routes.sendMessage(request, scheduled: false) },
         GatewayRoute("POST", "messages/$batch") { routes, request, _ in try routes.sendBatch(request) },
         GatewayRoute("GET", "messages") { routes, request, _ in try routes.recentMessages(request) },
         GatewayRoute("GET", "messages/{}") { routes, request, p in try routes.outcome(p[0], request) },
-        GatewayRoute("POST", "schedulednotifications") { routes, request, _ in try routes.sendMessage(request, scheduled: true) },
+        GatewayRoute("POST", "schedulednotifications", forwardedSend: true) { routes, request, _ in
+            try routes.sendMessage(request, scheduled: true)
+        },
         GatewayRoute("DELETE", "schedulednotifications/{}") { routes, request, p in try routes.cancelScheduled(request, p[0]) },
         // The hub's own resources
         GatewayRoute("GET", "health") { routes, request, _ in try routes.health(request) },
@@ -64,11 +74,11 @@ struct GatewayRoute: Sendable {
     func parameters(_ segments: [String]) -> [String]? {
         guard segments.count == pattern.count else { return nil }
         var parameters: [String] = []
-        for (part, segment) in zip(pattern, segments) {
-            if part == "{}" {
+        for (literal, segment) in zip(literals, segments) {
+            if let literal {
+                guard literal == segment || literal == segment.lowercased() else { return nil }
+            } else {
                 parameters.append(segment)
-            } else if part.lowercased() != segment.lowercased() {
-                return nil
             }
         }
         return parameters

@@ -53,22 +53,73 @@ final class GatewayRoutes: @unchecked Sendable {
         let response: HTTPResponse
         do {
             response = try route(request)
-        } catch let error as HubError {
-            response = GatewayResponse.error(error)
         } catch {
-            response = GatewayResponse.error(HubError(.internal, "\(error)"))
+            response = Self.errorResponse(error)
         }
+        return finish(request, response)
+    }
+
+    static func errorResponse(_ error: any Error) -> HTTPResponse {
+        GatewayResponse.error(error as? HubError ?? HubError(.internal, "\(error)"))
+    }
+
+    /// Counts and logs a response on its way out.
+    private func finish(_ request: HTTPRequest, _ response: HTTPResponse) -> HTTPResponse {
         counts.add("\(request.method) \(response.status)")
         context.logger.debug("http", ("method", request.method), ("path", request.path), ("status", response.status))
         return response
     }
 
+    /// Answers a send on the thread that read it, without waiting for the publish service: the send
+    /// goes out through `publish`, and its reply answers the connection from the loop that watches
+    /// `publish`. False for every other request, and for sends that wait on more than the publish
+    /// service (test sends, which wait for their outcome; direct sends, which look up their device
+    /// handle): a worker answers those. What is checked before the send leaves reads no bus
+    /// client of these routes, so any instance may forward, from any one thread.
+    func forward(_ request: HTTPRequest, to publish: HubForwarder, reply: HTTPReply) -> Bool {
+        guard request.method == "POST", request.query["test"] == nil, request.query["direct"] == nil else { return false }
+        do {
+            guard case .route(let route, _) = try resolve(request), let scheduled = route.forwardedSend else { return false }
+            let send = try makeSend(request, scheduled: scheduled)
+            publish.forward(send) { [self] result in
+                switch result {
+                case .success(let accepted):
+                    reply.send(finish(request, acceptedResponse(accepted, request, scheduled: scheduled)))
+                case .failure(let error):
+                    reply.send(finish(request, GatewayResponse.error(error)))
+                }
+            }
+        } catch {
+            reply.send(finish(request, Self.errorResponse(error)))
+        }
+        return true
+    }
+
+    /// What a request asks for; finding it asks no other service.
+    private enum Resolved {
+        case page(HTTPResponse)
+        case metrics
+        case pushEndpoint([String])
+        case route(GatewayRoute, [String])
+    }
+
     private func route(_ request: HTTPRequest) throws -> HTTPResponse {
-        if let page = try web.serve(request) { return page }
-        let segments = request.path.split(separator: "/").map { $0.removingPercentEncoding ?? String($0) }
+        switch try resolve(request) {
+        case .page(let page): return page
+        case .metrics: return metrics()
+        case .pushEndpoint(let segments): return pushEndpoint(request, segments)
+        case .route(let route, let parameters): return try route.handle(self, request, parameters)
+        }
+    }
+
+    /// The page, metrics or push endpoint a request asks for, or the hub's route that answers it,
+    /// once the hub and api-version are checked.
+    private func resolve(_ request: HTTPRequest) throws -> Resolved {
+        if let page = try web.serve(request) { return .page(page) }
+        let segments = request.path.split(separator: "/").map { $0.contains("%") ? $0.removingPercentEncoding ?? String($0) : String($0) }
         guard let first = segments.first else { throw HubError(.notFound, "no resource at '/'; hub resources are under /\(hub)/") }
-        if first == "metrics", segments.count == 1, request.method == "GET" { return metrics() }
-        if first == "up" { return pushEndpoint(request, Array(segments.dropFirst())) }
+        if first == "metrics", segments.count == 1, request.method == "GET" { return .metrics }
+        if first == "up" { return .pushEndpoint(Array(segments.dropFirst())) }
         guard first == hub else { throw HubError(.notFound, "no hub '\(first)'; this namespace has '\(hub)'") }
         let rest = Array(segments.dropFirst())
         // The hub's own resources (users, health, expressions) take api-version but do not need it;
@@ -76,7 +127,7 @@ final class GatewayRoutes: @unchecked Sendable {
         if request.query["api-version"] != nil || !Self.ownResources.contains(rest.first ?? "") { try checkVersion(request) }
         switch GatewayRoute.match(request.method, rest) {
         case .found(let route, let parameters):
-            return try route.handle(self, request, parameters)
+            return .route(route, parameters)
         case .wrongMethod:
             throw HubError(.invalidArgument, "\(request.method) is not supported on \(request.path)")
         case .none where GatewayRoute.table.contains(where: { $0.pattern.first?.lowercased() == rest.first?.lowercased() }):
@@ -311,6 +362,31 @@ final class GatewayRoutes: @unchecked Sendable {
     // MARK: Messages
 
     func sendMessage(_ request: HTTPRequest, scheduled: Bool, batch: BatchBody? = nil) throws -> HTTPResponse {
+        let send = try makeSend(request, scheduled: scheduled, batch: batch)
+        guard send.test == true else { return acceptedResponse(try publish.call(send), request, scheduled: scheduled) }
+        let allowed = max(context.config.limits.httpThreads / 4, 1)
+        guard Self.testsWaiting.add(1, ordering: .relaxed).newValue <= allowed else {
+            Self.testsWaiting.subtract(1, ordering: .relaxed)
+            throw HubError(.rateLimited, "\(allowed) test sends are waiting for their outcomes already; retry in a second, or send without ?test")
+        }
+        defer { Self.testsWaiting.subtract(1, ordering: .relaxed) }
+        let accepted = try publish.call(send)
+        let created = acceptedResponse(accepted, request, scheduled: scheduled)
+        var response = testOutcome(accepted.notificationId)
+        response.headers += created.headers
+        return response
+    }
+
+    /// 201, with where the accepted send's outcome is read.
+    private func acceptedResponse(_ accepted: SendAccepted, _ request: HTTPRequest, scheduled: Bool) -> HTTPResponse {
+        let collection = scheduled ? "schedulednotifications" : "messages"
+        let location = "\(baseURL(request))/\(hub)/\(collection)/\(accepted.notificationId)?api-version=2015-04"
+        return GatewayResponse.empty(201, headers: [("Location", location), ("TrackingId", accepted.notificationId)])
+    }
+
+    /// The send a request asks for, checked: its key's right, its headers and body. A direct send
+    /// or a batch looks up its device handles in the registry.
+    private func makeSend(_ request: HTTPRequest, scheduled: Bool, batch: BatchBody? = nil) throws -> SendNotification {
         if batch == nil { try authorize(request, .send) }
         let payload = batch?.notification ?? request.body
         guard !request.bodyTooLarge, payload.count <= Self.maxMessageBytes else {
@@ -368,24 +444,8 @@ final class GatewayRoutes: @unchecked Sendable {
         } else if let tags = request.header("servicebusnotification-tags"), !tags.isEmpty {
             send.tagExpression = tags
         }
-        let isTest = request.query["test"] != nil && !scheduled
-        if isTest {
-            send.test = true
-            let allowed = max(context.config.limits.httpThreads / 4, 1)
-            guard Self.testsWaiting.add(1, ordering: .relaxed).newValue <= allowed else {
-                Self.testsWaiting.subtract(1, ordering: .relaxed)
-                throw HubError(.rateLimited, "\(allowed) test sends are waiting for their outcomes already; retry in a second, or send without ?test")
-            }
-        }
-        defer { if isTest { Self.testsWaiting.subtract(1, ordering: .relaxed) } }
-        let accepted = try publish.call(send)
-        let collection = scheduled ? "schedulednotifications" : "messages"
-        let location = "\(baseURL(request))/\(hub)/\(collection)/\(accepted.notificationId)?api-version=2015-04"
-        let headers = [("Location", location), ("TrackingId", accepted.notificationId)]
-        guard isTest else { return GatewayResponse.empty(201, headers: headers) }
-        var response = testOutcome(accepted.notificationId)
-        response.headers += headers
-        return response
+        if request.query["test"] != nil && !scheduled { send.test = true }
+        return send
     }
 
     /// A test send's `<NotificationOutcome>`: waits (at most `testWaitSeconds`) until the dispatcher
@@ -412,6 +472,9 @@ final class GatewayRoutes: @unchecked Sendable {
 
     /// A template send's body: a JSON object of strings.
     static func propertyMap(_ body: Data) throws -> [String: String] {
+        // An object of strings, as nearly every template send is, decodes in one pass; anything
+        // else is parsed again to say what is wrong with it.
+        if let properties = try? propertyDecoder.decode([String: String].self, from: body) { return properties }
         guard let object = JSONValue.parse(body)?.objectValue else {
             throw HubError(.invalidPayload, "a template notification's body must be a JSON object of property names to strings")
         }
@@ -469,6 +532,7 @@ final class GatewayRoutes: @unchecked Sendable {
 
     // MARK: The hub's own resources
 
+    static let propertyDecoder = JSONDecoder()
     static let ownResources: Set<String> = ["users", "health", "expressions", "pns"]
 
     /// Asks every service (not the gateway or an agent) the same question, 500 ms each; a service
