@@ -132,23 +132,39 @@ public enum HubCodec {
     }
 
     /// The top-level `"id"` string of an envelope, found in one pass over the bytes without building
-    /// the tree: for answering a request too large to parse with its own correlation id.
+    /// the tree: for answering a request too large to parse with its own correlation id, and for
+    /// matching a reply to its request.
     public static func scanID(_ data: Data) -> String? {
-        data.withUnsafeBytes { (raw: UnsafeRawBufferPointer) -> String? in
+        guard let range = scanMember(data, "id") else { return nil }
+        return data.withUnsafeBytes { (raw: UnsafeRawBufferPointer) -> String? in
+            let bytes = raw.bindMemory(to: UInt8.self)
+            // A plain string of at most 256 bytes: the ids this hub makes.
+            guard range.count >= 2, range.count <= 258, bytes[range.lowerBound] == 0x22, bytes[range.upperBound - 1] == 0x22,
+                !bytes[range.lowerBound + 1..<range.upperBound - 1].contains(0x5c)
+            else { return nil }
+            return String(decoding: UnsafeBufferPointer(rebasing: bytes[range.lowerBound + 1..<range.upperBound - 1]), as: UTF8.self)
+        }
+    }
+
+    /// Where the value of the top-level member `key` of a JSON object lies in its bytes (offsets
+    /// from the start of `data`), found in one pass without building the tree. Nil when the bytes
+    /// are not an object as far as one pass can tell, when no member has that name, or when two do.
+    public static func scanMember(_ data: Data, _ key: String) -> Range<Int>? {
+        let name = Array(key.utf8)
+        return data.withUnsafeBytes { (raw: UnsafeRawBufferPointer) -> Range<Int>? in
             let bytes = raw.bindMemory(to: UInt8.self)
             var index = 0
             let end = bytes.count
             func skipSpace() { while index < end, [0x20, 0x09, 0x0a, 0x0d].contains(bytes[index]) { index += 1 } }
             // Reads a string starting at a quote; nil when it is malformed.
-            func string() -> (start: Int, end: Int, escaped: Bool)? {
+            func string() -> (start: Int, end: Int)? {
                 guard index < end, bytes[index] == 0x22 else { return nil }
                 index += 1
                 let start = index
-                var escaped = false
                 while index < end {
                     switch bytes[index] {
-                    case 0x5c: escaped = true; index += 2
-                    case 0x22: index += 1; return (start, index - 1, escaped)
+                    case 0x5c: index += 2
+                    case 0x22: index += 1; return (start, index - 1)
                     default: index += 1
                     }
                 }
@@ -179,27 +195,32 @@ public enum HubCodec {
                     }
                     return false
                 default:
+                    let start = index
                     while index < end, ![0x2c, 0x7d, 0x5d, 0x20, 0x0a, 0x0d, 0x09].contains(bytes[index]) { index += 1 }
-                    return true
+                    return index > start
                 }
             }
             skipSpace()
             guard index < end, bytes[index] == 0x7b else { return nil }
             index += 1
+            var found: Range<Int>?
             while index < end {
                 skipSpace()
-                guard let key = string() else { return nil }
+                guard let member = string() else { return nil }
                 skipSpace()
                 guard index < end, bytes[index] == 0x3a else { return nil }
                 index += 1
                 skipSpace()
-                if key.end - key.start == 2, bytes[key.start] == 0x69, bytes[key.start + 1] == 0x64 {
-                    guard let value = string(), !value.escaped, value.end - value.start <= 256 else { return nil }
-                    return String(decoding: UnsafeBufferPointer(rebasing: bytes[value.start..<value.end]), as: UTF8.self)
-                }
+                let valueStart = index
                 guard skipValue() else { return nil }
+                if member.end - member.start == name.count, bytes[member.start..<member.end].elementsEqual(name) {
+                    guard found == nil else { return nil }
+                    found = valueStart..<index
+                }
                 skipSpace()
-                guard index < end, bytes[index] == 0x2c else { return nil }
+                guard index < end else { return nil }
+                if bytes[index] == 0x7d { return found }
+                guard bytes[index] == 0x2c else { return nil }
                 index += 1
             }
             return nil
@@ -242,7 +263,7 @@ public enum HubCodec {
             throw HubError(.invalidPayload, "'\(M.messageType)': \(error)")
         }
         guard case .refused = extraFields else { return (envelope, nil) }
-        let (field, encoded) = check(parsed.object["payload"], against: envelope.payload)
+        let (field, encoded) = check(parsed.object["payload"], against: envelope.payload, in: data)
         if let field { throw HubError(.unknownField, "'\(M.messageType)' has no field '\(field)'") }
         return (envelope, encoded)
     }
@@ -299,12 +320,22 @@ public enum HubCodec {
         check(inputPayload, against: payload).field
     }
 
-    /// `unknownField`, with the payload encoded again for the comparison (nil when the input had no fields).
-    private static func check<M: HubMessage>(_ inputPayload: Any?, against payload: M) -> (field: String?, encoded: Data?) {
+    /// `unknownField`, with the payload encoded again for the comparison (nil when the input had no
+    /// fields). When the request's own payload bytes (in `envelope`) are the same as the payload
+    /// encoded again, as they are from a client that encodes as this codec does, it has no field
+    /// the type lacks, and the trees need no comparing.
+    private static func check<M: HubMessage>(_ inputPayload: Any?, against payload: M, in envelope: Data? = nil)
+        -> (field: String?, encoded: Data?)
+    {
         guard let inputPayload, let object = inputPayload as? [String: Any], !object.isEmpty,
-            let reencoded = try? encoder.encode(payload),
-            let known = try? JSONSerialization.jsonObject(with: reencoded, options: [.fragmentsAllowed])
+            let reencoded = try? encoder.encode(payload)
         else { return (nil, nil) }
+        if let envelope, let range = scanMember(envelope, "payload"), range.count == reencoded.count,
+            envelope[(envelope.startIndex + range.lowerBound)..<(envelope.startIndex + range.upperBound)].elementsEqual(reencoded)
+        {
+            return (nil, reencoded)
+        }
+        guard let known = try? JSONSerialization.jsonObject(with: reencoded, options: [.fragmentsAllowed]) else { return (nil, nil) }
         return (firstExtraKey(inputPayload, known, path: ""), reencoded)
     }
 

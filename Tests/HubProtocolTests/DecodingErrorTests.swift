@@ -195,6 +195,9 @@ struct DecodingErrorTests {
         (#"{"v":1,"payload":{"x":1}}"#, nil),
         (#"not json"#, nil),
         (#"{"id":5}"#, nil),
+        (#"{"id":"one","v":1,"id":"two"}"#, nil),
+        (#"{"id":"esc\"aped"}"#, nil),
+        (#"{"id":"cut","payload":{"#, nil),
     ])
     func scanID(text: String, expected: String?) {
         #expect(HubCodec.scanID(Data(text.utf8)) == expected)
@@ -209,5 +212,41 @@ struct DecodingErrorTests {
             #expect(error.code == .invalidPayload)
             #expect(error.message.contains("JSON object"))
         }
+    }
+
+    @Test("a request's payload in the codec's own bytes is checked without a second parse; one with a field more is refused still")
+    func payloadBytesAsEncoded() throws {
+        let send = SendNotification(format: .template, properties: ["b": "2", "a": "1"], tagExpression: "Sports")
+        let data = HubCodec.encode(send, id: "x")
+        let (envelope, payloadJSON) = try HubCodec.decodeChecked(SendNotification.self, from: data)
+        #expect(envelope.payload == send)
+        #expect(payloadJSON == HubCodec.encodeValue(send))
+        // The same bytes with one more field, first in the payload and then last.
+        let text = String(decoding: data, as: UTF8.self)
+        for extra in [text.replacingOccurrences(of: #""payload":{"#, with: #""payload":{"aaa":1,"#),
+                      text.replacingOccurrences(of: #""tagExpression":"Sports""#, with: #""tagExpression":"Sports","zzz":1"#)] {
+            #expect(extra != text)
+            do {
+                _ = try HubCodec.decodeChecked(SendNotification.self, from: Data(extra.utf8))
+                Issue.record("accepted \(extra)")
+            } catch {
+                #expect(error.code == .unknownField, "\(error)")
+            }
+        }
+    }
+
+    @Test("a top-level member is found by a scan of the bytes, once, or not at all", arguments: [
+        (#"{"v":1,"payload":{"a":[1,{"payload":2}]},"id":"x"}"#, "payload", #"{"a":[1,{"payload":2}]}"#),
+        (#" { "payload" : "p" } "#, "payload", #""p""#),
+        (#"{"v":1,"n":-2.5e3}"#, "n", "-2.5e3"),
+        (#"{"payload":{},"payload":{"a":1}}"#, "payload", nil),
+        (#"{"payload":{"#, "payload", nil),
+        (#"[{"payload":1}]"#, "payload", nil),
+        (#"{"v":1}"#, "payload", nil),
+    ] as [(String, String, String?)])
+    func scanMember(text: String, key: String, expected: String?) {
+        let data = Data(text.utf8)
+        let found = HubCodec.scanMember(data, key).map { String(decoding: data[$0], as: UTF8.self) }
+        #expect(found == expected)
     }
 }
