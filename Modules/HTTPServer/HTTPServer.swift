@@ -186,6 +186,7 @@ public final class HTTPServer: @unchecked Sendable {
     public typealias Handler = @Sendable (HTTPRequest, _ worker: Int) -> HTTPResponse
     /// Takes a request on the polling thread and answers it through the reply (true), or leaves
     /// it to the workers (false). It must not wait: every connection shares the polling thread.
+    /// When libmicrohttpd's own threads poll, it is called on any of them, at once.
     public typealias Inline = (HTTPRequest, HTTPReply) -> Bool
 
     private var daemon: OpaquePointer?
@@ -312,12 +313,17 @@ public final class HTTPServer: @unchecked Sendable {
             usleep(10_000)
         } while true
         run()
+        resumeLock.withLock { daemonGone = true }
         if let daemon { MHD_stop_daemon(daemon) }
         daemon = nil
     }
 
     /// Replies not yet sent, so that `stop` can answer them.
     private let replies = Mutex<[ObjectIdentifier: HTTPReply]>([:])
+    /// Held while a reply resumes its connection; `daemonGone` is set under it before the daemon
+    /// stops, so that no reply resumes a connection the daemon has closed.
+    fileprivate let resumeLock = NSLock()
+    fileprivate var daemonGone = false
 
     fileprivate func settled(_ reply: HTTPReply) {
         _ = replies.withLock { $0.removeValue(forKey: ObjectIdentifier(reply)) }
@@ -432,7 +438,7 @@ public final class HTTPServer: @unchecked Sendable {
 
 /// The answer to one request, sent once from any thread: its connection, suspended until then,
 /// is resumed (libmicrohttpd allows that from any thread). A second answer is dropped, as is one
-/// after the server has answered the request itself on stopping.
+/// after the server has answered the request itself on stopping, or has stopped.
 public final class HTTPReply: @unchecked Sendable {
     private let pending: HTTPServer.Pending
     private let connection: OpaquePointer
@@ -449,11 +455,14 @@ public final class HTTPReply: @unchecked Sendable {
     var isFinished: Bool { pending.finished.load(ordering: .acquiring) }
 
     public func send(_ response: HTTPResponse) {
-        guard !sent.exchange(true, ordering: .acquiringAndReleasing) else { return }
+        guard let server else { return }
+        server.resumeLock.lock()
+        defer { server.resumeLock.unlock() }
+        guard !server.daemonGone, !sent.exchange(true, ordering: .acquiringAndReleasing) else { return }
         pending.response = response
-        server?.settled(self)
+        server.settled(self)
         MHD_resume_connection(connection)
-        server?.wake()
+        server.wake()
     }
 }
 

@@ -148,7 +148,8 @@ public enum HubCodec {
 
     /// Where the value of the top-level member `key` of a JSON object lies in its bytes (offsets
     /// from the start of `data`), found in one pass without building the tree. Nil when the bytes
-    /// are not an object as far as one pass can tell, when no member has that name, or when two do.
+    /// are not an object as far as one pass can tell, when no member has that name, when two do,
+    /// or when any member's name has an escape (which could spell `key` another way).
     public static func scanMember(_ data: Data, _ key: String) -> Range<Int>? {
         let name = Array(key.utf8)
         return data.withUnsafeBytes { (raw: UnsafeRawBufferPointer) -> Range<Int>? in
@@ -157,14 +158,15 @@ public enum HubCodec {
             let end = bytes.count
             func skipSpace() { while index < end, [0x20, 0x09, 0x0a, 0x0d].contains(bytes[index]) { index += 1 } }
             // Reads a string starting at a quote; nil when it is malformed.
-            func string() -> (start: Int, end: Int)? {
+            func string() -> (start: Int, end: Int, escaped: Bool)? {
                 guard index < end, bytes[index] == 0x22 else { return nil }
                 index += 1
                 let start = index
+                var escaped = false
                 while index < end {
                     switch bytes[index] {
-                    case 0x5c: index += 2
-                    case 0x22: index += 1; return (start, index - 1)
+                    case 0x5c: escaped = true; index += 2
+                    case 0x22: index += 1; return (start, index - 1, escaped)
                     default: index += 1
                     }
                 }
@@ -206,7 +208,7 @@ public enum HubCodec {
             var found: Range<Int>?
             while index < end {
                 skipSpace()
-                guard let member = string() else { return nil }
+                guard let member = string(), !member.escaped else { return nil }
                 skipSpace()
                 guard index < end, bytes[index] == 0x3a else { return nil }
                 index += 1
@@ -278,7 +280,8 @@ public enum HubCodec {
         -> Envelope<R>
     {
         if let envelope = try? decoder.decode(Envelope<R>.self, from: data), envelope.type == R.messageType,
-            HubProtocolVersion.supported.contains(envelope.v)
+            HubProtocolVersion.supported.contains(envelope.v), let payload = scanMember(data, "payload"),
+            data[data.startIndex + payload.lowerBound] == 0x7b
         {
             return envelope
         }

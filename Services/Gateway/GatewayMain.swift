@@ -40,11 +40,9 @@ public enum GatewayMain {
                 }
                 tls = (key, certificate)
             }
-            // The loop reads and writes every HTTP connection. It answers sends itself, passing them
-            // to the publish service without waiting (`GatewayRoutes.forward`), and hands every other
-            // request to a worker thread.
+            // The HTTP loop reads and writes every connection on a thread of its own, and answers
+            // sends itself (`HTTPLoop`); every other request goes to a worker thread.
             let sends = try context.bus.forwarder(config.publish.requests)
-            context.loop.every(milliseconds: 500) { sends.expire() }
             let forwarding = workers[0]
             let parts = config.gatewayListen.split(separator: ":")
             let limits = config.limits
@@ -55,25 +53,9 @@ public enum GatewayMain {
                     connectionsPerAddress: limits.httpConnectionsPerAddress, idleSeconds: limits.httpIdleSeconds),
                 callerPolls: true, inline: { request, reply in forwarding.forward(request, to: sends, reply: reply) }
             ) { request, worker in workers[worker].handle(request) }
-            context.loop.watch(fileDescriptor: server.fileDescriptor) { server.run() }
-            // The answers go out in the same turn as the replies that make them.
-            context.loop.watch(sends.socket) {
-                try sends.receive()
-                server.run()
-            }
-            context.loop.whenDue(in: { server.timeoutMilliseconds }) { server.run() }
-            context.onShutdown {
-                // Sends already passed on get the publish service's answer, if it comes within
-                // 2 s; then the server answers what still waits with 503.
-                var poller = Poller()
-                _ = poller.add(sends.socket)
-                let deadline = Date().addingTimeInterval(2)
-                while sends.inFlight > 0 && Date() < deadline {
-                    _ = try? poller.poll(timeout: 50)
-                    try? sends.receive()
-                }
-                server.stop()
-            }
+            let http = HTTPLoop(server: server, sends: sends, logger: context.logger)
+            http.start()
+            context.onShutdown { http.stop(waiting: TimeInterval(config.requestTimeoutMs) / 1_000) }
             let listening = "\(tls == nil ? "http" : "https")://\(parts[0]):\(server.port)/"
             context.logger.info("listening", ("role", "http"), ("url", listening))
             var endpoints: [String: String] = ["http": listening]

@@ -1,7 +1,7 @@
 """Sends over REST are answered by the gateway's loop, without a worker thread: a send is accepted
 while the only worker waits on a service that does not answer, many connections at once get every
-send accepted once, and a send the publish service does not answer gets 503 and can be retried
-with its idempotency key."""
+send accepted once, and a send the publish service does not answer gets 503, and its retry with
+the same idempotency key gets the same notification."""
 import concurrent.futures
 import json
 import os
@@ -85,7 +85,7 @@ def test_bad_sends_are_answered_at_once_with_what_to_fix(hub):
     assert r.status_code == 400, r.text
 
 
-def test_a_send_the_publish_service_does_not_answer_gets_503_and_its_retry_counts_once(hub):
+def test_a_send_the_publish_service_does_not_answer_gets_503_and_its_retry_gets_the_same_notification(hub):
     hub.stop("nh-publish")
     r = send(hub, "while publish is down", key="retry-once")
     assert r.status_code == 503, r.text

@@ -243,10 +243,29 @@ struct DecodingErrorTests {
         (#"{"payload":{"#, "payload", nil),
         (#"[{"payload":1}]"#, "payload", nil),
         (#"{"v":1}"#, "payload", nil),
+        (#"{"payload":{},"p\u0061yload":{"a":1}}"#, "payload", nil),
     ] as [(String, String, String?)])
     func scanMember(text: String, key: String, expected: String?) {
         let data = Data(text.utf8)
         let found = HubCodec.scanMember(data, key).map { String(decoding: data[$0], as: UTF8.self) }
         #expect(found == expected)
+    }
+
+    @Test("a reply of the expected type decodes in one pass only in a version this build reads, with an object for its payload")
+    func replyChecks() throws {
+        let good = #"{"v":1,"type":"notification.accepted","id":"r","payload":{"notificationId":"n1","state":"Enqueued"}}"#
+        #expect(try HubCodec.decodeReply(SendAccepted.self, from: Data(good.utf8)).payload.notificationId == "n1")
+        do {
+            _ = try HubCodec.decodeReply(SendAccepted.self, from: Data(good.replacingOccurrences(of: #""v":1"#, with: #""v":2"#).utf8))
+            Issue.record("a reply in version 2 was taken")
+        } catch {
+            #expect(error.code == .unsupportedVersion)
+        }
+        do {
+            _ = try HubCodec.decodeReply(Ack.self, from: Data(#"{"v":1,"type":"ack","id":"r","payload":[]}"#.utf8))
+            Issue.record("a payload that is not an object was taken")
+        } catch {
+            #expect(error.code == .invalidPayload)
+        }
     }
 }
