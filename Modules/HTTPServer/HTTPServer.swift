@@ -41,6 +41,9 @@ public struct HTTPResponse: Sendable {
     /// finished or the client goes away (chunked, as server-sent events need).
     public var stream: HTTPStream?
 
+    /// What a request still waiting gets when the server stops: 503, to be tried again in a second.
+    public static let unavailable = HTTPResponse(status: 503, headers: [("Retry-After", "1")])
+
     public init(status: Int, headers: [(String, String)] = [], body: Data = Data(), stream: HTTPStream? = nil) {
         self.status = status
         self.headers = headers
@@ -303,7 +306,7 @@ public final class HTTPServer: @unchecked Sendable {
             return Array(streams.values)
         }
         for stream in open { stream.finish() }
-        for reply in awaited { reply.send(HTTPResponse(status: 503, headers: [("Retry-After", "1")])) }
+        for reply in awaited { reply.send(.unavailable) }
         replies.withLock { $0.removeAll() }
         let deadline = Date().addingTimeInterval(2)
         repeat {
@@ -382,7 +385,7 @@ public final class HTTPServer: @unchecked Sendable {
             let reply = HTTPReply(pending: pending, connection: connection, server: server)
             server.replies.withLock { $0[ObjectIdentifier(reply)] = reply }
             if server.stopping.load(ordering: .sequentiallyConsistent) {
-                reply.send(HTTPResponse(status: 503, headers: [("Retry-After", "1")]))
+                reply.send(.unavailable)
             } else if server.inline?(request, reply) != true {
                 server.queue.submit(request) { reply.send($0) }
             }
@@ -443,7 +446,8 @@ public final class HTTPReply: @unchecked Sendable {
     private let pending: HTTPServer.Pending
     private let connection: OpaquePointer
     private weak var server: HTTPServer?
-    private let sent = Atomic<Bool>(false)
+    /// Read and set under the server's `resumeLock`.
+    private var sent = false
 
     init(pending: HTTPServer.Pending, connection: OpaquePointer, server: HTTPServer) {
         self.pending = pending
@@ -458,7 +462,8 @@ public final class HTTPReply: @unchecked Sendable {
         guard let server else { return }
         server.resumeLock.lock()
         defer { server.resumeLock.unlock() }
-        guard !server.daemonGone, !sent.exchange(true, ordering: .acquiringAndReleasing) else { return }
+        guard !server.daemonGone, !sent else { return }
+        sent = true
         pending.response = response
         server.settled(self)
         MHD_resume_connection(connection)
@@ -494,7 +499,7 @@ final class WorkQueue: @unchecked Sendable {
         condition.lock()
         if stopping {
             condition.unlock()
-            done(HTTPResponse(status: 503, headers: [("Retry-After", "1")]))
+            done(.unavailable)
             return
         }
         jobs.append((request, done))
@@ -526,7 +531,7 @@ final class WorkQueue: @unchecked Sendable {
         head = 0
         condition.broadcast()
         condition.unlock()
-        for (_, done) in waiting { done(HTTPResponse(status: 503, headers: [("Retry-After", "1")])) }
+        for (_, done) in waiting { done(.unavailable) }
         finished.wait()
     }
 }

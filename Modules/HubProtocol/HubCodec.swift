@@ -146,6 +146,11 @@ public enum HubCodec {
         }
     }
 
+    /// The correlation id of a reply, by a scan of its bytes, or by a parse when the scan finds none.
+    public static func replyID(_ data: Data) -> String? {
+        scanID(data) ?? (try? parse(data))?.header.id
+    }
+
     /// Where the value of the top-level member `key` of a JSON object lies in its bytes (offsets
     /// from the start of `data`), found in one pass without building the tree. Nil when the bytes
     /// are not an object as far as one pass can tell, when no member has that name, when two do,

@@ -61,7 +61,7 @@ public final class HubClient: ServiceCalling {
         do {
             reply = try client.request([data]) { frames in
                 guard frames.count == 1 else { return false }
-                return (HubCodec.scanID(frames[0]) ?? (try? HubCodec.parse(frames[0]))?.header.id) == id
+                return HubCodec.replyID(frames[0]) == id
             }
         } catch let error as BusError {
             throw HubError(.timeout, "\(R.messageType): \(error)")

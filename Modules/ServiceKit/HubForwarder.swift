@@ -63,7 +63,7 @@ public final class HubForwarder {
     public func receive() throws {
         while let frames = try socket.receive(wait: false) {
             // The correlation id is found without parsing the whole reply; decoding it is the caller's.
-            guard let body = frames.last, let id = HubCodec.scanID(body) ?? (try? HubCodec.parse(body))?.header.id,
+            guard let body = frames.last, let id = HubCodec.replyID(body),
                 let waiting = pending.removeValue(forKey: id)
             else { continue }
             waiting.complete(body)
