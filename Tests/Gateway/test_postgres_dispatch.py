@@ -79,27 +79,50 @@ def test_writes_that_fail_while_the_store_is_locked_lose_nothing_and_count_nothi
         with open(log, errors="replace") as f:
             return f.read().count("dispatch commit failed")
     before = failures()
-    lock = "BEGIN; LOCK TABLE dispatch.outcomes, dispatch.leases IN ACCESS EXCLUSIVE MODE; SELECT pg_sleep(1.5); COMMIT;"
-    locker = None
+    # The lock is held until a write has failed on it (the dispatcher waits 1 s for a lock), so
+    # how the writes fall against the lock's window is not left to chance.
+    locker = subprocess.Popen(["psql", "-qX", "-v", "ON_ERROR_STOP=1", hub.env["NH_STORE"]], stdin=subprocess.PIPE,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    locked = lambda: query(hub, "SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation "
+                                "WHERE c.relname = 'leases' AND l.mode = 'AccessExclusiveLock' AND l.granted") == "1"
     responses = []
-    for i in range(30):
-        if i == 8:
-            locker = subprocess.Popen(["psql", hub.env["NH_STORE"], "-qc", lock], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+    def post(i):
         r = requests.post(f"{hub.base}/hub/messages?{API}", data=json.dumps({"messageParam": f"Locked {i}", "message": f"Locked {i}"}),
                           headers={"Authorization": hub.token(), "Content-Type": "application/json",
                                    "ServiceBusNotification-Format": "template", "ServiceBusNotification-Tags": "$InstallationId:pg-agent"})
         assert r.status_code == 201, r.text
         responses.append(r.headers["Location"].rstrip("/").split("/")[-1].split("?")[0])
         time.sleep(0.1)
-    assert locker.wait(timeout=30) == 0, locker.stderr.read()
-    for i in range(30):
-        assert wait_until(lambda: shown(hub, f"Locked {i}") >= 1, timeout=30), f"Locked {i}"
+
+    try:
+        for i in range(8):
+            post(i)
+        locker.stdin.write("BEGIN; LOCK TABLE dispatch.outcomes, dispatch.leases IN ACCESS EXCLUSIVE MODE;\n")
+        locker.stdin.flush()
+        assert wait_until(locked, timeout=15), "the lock was not taken"
+        deadline = time.monotonic() + 30
+        while len(responses) < 22 or (failures() == before and time.monotonic() < deadline):
+            post(len(responses))
+        held = len(responses)
+        locker.stdin.write("COMMIT;\n")
+        locker.stdin.close()
+        assert locker.wait(timeout=30) == 0, locker.stderr.read()
+    finally:
+        if locker.poll() is None:
+            locker.kill()
+            locker.wait()
     assert failures() > before, "no write failed: the lock did not reach the dispatcher"
+    for i in range(held, held + 8):
+        post(i)
+    total = len(responses)
+    for i in range(total):
+        assert wait_until(lambda: shown(hub, f"Locked {i}") >= 1, timeout=30), f"Locked {i}"
     ids = ",".join(f"'{n}'" for n in responses)
     counted = lambda: query(hub, f"SELECT count(*) FROM dispatch.outcomes WHERE notification_id IN ({ids}) AND targets = 1 AND acknowledged = 1")
-    assert wait_until(lambda: counted() == "30", timeout=30), query(
+    assert wait_until(lambda: counted() == str(total), timeout=30), query(
         hub, f"SELECT notification_id, targets, delivered, acknowledged FROM dispatch.outcomes WHERE notification_id IN ({ids})")
-    assert all(shown(hub, f"Locked {i}") == 1 for i in range(30))
+    assert all(shown(hub, f"Locked {i}") == 1 for i in range(total))
     assert query(hub, f"SELECT count(*) FROM dispatch.deliveries WHERE notification_id IN ({ids})") == "0"
 
 
