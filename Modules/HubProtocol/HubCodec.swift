@@ -8,11 +8,26 @@ public enum HubCodec {
     static let encoder = makeEncoder()
     static let decoder = makeDecoder()
 
-    /// An envelope parsed once: its checked header and its JSON tree, for decoding the payload
-    /// without parsing the bytes again.
+    /// An envelope read once: its checked header, and either its JSON tree (`parse`) for decoding
+    /// the payload without parsing the bytes again, or where its payload lies (`scanHeader`).
     public struct Parsed: @unchecked Sendable {
         public let header: EnvelopeHeader
-        let object: [String: Any]
+        /// The tree, when the envelope was parsed; nil when its header was read by a scan.
+        let object: [String: Any]?
+        /// Where the payload's bytes lie, when the header was read by a scan.
+        let payload: Range<Int>?
+
+        init(header: EnvelopeHeader, object: [String: Any]) {
+            self.header = header
+            self.object = object
+            payload = nil
+        }
+
+        init(header: EnvelopeHeader, payload: Range<Int>?) {
+            self.header = header
+            object = nil
+            self.payload = payload
+        }
     }
 
     public static func makeEncoder() -> JSONEncoder {
@@ -126,9 +141,59 @@ public enum HubCodec {
         return Parsed(header: EnvelopeHeader(v: v, type: MessageType(rawValue: type), id: id, auth: auth as? String), object: object)
     }
 
+    /// `parsed` when it holds the tree, else the envelope parsed.
     static func parsedOrParse(_ parsed: Parsed?, _ data: Data) throws(HubError) -> Parsed {
-        if let parsed { return parsed }
+        if let parsed, parsed.object != nil { return parsed }
         return try parse(data)
+    }
+
+    /// The header of an envelope as this codec writes it, read in one pass over its bytes without
+    /// building the tree. Nil for anything else, which `parse` then reads and checks: a member the
+    /// envelope does not have, or one named twice or with an escape; a version that is not plain
+    /// digits or that this build does not read; a type, id or auth that is not a string of
+    /// printable ASCII without escapes; a payload that is not an object; bytes after the object.
+    /// The payload itself is not checked here: decoding it is (`decodeChecked`).
+    public static func scanHeader(_ data: Data) -> Parsed? {
+        data.withUnsafeBytes { (raw: UnsafeRawBufferPointer) -> Parsed? in
+            let bytes = raw.bindMemory(to: UInt8.self)
+            guard let members = scanMembers(bytes) else { return nil }
+            var v: Int?, type: String?, id: String?, auth: String?, authSeen = false, payload: Range<Int>?
+            /// A string value of printable ASCII without escapes, without its quotes.
+            func plain(_ value: Range<Int>) -> String? {
+                guard value.count >= 2, bytes[value.lowerBound] == 0x22, bytes[value.upperBound - 1] == 0x22 else { return nil }
+                let inner = UnsafeBufferPointer(rebasing: bytes[value.lowerBound + 1..<value.upperBound - 1])
+                guard inner.allSatisfy({ $0 >= 0x20 && $0 < 0x7f && $0 != 0x5c && $0 != 0x22 }) else { return nil }
+                return String(decoding: inner, as: UTF8.self)
+            }
+            for (name, value) in members {
+                switch (name.count, bytes[name.lowerBound]) {
+                case (1, 0x76):  // v
+                    guard v == nil, value.count <= 4, bytes[value].allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }),
+                        let number = Int(String(decoding: UnsafeBufferPointer(rebasing: bytes[value]), as: UTF8.self))
+                    else { return nil }
+                    v = number
+                case (4, 0x74) where bytes[name].elementsEqual("type".utf8):
+                    guard type == nil, let text = plain(value), !text.isEmpty else { return nil }
+                    type = text
+                case (2, 0x69) where bytes[name].elementsEqual("id".utf8):
+                    guard id == nil, let text = plain(value) else { return nil }
+                    id = text
+                case (4, 0x61) where bytes[name].elementsEqual("auth".utf8):
+                    guard !authSeen else { return nil }
+                    authSeen = true
+                    if value.count == 4, bytes[value].elementsEqual("null".utf8) { continue }
+                    guard let text = plain(value) else { return nil }
+                    auth = text
+                case (7, 0x70) where bytes[name].elementsEqual("payload".utf8):
+                    guard payload == nil, bytes[value.lowerBound] == 0x7b else { return nil }
+                    payload = value
+                default:
+                    return nil
+                }
+            }
+            guard let v, HubProtocolVersion.supported.contains(v), let type, let id else { return nil }
+            return Parsed(header: EnvelopeHeader(v: v, type: MessageType(rawValue: type), id: id, auth: auth), payload: payload)
+        }
     }
 
     /// The top-level `"id"` string of an envelope, found in one pass over the bytes without building
@@ -155,83 +220,106 @@ public enum HubCodec {
     /// from the start of `data`), found in one pass without building the tree. Nil when the bytes
     /// are not an object as far as one pass can tell, when no member has that name, when two do,
     /// or when any member's name has an escape (which could spell `key` another way).
+    /// (`scanMembers` says what one pass tells.)
     public static func scanMember(_ data: Data, _ key: String) -> Range<Int>? {
-        let name = Array(key.utf8)
-        return data.withUnsafeBytes { (raw: UnsafeRawBufferPointer) -> Range<Int>? in
+        data.withUnsafeBytes { (raw: UnsafeRawBufferPointer) -> Range<Int>? in
             let bytes = raw.bindMemory(to: UInt8.self)
-            var index = 0
-            let end = bytes.count
-            func skipSpace() { while index < end, [0x20, 0x09, 0x0a, 0x0d].contains(bytes[index]) { index += 1 } }
-            // Reads a string starting at a quote; nil when it is malformed.
-            func string() -> (start: Int, end: Int, escaped: Bool)? {
-                guard index < end, bytes[index] == 0x22 else { return nil }
-                index += 1
-                let start = index
-                var escaped = false
-                while index < end {
-                    switch bytes[index] {
-                    case 0x5c: escaped = true; index += 2
-                    case 0x22: index += 1; return (start, index - 1, escaped)
-                    default: index += 1
-                    }
-                }
-                return nil
-            }
-            // Skips one value of any kind; one linear pass, whatever its size.
-            func skipValue() -> Bool {
-                guard index < end else { return false }
-                switch bytes[index] {
-                case 0x22:
-                    return string() != nil
-                case 0x7b, 0x5b:
-                    var depth = 0
-                    while index < end {
-                        switch bytes[index] {
-                        case 0x22:
-                            guard string() != nil else { return false }
-                            continue
-                        case 0x7b, 0x5b:
-                            depth += 1
-                        case 0x7d, 0x5d:
-                            depth -= 1
-                            if depth == 0 { index += 1; return true }
-                        default:
-                            break
-                        }
-                        index += 1
-                    }
-                    return false
-                default:
-                    let start = index
-                    while index < end, ![0x2c, 0x7d, 0x5d, 0x20, 0x0a, 0x0d, 0x09].contains(bytes[index]) { index += 1 }
-                    return index > start
-                }
-            }
-            skipSpace()
-            guard index < end, bytes[index] == 0x7b else { return nil }
-            index += 1
+            guard let members = scanMembers(bytes) else { return nil }
             var found: Range<Int>?
+            for (name, value) in members where bytes[name].elementsEqual(key.utf8) {
+                guard found == nil else { return nil }
+                found = value
+            }
+            return found
+        }
+    }
+
+    /// The top-level members of the JSON object in `bytes`: where each one's name (without its
+    /// quotes) and value lie. One pass, without building the tree; nil when the bytes are not an
+    /// object as far as one pass can tell (values are skipped, not checked), when anything but
+    /// white space follows it, or when a member's name has an escape.
+    static func scanMembers(_ bytes: UnsafeBufferPointer<UInt8>) -> [(name: Range<Int>, value: Range<Int>)]? {
+        var index = 0
+        let end = bytes.count
+        func isSpace(_ byte: UInt8) -> Bool { byte == 0x20 || byte == 0x09 || byte == 0x0a || byte == 0x0d }
+        func skipSpace() { while index < end, isSpace(bytes[index]) { index += 1 } }
+        // Reads a string starting at a quote; nil when it is malformed.
+        func string() -> (start: Int, end: Int, escaped: Bool)? {
+            guard index < end, bytes[index] == 0x22 else { return nil }
+            index += 1
+            let start = index
+            var escaped = false
             while index < end {
-                skipSpace()
-                guard let member = string(), !member.escaped else { return nil }
-                skipSpace()
-                guard index < end, bytes[index] == 0x3a else { return nil }
-                index += 1
-                skipSpace()
-                let valueStart = index
-                guard skipValue() else { return nil }
-                if member.end - member.start == name.count, bytes[member.start..<member.end].elementsEqual(name) {
-                    guard found == nil else { return nil }
-                    found = valueStart..<index
+                switch bytes[index] {
+                case 0x5c: escaped = true; index += 2
+                case 0x22: index += 1; return (start, index - 1, escaped)
+                default: index += 1
                 }
-                skipSpace()
-                guard index < end else { return nil }
-                if bytes[index] == 0x7d { return found }
-                guard bytes[index] == 0x2c else { return nil }
-                index += 1
             }
             return nil
         }
+        // Skips one value of any kind; one linear pass, whatever its size.
+        func skipValue() -> Bool {
+            guard index < end else { return false }
+            switch bytes[index] {
+            case 0x22:
+                return string() != nil
+            case 0x7b, 0x5b:
+                var depth = 0
+                while index < end {
+                    switch bytes[index] {
+                    case 0x22:
+                        guard string() != nil else { return false }
+                        continue
+                    case 0x7b, 0x5b:
+                        depth += 1
+                    case 0x7d, 0x5d:
+                        depth -= 1
+                        if depth == 0 { index += 1; return true }
+                    default:
+                        break
+                    }
+                    index += 1
+                }
+                return false
+            default:
+                let start = index
+                while index < end, bytes[index] != 0x2c, bytes[index] != 0x7d, bytes[index] != 0x5d, !isSpace(bytes[index]) { index += 1 }
+                return index > start
+            }
+        }
+        skipSpace()
+        guard index < end, bytes[index] == 0x7b else { return nil }
+        index += 1
+        var members: [(name: Range<Int>, value: Range<Int>)] = []
+        members.reserveCapacity(6)
+        skipSpace()
+        if index < end, bytes[index] == 0x7d {
+            index += 1
+            skipSpace()
+            return index == end ? members : nil
+        }
+        while index < end {
+            skipSpace()
+            guard let member = string(), !member.escaped else { return nil }
+            skipSpace()
+            guard index < end, bytes[index] == 0x3a else { return nil }
+            index += 1
+            skipSpace()
+            let valueStart = index
+            guard skipValue() else { return nil }
+            members.append((member.start..<member.end, valueStart..<index))
+            skipSpace()
+            guard index < end else { return nil }
+            if bytes[index] == 0x7d {
+                index += 1
+                skipSpace()
+                return index == end ? members : nil
+            }
+            guard bytes[index] == 0x2c else { return nil }
+            index += 1
+        }
+        return nil
     }
 
     /// JSON booleans come out of JSONSerialization as NSNumbers of type char.
@@ -252,25 +340,45 @@ public enum HubCodec {
     public static func decodeChecked<M: HubMessage>(
         _: M.Type, from data: Data, parsed: Parsed? = nil, extraFields: ExtraFields = .refused
     ) throws(HubError) -> (envelope: Envelope<M>, payloadJSON: Data?) {
+        // An envelope as this codec writes it decodes in one pass, and its payload's own bytes,
+        // the same as the payload encoded again, show that it has no field the type lacks.
+        // Anything else is parsed, checked and answered in full below.
+        let scanned: Parsed? = if let parsed { parsed.object == nil ? parsed : nil } else { scanHeader(data) }
+        if let scanned, scanned.header.type == M.messageType, let envelope = try? decoder.decode(Envelope<M>.self, from: data) {
+            switch extraFields {
+            case .passed:
+                return (envelope, nil)
+            case .refused:
+                // `{}`: no fields at all.
+                if scanned.payload?.count == 2 { return (envelope, nil) }
+                if let range = scanned.payload, let reencoded = try? encoder.encode(envelope.payload),
+                    range.count == reencoded.count,
+                    data[(data.startIndex + range.lowerBound)..<(data.startIndex + range.upperBound)].elementsEqual(reencoded)
+                {
+                    return (envelope, reencoded)
+                }
+            }
+        }
         let parsed = try parsedOrParse(parsed, data)
         let header = parsed.header
         guard header.type == M.messageType else {
             throw HubError(.unknownType, "expected a '\(M.messageType)' message, got '\(header.type)'")
         }
         // A type without fields decodes from any value, so the shape is checked here for every type.
-        if let payload = parsed.object["payload"], !(payload is [String: Any]) {
+        let object = parsed.object ?? [:]
+        if let payload = object["payload"], !(payload is [String: Any]) {
             throw HubError(.invalidPayload, "'\(M.messageType)': 'payload' must be a JSON object, such as {}")
         }
         let envelope: Envelope<M>
         do {
             envelope = try decoder.decode(Envelope<M>.self, from: data)
         } catch let error as DecodingError {
-            throw HubError(.invalidPayload, "'\(M.messageType)': \(describe(error, decoding: Envelope<M>.self, tree: parsed.object))")
+            throw HubError(.invalidPayload, "'\(M.messageType)': \(describe(error, decoding: Envelope<M>.self, tree: object))")
         } catch {
             throw HubError(.invalidPayload, "'\(M.messageType)': \(error)")
         }
         guard case .refused = extraFields else { return (envelope, nil) }
-        let (field, encoded) = check(parsed.object["payload"], against: envelope.payload, in: data)
+        let (field, encoded) = check(object["payload"], against: envelope.payload, in: data)
         if let field { throw HubError(.unknownField, "'\(M.messageType)' has no field '\(field)'") }
         return (envelope, encoded)
     }

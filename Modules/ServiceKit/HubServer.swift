@@ -169,11 +169,17 @@ public final class HubServer {
                 .payloadTooLarge, "the request is \(data.count) bytes; the limit is \(maxMessageBytes)" + (sizeHint.map { " (\($0))" } ?? "")),
                 id: HubCodec.scanID(data) ?? "")]
         }
+        // The header by a scan of the bytes, as the hub's own clients write it; else by a parse,
+        // which answers what is wrong with it.
         let parsed: HubCodec.Parsed
-        do {
-            parsed = try HubCodec.parse(data)
-        } catch {
-            return [fail(error, id: HubServer.bestEffortID(data))]
+        if let scanned = HubCodec.scanHeader(data) {
+            parsed = scanned
+        } else {
+            do {
+                parsed = try HubCodec.parse(data)
+            } catch {
+                return [fail(error, id: HubServer.bestEffortID(data))]
+            }
         }
         let header = parsed.header
         guard let handler = handlers[header.type] else {

@@ -268,4 +268,66 @@ struct DecodingErrorTests {
             #expect(error.code == .invalidPayload)
         }
     }
+
+    @Test("an envelope's header is read by a scan only in the form the codec writes; anything else is left to the parse", arguments: [
+        #"{"v":1,"type":"installation.get","id":"1","payload":{},"extra":1}"#,
+        #"{"v":1,"type":"installation.get","id":"1","id":"2","payload":{}}"#,
+        #"{"v":1,"type":"installation.get","i\u0064":"1","payload":{}}"#,
+        #"{"v":1,"type":"installation.get","id":"a\"b","payload":{}}"#,
+        #"{"v":1.0,"type":"installation.get","id":"1","payload":{}}"#,
+        #"{"v":"1","type":"installation.get","id":"1","payload":{}}"#,
+        #"{"v":2,"type":"installation.get","id":"1","payload":{}}"#,
+        #"{"v":1,"type":"","id":"1","payload":{}}"#,
+        #"{"v":1,"type":"installation.get","id":1,"payload":{}}"#,
+        #"{"v":1,"type":"installation.get","id":"1","auth":5,"payload":{}}"#,
+        #"{"v":1,"type":"installation.get","id":"1","payload":[]}"#,
+        #"{"v":1,"type":"installation.get","id":"1","payload":{}}x"#,
+        "{\"v\":1,\"type\":\"installation.get\",\"id\":\"a\u{1}b\",\"payload\":{}}",
+        #"{"v":1,"type":"installation.get","id":"é","payload":{}}"#,
+        #"{"v":1,"id":"1","payload":{}}"#,
+    ])
+    func scanHeaderLeavesTheRest(text: String) {
+        #expect(HubCodec.scanHeader(Data(text.utf8)) == nil)
+    }
+
+    @Test("a scanned header is the parsed one, with the payload's place")
+    func scanHeaderReadsTheCodecsOwn() throws {
+        let send = SendNotification(format: .template, properties: ["a": "1"], tagExpression: "Sports")
+        for data in [HubCodec.encode(send, id: "x-1", auth: "SharedAccessSignature sr=a&sig=b"), HubCodec.encode(send, id: "")] {
+            let scanned = try #require(HubCodec.scanHeader(data))
+            #expect(scanned.header == (try HubCodec.parse(data)).header)
+            let spaced = Data(" \n\(String(decoding: data, as: UTF8.self)) \n".utf8)
+            #expect(HubCodec.scanHeader(spaced)?.header == scanned.header)
+        }
+        let nullAuth = Data(#"{"auth":null,"id":"7","payload":{},"type":"health","v":1}"#.utf8)
+        #expect(HubCodec.scanHeader(nullAuth)?.header == EnvelopeHeader(type: "health", id: "7"))
+    }
+
+    /// Each input decoded from a scan and from a parse: the same envelope, or the same error.
+    @Test("decoding from a scanned header answers as decoding from the parsed tree", arguments: [
+        #"{"v":1,"type":"installation.get","id":"1","payload":{"installationId":"i"}}"#,
+        #"{"v":1,"type":"installation.get","id":"1","payload":{"installationId":"i","extra":1}}"#,
+        #"{"v":1,"type":"installation.get","id":"1","payload":{"installationId":"i","installationId":"j"}}"#,
+        #"{"v":1,"type":"installation.get","id":"1","payload":{"installationId":7}}"#,
+        #"{"v":1,"type":"installation.get","id":"1","payload":{}}"#,
+        #"{"v":1,"type":"installation.get","id":"1","payload":{"installationId":"i"},"x":0}"#,
+        #"{"v":1,"type":"installation.get","id":"1"}"#,
+        #"{"v":1,"type":"health","id":"1","payload":{"installationId":"i"}}"#,
+        #"{"v":1,"type":"installation.get","id":"1","payload":{"installationId":"i"}} ]"#,
+        #"{"v":1,"type":"installation.get","id":"1","payload":{"installationId":"i\u0041"}}"#,
+    ])
+    func scannedAsParsed(text: String) {
+        let data = Data(text.utf8)
+        func outcome(_ parsed: HubCodec.Parsed?) -> String {
+            do {
+                let (envelope, json) = try HubCodec.decodeChecked(InstallationGet.self, from: data, parsed: parsed)
+                return "\(envelope) \(json.map { String(decoding: $0, as: UTF8.self) } ?? "-")"
+            } catch {
+                return error.code.rawValue
+            }
+        }
+        let parsed = try? HubCodec.parse(data)
+        #expect(outcome(HubCodec.scanHeader(data)) == outcome(parsed), "\(text)")
+        #expect(outcome(nil) == outcome(parsed), "\(text)")
+    }
 }
