@@ -16,8 +16,8 @@ public final class HubServer {
     private var fullStore: StorageError?
     /// The connection of the request being handled (its first routing frame), for per-client limits.
     public private(set) var currentPeer: Data?
-    /// A handler returns the reply, or nil when it will reply later.
-    private var handlers: [MessageType: (Data, HubCodec.Parsed, [Data]) throws -> Data?] = [:]
+    /// Each message type's handler, in two steps (`Handler`).
+    private var handlers: [MessageType: Handler] = [:]
     /// Requests answered with an error, by code; for metrics and tests.
     public private(set) var errorCounts: [ErrorCode: Int] = [:]
     public private(set) var requestCount = 0
@@ -57,20 +57,23 @@ public final class HubServer {
 
     /// Like `on`, with the route back to the peer, for servers that push to their peers later.
     public func on<R: HubRequest>(_: R.Type, _ handler: @escaping (Envelope<R>, _ route: [Data]) throws -> R.Reply) {
-        handlers[R.messageType] = { data, parsed, route in
-            let envelope = try HubCodec.decode(R.self, from: data, parsed: parsed)
-            let reply = try handler(envelope, route)
-            return HubCodec.encode(reply, id: parsed.header.id)
-        }
+        handlers[R.messageType] = Handler(
+            decode: { data, parsed in try HubCodec.decode(R.self, from: data, parsed: parsed) },
+            answer: { decoded, route in
+                let envelope = decoded as! Envelope<R>
+                return HubCodec.encode(try handler(envelope, route), id: envelope.id)
+            })
     }
 
     /// Like `on`, with the payload as `HubCodec.encodeValue` writes it, when decoding made it (see
     /// `HubCodec.decodeChecked`), for a handler that stores the payload.
     public func on<R: HubRequest>(_: R.Type, payloadJSON handler: @escaping (Envelope<R>, _ payloadJSON: Data?) throws -> R.Reply) {
-        handlers[R.messageType] = { data, parsed, _ in
-            let (envelope, payloadJSON) = try HubCodec.decodeChecked(R.self, from: data, parsed: parsed)
-            return HubCodec.encode(try handler(envelope, payloadJSON), id: parsed.header.id)
-        }
+        handlers[R.messageType] = Handler(
+            decode: { data, parsed in try HubCodec.decodeChecked(R.self, from: data, parsed: parsed) },
+            answer: { decoded, _ in
+                let (envelope, payloadJSON) = decoded as! (envelope: Envelope<R>, payloadJSON: Data?)
+                return HubCodec.encode(try handler(envelope, payloadJSON), id: envelope.id)
+            })
     }
 
     /// Answers requests of type `R` later: the handler gets a `respond` to call once, from this
@@ -78,19 +81,21 @@ public final class HubServer {
     public func onDeferred<R: HubRequest>(
         _: R.Type, _ handler: @escaping (Envelope<R>, _ respond: @escaping (Result<R.Reply, HubError>) -> Void) throws -> Void
     ) {
-        handlers[R.messageType] = { [unowned self] data, parsed, route in
-            let envelope = try HubCodec.decode(R.self, from: data, parsed: parsed)
-            let id = parsed.header.id
-            try handler(envelope) { result in
-                let reply: Data
-                switch result {
-                case .success(let message): reply = HubCodec.encode(message, id: id)
-                case .failure(let error): reply = self.fail(error, id: id)
+        handlers[R.messageType] = Handler(
+            decode: { data, parsed in try HubCodec.decode(R.self, from: data, parsed: parsed) },
+            answer: { [unowned self] decoded, route in
+                let envelope = decoded as! Envelope<R>
+                let id = envelope.id
+                try handler(envelope) { result in
+                    let reply: Data
+                    switch result {
+                    case .success(let message): reply = HubCodec.encode(message, id: id)
+                    case .failure(let error): reply = self.fail(error, id: id)
+                    }
+                    try? self.server.reply(to: route, [reply])
                 }
-                try? self.server.reply(to: route, [reply])
-            }
-            return nil
-        }
+                return nil
+            })
     }
 
     /// Sends a message the peer did not ask for, on a route a handler was given.
@@ -125,6 +130,9 @@ public final class HubServer {
     /// Serves what is waiting as one commit group: every request handled in one transaction, then
     /// the commit, then the queued effects, then the replies. If the commit fails, every request of
     /// the group gets `unavailable` and none of them happened.
+    ///
+    /// The group's requests are read and decoded first, on more than one core when there are
+    /// enough of them (`decodeAll`); then each is answered in the order it came, on this thread.
     @discardableResult
     public func serve(limit: Int = 256, group: CommitGroup) throws(ZMQError) -> Int {
         var requests: [RoutedRequest] = []
@@ -133,10 +141,11 @@ public final class HubServer {
             if !request.route.isEmpty { requests.append(request) }
         }
         guard !requests.isEmpty else { return 0 }
+        let decoded = decodeAll(requests.map(\.body))
         var replies: [[Data]] = []
         fullStore = nil
         let committed = group.run {
-            for request in requests { replies.append(handle(request.body, route: request.route)) }
+            for (request, decoded) in zip(requests, decoded) { replies.append(answer(decoded, route: request.route)) }
         }
         let reason = fullStore.map(CommitGroup.describe) ?? group.failureMessage
         if !committed { logger.error("commit failed; the group's requests were refused", ("requests", requests.count), ("reason", reason)) }
@@ -155,59 +164,134 @@ public final class HubServer {
 
     /// The reply to one request's body frames; empty when a deferred handler will reply later.
     public func handle(_ body: [Data], route: [Data] = []) -> [Data] {
-        requestCount += 1
+        answer(decode(body), route: route)
+    }
+
+    /// A message type's handler in two steps. `decode` reads a request and checks it; it touches
+    /// nothing else, so requests of one group may be decoded side by side on other threads.
+    /// `answer` acts on what was decoded, on the loop, and returns the reply (nil when it will
+    /// reply later).
+    struct Handler: @unchecked Sendable {
+        let decode: (Data, HubCodec.Parsed) throws -> Any
+        let answer: (Any, [Data]) throws -> Data?
+    }
+
+    /// One request as decoding left it: refused (with its correlation id, when known), or decoded
+    /// for its handler.
+    enum Decoded: @unchecked Sendable {
+        case refused(Error, id: String)
+        case decoded(Handler, Any, type: MessageType, id: String, seconds: Double)
+    }
+
+    /// Requests at least this many in a group are decoded on more than one thread.
+    static let parallelDecodeFrom = 8
+
+    /// Decodes each request, split over the machine's cores when there are `parallelDecodeFrom`
+    /// or more: the handlers' decoding is plain (`Handler`), and what each request gives is kept
+    /// in its own slot, in order.
+    func decodeAll(_ bodies: [[Data]]) -> [Decoded] {
+        let cores = ProcessInfo.processInfo.activeProcessorCount
+        guard bodies.count >= Self.parallelDecodeFrom, cores > 1 else { return bodies.map(decode) }
+        let shares = min(cores, bodies.count / (Self.parallelDecodeFrom / 2))
+        let slots = DecodeSlots(count: bodies.count)
+        let server = UncheckedBox(self)
+        let input = UncheckedBox(bodies)
+        DispatchQueue.concurrentPerform(iterations: shares) { share in
+            for index in stride(from: share, to: input.value.count, by: shares) {
+                slots.store(server.value.decode(input.value[index]), at: index)
+            }
+        }
+        return slots.values
+    }
+
+    /// Checks a request's frames and envelope and decodes it for its handler. It reads only what
+    /// is fixed once the handlers are installed, so it may run on any thread.
+    func decode(_ body: [Data]) -> Decoded {
         guard body.count == 1 else {
-            return [fail(HubError(
+            return .refused(HubError(
                 .malformedFrames,
                 body.isEmpty
                     ? "the request has no body frame; send one frame holding a JSON envelope"
-                    : "the request has \(body.count) body frames; send exactly one, holding a JSON envelope"), id: "")]
+                    : "the request has \(body.count) body frames; send exactly one, holding a JSON envelope"), id: "")
         }
         let data = body[0]
         guard data.count <= maxMessageBytes else {
-            return [fail(HubError(
+            return .refused(HubError(
                 .payloadTooLarge, "the request is \(data.count) bytes; the limit is \(maxMessageBytes)" + (sizeHint.map { " (\($0))" } ?? "")),
-                id: HubCodec.scanID(data) ?? "")]
+                id: HubCodec.scanID(data) ?? "")
         }
-        // The header by a scan of the bytes, as the hub's own clients write it; else by a parse,
-        // which answers what is wrong with it.
+        let started = ContinuousClock.now
+        // The header by a scan of the bytes, as the hub's own clients write it, and the request
+        // decoded for its handler from there.
+        if let scanned = HubCodec.scanHeader(data), let handler = handlers[scanned.header.type],
+            let value = try? handler.decode(data, scanned)
+        {
+            return .decoded(handler, value, type: scanned.header.type, id: scanned.header.id, seconds: Self.seconds(since: started))
+        }
+        // Anything else is parsed in full, and what is wrong with it answered from the parse, as
+        // if no scan had been tried: a body that is not JSON, whatever its header looked like, is
+        // refused as such, with the id a parser finds in it, if any.
         let parsed: HubCodec.Parsed
-        if let scanned = HubCodec.scanHeader(data) {
-            parsed = scanned
-        } else {
-            do {
-                parsed = try HubCodec.parse(data)
-            } catch {
-                return [fail(error, id: HubServer.bestEffortID(data))]
-            }
+        do {
+            parsed = try HubCodec.parse(data)
+        } catch {
+            return .refused(error, id: HubServer.bestEffortID(data))
         }
         let header = parsed.header
         guard let handler = handlers[header.type] else {
-            return [fail(HubError(
+            return .refused(HubError(
                 .unknownType,
                 "this service does not answer '\(header.type)'; it answers \(knownTypes.map(\.rawValue).joined(separator: ", "))"),
-                id: header.id)]
-        }
-        let started = ContinuousClock.now
-        currentPeer = route.first
-        defer {
-            currentPeer = nil
-            let elapsed = started.duration(to: .now)
-            let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
-            let previous = requestsByType[header.type] ?? (0, 0)
-            requestsByType[header.type] = (previous.count + 1, previous.seconds + seconds)
+                id: header.id)
         }
         do {
-            return try handler(data, parsed, route).map { [$0] } ?? []
-        } catch let error as HubError {
-            return [fail(error, id: header.id)]
-        } catch let error as StorageError where error.isFull {
-            fullStore = error
-            return [fail(HubError(.unavailable, CommitGroup.describe(error)), id: header.id)]
+            let value = try handler.decode(data, parsed)
+            return .decoded(handler, value, type: header.type, id: header.id, seconds: Self.seconds(since: started))
         } catch {
-            logger.error("request failed", ("type", header.type), ("error", "\(error)"))
-            return [fail(HubError(.internal, "the service failed to handle '\(header.type)': \(error)"), id: header.id)]
+            return .refused(error, id: header.id)
         }
+    }
+
+    /// The reply to a decoded request: its handler's, or the error that refused it.
+    func answer(_ decoded: Decoded, route: [Data]) -> [Data] {
+        requestCount += 1
+        switch decoded {
+        case .refused(let error, let id):
+            return [reply(to: error, id: id, type: nil)]
+        case .decoded(let handler, let value, let type, let id, let decodeSeconds):
+            let started = ContinuousClock.now
+            currentPeer = route.first
+            defer {
+                currentPeer = nil
+                let previous = requestsByType[type] ?? (0, 0)
+                requestsByType[type] = (previous.count + 1, previous.seconds + decodeSeconds + Self.seconds(since: started))
+            }
+            do {
+                return try handler.answer(value, route).map { [$0] } ?? []
+            } catch {
+                return [reply(to: error, id: id, type: type)]
+            }
+        }
+    }
+
+    /// The error reply for what a request's decoding or handler threw.
+    private func reply(to error: Error, id: String, type: MessageType?) -> Data {
+        switch error {
+        case let error as HubError:
+            return fail(error, id: id)
+        case let error as StorageError where error.isFull:
+            fullStore = error
+            return fail(HubError(.unavailable, CommitGroup.describe(error)), id: id)
+        default:
+            let type = type?.rawValue ?? "request"
+            logger.error("request failed", ("type", type), ("error", "\(error)"))
+            return fail(HubError(.internal, "the service failed to handle '\(type)': \(error)"), id: id)
+        }
+    }
+
+    static func seconds(since start: ContinuousClock.Instant) -> Double {
+        let elapsed = start.duration(to: .now)
+        return Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
     }
 
     func fail(_ error: HubError, id: String) -> Data {
@@ -224,4 +308,24 @@ public final class HubServer {
     }
 
     public func close() { server.close() }
+}
+
+/// Each request's slot for what decoding it gave, written once from whichever thread decoded it.
+private final class DecodeSlots: @unchecked Sendable {
+    private var slots: [HubServer.Decoded?]
+    private let lock = NSLock()
+
+    init(count: Int) { slots = Array(repeating: nil, count: count) }
+
+    func store(_ decoded: HubServer.Decoded, at index: Int) {
+        lock.withLock { slots[index] = decoded }
+    }
+
+    var values: [HubServer.Decoded] { lock.withLock { slots.map { $0! } } }
+}
+
+/// A value handed to `concurrentPerform`'s threads, which only read it.
+private struct UncheckedBox<T>: @unchecked Sendable {
+    let value: T
+    init(_ value: T) { self.value = value }
 }

@@ -1,6 +1,7 @@
 import Bus
 import Foundation
 import HubProtocol
+import Synchronization
 import Testing
 
 @testable import ServiceKit
@@ -120,6 +121,48 @@ struct HubServerTests {
         #expect(try box.get().service == "nh-test")
         server.close()
     }
+
+    @Test("a body that is not JSON is refused as such with no id, however well its header reads", arguments: [
+        "{\"auth\":\"t\",\"id\":\"f-1\",\"payload\":{\"installatio\u{1a}Id\":\"n-1\"},\"type\":\"installation.get\",\"v\":1}",
+        "{\"auth\":\"t\",\"id\":\"f-1\",\"payload\":{\"a\u{1a}\":\"n-1\"},\"type\":\"notification.cancel\",\"v\":1}",
+        #"{"auth":null,"id":"f-1","payload":{"installationId":"i","x-1","x-1"},"type":"installation.get","v":1}"#,
+    ])
+    func notJSONAfterAScannedHeader(text: String) throws {
+        let server = try makeServer()
+        defer { server.close() }
+        #expect(HubCodec.scanHeader(Data(text.utf8)) != nil)
+        let error = try HubCodec.decode(ErrorReply.self, from: server.handle([Data(text.utf8)])[0])
+        #expect(error.payload.code == .malformedEnvelope)
+        #expect(error.id == "")
+    }
+
+    @Test("a group's requests decoded side by side are answered in the order they came, each as it would be alone")
+    func groupDecodedSideBySide() throws {
+        let server = try makeServer()
+        defer { server.close() }
+        server.on(Probe.self) { envelope in Ack() }
+        var bodies: [[Data]] = []
+        for index in 0..<64 {
+            switch index % 8 {
+            case 0: bodies.append([HubCodec.encode(InstallationGet(installationId: "known"), id: "g-\(index)")])
+            case 1: bodies.append([HubCodec.encode(InstallationGet(installationId: "other"), id: "g-\(index)")])
+            case 2: bodies.append([Data(#"{"v":1,"type":"installation.get","id":"g-\#(index)","payload":{"installationId":"known","x":1}}"#.utf8)])
+            case 3: bodies.append([Data("{not json".utf8)])
+            case 4: bodies.append([Data(#"{"v":1,"type":"nope","id":"g-\#(index)","payload":{}}"#.utf8)])
+            case 5: bodies.append([Data("a".utf8), Data("b".utf8)])
+            default: bodies.append([HubCodec.encode(Probe(index: index), id: "g-\(index)")])
+            }
+        }
+        let alone = bodies.map { server.handle($0) }
+        Probe.pairs = true
+        defer { Probe.pairs = false }
+        let decoded = server.decodeAll(bodies)
+        let together = decoded.map { server.answer($0, route: []) }
+        #expect(together == alone)
+        // The first probe (index 6, on one thread) waits for the second (index 7, on the other).
+        #expect(Probe.waited.withLock { $0 } == [6: true])
+        #expect(server.requestCount == 128)
+    }
 }
 
 final class ResultBox: @unchecked Sendable {
@@ -128,4 +171,31 @@ final class ResultBox: @unchecked Sendable {
     func set(_ value: Result<HealthReply, Error>) { lock.withLock { result = value } }
     var isEmpty: Bool { lock.withLock { result == nil } }
     func get() throws -> HealthReply { try lock.withLock { result! }.get() }
+
+}
+
+/// A request whose decoding, while `pairs` is set, makes index 6 wait for index 7 to be decoded:
+/// which it can be only on another thread.
+struct Probe: HubRequest {
+    typealias Reply = Ack
+    static let messageType: MessageType = "test.probe"
+    var index: Int
+
+    init(index: Int) { self.index = index }
+
+    nonisolated(unsafe) static var pairs = false
+    static let seventh = DispatchSemaphore(value: 0)
+    static let waited = Mutex<[Int: Bool]>([:])
+
+    init(from decoder: Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        index = try container.decode(Int.self, forKey: .index)
+        guard Probe.pairs else { return }
+        if index == 7 { Probe.seventh.signal() }
+        if index == 6 {
+            let signalled = Probe.seventh.wait(timeout: .now() + 10) == .success
+            Probe.waited.withLock { $0[6] = signalled }
+        }
+    }
+
 }
