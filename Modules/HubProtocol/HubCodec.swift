@@ -342,17 +342,20 @@ public enum HubCodec {
     ) throws(HubError) -> (envelope: Envelope<M>, payloadJSON: Data?) {
         // An envelope as this codec writes it decodes in one pass, and its payload's own bytes,
         // the same as the payload encoded again, show that it has no field the type lacks.
-        // Anything else is parsed, checked and answered in full below.
+        // Anything else is parsed, checked and answered in full below, reusing what this pass made.
         let scanned: Parsed? = if let parsed { parsed.object == nil ? parsed : nil } else { scanHeader(data) }
+        var decoded: Envelope<M>?
+        var reencoded: Data?
         if let scanned, scanned.header.type == M.messageType, let envelope = try? decoder.decode(Envelope<M>.self, from: data) {
+            decoded = envelope
             switch extraFields {
             case .passed:
                 return (envelope, nil)
             case .refused:
                 // `{}`: no fields at all.
                 if scanned.payload?.count == 2 { return (envelope, nil) }
-                if let range = scanned.payload, let reencoded = try? encoder.encode(envelope.payload),
-                    range.count == reencoded.count,
+                reencoded = try? encoder.encode(envelope.payload)
+                if let range = scanned.payload, let reencoded, range.count == reencoded.count,
                     data[(data.startIndex + range.lowerBound)..<(data.startIndex + range.upperBound)].elementsEqual(reencoded)
                 {
                     return (envelope, reencoded)
@@ -370,15 +373,19 @@ public enum HubCodec {
             throw HubError(.invalidPayload, "'\(M.messageType)': 'payload' must be a JSON object, such as {}")
         }
         let envelope: Envelope<M>
-        do {
-            envelope = try decoder.decode(Envelope<M>.self, from: data)
-        } catch let error as DecodingError {
-            throw HubError(.invalidPayload, "'\(M.messageType)': \(describe(error, decoding: Envelope<M>.self, tree: object))")
-        } catch {
-            throw HubError(.invalidPayload, "'\(M.messageType)': \(error)")
+        if let decoded {
+            envelope = decoded
+        } else {
+            do {
+                envelope = try decoder.decode(Envelope<M>.self, from: data)
+            } catch let error as DecodingError {
+                throw HubError(.invalidPayload, "'\(M.messageType)': \(describe(error, decoding: Envelope<M>.self, tree: object))")
+            } catch {
+                throw HubError(.invalidPayload, "'\(M.messageType)': \(error)")
+            }
         }
         guard case .refused = extraFields else { return (envelope, nil) }
-        let (field, encoded) = check(object["payload"], against: envelope.payload, in: data)
+        let (field, encoded) = check(object["payload"], against: envelope.payload, in: data, reencoded: reencoded)
         if let field { throw HubError(.unknownField, "'\(M.messageType)' has no field '\(field)'") }
         return (envelope, encoded)
     }
@@ -440,11 +447,11 @@ public enum HubCodec {
     /// fields). When the request's own payload bytes (in `envelope`) are the same as the payload
     /// encoded again, as they are from a client that encodes as this codec does, it has no field
     /// the type lacks, and the trees need no comparing.
-    private static func check<M: HubMessage>(_ inputPayload: Any?, against payload: M, in envelope: Data? = nil)
+    private static func check<M: HubMessage>(_ inputPayload: Any?, against payload: M, in envelope: Data? = nil, reencoded: Data? = nil)
         -> (field: String?, encoded: Data?)
     {
         guard let inputPayload, let object = inputPayload as? [String: Any], !object.isEmpty,
-            let reencoded = try? encoder.encode(payload)
+            let reencoded = reencoded ?? (try? encoder.encode(payload))
         else { return (nil, nil) }
         if let envelope, let range = scanMember(envelope, "payload"), range.count == reencoded.count,
             envelope[(envelope.startIndex + range.lowerBound)..<(envelope.startIndex + range.upperBound)].elementsEqual(reencoded)
@@ -573,8 +580,21 @@ public enum WireDate {
     static let withFraction = Date.ISO8601FormatStyle(includingFractionalSeconds: true)
     static let plain = Date.ISO8601FormatStyle()
 
+    /// The date to the nearest millisecond, as `2026-01-31T12:00:00.250Z`. Foundation's style with
+    /// fractional seconds cuts the fraction off instead, so a date read back from its own text (a
+    /// binary fraction a hair below the decimal one) would be written a millisecond earlier each
+    /// time it went through the codec; rounding writes it back the same.
     public static func format(_ date: Date) -> String {
-        date.formatted(withFraction)
+        let milliseconds = (date.timeIntervalSince1970 * 1_000).rounded()
+        guard milliseconds.magnitude < 1e15 else { return date.formatted(withFraction) }
+        let whole = Int64(milliseconds)
+        let seconds = whole >= 0 ? whole / 1_000 : (whole - 999) / 1_000
+        let fraction = Int(whole - seconds * 1_000)
+        var text = Date(timeIntervalSince1970: Double(seconds)).formatted(plain)
+        guard text.last == "Z" else { return date.formatted(withFraction) }
+        text.removeLast()
+        let digits = String(fraction)
+        return text + "." + String(repeating: "0", count: 3 - digits.count) + digits + "Z"
     }
 
     public static func parse(_ text: String) -> Date? {

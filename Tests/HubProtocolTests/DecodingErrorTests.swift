@@ -149,6 +149,17 @@ struct DecodingErrorTests {
         #expect(WireDate.parse("yesterday") == nil)
     }
 
+    @Test("a wire date read back is written the same, to the millisecond, and a date is written to its nearest millisecond")
+    func datesRoundTrip() {
+        for step in 0..<2_000 {
+            let text = WireDate.format(Date(timeIntervalSince1970: 1_780_000_000 + Double(step) * 0.0137))
+            #expect(WireDate.parse(text).map(WireDate.format) == text)
+        }
+        #expect(WireDate.format(Date(timeIntervalSince1970: 1_780_000_000.9996)) == "2026-05-28T20:26:41.000Z")
+        #expect(WireDate.format(Date(timeIntervalSince1970: -0.5)) == "1969-12-31T23:59:59.500Z")
+        #expect(WireDate.format(Date(timeIntervalSince1970: 253_402_300_799.999)) == "9999-12-31T23:59:59.999Z")
+    }
+
     @Test("error codes are stable strings")
     func codes() {
         #expect(ErrorCode.allCases.count == Set(ErrorCode.allCases.map(\.rawValue)).count)
