@@ -343,23 +343,22 @@ public enum HubCodec {
         // An envelope as this codec writes it decodes in one pass, and its payload's own bytes,
         // the same as the payload encoded again, show that it has no field the type lacks.
         // Anything else is parsed, checked and answered in full below, reusing what this pass made.
+        // (Only for requests: the byte comparison is what shows a payload to be JSON as strict as
+        // the parser's, where the decoder alone passes over what it does not read.)
         let scanned: Parsed? = if let parsed { parsed.object == nil ? parsed : nil } else { scanHeader(data) }
         var decoded: Envelope<M>?
         var reencoded: Data?
-        if let scanned, scanned.header.type == M.messageType, let envelope = try? decoder.decode(Envelope<M>.self, from: data) {
+        if case .refused = extraFields, let scanned, scanned.header.type == M.messageType,
+            let envelope = try? decoder.decode(Envelope<M>.self, from: data)
+        {
             decoded = envelope
-            switch extraFields {
-            case .passed:
-                return (envelope, nil)
-            case .refused:
-                // `{}`: no fields at all.
-                if scanned.payload?.count == 2 { return (envelope, nil) }
-                reencoded = try? encoder.encode(envelope.payload)
-                if let range = scanned.payload, let reencoded, range.count == reencoded.count,
-                    data[(data.startIndex + range.lowerBound)..<(data.startIndex + range.upperBound)].elementsEqual(reencoded)
-                {
-                    return (envelope, reencoded)
-                }
+            // `{}`: no fields at all.
+            if scanned.payload?.count == 2 { return (envelope, nil) }
+            reencoded = try? encoder.encode(envelope.payload)
+            if let range = scanned.payload, let reencoded, range.count == reencoded.count,
+                data[(data.startIndex + range.lowerBound)..<(data.startIndex + range.upperBound)].elementsEqual(reencoded)
+            {
+                return (envelope, reencoded)
             }
         }
         let parsed = try parsedOrParse(parsed, data)

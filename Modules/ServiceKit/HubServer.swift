@@ -59,10 +59,7 @@ public final class HubServer {
     public func on<R: HubRequest>(_: R.Type, _ handler: @escaping (Envelope<R>, _ route: [Data]) throws -> R.Reply) {
         handlers[R.messageType] = Handler(
             decode: { data, parsed in try HubCodec.decode(R.self, from: data, parsed: parsed) },
-            answer: { decoded, route in
-                let envelope = decoded as! Envelope<R>
-                return HubCodec.encode(try handler(envelope, route), id: envelope.id)
-            })
+            answer: { decoded, route, id in HubCodec.encode(try handler(decoded as! Envelope<R>, route), id: id) })
     }
 
     /// Like `on`, with the payload as `HubCodec.encodeValue` writes it, when decoding made it (see
@@ -70,9 +67,9 @@ public final class HubServer {
     public func on<R: HubRequest>(_: R.Type, payloadJSON handler: @escaping (Envelope<R>, _ payloadJSON: Data?) throws -> R.Reply) {
         handlers[R.messageType] = Handler(
             decode: { data, parsed in try HubCodec.decodeChecked(R.self, from: data, parsed: parsed) },
-            answer: { decoded, _ in
+            answer: { decoded, _, id in
                 let (envelope, payloadJSON) = decoded as! (envelope: Envelope<R>, payloadJSON: Data?)
-                return HubCodec.encode(try handler(envelope, payloadJSON), id: envelope.id)
+                return HubCodec.encode(try handler(envelope, payloadJSON), id: id)
             })
     }
 
@@ -83,10 +80,8 @@ public final class HubServer {
     ) {
         handlers[R.messageType] = Handler(
             decode: { data, parsed in try HubCodec.decode(R.self, from: data, parsed: parsed) },
-            answer: { [unowned self] decoded, route in
-                let envelope = decoded as! Envelope<R>
-                let id = envelope.id
-                try handler(envelope) { result in
+            answer: { [unowned self] decoded, route, id in
+                try handler(decoded as! Envelope<R>) { result in
                     let reply: Data
                     switch result {
                     case .success(let message): reply = HubCodec.encode(message, id: id)
@@ -170,16 +165,16 @@ public final class HubServer {
     /// A message type's handler in two steps. `decode` reads a request and checks it; it touches
     /// nothing else, so requests of one group may be decoded side by side on other threads.
     /// `answer` acts on what was decoded, on the loop, and returns the reply (nil when it will
-    /// reply later).
+    /// reply later), with the correlation id of the header the request was routed by.
     struct Handler: @unchecked Sendable {
         let decode: (Data, HubCodec.Parsed) throws -> Any
-        let answer: (Any, [Data]) throws -> Data?
+        let answer: (_ decoded: Any, _ route: [Data], _ id: String) throws -> Data?
     }
 
-    /// One request as decoding left it: refused (with its correlation id, when known), or decoded
-    /// for its handler.
+    /// One request as decoding left it: refused (with its correlation id, when known, and its type
+    /// and the time spent on it, when a handler refused it), or decoded for its handler.
     enum Decoded: @unchecked Sendable {
-        case refused(Error, id: String)
+        case refused(Error, id: String, type: MessageType? = nil, seconds: Double = 0)
         case decoded(Handler, Any, type: MessageType, id: String, seconds: Double)
     }
 
@@ -248,7 +243,7 @@ public final class HubServer {
             let value = try handler.decode(data, parsed)
             return .decoded(handler, value, type: header.type, id: header.id, seconds: Self.seconds(since: started))
         } catch {
-            return .refused(error, id: header.id)
+            return .refused(error, id: header.id, type: header.type, seconds: Self.seconds(since: started))
         }
     }
 
@@ -256,22 +251,28 @@ public final class HubServer {
     func answer(_ decoded: Decoded, route: [Data]) -> [Data] {
         requestCount += 1
         switch decoded {
-        case .refused(let error, let id):
-            return [reply(to: error, id: id, type: nil)]
+        case .refused(let error, let id, let type, let seconds):
+            if let type { count(type, seconds: seconds) }
+            return [reply(to: error, id: id, type: type)]
         case .decoded(let handler, let value, let type, let id, let decodeSeconds):
             let started = ContinuousClock.now
             currentPeer = route.first
             defer {
                 currentPeer = nil
-                let previous = requestsByType[type] ?? (0, 0)
-                requestsByType[type] = (previous.count + 1, previous.seconds + decodeSeconds + Self.seconds(since: started))
+                count(type, seconds: decodeSeconds + Self.seconds(since: started))
             }
             do {
-                return try handler.answer(value, route).map { [$0] } ?? []
+                return try handler.answer(value, route, id).map { [$0] } ?? []
             } catch {
                 return [reply(to: error, id: id, type: type)]
             }
         }
+    }
+
+    /// One request of `type` answered, in `seconds` (decoding and handling).
+    private func count(_ type: MessageType, seconds: Double) {
+        let previous = requestsByType[type] ?? (0, 0)
+        requestsByType[type] = (previous.count + 1, previous.seconds + seconds)
     }
 
     /// The error reply for what a request's decoding or handler threw.

@@ -155,10 +155,10 @@ enum FanoutBench {
             let due = latencyStart + .nanoseconds(Int64(Double(index) * interval * 1e9))
             let wait = ContinuousClock.now.duration(to: due)
             if wait > .zero { Thread.sleep(forTimeInterval: Double(wait.components.attoseconds) / 1e18 + Double(wait.components.seconds)) }
-            let sent = AgentFleet.monotonicNanoseconds()
+            let sentAt = AgentFleet.monotonicNanoseconds()
             _ = try publish.call(SendNotification(
-                format: .template, properties: ["m": "t=\(sent); \(padding)"], installationId: target))
-            accepted.append(Double(AgentFleet.monotonicNanoseconds() - sent) / 1e6)
+                format: .template, properties: ["m": "t=\(sentAt); \(padding)"], installationId: target))
+            accepted.append(Double(AgentFleet.monotonicNanoseconds() - sentAt) / 1e6)
         }
         accepted.sort()
         let latencyDeadline = Date().addingTimeInterval(30)

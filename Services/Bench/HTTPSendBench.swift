@@ -44,7 +44,8 @@ enum HTTPSendBench {
         // the registry; until then it pulls, page by page, which would load the publish service
         // during the first timed round. Timing starts once it has planned the first send.
         let dispatcher = cluster.environment["NH_DISPATCH_REQUESTS"]!
-        _ = FanoutBench.waitFor(timeout: 30) { (try? FanoutBench.details(cluster, dispatcher)["cursor"]).flatMap { UInt64($0) } ?? 0 >= 1 }
+        guard FanoutBench.waitFor(timeout: 30, { (try? FanoutBench.details(cluster, dispatcher)["cursor"]).flatMap { UInt64($0) } ?? 0 >= 1 })
+        else { throw ConfigError("the dispatcher did not plan the first send within 30 s") }
         let publish = cluster.environment["NH_PUBLISH_REQUESTS"]!
         let busSecurity = cluster.bus
 

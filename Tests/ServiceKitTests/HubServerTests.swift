@@ -136,7 +136,31 @@ struct HubServerTests {
         #expect(error.id == "")
     }
 
-    @Test("a group's requests decoded side by side are answered in the order they came, each as it would be alone")
+    @Test("a request naming its id twice is answered with the id its header was read with, whatever the handler says")
+    func idNamedTwice() throws {
+        let server = try makeServer()
+        defer { server.close() }
+        let known = Data(#"{"v":1,"type":"installation.get","id":"a","id":"b","payload":{"installationId":"known"}}"#.utf8)
+        let other = Data(#"{"v":1,"type":"installation.get","id":"a","id":"b","payload":{"installationId":"other"}}"#.utf8)
+        let header = try HubCodec.parse(known).header
+        #expect(try HubCodec.decodeReply(InstallationReply.self, from: server.handle([known])[0]).id == header.id)
+        #expect(try HubCodec.decode(ErrorReply.self, from: server.handle([other])[0]).id == header.id)
+    }
+
+    @Test("requests of a type the service answers are counted by type, those refused for what they hold too")
+    func countedByType() throws {
+        let server = try makeServer()
+        defer { server.close() }
+        _ = server.handle([HubCodec.encode(InstallationGet(installationId: "known"), id: "1")])
+        _ = server.handle([Data(#"{"v":1,"type":"installation.get","id":"2","payload":{"installationId":"known","x":1}}"#.utf8)])
+        _ = server.handle([Data(#"{"v":1,"type":"nope","id":"3","payload":{}}"#.utf8)])
+        #expect(server.requestsByType["installation.get"]?.count == 2)
+        #expect(server.requestsByType["nope"] == nil)
+        #expect(server.requestCount == 3)
+    }
+
+    @Test("a group's requests decoded side by side are answered in the order they came, each as it would be alone",
+          .enabled(if: ProcessInfo.processInfo.activeProcessorCount > 1, "decoded side by side only with more than one core"))
     func groupDecodedSideBySide() throws {
         let server = try makeServer()
         defer { server.close() }
