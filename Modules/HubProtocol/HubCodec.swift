@@ -384,7 +384,8 @@ public enum HubCodec {
             }
         }
         guard case .refused = extraFields else { return (envelope, nil) }
-        let (field, encoded) = check(object["payload"], against: envelope.payload, in: data, reencoded: reencoded)
+        // Where the first pass compared the payload's bytes already, it is not done again.
+        let (field, encoded) = check(object["payload"], against: envelope.payload, in: reencoded == nil ? data : nil, reencoded: reencoded)
         if let field { throw HubError(.unknownField, "'\(M.messageType)' has no field '\(field)'") }
         return (envelope, encoded)
     }
@@ -393,14 +394,14 @@ public enum HubCodec {
     /// request, a reply may hold fields its type does not have: a newer service may add to its
     /// replies without breaking older clients, so they are passed over, not refused.
     ///
-    /// A reply of the expected type, in a version this build reads, decodes in one pass. Anything
-    /// else (an error reply, a malformed one) is parsed for its header, and answered as such.
+    /// A reply of the expected type in the form this codec writes (`scanHeader`: a version this
+    /// build reads, an object for its payload) decodes in one pass. Anything else (an error reply,
+    /// a malformed one) is parsed for its header, and answered as such.
     public static func decodeReply<R: HubMessage>(_: R.Type, from data: Data, parsed: Parsed? = nil) throws(HubError)
         -> Envelope<R>
     {
-        if let envelope = try? decoder.decode(Envelope<R>.self, from: data), envelope.type == R.messageType,
-            HubProtocolVersion.supported.contains(envelope.v), let payload = scanMember(data, "payload"),
-            data[data.startIndex + payload.lowerBound] == 0x7b
+        if let scanned = scanHeader(data), scanned.header.type == R.messageType, scanned.payload != nil,
+            let envelope = try? decoder.decode(Envelope<R>.self, from: data)
         {
             return envelope
         }

@@ -291,8 +291,7 @@ public final class HubServer {
     }
 
     static func seconds(since start: ContinuousClock.Instant) -> Double {
-        let elapsed = start.duration(to: .now)
-        return Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+        start.duration(to: .now).inSeconds
     }
 
     func fail(_ error: HubError, id: String) -> Data {

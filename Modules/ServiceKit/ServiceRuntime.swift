@@ -22,8 +22,7 @@ public final class ServiceRuntime {
     }
 
     public var uptimeSeconds: Double {
-        let uptime = startedAt.duration(to: .now)
-        return Double(uptime.components.seconds) + Double(uptime.components.attoseconds) / 1e18
+        startedAt.duration(to: .now).inSeconds
     }
 
     public func health(_ endpoints: [String: String], status: String = "ok", details: [String: String]? = nil) -> HealthReply {

@@ -1,4 +1,5 @@
 import Foundation
+import ServiceKit
 
 struct BenchSettings {
     var messages: Int
@@ -148,8 +149,7 @@ func spawn(_ body: @escaping @Sendable () -> Void) -> DispatchSemaphore {
 }
 
 func seconds(since start: ContinuousClock.Instant) -> Double {
-    let elapsed = start.duration(to: .now)
-    return Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+    start.duration(to: .now).inSeconds
 }
 
 extension Array where Element == Double {

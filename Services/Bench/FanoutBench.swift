@@ -154,7 +154,7 @@ enum FanoutBench {
         for index in 0..<latencySends {
             let due = latencyStart + .nanoseconds(Int64(Double(index) * interval * 1e9))
             let wait = ContinuousClock.now.duration(to: due)
-            if wait > .zero { Thread.sleep(forTimeInterval: Double(wait.components.attoseconds) / 1e18 + Double(wait.components.seconds)) }
+            if wait > .zero { Thread.sleep(forTimeInterval: wait.inSeconds) }
             let sentAt = AgentFleet.monotonicNanoseconds()
             _ = try publish.call(SendNotification(
                 format: .template, properties: ["m": "t=\(sentAt); \(padding)"], installationId: target))

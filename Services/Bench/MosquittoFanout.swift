@@ -1,4 +1,5 @@
 import Foundation
+import ServiceKit
 
 #if canImport(Glibc)
 import Glibc
@@ -178,8 +179,7 @@ enum MosquittoFanout {
     }
 
     private static func seconds(from start: ContinuousClock.Instant, to end: ContinuousClock.Instant) -> Double {
-        let elapsed = start.duration(to: end)
-        return Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+        start.duration(to: end).inSeconds
     }
 
     /// How N subscribers are split over processes: as evenly as possible, none above the cap.
