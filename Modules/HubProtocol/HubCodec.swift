@@ -62,11 +62,43 @@ public enum HubCodec {
 
     public static func encode<M: HubMessage>(_ envelope: Envelope<M>) -> Data {
         do {
-            return try encoder.encode(envelope)
+            return try writeAround(envelope) ?? encoder.encode(envelope)
         } catch {
             // Every message type is plain data; failing to encode one is a programming error.
             preconditionFailure("cannot encode \(M.messageType): \(error)")
         }
+    }
+
+    /// The envelope as `encoder` writes it (compact, keys sorted: auth, id, payload, type, v), with
+    /// only the payload through the encoder and the header written around it. Nil when a string of
+    /// the header is not printable ASCII without `"` and `\`, which the encoder would escape: such an
+    /// envelope is encoded whole.
+    static func writeAround<M: HubMessage>(_ envelope: Envelope<M>) throws -> Data? {
+        let type = envelope.type.rawValue
+        guard isPlain(envelope.id), isPlain(type), envelope.auth.map(isPlain) ?? true else { return nil }
+        let payload = try encoder.encode(envelope.payload)
+        var out = Data(capacity: payload.count + 40 + envelope.id.utf8.count + (envelope.auth?.utf8.count ?? 0) + type.utf8.count)
+        if let auth = envelope.auth {
+            out.append(contentsOf: #"{"auth":""#.utf8)
+            out.append(contentsOf: auth.utf8)
+            out.append(contentsOf: #"","id":""#.utf8)
+        } else {
+            out.append(contentsOf: #"{"id":""#.utf8)
+        }
+        out.append(contentsOf: envelope.id.utf8)
+        out.append(contentsOf: #"","payload":"#.utf8)
+        out.append(payload)
+        out.append(contentsOf: #","type":""#.utf8)
+        out.append(contentsOf: type.utf8)
+        out.append(contentsOf: #"","v":"#.utf8)
+        out.append(contentsOf: String(envelope.v).utf8)
+        out.append(UInt8(ascii: "}"))
+        return out
+    }
+
+    /// A string JSON writes as it is: printable ASCII other than `"` and `\`.
+    static func isPlain(_ text: String) -> Bool {
+        text.utf8.allSatisfy { $0 >= 0x20 && $0 < 0x7f && $0 != UInt8(ascii: "\"") && $0 != UInt8(ascii: "\\") }
     }
 
     /// A message's payload alone, as JSON, for surfaces that carry no envelope (the REST API).
@@ -348,14 +380,14 @@ public enum HubCodec {
         let scanned: Parsed? = if let parsed { parsed.object == nil ? parsed : nil } else { scanHeader(data) }
         var decoded: Envelope<M>?
         var reencoded: Data?
-        if case .refused = extraFields, let scanned, scanned.header.type == M.messageType,
-            let envelope = try? decoder.decode(Envelope<M>.self, from: data)
+        if case .refused = extraFields, let scanned, scanned.header.type == M.messageType, let range = scanned.payload,
+            let envelope = scannedEnvelope(M.self, data, scanned.header, payload: range)
         {
             decoded = envelope
             // `{}`: no fields at all.
-            if scanned.payload?.count == 2 { return (envelope, nil) }
+            if range.count == 2 { return (envelope, nil) }
             reencoded = try? encoder.encode(envelope.payload)
-            if let range = scanned.payload, let reencoded, range.count == reencoded.count,
+            if let reencoded, range.count == reencoded.count,
                 data[(data.startIndex + range.lowerBound)..<(data.startIndex + range.upperBound)].elementsEqual(reencoded)
             {
                 return (envelope, reencoded)
@@ -400,8 +432,8 @@ public enum HubCodec {
     public static func decodeReply<R: HubMessage>(_: R.Type, from data: Data, parsed: Parsed? = nil) throws(HubError)
         -> Envelope<R>
     {
-        if let scanned = scanHeader(data), scanned.header.type == R.messageType, scanned.payload != nil,
-            let envelope = try? decoder.decode(Envelope<R>.self, from: data)
+        if let scanned = scanHeader(data), scanned.header.type == R.messageType, let range = scanned.payload,
+            let envelope = scannedEnvelope(R.self, data, scanned.header, payload: range)
         {
             return envelope
         }
@@ -411,6 +443,16 @@ public enum HubCodec {
             throw HubError(error.code, error.message)
         }
         return try decode(R.self, from: data, parsed: parsed, extraFields: .passed)
+    }
+
+    /// An envelope whose header a scan read, with only its payload's bytes decoded; nil when they
+    /// do not decode.
+    static func scannedEnvelope<M: HubMessage>(_: M.Type, _ data: Data, _ header: EnvelopeHeader, payload range: Range<Int>) -> Envelope<M>? {
+        guard let payload = try? decoder.decode(M.self, from: data[(data.startIndex + range.lowerBound)..<(data.startIndex + range.upperBound)])
+        else { return nil }
+        var envelope = Envelope(id: header.id, auth: header.auth, payload: payload)
+        envelope.v = header.v
+        return envelope
     }
 
     /// What `decode` does with fields a payload's type does not have.

@@ -141,7 +141,7 @@ enum HTTPSendBench {
                     let now = Date()
                     _ = try database.run(
                         "INSERT INTO notifications (notification_id, idempotency_key, send, state, enqueued_at, expires_at) VALUES (?, ?, ?, ?, ?, ?)",
-                        [UUID().uuidString.lowercased(), String?.none, try encoder.encode(BreakingNewsBench.send(index)),
+                        [RandomID.timeOrdered(at: now), String?.none, try encoder.encode(BreakingNewsBench.send(index)),
                          NotificationState.enqueued.rawValue, now.timeIntervalSince1970, now.addingTimeInterval(timeToLive).timeIntervalSince1970])
                 }
             }

@@ -95,7 +95,7 @@ final class PostgresPublishStore: PublishEngine {
     func accept(_ send: SendNotification, timeToLive: Int, now: Date, encoded: Data?) throws -> (AcceptedNotification, isNew: Bool) {
         if send.idempotencyKey == nil {
             guard held != nil else { return (try insertAlone(send, timeToLive: timeToLive, now: now, encoded: encoded), true) }
-            let id = RandomID.uuid()
+            let id = RandomID.timeOrdered(at: now)
             let expiresAt = now.addingTimeInterval(TimeInterval(timeToLive))
             held?.append(Held(id: id, send: try encoded ?? encoder.encode(send), enqueuedAt: now.timeIntervalSince1970, expiresAt: expiresAt.timeIntervalSince1970))
             return (AcceptedNotification(sequence: 0, notificationId: id, send: send, enqueuedAt: now, expiresAt: expiresAt), true)
@@ -114,7 +114,7 @@ final class PostgresPublishStore: PublishEngine {
     /// group's transaction can no longer commit, and every request of the group is refused (none
     /// of them happened).
     private func insertAlone(_ send: SendNotification, timeToLive: Int, now: Date, encoded: Data?) throws -> AcceptedNotification {
-        let id = RandomID.uuid()
+        let id = RandomID.timeOrdered(at: now)
         let expiresAt = now.addingTimeInterval(TimeInterval(timeToLive))
         let row = try connection.queryOne(
             Self.insertAlone,
@@ -175,7 +175,7 @@ final class PostgresPublishStore: PublishEngine {
         {
             throw Repeated(first: try accepted(row))
         }
-        let id = given ?? RandomID.uuid()
+        let id = given ?? RandomID.timeOrdered(at: now)
         let expiresAt = now.addingTimeInterval(TimeInterval(timeToLive))
         try connection.run(
             """
@@ -197,7 +197,7 @@ final class PostgresPublishStore: PublishEngine {
             return try connection.queryOne("SELECT notification_id FROM publish.scheduled WHERE idempotency_key = $1", [key])?[0].string
         }
         if let id = try existing() { return id }
-        let id = RandomID.uuid()
+        let id = RandomID.timeOrdered(at: now)
         // A process that scheduled the same key meanwhile wins; its row is read once it has committed.
         let inserted = try connection.run(
             """

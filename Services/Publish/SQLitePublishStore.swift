@@ -36,7 +36,7 @@ final class SQLitePublishStore: PublishEngine {
             {
                 return (try accepted(row), false)
             }
-            let id = given ?? RandomID.uuid()
+            let id = given ?? RandomID.timeOrdered(at: now)
             let expiresAt = now.addingTimeInterval(TimeInterval(timeToLive))
             try database.run(
                 """
@@ -62,7 +62,7 @@ final class SQLitePublishStore: PublishEngine {
             {
                 return row[0].string ?? ""
             }
-            let id = RandomID.uuid()
+            let id = RandomID.timeOrdered(at: now)
             try database.run(
                 "INSERT INTO scheduled (notification_id, idempotency_key, send, fire_at, state, enqueued_at) VALUES (?, ?, ?, ?, ?, ?)",
                 [id, send.idempotencyKey, try encoder.encode(send), fireAt.timeIntervalSince1970,

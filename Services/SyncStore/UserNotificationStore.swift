@@ -86,7 +86,7 @@ enum UserNotificationRecords {
     ) throws -> UserNotification {
         let previous = try existing?[1].data.map { try decoder.decode(UserNotification.self, from: $0) }
         return UserNotification(
-            id: existing?[0].string ?? RandomID.uuid(), appNotificationId: post.appNotificationId,
+            id: existing?[0].string ?? RandomID.timeOrdered(at: now), appNotificationId: post.appNotificationId,
             userId: post.userId, visual: post.visual, raw: post.raw, priority: post.priority ?? "normal", group: post.group,
             expiresAt: expiresAt, createdAt: previous?.createdAt ?? now, modifiedAt: now)
     }

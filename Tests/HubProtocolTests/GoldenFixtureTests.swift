@@ -23,6 +23,31 @@ struct GoldenFixtureTests {
         #expect(Set(files) == Set(types))
     }
 
+    /// Headers the codec writes around the payload (plain ASCII) and ones it leaves to the encoder
+    /// (a quote, a backslash, a control character, non-ASCII), with and without auth.
+    static let headers: [(id: String, auth: String?)] = [
+        ("fixture-1", "token"), ("7", nil), ("a/b c~", "SharedAccessSignature sr=http%3a%2f%2fh%2fhub&sig=a%2bb%3d&se=1&skn=Full"),
+        (#"say "hi""#, nil), (#"back\slash"#, "token"), ("tab\there", nil), ("", "naïve"), ("ok", "line\nbreak"), ("del\u{7f}", nil),
+    ]
+
+    @Test("every message is written exactly as the encoder writes its whole envelope, and read back, whatever its header holds",
+        arguments: Samples.all.indices)
+    func writtenAsTheEncoderWrites(index: Int) throws {
+        try sameAsEncoder(Samples.all[index])
+    }
+
+    func sameAsEncoder<M: HubMessage>(_ message: M) throws {
+        let whole = HubCodec.makeEncoder()
+        for (id, auth) in Self.headers {
+            let envelope = Envelope(id: id, auth: auth, payload: message)
+            let encoded = HubCodec.encode(envelope)
+            #expect(encoded == (try whole.encode(envelope)), "\(M.messageType), id \(id), auth \(auth ?? "none")")
+            #expect(try HubCodec.decode(M.self, from: encoded) == envelope)
+            // An error reply is read as the error it carries.
+            if M.messageType != ErrorReply.messageType { #expect(try HubCodec.decodeReply(M.self, from: encoded) == envelope) }
+        }
+    }
+
     func check<M: HubMessage>(_ message: M) throws {
         let encoded = HubCodec.encode(message, id: "fixture-1", auth: "token")
         let file = Self.directory.appendingPathComponent("\(M.messageType.rawValue).json")
