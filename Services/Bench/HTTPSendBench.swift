@@ -49,14 +49,9 @@ enum HTTPSendBench {
         let publish = cluster.environment["NH_PUBLISH_REQUESTS"]!
         let busSecurity = cluster.bus
 
-        // Alternately, so that neither way runs on a warmer machine than the other.
-        var bus = (count: 0, seconds: 0.0), http = (count: 0, seconds: 0.0), piped = (count: 0, seconds: 0.0), rows = (count: 0, seconds: 0.0)
-        for round in 0..<2 {
-            let pipedRound = measureThreads(clients: clients) { thread in
-                try pipelined(publish, credential: credential, bus: busSecurity, round: round, sends: sends / 2, clients: clients, thread: thread)
-            }
-            let rowsRound = try inserts(sends / 2, perCommit: batch, folder: cluster.dataDirectory, round: round)
-            let busRound = measure(sends: sends / 2, clients: clients) { _ in
+        // Each client waits for its answer before sending again.
+        func overBus(_ count: Int, clients: Int, round: Int) -> (count: Int, seconds: Double) {
+            measure(sends: count, clients: clients) { _ in
                 // Signed once, as the HTTP clients' token is, so that neither way pays for signing per send.
                 let client = try HubCluster.client(publish, credential: credential, bus: busSecurity)
                 let busToken = credential.token(for: "http://127.0.0.1:7780/hub")
@@ -66,15 +61,32 @@ enum HTTPSendBench {
                         format: .template, properties: ["messageParam": "bus \(round) \(index)"], tagExpression: "HttpBench"))) != nil
                 }
             }
-            let httpRound = measure(sends: sends / 2, clients: clients) { _ in
+        }
+        func overHTTP(_ count: Int, clients: Int) -> (count: Int, seconds: Double) {
+            measure(sends: count, clients: clients) { _ in
                 let connection = try HTTPConnection(port: port)
                 return { index in (try? connection.status(of: request(port: port, token: token, index: index))) == 201 }
             }
+        }
+
+        // Alternately, so that neither way runs on a warmer machine than the other.
+        var bus = (count: 0, seconds: 0.0), http = (count: 0, seconds: 0.0), piped = (count: 0, seconds: 0.0), rows = (count: 0, seconds: 0.0)
+        for round in 0..<2 {
+            let pipedRound = measureThreads(clients: clients) { thread in
+                try pipelined(publish, credential: credential, bus: busSecurity, round: round, sends: sends / 2, clients: clients, thread: thread)
+            }
+            let rowsRound = try inserts(sends / 2, perCommit: batch, folder: cluster.dataDirectory, round: round)
+            let busRound = overBus(sends / 2, clients: clients, round: round)
+            let httpRound = overHTTP(sends / 2, clients: clients)
             piped = (piped.count + pipedRound.count, piped.seconds + pipedRound.seconds)
             rows = (rows.count + rowsRound.count, rows.seconds + rowsRound.seconds)
             bus = (bus.count + busRound.count, bus.seconds + busRound.seconds)
             http = (http.count + httpRound.count, http.seconds + httpRound.seconds)
         }
+        // One client each way: nothing waits behind another send, so the difference is the time the
+        // gateway's hop adds to one send.
+        let alone = (bus: overBus(sends / 8, clients: 1, round: 2), http: overHTTP(sends / 8, clients: 1))
+        let hopMs = (alone.http.seconds / Double(max(alone.http.count, 1)) - alone.bus.seconds / Double(max(alone.bus.count, 1))) * 1_000
         // How the dispatcher took the accepted notifications: from the publish service's stream, or pulled.
         let dispatch = (try? FanoutBench.details(cluster, dispatcher)) ?? [:]
         let taken = "dispatcher planned \(dispatch["streamedTotal"] ?? "?") from the stream, \(dispatch["pulledTotal"] ?? "?") pulled"
@@ -86,6 +98,13 @@ enum HTTPSendBench {
                 name: "template sends accepted over HTTP", unit: "send/s", count: http.count, seconds: http.seconds,
                 baseline: "template sends accepted over the bus",
                 note: "\(http.count) sends, \(clients) keep-alive connections to nh-gateway, durable; goal 0.9×"),
+            BenchResult(
+                name: "template sends accepted over the bus, one client", unit: "send/s", count: alone.bus.count, seconds: alone.bus.seconds,
+                note: "\(alone.bus.count) sends, one at a time, durable"),
+            BenchResult(
+                name: "template sends accepted over HTTP, one client", unit: "send/s", count: alone.http.count, seconds: alone.http.seconds,
+                baseline: "template sends accepted over the bus, one client",
+                note: "\(alone.http.count) sends, one at a time; the gateway's hop adds \(String(format: "%.2f", hopMs)) ms to each"),
             BenchResult(
                 name: "template sends accepted over the bus, pipelined", unit: "send/s", count: piped.count, seconds: piped.seconds,
                 baseline: insertsName,

@@ -147,7 +147,7 @@ enum PostgresBench {
     /// send (the send as JSON), state, enqueued_at, expires_at.
     static func row(_ index: Int, encoder: JSONEncoder, now: Date, timeToLive: Int) throws -> [PostgresBindable?] {
         [
-            Int64(index + 1), UUID().uuidString.lowercased(), nil, try encoder.encode(BreakingNewsBench.send(index)),
+            Int64(index + 1), RandomID.timeOrdered(at: now), nil, try encoder.encode(BreakingNewsBench.send(index)),
             NotificationState.enqueued.rawValue, now.timeIntervalSince1970, now.addingTimeInterval(TimeInterval(timeToLive)).timeIntervalSince1970,
         ]
     }
