@@ -5,17 +5,6 @@ import Foundation
 /// kernel's generator as `SystemRandomNumberGenerator` does (getrandom), and are written out
 /// without the uppercase string and its lowercased copy.
 public enum RandomID {
-    /// A random version 4 UUID: 122 random bits.
-    public static func uuid() -> String {
-        var generator = SystemRandomNumberGenerator()
-        var bytes: (UInt64, UInt64) = (generator.next(), generator.next())
-        return withUnsafeMutableBytes(of: &bytes) { raw -> String in
-            raw[6] = raw[6] & 0x0f | 0x40  // version 4
-            raw[8] = raw[8] & 0x3f | 0x80  // RFC 9562 variant
-            return text(raw)
-        }
-    }
-
     /// A version 7 UUID (RFC 9562): the time in milliseconds since 1970 in its first 48 bits, then
     /// 74 random bits. Ids made later sort later (to the millisecond), so a store's index on them
     /// grows at its end: a commit of many new rows writes a few index pages rather than one page
