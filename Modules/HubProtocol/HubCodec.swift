@@ -1,5 +1,9 @@
 import Foundation
 
+#if canImport(Glibc)
+import Glibc
+#endif
+
 /// Turns messages into envelope bytes and back. Decoding is strict: a malformed envelope, an
 /// unsupported version, a missing field or a field the type does not have is a `HubError` that
 /// names the problem, never a crash.
@@ -640,6 +644,45 @@ public enum WireDate {
     }
 
     public static func parse(_ text: String) -> Date? {
-        (try? withFraction.parse(text)) ?? (try? plain.parse(text))
+        if let date = parseWritten(text) { return date }
+        return (try? withFraction.parse(text)) ?? (try? plain.parse(text))
+    }
+
+    /// A date in the form `format` writes, or the same without its fraction, read from its digits
+    /// (`timegm` turns the fields into seconds): several times faster than Foundation's parser, which
+    /// reads anything else (another form, a field out of its range, a year before 1970) as before.
+    static func parseWritten(_ text: String) -> Date? {
+        var text = text
+        return text.withUTF8 { bytes -> Date? in
+            let count = bytes.count
+            guard count == 20 || count == 24, bytes[4] == UInt8(ascii: "-"), bytes[7] == UInt8(ascii: "-"), bytes[10] == UInt8(ascii: "T"),
+                bytes[13] == UInt8(ascii: ":"), bytes[16] == UInt8(ascii: ":"), bytes[count - 1] == UInt8(ascii: "Z"),
+                count == 20 || bytes[19] == UInt8(ascii: ".")
+            else { return nil }
+            func number(_ start: Int, _ width: Int) -> Int32? {
+                var value: Int32 = 0
+                for index in start..<(start + width) {
+                    guard bytes[index] >= UInt8(ascii: "0"), bytes[index] <= UInt8(ascii: "9") else { return nil }
+                    value = value * 10 + Int32(bytes[index] - UInt8(ascii: "0"))
+                }
+                return value
+            }
+            guard let year = number(0, 4), let month = number(5, 2), let day = number(8, 2), let hour = number(11, 2),
+                let minute = number(14, 2), let second = number(17, 2), let milliseconds = count == 24 ? number(20, 3) : 0,
+                year >= 1970, (1...12).contains(month), day >= 1, hour < 24, minute < 60, second < 60
+            else { return nil }
+            var fields = tm()
+            fields.tm_year = year - 1900
+            fields.tm_mon = month - 1
+            fields.tm_mday = day
+            fields.tm_hour = hour
+            fields.tm_min = minute
+            fields.tm_sec = second
+            let seconds = timegm(&fields)
+            // timegm carries a day past the month's end into the next month; such a date is Foundation's to read.
+            guard seconds != -1, fields.tm_mday == day, fields.tm_mon == month - 1 else { return nil }
+            // From the reference date, as Foundation's parser counts, so that both give the same date.
+            return Date(timeIntervalSinceReferenceDate: Double(Int(seconds) - 978_307_200) + Double(milliseconds) / 1_000)
+        }
     }
 }

@@ -160,6 +160,32 @@ struct DecodingErrorTests {
         #expect(WireDate.format(Date(timeIntervalSince1970: 253_402_300_799.999)) == "9999-12-31T23:59:59.999Z")
     }
 
+    @Test("a date in the form the codec writes is read from its digits as Foundation's parser reads it; any other form is Foundation's")
+    func datesReadAsFoundationReads() throws {
+        let foundation = Date.ISO8601FormatStyle(includingFractionalSeconds: true)
+        var generator = SystemRandomNumberGenerator()
+        for _ in 0..<2_000 {
+            let date = Date(timeIntervalSince1970: Double(Int64.random(in: 0..<253_402_300_800, using: &generator)) + Double(Int.random(in: 0..<1_000, using: &generator)) / 1_000)
+            let text = WireDate.format(date)
+            let read = try #require(WireDate.parse(text), "\(text)")
+            let expected = try foundation.parse(text)
+            // Foundation's own sum is a hair off near 2001 (its reference date); never by a millisecond's worth.
+            #expect(abs(read.timeIntervalSinceReferenceDate - expected.timeIntervalSinceReferenceDate) < 1e-6, "\(text)")
+            #expect(WireDate.format(read) == text)
+            let whole = String(text.dropLast(5)) + "Z"
+            #expect(WireDate.parse(whole) == (try Date.ISO8601FormatStyle().parse(whole)), "\(whole)")
+        }
+        // Leap days, and what the digits alone cannot say, read as Foundation reads them.
+        for text in [
+            "2028-02-29T12:00:00.500Z", "2026-02-29T00:00:00Z", "2026-02-30T00:00:00Z", "2026-04-31T00:00:00.000Z", "2026-05-28T20:26:60Z",
+            "2026-05-28T24:00:00Z", "2026-05-28T20:26:40.1Z", "2026-05-28T20:26:40.123456Z", "2026-05-28T20:26:40+01:00", "1969-12-31T23:59:59.500Z",
+            "0000-01-01T00:00:00Z", "2026-13-01T00:00:00Z", "2026-05-28T20:26:4x.000Z", "2026-05-28 20:26:40Z", "2026-05-28t20:26:40z",
+        ] {
+            #expect(WireDate.parse(text) == ((try? foundation.parse(text)) ?? (try? Date.ISO8601FormatStyle().parse(text))), "\(text)")
+        }
+        #expect(WireDate.parse("2028-02-29T12:00:00.500Z") == Date(timeIntervalSince1970: 1_835_438_400.5))
+    }
+
     @Test("error codes are stable strings")
     func codes() {
         #expect(ErrorCode.allCases.count == Set(ErrorCode.allCases.map(\.rawValue)).count)
