@@ -11,6 +11,13 @@ public enum HubCodec {
     static let envelopeKeys: Set<String> = ["v", "type", "id", "auth", "payload"]
     static let encoder = makeEncoder()
     static let decoder = makeDecoder()
+    /// Decodes a payload alone, from its own bytes: what it holds sits one level deeper in the
+    /// envelope, and `JSONValue` counts its depth from the envelope's root.
+    static let payloadDecoder: JSONDecoder = {
+        let decoder = makeDecoder()
+        decoder.userInfo[JSONValue.depthAboveKey] = 1
+        return decoder
+    }()
 
     /// An envelope read once: its checked header, and either its JSON tree (`parse`) for decoding
     /// the payload without parsing the bytes again, or where its payload lies (`scanHeader`).
@@ -204,7 +211,9 @@ public enum HubCodec {
             for (name, value) in members {
                 switch (name.count, bytes[name.lowerBound]) {
                 case (1, 0x76):  // v
-                    guard v == nil, value.count <= 4, bytes[value].allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }),
+                    // Plain digits, without the leading zero JSON does not allow.
+                    guard v == nil, value.count <= 4, value.count == 1 || bytes[value.lowerBound] != 0x30,
+                        bytes[value].allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }),
                         let number = Int(String(decoding: UnsafeBufferPointer(rebasing: bytes[value]), as: UTF8.self))
                     else { return nil }
                     v = number
@@ -452,7 +461,7 @@ public enum HubCodec {
     /// An envelope whose header a scan read, with only its payload's bytes decoded; nil when they
     /// do not decode.
     static func scannedEnvelope<M: HubMessage>(_: M.Type, _ data: Data, _ header: EnvelopeHeader, payload range: Range<Int>) -> Envelope<M>? {
-        guard let payload = try? decoder.decode(M.self, from: data[(data.startIndex + range.lowerBound)..<(data.startIndex + range.upperBound)])
+        guard let payload = try? payloadDecoder.decode(M.self, from: data[(data.startIndex + range.lowerBound)..<(data.startIndex + range.upperBound)])
         else { return nil }
         var envelope = Envelope(id: header.id, auth: header.auth, payload: payload)
         envelope.v = header.v

@@ -15,12 +15,15 @@ public enum JSONValue: Codable, Sendable, Equatable, Hashable {
     /// document being decoded. Decoding tries each kind in turn, so its cost grows faster than the
     /// depth.
     public static let maxDecodingDepth = 64
+    /// A decoder's `userInfo` key: how many levels above the document being decoded its root sits
+    /// (1 for a payload decoded apart from its envelope), added to the depth counted.
+    public static let depthAboveKey = CodingUserInfoKey(rawValue: "hub.jsonValue.depthAbove")!
     /// The deepest a value `parse` takes. JSONEncoder writes at most 512 levels, so what is parsed
     /// can always be written again, inside an envelope or an output line.
     public static let maxParseDepth = 256
 
     public init(from decoder: Decoder) throws {
-        guard decoder.codingPath.count <= JSONValue.maxDecodingDepth else {
+        guard decoder.codingPath.count + (decoder.userInfo[JSONValue.depthAboveKey] as? Int ?? 0) <= JSONValue.maxDecodingDepth else {
             throw DecodingError.dataCorrupted(DecodingError.Context(
                 codingPath: decoder.codingPath, debugDescription: "JSON nested more than \(JSONValue.maxDecodingDepth) deep"))
         }

@@ -322,9 +322,34 @@ struct DecodingErrorTests {
         "{\"v\":1,\"type\":\"installation.get\",\"id\":\"a\u{1}b\",\"payload\":{}}",
         #"{"v":1,"type":"installation.get","id":"é","payload":{}}"#,
         #"{"v":1,"id":"1","payload":{}}"#,
+        #"{"v":01,"type":"installation.get","id":"1","payload":{}}"#,
     ])
     func scanHeaderLeavesTheRest(text: String) {
         #expect(HubCodec.scanHeader(Data(text.utf8)) == nil)
+    }
+
+    @Test("a value nested near the depth limit is taken or refused alike, whether the header was scanned or parsed")
+    func depthAlikeBothWays() throws {
+        var outcomes: Set<String> = []
+        for depth in 55...70 {
+            let value = String(repeating: "[", count: depth) + "1" + String(repeating: "]", count: depth)
+            let text = #"{"id":"1","payload":{"installationId":"i","operations":[{"op":"add","path":"/tags","value":"# + value
+                + #"}]},"type":"installation.patch","v":1}"#
+            let data = Data(text.utf8)
+            #expect(HubCodec.scanHeader(data) != nil)
+            func outcome(_ parsed: HubCodec.Parsed?) -> String {
+                do {
+                    _ = try HubCodec.decode(InstallationPatch.self, from: data, parsed: parsed)
+                    return "taken"
+                } catch {
+                    return error.code.rawValue
+                }
+            }
+            let scanned = outcome(nil)
+            #expect(scanned == outcome(try HubCodec.parse(data)), "nested \(depth) deep")
+            outcomes.insert(scanned)
+        }
+        #expect(outcomes == ["taken", ErrorCode.invalidPayload.rawValue], "the limit lies within the depths tried")
     }
 
     @Test("a scanned header is the parsed one, with the payload's place")
