@@ -190,10 +190,60 @@ public enum NotificationStream {
     /// The notification a message carries whole under `sequence`; nil for one that carries only an
     /// id (the dispatcher pulls it), or whose body does not read as the notification of that sequence.
     public static func notification(in body: Data, sequence: UInt64) -> AcceptedNotification? {
-        guard body.first == UInt8(ascii: "{"), let notification = try? HubCodec.decoder.decode(AcceptedNotification.self, from: body),
+        guard body.first == UInt8(ascii: "{"),
+            let notification = scanned(body) ?? (try? HubCodec.decoder.decode(AcceptedNotification.self, from: body)),
             notification.sequence == sequence
         else { return nil }
         return notification
+    }
+
+    /// A body in the form `body(sequence:…)` writes, read by one scan of its members: the sequence
+    /// and the dates from their digits, the id as it stands, and only the send through the decoder.
+    /// Nil for anything else (a member more, less or named twice, an id with an escape, a number
+    /// that is not plain digits), which the decoder then reads whole, as before.
+    static func scanned(_ body: Data) -> AcceptedNotification? {
+        body.withUnsafeBytes { (raw: UnsafeRawBufferPointer) -> AcceptedNotification? in
+            let bytes = raw.bindMemory(to: UInt8.self)
+            guard let members = HubCodec.scanMembers(bytes), members.count == 5 else { return nil }
+            /// A string without escapes or control characters, in valid UTF-8, without its quotes.
+            func text(_ value: Range<Int>) -> String? {
+                guard value.count >= 2, bytes[value.lowerBound] == 0x22, bytes[value.upperBound - 1] == 0x22 else { return nil }
+                let inner = UnsafeBufferPointer(rebasing: bytes[(value.lowerBound + 1)..<(value.upperBound - 1)])
+                guard !inner.contains(where: { $0 < 0x20 || $0 == 0x5c }) else { return nil }
+                return String(validating: inner, as: UTF8.self)
+            }
+            var sequence: UInt64?, id: String?, send: SendNotification?, enqueuedAt: Date?, expiresAt: Date?
+            for (name, value) in members {
+                switch String(decoding: UnsafeBufferPointer(rebasing: bytes[name]), as: UTF8.self) {
+                case "sequence":
+                    let digits = UnsafeBufferPointer(rebasing: bytes[value])
+                    guard sequence == nil, digits.count <= 19, digits.count == 1 || digits[0] != 0x30,
+                        digits.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 })
+                    else { return nil }
+                    sequence = digits.reduce(0) { $0 * 10 + UInt64($1 - 0x30) }
+                case "notificationId":
+                    guard id == nil, let value = text(value) else { return nil }
+                    id = value
+                case "enqueuedAt":
+                    guard enqueuedAt == nil, let value = text(value).flatMap(WireDate.parse) else { return nil }
+                    enqueuedAt = value
+                case "expiresAt":
+                    guard expiresAt == nil, let value = text(value).flatMap(WireDate.parse) else { return nil }
+                    expiresAt = value
+                case "send":
+                    // One level below the body's root, as the payload decoder counts depth.
+                    guard send == nil, bytes[value.lowerBound] == 0x7b,
+                        let value = try? HubCodec.payloadDecoder.decode(
+                            SendNotification.self, from: body[(body.startIndex + value.lowerBound)..<(body.startIndex + value.upperBound)])
+                    else { return nil }
+                    send = value
+                default:
+                    return nil
+                }
+            }
+            guard let sequence, let id, let send, let enqueuedAt, let expiresAt else { return nil }
+            return AcceptedNotification(sequence: sequence, notificationId: id, send: send, enqueuedAt: enqueuedAt, expiresAt: expiresAt)
+        }
     }
 }
 

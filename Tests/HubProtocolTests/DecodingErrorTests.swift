@@ -134,6 +134,34 @@ struct DecodingErrorTests {
         #expect(NotificationStream.notification(in: NotificationStream.body(large), sequence: 7) == nil)
     }
 
+    @Test("a stream body in the form the publish service writes is read by a scan as the decoder reads it whole; any other form by the decoder")
+    func streamBodyScanned() throws {
+        let whole = HubCodec.makeDecoder()
+        let send = try #require(Samples.all.compactMap { $0 as? SendNotification }.first)
+        for (index, id) in ["0193a1b2-7c3d-7e4f-8a5b-6c7d8e9f0a1b", "id \"quoted\" \\ tab\t", "é ünïcode", ""].enumerated() {
+            let notification = AcceptedNotification(
+                sequence: UInt64(index + 1) * 1_000_003, notificationId: id, send: send, enqueuedAt: Samples.instant, expiresAt: Samples.later)
+            let body = NotificationStream.body(notification)
+            #expect(NotificationStream.notification(in: body, sequence: notification.sequence) == notification, "\(id)")
+            #expect(try whole.decode(AcceptedNotification.self, from: body) == notification)
+        }
+        let written = String(decoding: NotificationStream.body(AcceptedNotification(
+            sequence: 42, notificationId: "n", send: SendNotification(format: .native, body: "b"), enqueuedAt: Samples.instant,
+            expiresAt: Samples.later)), as: UTF8.self)
+        #expect(written.contains(#","sequence":42}"#) && written.contains(#""notificationId":"n""#) && written.contains(#".250Z""#))
+        for (old, new) in [
+            (#","sequence":42"#, #","sequence":042"#), (#","sequence":42"#, #","sequence":42.0"#), (#","sequence":42"#, #","sequence":4.2e1"#),
+            (#","sequence":42"#, #","sequence":42,"extra":1"#), (#","sequence":42"#, #","sequence":42,"sequence":42"#),
+            (#","sequence":42"#, ""), (#""notificationId":"n""#, #""notificationId":"\u006e""#), (#""notificationId":"n""#, #""notificationId":7"#),
+            (#"{"enqueuedAt""#, #"{ "enqueuedAt""#), (#""send":{"#, #""send":{"extra":1,"#), (#".250Z""#, #"Z""#), (#".250Z""#, #".25Z""#),
+            (#""send":{"#, #""send":[{"#),
+        ] {
+            let data = Data(written.replacingOccurrences(of: old, with: new).utf8)
+            let expected = (try? whole.decode(AcceptedNotification.self, from: data)).flatMap { $0.sequence == 42 ? $0 : nil }
+            #expect(NotificationStream.notification(in: data, sequence: 42) == expected, "\(new)")
+        }
+    }
+
     @Test("the header is readable before the payload type is known")
     func header() throws {
         let data = HubCodec.encode(HealthRequest(), id: "abc", auth: "t")
