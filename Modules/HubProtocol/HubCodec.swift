@@ -279,10 +279,14 @@ public enum HubCodec {
         }
     }
 
+    /// The deepest a member's value may be nested for `scanMembers` to take it.
+    static let maxScanDepth = JSONValue.maxParseDepth
+
     /// The top-level members of the JSON object in `bytes`: where each one's name (without its
     /// quotes) and value lie. One pass, without building the tree; nil when the bytes are not an
     /// object as far as one pass can tell (values are skipped, not checked), when anything but
-    /// white space follows it, or when a member's name has an escape.
+    /// white space follows it, when a member's name has an escape, or when a value is nested
+    /// deeper than `maxScanDepth`.
     static func scanMembers(_ bytes: UnsafeBufferPointer<UInt8>) -> [(name: Range<Int>, value: Range<Int>)]? {
         var index = 0
         let end = bytes.count
@@ -317,7 +321,10 @@ public enum HubCodec {
                         guard string() != nil else { return false }
                         continue
                     case 0x7b, 0x5b:
+                        // Deeper than a value decoded alone may go and still be what it is inside its
+                        // document (Foundation's parser stops at 512 levels): left to the parse.
                         depth += 1
+                        guard depth <= maxScanDepth else { return false }
                     case 0x7d, 0x5d:
                         depth -= 1
                         if depth == 0 { index += 1; return true }

@@ -214,23 +214,24 @@ public enum NotificationStream {
             }
             var sequence: UInt64?, id: String?, send: SendNotification?, enqueuedAt: Date?, expiresAt: Date?
             for (name, value) in members {
-                switch String(decoding: UnsafeBufferPointer(rebasing: bytes[name]), as: UTF8.self) {
-                case "sequence":
+                let key = UnsafeBufferPointer(rebasing: bytes[name])
+                switch key.count {
+                case 8 where key.elementsEqual("sequence".utf8):
                     let digits = UnsafeBufferPointer(rebasing: bytes[value])
                     guard sequence == nil, digits.count <= 19, digits.count == 1 || digits[0] != 0x30,
                         digits.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 })
                     else { return nil }
                     sequence = digits.reduce(0) { $0 * 10 + UInt64($1 - 0x30) }
-                case "notificationId":
+                case 14 where key.elementsEqual("notificationId".utf8):
                     guard id == nil, let value = text(value) else { return nil }
                     id = value
-                case "enqueuedAt":
+                case 10 where key.elementsEqual("enqueuedAt".utf8):
                     guard enqueuedAt == nil, let value = text(value).flatMap(WireDate.parse) else { return nil }
                     enqueuedAt = value
-                case "expiresAt":
+                case 9 where key.elementsEqual("expiresAt".utf8):
                     guard expiresAt == nil, let value = text(value).flatMap(WireDate.parse) else { return nil }
                     expiresAt = value
-                case "send":
+                case 4 where key.elementsEqual("send".utf8):
                     // One level below the body's root, as the payload decoder counts depth.
                     guard send == nil, bytes[value.lowerBound] == 0x7b,
                         let value = try? HubCodec.payloadDecoder.decode(

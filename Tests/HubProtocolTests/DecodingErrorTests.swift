@@ -1,5 +1,5 @@
 import Foundation
-import HubProtocol
+@testable import HubProtocol
 import Testing
 
 @Suite("Decoding bad input")
@@ -143,6 +143,8 @@ struct DecodingErrorTests {
                 sequence: UInt64(index + 1) * 1_000_003, notificationId: id, send: send, enqueuedAt: Samples.instant, expiresAt: Samples.later)
             let body = NotificationStream.body(notification)
             #expect(NotificationStream.notification(in: body, sequence: notification.sequence) == notification, "\(id)")
+            // Read by the scan, unless the id was written with escapes.
+            #expect((NotificationStream.scanned(body) == notification) == (index != 1), "\(id)")
             #expect(try whole.decode(AcceptedNotification.self, from: body) == notification)
         }
         let written = String(decoding: NotificationStream.body(AcceptedNotification(
@@ -378,6 +380,12 @@ struct DecodingErrorTests {
             outcomes.insert(scanned)
         }
         #expect(outcomes == ["taken", ErrorCode.invalidPayload.rawValue], "the limit lies within the depths tried")
+        // A member nested deeper than a scan takes is left to the parse, whatever the payload's type reads.
+        // The payload's object is one level, its member's arrays the rest.
+        let deep = String(repeating: "[", count: HubCodec.maxScanDepth) + String(repeating: "]", count: HubCodec.maxScanDepth)
+        #expect(HubCodec.scanHeader(Data((#"{"id":"1","payload":{"x":"# + deep + #"},"type":"health","v":1}"#).utf8)) == nil)
+        let shallow = String(repeating: "[", count: HubCodec.maxScanDepth - 1) + String(repeating: "]", count: HubCodec.maxScanDepth - 1)
+        #expect(HubCodec.scanHeader(Data((#"{"id":"1","payload":{"x":"# + shallow + #"},"type":"health","v":1}"#).utf8)) != nil)
     }
 
     @Test("a scanned header is the parsed one, with the payload's place")
