@@ -201,22 +201,12 @@ public enum HubCodec {
             let bytes = raw.bindMemory(to: UInt8.self)
             guard let members = scanMembers(bytes) else { return nil }
             var v: Int?, type: String?, id: String?, auth: String?, authSeen = false, payload: Range<Int>?
-            /// A string value of printable ASCII without escapes, without its quotes.
-            func plain(_ value: Range<Int>) -> String? {
-                guard value.count >= 2, bytes[value.lowerBound] == 0x22, bytes[value.upperBound - 1] == 0x22 else { return nil }
-                let inner = UnsafeBufferPointer(rebasing: bytes[value.lowerBound + 1..<value.upperBound - 1])
-                guard inner.allSatisfy({ $0 >= 0x20 && $0 < 0x7f && $0 != 0x5c && $0 != 0x22 }) else { return nil }
-                return String(decoding: inner, as: UTF8.self)
-            }
+            func plain(_ value: Range<Int>) -> String? { unescapedString(bytes, value, asciiOnly: true) }
             for (name, value) in members {
                 switch (name.count, bytes[name.lowerBound]) {
                 case (1, 0x76):  // v
-                    // Plain digits, without the leading zero JSON does not allow.
-                    guard v == nil, value.count <= 4, value.count == 1 || bytes[value.lowerBound] != 0x30,
-                        bytes[value].allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }),
-                        let number = Int(String(decoding: UnsafeBufferPointer(rebasing: bytes[value]), as: UTF8.self))
-                    else { return nil }
-                    v = number
+                    guard v == nil, let number = plainDigits(bytes, value, atMost: 4) else { return nil }
+                    v = Int(number)
                 case (4, 0x74) where bytes[name].elementsEqual("type".utf8):
                     guard type == nil, let text = plain(value), !text.isEmpty else { return nil }
                     type = text
@@ -277,6 +267,25 @@ public enum HubCodec {
             }
             return found
         }
+    }
+
+    /// A scanned member's value that is a JSON string without escapes or control characters, in
+    /// valid UTF-8, without its quotes; with `asciiOnly`, of printable ASCII alone.
+    static func unescapedString(_ bytes: UnsafeBufferPointer<UInt8>, _ value: Range<Int>, asciiOnly: Bool) -> String? {
+        guard value.count >= 2, bytes[value.lowerBound] == 0x22, bytes[value.upperBound - 1] == 0x22 else { return nil }
+        let inner = UnsafeBufferPointer(rebasing: bytes[(value.lowerBound + 1)..<(value.upperBound - 1)])
+        guard !inner.contains(where: { $0 < 0x20 || $0 == 0x5c || $0 == 0x22 || (asciiOnly && $0 >= 0x7f) }) else { return nil }
+        return String(validating: inner, as: UTF8.self)
+    }
+
+    /// A scanned member's value that is plain digits, at most `atMost` of them, without the
+    /// leading zero JSON does not allow.
+    static func plainDigits(_ bytes: UnsafeBufferPointer<UInt8>, _ value: Range<Int>, atMost: Int) -> UInt64? {
+        let digits = UnsafeBufferPointer(rebasing: bytes[value])
+        guard !digits.isEmpty, digits.count <= atMost, digits.count == 1 || digits[0] != 0x30,
+            digits.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 })
+        else { return nil }
+        return digits.reduce(0) { $0 * 10 + UInt64($1 - 0x30) }
     }
 
     /// The deepest a member's value may be nested for `scanMembers` to take it.
@@ -408,7 +417,7 @@ public enum HubCodec {
             if range.count == 2 { return (envelope, nil) }
             reencoded = try? encoder.encode(envelope.payload)
             if let reencoded, range.count == reencoded.count,
-                data[(data.startIndex + range.lowerBound)..<(data.startIndex + range.upperBound)].elementsEqual(reencoded)
+                data.member(at: range).elementsEqual(reencoded)
             {
                 return (envelope, reencoded)
             }
@@ -468,7 +477,7 @@ public enum HubCodec {
     /// An envelope whose header a scan read, with only its payload's bytes decoded; nil when they
     /// do not decode.
     static func scannedEnvelope<M: HubMessage>(_: M.Type, _ data: Data, _ header: EnvelopeHeader, payload range: Range<Int>) -> Envelope<M>? {
-        guard let payload = try? payloadDecoder.decode(M.self, from: data[(data.startIndex + range.lowerBound)..<(data.startIndex + range.upperBound)])
+        guard let payload = try? payloadDecoder.decode(M.self, from: data.member(at: range))
         else { return nil }
         var envelope = Envelope(id: header.id, auth: header.auth, payload: payload)
         envelope.v = header.v
@@ -516,7 +525,7 @@ public enum HubCodec {
             let reencoded = reencoded ?? (try? encoder.encode(payload))
         else { return (nil, nil) }
         if let envelope, let range = scanMember(envelope, "payload"), range.count == reencoded.count,
-            envelope[(envelope.startIndex + range.lowerBound)..<(envelope.startIndex + range.upperBound)].elementsEqual(reencoded)
+            envelope.member(at: range).elementsEqual(reencoded)
         {
             return (nil, reencoded)
         }
@@ -700,5 +709,12 @@ public enum WireDate {
             // From the reference date, as Foundation's parser counts, so that both give the same date.
             return Date(timeIntervalSinceReferenceDate: Double(Int(seconds) - 978_307_200) + Double(milliseconds) / 1_000)
         }
+    }
+}
+
+extension Data {
+    /// The bytes a scan found at `range`, counted from the start of this data (which may be a slice).
+    func member(at range: Range<Int>) -> Data {
+        self[(startIndex + range.lowerBound)..<(startIndex + range.upperBound)]
     }
 }

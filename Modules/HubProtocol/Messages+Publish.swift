@@ -205,23 +205,15 @@ public enum NotificationStream {
         body.withUnsafeBytes { (raw: UnsafeRawBufferPointer) -> AcceptedNotification? in
             let bytes = raw.bindMemory(to: UInt8.self)
             guard let members = HubCodec.scanMembers(bytes), members.count == 5 else { return nil }
-            /// A string without escapes or control characters, in valid UTF-8, without its quotes.
-            func text(_ value: Range<Int>) -> String? {
-                guard value.count >= 2, bytes[value.lowerBound] == 0x22, bytes[value.upperBound - 1] == 0x22 else { return nil }
-                let inner = UnsafeBufferPointer(rebasing: bytes[(value.lowerBound + 1)..<(value.upperBound - 1)])
-                guard !inner.contains(where: { $0 < 0x20 || $0 == 0x5c }) else { return nil }
-                return String(validating: inner, as: UTF8.self)
-            }
+            func text(_ value: Range<Int>) -> String? { HubCodec.unescapedString(bytes, value, asciiOnly: false) }
             var sequence: UInt64?, id: String?, send: SendNotification?, enqueuedAt: Date?, expiresAt: Date?
             for (name, value) in members {
                 let key = UnsafeBufferPointer(rebasing: bytes[name])
                 switch key.count {
                 case 8 where key.elementsEqual("sequence".utf8):
-                    let digits = UnsafeBufferPointer(rebasing: bytes[value])
-                    guard sequence == nil, digits.count <= 19, digits.count == 1 || digits[0] != 0x30,
-                        digits.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 })
-                    else { return nil }
-                    sequence = digits.reduce(0) { $0 * 10 + UInt64($1 - 0x30) }
+                    // 19 digits at most, which a UInt64 always holds.
+                    guard sequence == nil, let value = HubCodec.plainDigits(bytes, value, atMost: 19) else { return nil }
+                    sequence = value
                 case 14 where key.elementsEqual("notificationId".utf8):
                     guard id == nil, let value = text(value) else { return nil }
                     id = value
@@ -235,7 +227,7 @@ public enum NotificationStream {
                     // One level below the body's root, as the payload decoder counts depth.
                     guard send == nil, bytes[value.lowerBound] == 0x7b,
                         let value = try? HubCodec.payloadDecoder.decode(
-                            SendNotification.self, from: body[(body.startIndex + value.lowerBound)..<(body.startIndex + value.upperBound)])
+                            SendNotification.self, from: body.member(at: value))
                     else { return nil }
                     send = value
                 default:
