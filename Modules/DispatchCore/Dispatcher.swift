@@ -48,6 +48,17 @@ public struct Dispatcher {
             hello(route: route, peerKey: peerKey, installationId: installationId, now: now, &actions)
         case .ack(let route, let ack):
             acknowledge(route: route, ack, now: now, &actions)
+        case .bye(let route, let installationId):
+            // Only the session on this connection, for the installation it speaks for, ends.
+            guard let session = sessions[route] else {
+                refuse(route, .unauthorized, "say hello before saying bye: this connection has no session", &actions)
+                break
+            }
+            guard session.installationId == installationId else {
+                refuse(route, .forbidden, "this connection speaks for installation '\(session.installationId)', not '\(installationId)'", &actions)
+                break
+            }
+            drop(route, reason: .left, &actions)
         case .accepted(let notifications, let after):
             plan(notifications, after: after, now: now, &actions)
         case .loaded(let installationId, let route, let deliveries, let complete, let sentBefore):
@@ -395,17 +406,19 @@ public struct DispatcherSettings: Sendable, Equatable {
 
     public init() {}
 
-    /// Agent heartbeats without an acknowledgement before a delivery is sent again. A live
-    /// connection loses nothing (a closed one ends its session, and the next one loads what is
-    /// pending), so a resend is only for a delivery dropped at a full queue or an acknowledgement
-    /// the agent could not send: it waits long enough for a slow agent.
+    /// Agent heartbeats without an acknowledgement before a delivery is sent again, up to
+    /// `maxResendAfter`. A live connection loses nothing (a closed one ends its session, and the
+    /// next one loads what is pending), so a resend is only for a delivery dropped at a full queue
+    /// or an acknowledgement the agent could not send: it waits long enough for a slow agent.
     public static let resendHeartbeats = 6
+    /// The longest wait for an acknowledgement before the first resend, however long the heartbeat.
+    public static let maxResendAfter: TimeInterval = 30
     /// Agent heartbeats of silence before a session ends (at least 2 s).
     public static let silenceHeartbeats = 3
 
     /// The settings for agents that say hello every `agentHeartbeat` seconds.
     public init(agentHeartbeat: TimeInterval, maxAgents: Int) {
-        resendAfter = agentHeartbeat * Double(Self.resendHeartbeats)
+        resendAfter = min(Self.maxResendAfter, agentHeartbeat * Double(Self.resendHeartbeats))
         silenceAfter = max(2.0, agentHeartbeat * Double(Self.silenceHeartbeats))
         self.maxAgents = maxAgents
     }
@@ -424,6 +437,8 @@ public enum DispatchEvent: Sendable {
     /// An agent's hello on a connection; `peerKey` is the connection's CURVE key, nil when it has none.
     case hello(route: Route, peerKey: String?, installationId: String)
     case ack(route: Route, AgentAck)
+    /// The agent on `route` is stopping.
+    case bye(route: Route, installationId: String)
     /// Notifications pulled from the publish service, oldest first: every one after `after` up to
     /// the last (nil: after wherever each shard is).
     case accepted([AcceptedNotification], after: UInt64? = nil)
@@ -465,6 +480,8 @@ public enum DispatchNote: Equatable, Sendable {
     public enum DropReason: String, Sendable, CaseIterable {
         /// Nothing heard for `silenceAfter`.
         case silent
+        /// The agent said goodbye: it is stopping.
+        case left
         /// The same installation connected again.
         case replaced
         /// A send found the connection closed.

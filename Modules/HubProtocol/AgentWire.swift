@@ -11,6 +11,8 @@ public enum AgentFrame: Equatable, Sendable {
     case hello(AgentHello)
     /// Agent → dispatcher: deliveries shown, and deliveries given up on.
     case ack(AgentAck)
+    /// Agent → dispatcher, as it stops.
+    case bye(AgentBye)
     /// Dispatcher → agent, when a session starts.
     case welcome(AgentWelcome)
     case deliver(AgentDelivery)
@@ -29,7 +31,7 @@ public enum AgentWire {
     public static let version = "1"
 
     public enum Verb: String, CaseIterable, Sendable {
-        case hello, ack, welcome, deliver, signal, error, redirect
+        case hello, ack, bye, welcome, deliver, signal, error, redirect
     }
 
     public static func encode(_ frame: AgentFrame) -> Data {
@@ -39,6 +41,8 @@ public enum AgentWire {
         case .ack(let ack):
             let failures = (ack.failures ?? []).map { "!\($0.deliveryId)\t\(oneLine($0.reason))" }
             return lines(.ack, ack.deliveryIds + failures)
+        case .bye(let bye):
+            return lines(.bye, [bye.installationId])
         case .welcome(let welcome):
             return lines(.welcome, [welcome.installationId, String(welcome.pending)])
         case .deliver(let delivery):
@@ -107,6 +111,10 @@ public enum AgentWire {
                 }
             }
             return .ack(AgentAck(deliveryIds: ids, failures: failures.isEmpty ? nil : failures))
+        case .bye:
+            let parts = try fields(1, "installation id")
+            guard !parts[0].isEmpty, !parts[0].contains("\n") else { throw malformed("'bye' needs one installation id on its second line") }
+            return .bye(AgentBye(installationId: parts[0]))
         case .welcome:
             let parts = try fields(2, "installation id, pending")
             return .welcome(AgentWelcome(installationId: parts[0], pending: try number(parts[1], "pending", as: Int.self)))

@@ -9,6 +9,15 @@ public struct AgentHello: HubRequest {
     public init(installationId: String) { self.installationId = installationId }
 }
 
+/// Agent → dispatcher, as the agent stops: its session ends at once, so that the dispatcher counts
+/// it gone and keeps what it would have sent for its next hello. Without it (a crash, a host that
+/// went), the session ends after three heartbeats of silence.
+public struct AgentBye: HubMessage {
+    public static let messageType: MessageType = "agent.bye"
+    public var installationId: String
+    public init(installationId: String) { self.installationId = installationId }
+}
+
 public struct AgentWelcome: HubMessage {
     public static let messageType: MessageType = "agent.welcome"
     public var installationId: String

@@ -27,8 +27,11 @@ public struct HubConfig: Codable, Sendable, Equatable {
     /// Milliseconds between change-stream heartbeats.
     public var heartbeatMs: Int = 1_000
     /// Milliseconds between an agent's hellos on its channel, and between libzmq's own heartbeats
-    /// there. The dispatcher ends a session after three of them without a word.
-    public var agentHeartbeatMs: Int = 5_000
+    /// there (with one dispatcher; `agentTransportHeartbeat`). The dispatcher ends a session after
+    /// three of them without a word, or at once when the agent says bye as it stops. Each
+    /// connected agent costs the dispatcher two messages an interval (a hello, and a transport
+    /// heartbeat with its answer), so the default is of the order of MQTT's keep-alive.
+    public var agentHeartbeatMs: Int = 30_000
     /// Seconds a notification stays deliverable when its sender gives no time to live.
     public var defaultTimeToLive: Int = 86_400
     /// Seconds a user token lives before the agent trades its credential for a fresh one.
@@ -129,6 +132,18 @@ public struct HubConfig: Codable, Sendable, Equatable {
 
     /// The dispatchers an agent may connect to: `dispatch.agents`, one endpoint or several
     /// separated by commas. Any of them serves or redirects.
+    /// The transport heartbeats (libzmq's ZMTP PING and PONG) on an agent's channel to `dispatchers`
+    /// dispatchers: how often the agent pings, and how long it waits for any answer before it takes
+    /// the connection for dead and connects again. With one dispatcher, every `agentHeartbeatMs`,
+    /// answered within three of them or 10 s more, whichever is less, so that a dead link is found
+    /// within 40 s at the default. With several, every service heartbeat (`heartbeatMs`), answered
+    /// within a lease period (three of them, at least 3 s), so that an agent leaves a dispatcher
+    /// that lost its shards as soon as another may take them.
+    public func agentTransportHeartbeat(dispatchers: Int) -> (intervalMs: Int, timeoutMs: Int) {
+        if dispatchers > 1 { return (min(agentHeartbeatMs, heartbeatMs), max(3_000, 3 * heartbeatMs)) }
+        return (agentHeartbeatMs, min(3 * agentHeartbeatMs, agentHeartbeatMs + 10_000))
+    }
+
     public static func dispatcherEndpoints(_ setting: String?) -> [String] {
         let list = (setting ?? "tcp://127.0.0.1:7722").split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
         return list.isEmpty ? ["tcp://127.0.0.1:7722"] : list

@@ -151,7 +151,7 @@ struct AgentCore {
                     refusals += 1
                 }
                 return [.log(error.message, code: error.code)]
-            case .hello, .ack:
+            case .hello, .ack, .bye:
                 return []
             }
         }

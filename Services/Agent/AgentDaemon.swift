@@ -78,15 +78,19 @@ final class AgentDaemon {
         // With several dispatchers, the transport's heartbeats go every service heartbeat and a
         // dispatcher that does not answer them for a lease period is left; with one, there is
         // nowhere else to go, and they go every agent heartbeat.
-        let several = dispatchers.count > 1
+        let transport = context.config.agentTransportHeartbeat(dispatchers: dispatchers.count)
         channel = try ZMQSocket.agentChannel(
-            connect: dispatchers[0], keys: keys, serverKey: serverKey,
-            heartbeatMs: several ? min(heartbeatMs, context.config.heartbeatMs) : heartbeatMs,
-            timeoutMs: several ? leaseMs : heartbeatMs * 3)
+            connect: dispatchers[0], keys: keys, serverKey: serverKey, heartbeatMs: transport.intervalMs, timeoutMs: transport.timeoutMs)
         connectedTo = dispatchers[0]
         monitor = try SocketMonitor(watching: channel, events: [.handshakeSucceeded, .disconnected, .connectRetried])
-        context.onShutdown { [channel, monitor] in
+        context.onShutdown { [unowned self, channel, monitor] in
             monitor.close()
+            // A goodbye ends the session at once; without one the dispatcher waits out three
+            // heartbeats of silence. It has a moment to go out before the channel closes.
+            if self.core.welcomed {
+                _ = try? channel.send(AgentWire.encode(.bye(AgentBye(installationId: self.installationId))), wait: false)
+                try? channel.setLinger(500)
+            }
             channel.close()
         }
         if identity.credential == nil {

@@ -19,12 +19,13 @@ enum AgentFleet {
         var count = 1_000
         var prefix = "fleet"
         var tag = "fanout"
-        var heartbeatMs = 5_000
+        /// Hellos and transport heartbeats, as the agent has them; nil for the hub's `agentHeartbeatMs`.
+        var heartbeatMs: Int?
     }
 
     static func run(_ options: Options) throws {
         let environment = ProcessInfo.processInfo.environment
-        let config = try ConfigLoader.load(file: nil, environment: environment)
+        var config = try ConfigLoader.load(file: nil, environment: environment)
         let dataDirectory = URL(fileURLWithPath: config.dataDir, isDirectory: true)
         let keys = try KeyStore.loadOrCreate(directory: dataDirectory)
         guard let listen = keys.key(named: AccessKey.defaultListenName), let serverKey = BusKeys.publicKey(directory: dataDirectory)
@@ -32,6 +33,10 @@ enum AgentFleet {
         let credential = ConnectionString(endpoint: config.namespace, keyName: listen.name, key: listen.key)
         let bus = BusSecurity(
             serverKeys: nil, clientKeys: try BusSecurity.clientKeys(for: credential), serverPublicKey: serverKey, admitted: [])
+        if let heartbeatMs = options.heartbeatMs { config.agentHeartbeatMs = heartbeatMs }
+        let helloInterval = Duration.milliseconds(config.agentHeartbeatMs)
+        let dispatchers = HubConfig.dispatcherEndpoints(config.dispatch.agents)
+        let transport = config.agentTransportHeartbeat(dispatchers: dispatchers.count)
         let ids = (0..<options.count).map { "\(options.prefix)-\($0)" }
         let pairs = try ids.map { _ in try CurveKeyPair.generate() }
 
@@ -50,14 +55,14 @@ enum AgentFleet {
         guard let line = readLine(), line == "connect" else { return }
         let context = ZMQContext(ioThreads: 1, maxSockets: options.count + 64)
         var sockets: [ZMQSocket] = []
-        let endpoint = HubConfig.dispatcherEndpoints(config.dispatch.agents)[0]
+        let endpoint = dispatchers[0]
         var connectedTo = [String](repeating: endpoint, count: pairs.count)
         for pair in pairs {
             let socket = try context.socket(.dealer)
             try socket.setLinger(0)
             try socket.makeCurveClient(pair, serverPublicKey: serverKey)
             try socket.setReconnectInterval(100 + Int.random(in: 0..<400), max: 5_000)
-            try socket.setHeartbeat(interval: options.heartbeatMs, timeout: options.heartbeatMs * 3, ttl: 0)
+            try socket.setHeartbeat(interval: transport.intervalMs, timeout: transport.timeoutMs, ttl: 0)
             try socket.connect(endpoint)
             sockets.append(socket)
         }
@@ -140,7 +145,7 @@ enum AgentFleet {
             if now - lastHelloPass > .milliseconds(100) {
                 lastHelloPass = now
                 for (index, socket) in sockets.enumerated() {
-                    let interval: Duration = welcomed.contains(index) ? .milliseconds(options.heartbeatMs) : .milliseconds(500)
+                    let interval: Duration = welcomed.contains(index) ? helloInterval : .milliseconds(500)
                     if lastHello[index] + interval <= now {
                         lastHello[index] = now
                         _ = try socket.send(AgentWire.encode(.hello(AgentHello(installationId: ids[index]))), wait: false)

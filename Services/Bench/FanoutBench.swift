@@ -269,12 +269,13 @@ final class FleetProcess: @unchecked Sendable {
     private var stats: [String: Int] = [:]
     private(set) var latencies: [Double] = []
 
-    init(cluster: HubCluster, prefix: String, count: Int, heartbeatMs: Int = 5_000) throws {
+    /// `heartbeatMs`: the agents' hellos and transport heartbeats; nil for the hub's `agentHeartbeatMs`.
+    init(cluster: HubCluster, prefix: String, count: Int, heartbeatMs: Int? = nil) throws {
         self.prefix = prefix
         self.count = count
         process = Process()
         process.executableURL = cluster.binDirectory.appendingPathComponent("nh-bench")
-        process.arguments = ["fleet", "--count", String(count), "--prefix", prefix, "--heartbeat-ms", String(heartbeatMs)]
+        process.arguments = ["fleet", "--count", String(count), "--prefix", prefix] + (heartbeatMs.map { ["--heartbeat-ms", String($0)] } ?? [])
         process.environment = cluster.environment
         process.standardInput = input
         process.standardOutput = output

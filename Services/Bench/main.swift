@@ -139,7 +139,7 @@ do {
         options.count = parsed[option: "count"].flatMap(Int.init) ?? options.count
         options.prefix = parsed[option: "prefix"] ?? options.prefix
         options.tag = parsed[option: "tag"] ?? options.tag
-        options.heartbeatMs = parsed[option: "heartbeat-ms"].flatMap(Int.init) ?? options.heartbeatMs
+        options.heartbeatMs = parsed[option: "heartbeat-ms"].flatMap(Int.init)
         try AgentFleet.run(options)
         exit(0)
     }

@@ -162,8 +162,10 @@ struct AgentInbox {
                 return .event(.hello(route: route, peerKey: peer, installationId: hello.installationId))
             case .ack(let ack):
                 return .event(.ack(route: route, ack))
+            case .bye(let bye):
+                return .event(.bye(route: route, installationId: bye.installationId))
             case .welcome, .deliver, .signal, .error, .redirect:
-                throw HubError(.unknownType, "agents send only 'hello' and 'ack' on this channel")
+                throw HubError(.unknownType, "agents send only 'hello', 'ack' and 'bye' on this channel")
             }
         } catch let error as HubError {
             return refusal(error)

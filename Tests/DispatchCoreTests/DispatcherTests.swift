@@ -18,6 +18,12 @@ struct DispatcherTests {
             templates: ["t": InstallationTemplate(body: #"{"m":"$(m)"}"#)])
     }
 
+    /// The code of a refusal sent back on a route.
+    static func refusal(_ action: DispatchAction?) -> ErrorCode? {
+        guard case .reply(_, .error(let error))? = action else { return nil }
+        return error.code
+    }
+
     static func send(_ sequence: UInt64, tag: String = "World", ttl: TimeInterval = 3_600) -> AcceptedNotification {
         AcceptedNotification(
             sequence: sequence, notificationId: "n\(sequence)",
@@ -219,6 +225,39 @@ struct DispatcherTests {
         #expect(change == [.reply(Self.routeB, .signal(AgentSignal(userId: "alice", sequence: 7)))])
         let gap = dispatcher.on(.userStreamGap, now: Self.t0)
         #expect(Set(gap.compactMap { if case .reply(let route, .signal) = $0 { return route } else { return nil } }) == [Self.routeA, Self.routeB])
+    }
+
+    @Test("sessions end after three agent heartbeats of silence; resends wait six, at most 30 s")
+    func settingsFromHeartbeat() {
+        for (heartbeat, silence, resend) in [(0.5, 2.0, 3.0), (1, 3, 6), (5, 15, 30), (30, 90, 30), (60, 180, 30)] as [(TimeInterval, TimeInterval, TimeInterval)] {
+            let settings = DispatcherSettings(agentHeartbeat: heartbeat, maxAgents: 10)
+            #expect(settings.silenceAfter == silence, "heartbeat \(heartbeat) s")
+            #expect(settings.resendAfter == resend, "heartbeat \(heartbeat) s")
+            #expect(settings.maxAgents == 10)
+        }
+    }
+
+    @Test("a goodbye ends its own session at once, and what it had pending goes back to the store's backlog; one for another or without a session is refused")
+    func goodbyeEndsSession() {
+        var dispatcher = Self.dispatcher(
+            [Self.installation("a", key: Self.keyA), Self.installation("b", key: Self.keyB)],
+            connected: [(Self.routeA, "a", Self.keyA), (Self.routeB, "b", Self.keyB)])
+        _ = dispatcher.on(.accepted([Self.send(1)]), now: Self.t0)
+        #expect(dispatcher.inFlightCount == 2)
+        // A goodbye naming another installation, or on a connection with no session, is refused.
+        let other = dispatcher.on(.bye(route: Self.routeA, installationId: "b"), now: Self.t0)
+        #expect(other.count == 1 && Self.refusal(other.first) == .forbidden)
+        let stranger = dispatcher.on(.bye(route: Data("elsewhere".utf8), installationId: "a"), now: Self.t0)
+        #expect(stranger.count == 1 && Self.refusal(stranger.first) == .unauthorized)
+        #expect(dispatcher.sessionCount == 2)
+        #expect(dispatcher.on(.bye(route: Self.routeA, installationId: "a"), now: Self.t0) == [.note(.dropped("a", .left))])
+        #expect(dispatcher.sessionCount == 1)
+        #expect(dispatcher.inFlightCount == 1)
+        #expect(dispatcher.backlogCount == 1)
+        #expect(dispatcher.counters.dropped[.left] == 1)
+        // Said twice: the second finds no session.
+        #expect(Self.refusal(dispatcher.on(.bye(route: Self.routeA, installationId: "a"), now: Self.t0).first) == .unauthorized)
+        #expect(dispatcher.sessionCount == 1 && dispatcher.counters.dropped[.left] == 1)
     }
 
     @Test("an agent silent for silenceAfter is dropped; what it had pending goes back to the store's backlog")

@@ -107,7 +107,7 @@ struct DispatchFlowTests {
         #expect(resume.limit(pushPending: 0) == nil)
     }
 
-    @Test("the agent channel: hello and ack for the core; old envelopes, extra frames and wrong messages refused with their code")
+    @Test("the agent channel: hello, ack and bye for the core; old envelopes, extra frames and wrong messages refused with their code")
     func inbox() throws {
         let inbox = AgentInbox(messagesPerSecond: 1)
         let route = Data("r".utf8)
@@ -131,6 +131,12 @@ struct DispatchFlowTests {
         }
         #expect(code(inbox.read([route, AgentWire.encode(.hello(AgentHello(installationId: "i1")))], peer: "K", now: 0)) == nil)
         #expect(code(inbox.read([route, AgentWire.encode(.hello(AgentHello(installationId: "i1")))], peer: "K", now: 0)) == .rateLimited)
+        guard case .event(.bye(let byeRoute, let byeId))? = inbox.read([route, AgentWire.encode(.bye(AgentBye(installationId: "i1")))], peer: "P", now: 0)
+        else {
+            Issue.record("bye")
+            return
+        }
+        #expect(byeRoute == route && byeId == "i1")
         #expect(code(inbox.read([route, Data(), Data("{}".utf8)], peer: "L", now: 0)) == .unsupportedVersion)
         #expect(code(inbox.read([route, Data("hello".utf8), Data("x".utf8)], peer: "M", now: 0)) == .malformedFrames)
         #expect(code(inbox.read([route, AgentWire.encode(.welcome(AgentWelcome(installationId: "i", pending: 0)))], peer: "N", now: 0)) == .unknownType)

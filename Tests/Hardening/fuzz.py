@@ -736,7 +736,7 @@ def request_verdict(service, frames, credentials, semantic=None, unique_keys=Fal
 # ---------------------------------------------------------------------------------------------
 # The oracle for the agent channel.
 
-AGENT_VERBS = {"hello", "ack", "welcome", "deliver", "signal", "error", "redirect"}
+AGENT_VERBS = {"hello", "ack", "bye", "welcome", "deliver", "signal", "error", "redirect"}
 
 
 def agent_verdict(frames):
@@ -781,6 +781,11 @@ def agent_verdict(frames):
             if line.startswith("!") and "\t" not in line:
                 return "frame", malformed | ({"unauthorized"} if unsure else set())
         return "frame", {"unauthorized"} | (malformed if unsure else set())
+    if name == "bye":
+        parts = fields(1)
+        if parts is None or parts[0] == "" or "\n" in parts[0]:
+            return "frame", malformed
+        return "frame", {"unauthorized"}
     int64 = (-(1 << 63), (1 << 63) - 1)
     if name == "welcome":
         parts = fields(2)

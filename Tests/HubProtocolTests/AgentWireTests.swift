@@ -14,6 +14,7 @@ struct AgentWireTests {
         ("ack", .ack(AgentAck(deliveryIds: ["n1/linux-1/default", "n2/linux-1/default"]))),
         ("ack-with-failures", .ack(AgentAck(deliveryIds: ["n1/linux-1/default"],
                                             failures: [DeliveryFailure(deliveryId: "n3/linux-1/native", reason: "rich fetch failed after 8 tries")]))),
+        ("bye", .bye(AgentBye(installationId: "linux-1"))),
         ("welcome", .welcome(AgentWelcome(installationId: "linux-1", pending: 3))),
         ("deliver", .deliver(AgentDelivery(
             deliveryId: "n1/linux-1/default", notificationId: "n1", installationId: "linux-1", template: "default",
@@ -70,6 +71,9 @@ struct AgentWireTests {
             ("hello\n9\nx", .unsupportedVersion, "version '9'"),
             ("hello\n1\n", .malformedFrames, "one installation id"),
             ("hello", .malformedFrames, "has 0 of its 2 fields"),
+            ("bye", .malformedFrames, "has 0 of its 1 fields"),
+            ("bye\n", .malformedFrames, "'bye' needs one installation id"),
+            ("bye\nlinux-1\nlinux-2", .malformedFrames, "'bye' needs one installation id"),
             ("welcome\nx\nmany", .malformedFrames, "not a whole number"),
             ("deliver\na\nb", .malformedFrames, "has 2 of its 7 fields"),
             ("deliver\na\nb\nt\nsoon\n\n\n{}", .malformedFrames, "expiry (milliseconds since 1970) 'soon'"),

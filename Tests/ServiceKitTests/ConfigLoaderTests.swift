@@ -75,6 +75,25 @@ struct ConfigLoaderTests {
         #expect(HubConfig.dispatcherEndpoints("tcp://a:1, tcp://b:2,") == ["tcp://a:1", "tcp://b:2"])
     }
 
+    @Test("an agent's transport heartbeats: every agent heartbeat, answered within three or 10 s more; with several dispatchers, within a lease")
+    func transportHeartbeat() {
+        var config = HubConfig()
+        #expect(config.agentHeartbeatMs == 30_000)
+        #expect(config.agentTransportHeartbeat(dispatchers: 1) == (30_000, 40_000))
+        config.agentHeartbeatMs = 5_000
+        #expect(config.agentTransportHeartbeat(dispatchers: 1) == (5_000, 15_000))
+        config.agentHeartbeatMs = 1_000
+        #expect(config.agentTransportHeartbeat(dispatchers: 1) == (1_000, 3_000))
+        // Several: the service heartbeat sets the pace, unless the agent's is shorter; a lease to answer.
+        config.agentHeartbeatMs = 30_000
+        config.heartbeatMs = 1_000
+        #expect(config.agentTransportHeartbeat(dispatchers: 2) == (1_000, 3_000))
+        config.heartbeatMs = 2_000
+        #expect(config.agentTransportHeartbeat(dispatchers: 3) == (2_000, 6_000))
+        config.agentHeartbeatMs = 500
+        #expect(config.agentTransportHeartbeat(dispatchers: 2) == (500, 6_000))
+    }
+
     @Test("outcomes are read from dispatch.requests, then dispatch.peers; peers belong to the dispatch section")
     func outcomePeers() throws {
         #expect(HubConfig().outcomeEndpoints == ["tcp://127.0.0.1:7721"])
