@@ -1,8 +1,10 @@
 import CLibZMQ
+import Synchronization
 
 /// A libzmq context. It is thread-safe; the sockets made from it are not.
 public final class ZMQContext: @unchecked Sendable {
     let handle: UnsafeMutableRawPointer
+    private let ended = Mutex(false)
 
     /// One context per process is the usual shape; services share this one.
     public static let shared = ZMQContext()
@@ -19,6 +21,16 @@ public final class ZMQContext: @unchecked Sendable {
 
     deinit {
         // Sockets hold a strong reference to their context, so all of them are closed by now.
+        terminate()
+    }
+
+    /// Ends the context once: waits until every socket made from it is closed and has sent what
+    /// its linger allows, then frees it. No socket may be made from it after.
+    public func terminate() {
+        guard ended.withLock({ ended in
+            defer { ended = true }
+            return !ended
+        }) else { return }
         while zmq_ctx_term(handle) != 0 && zmq_errno() == EINTR {}
     }
 

@@ -130,13 +130,11 @@ public struct HubConfig: Codable, Sendable, Equatable {
         (namespace.hasSuffix("/") ? namespace : namespace + "/") + hub
     }
 
-    /// The dispatchers an agent may connect to: `dispatch.agents`, one endpoint or several
-    /// separated by commas. Any of them serves or redirects.
     /// The transport heartbeats (libzmq's ZMTP PING and PONG) on an agent's channel to `dispatchers`
     /// dispatchers: how often the agent pings, and how long it waits for any answer before it takes
     /// the connection for dead and connects again. With one dispatcher, every `agentHeartbeatMs`,
-    /// answered within three of them or 10 s more, whichever is less, so that a dead link is found
-    /// within 40 s at the default. With several, every service heartbeat (`heartbeatMs`), answered
+    /// answered within three of them or 10 s more, whichever is less, so that a link that dies
+    /// silently is found within two intervals and 10 s (70 s at the default). With several, every service heartbeat (`heartbeatMs`), answered
     /// within a lease period (three of them, at least 3 s), so that an agent leaves a dispatcher
     /// that lost its shards as soon as another may take them.
     public func agentTransportHeartbeat(dispatchers: Int) -> (intervalMs: Int, timeoutMs: Int) {
@@ -144,6 +142,8 @@ public struct HubConfig: Codable, Sendable, Equatable {
         return (agentHeartbeatMs, min(3 * agentHeartbeatMs, agentHeartbeatMs + 10_000))
     }
 
+    /// The dispatchers an agent may connect to: `dispatch.agents`, one endpoint or several
+    /// separated by commas. Any of them serves or redirects.
     public static func dispatcherEndpoints(_ setting: String?) -> [String] {
         let list = (setting ?? "tcp://127.0.0.1:7722").split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
         return list.isEmpty ? ["tcp://127.0.0.1:7722"] : list

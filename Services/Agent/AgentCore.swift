@@ -14,9 +14,12 @@ import HubProtocol
 struct AgentCore {
     struct Settings: Equatable {
         /// Seconds between hellos once welcomed: the heartbeat.
-        var heartbeat: TimeInterval = 5
+        var heartbeat: TimeInterval = 30
         /// Seconds between hellos until a welcome comes, and at least between two moves.
         var helloRetry: TimeInterval = 0.5
+        /// The longest wait before a refused hello is tried again (or a heartbeat, if shorter): a
+        /// dispatcher loading its index, or a shard between owners, is soon ready.
+        var longestRetry: TimeInterval = 5
         /// How long a dispatcher's lease on its shards lasts (three of the services' heartbeats, at
         /// least 3 s): after that long without a connection the next dispatcher is tried, and for
         /// that long a dispatcher that failed is not gone back to.
@@ -32,6 +35,11 @@ struct AgentCore {
         case refused
         /// A message from the dispatcher. `seen`: the delivery was shown before (only for deliveries).
         case received(AgentFrame, seen: Bool)
+        /// The registry took the installation: a hello it refused may be welcomed now.
+        case registered
+        /// The agent ran again after a pause (the host slept, or the process was stopped), long
+        /// enough for the dispatcher to have ended a silent session.
+        case resumed
         case tick
     }
 
@@ -111,9 +119,13 @@ struct AgentCore {
                 if !moved.isEmpty { return moved }
             }
             let interval = welcomed ? settings.heartbeat
-                : min(settings.heartbeat, settings.helloRetry * pow(2, Double(refusals)))
+                : min(settings.heartbeat, settings.longestRetry, settings.helloRetry * pow(2, Double(refusals)))
             guard let last = lastHello, now.timeIntervalSince(last) < interval else { return hello(now) }
             return []
+        case .registered:
+            return welcomed || !started ? [] : hello(now)
+        case .resumed:
+            return started ? hello(now) : []
         case .received(let frame, let seen):
             switch frame {
             case .redirect(let redirect):

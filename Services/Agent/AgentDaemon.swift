@@ -79,19 +79,25 @@ final class AgentDaemon {
         // dispatcher that does not answer them for a lease period is left; with one, there is
         // nowhere else to go, and they go every agent heartbeat.
         let transport = context.config.agentTransportHeartbeat(dispatchers: dispatchers.count)
+        // The channel has a context of its own, ended as the agent stops, so that its goodbye goes
+        // out before the process exits.
+        let channelContext = ZMQContext()
         channel = try ZMQSocket.agentChannel(
-            connect: dispatchers[0], keys: keys, serverKey: serverKey, heartbeatMs: transport.intervalMs, timeoutMs: transport.timeoutMs)
+            connect: dispatchers[0], keys: keys, serverKey: serverKey, heartbeatMs: transport.intervalMs, timeoutMs: transport.timeoutMs,
+            context: channelContext)
         connectedTo = dispatchers[0]
-        monitor = try SocketMonitor(watching: channel, events: [.handshakeSucceeded, .disconnected, .connectRetried])
-        context.onShutdown { [unowned self, channel, monitor] in
+        monitor = try SocketMonitor(
+            watching: channel, events: [.handshakeSucceeded, .disconnected, .connectRetried], context: channelContext)
+        context.onShutdown { [weak self, channel, monitor, installationId] in
             monitor.close()
             // A goodbye ends the session at once; without one the dispatcher waits out three
-            // heartbeats of silence. It has a moment to go out before the channel closes.
-            if self.core.welcomed {
-                _ = try? channel.send(AgentWire.encode(.bye(AgentBye(installationId: self.installationId))), wait: false)
+            // heartbeats of silence. Ending the context waits for it to go out, half a second at most.
+            if self?.core.welcomed == true {
+                _ = try? channel.send(AgentWire.encode(.bye(AgentBye(installationId: installationId))), wait: false)
                 try? channel.setLinger(500)
             }
             channel.close()
+            channelContext.terminate()
         }
         if identity.credential == nil {
             context.logger.warning("no listen key yet: waiting for the hub key file, or set NH_AGENT_CONNECTION_STRING")
@@ -154,6 +160,9 @@ final class AgentDaemon {
             }
         }
         context.loop.every(milliseconds: 100) { [unowned self] in try self.perform(self.core.on(.tick, now: Date())) }
+        // Its timers wake the loop every 0.1 s, so a longer gap is a pause: the host slept or the
+        // process was stopped, and the dispatcher may have ended the session meanwhile.
+        context.loop.onStall(after: .seconds(3)) { [unowned self] _ in try self.perform(self.core.on(.resumed, now: Date())) }
         context.loop.every(milliseconds: context.config.heartbeatMs) { [unowned self] in
             if !self.registered { self.register() }
             self.output.reap()
@@ -233,6 +242,7 @@ final class AgentDaemon {
         _ = try registry.call(InstallationUpsert(installation: installation, userToken: userSync?.accessToken()))
         registered = true
         lastRegistrationError = ""
+        try perform(core.on(.registered, now: Date()))
         context.logger.info("registered", ("installation", installationId), ("categories", categories.joined(separator: ",")))
     }
 
@@ -321,8 +331,10 @@ final class AgentDaemon {
 
 extension ZMQSocket {
     /// A CURVE DEALER to the dispatcher's agent socket with transport heartbeats and reconnect backoff.
-    static func agentChannel(connect endpoint: String, keys: CurveKeyPair, serverKey: String, heartbeatMs: Int, timeoutMs: Int) throws -> ZMQSocket {
-        let socket = try ZMQContext.shared.socket(.dealer)
+    static func agentChannel(
+        connect endpoint: String, keys: CurveKeyPair, serverKey: String, heartbeatMs: Int, timeoutMs: Int, context: ZMQContext = .shared
+    ) throws -> ZMQSocket {
+        let socket = try context.socket(.dealer)
         try socket.setLinger(0)
         try socket.makeCurveClient(keys, serverPublicKey: serverKey)
         // A jittered first interval spreads a crowd of agents reconnecting after a dispatcher restart.

@@ -139,7 +139,10 @@ do {
         options.count = parsed[option: "count"].flatMap(Int.init) ?? options.count
         options.prefix = parsed[option: "prefix"] ?? options.prefix
         options.tag = parsed[option: "tag"] ?? options.tag
-        options.heartbeatMs = parsed[option: "heartbeat-ms"].flatMap(Int.init)
+        if let text = parsed[option: "heartbeat-ms"] {
+            guard let heartbeatMs = Int(text), heartbeatMs >= 100 else { throw ConfigError("--heartbeat-ms takes milliseconds, at least 100; got '\(text)'") }
+            options.heartbeatMs = heartbeatMs
+        }
         try AgentFleet.run(options)
         exit(0)
     }

@@ -121,7 +121,7 @@ struct PushResume: Equatable {
     mutating func read(_ count: Int) { resuming = count == Self.page }
 }
 
-/// What comes in on the agent channel, read: a hello or an acknowledgement for the core, or a
+/// What comes in on the agent channel, read: a hello, an acknowledgement or a goodbye for the core, or a
 /// refusal to send back. Agents are rate limited per connection, except for acknowledgements: each
 /// answers a delivery this dispatcher sent, and a busy agent sends as many as it receives.
 struct AgentInbox {

@@ -47,7 +47,7 @@ struct AgentCoreTests {
         #expect(core.on(.received(.deliver(rich), seen: false), now: Self.t0) == [.holdForFetch(rich)])
     }
 
-    @Test("a signal asks for a sync; a refused hello is logged and tried again after a wait that doubles up to a heartbeat")
+    @Test("a signal asks for a sync; a refused hello is logged and tried again after a wait that doubles up to 5 s")
     func signalsAndRefusals() {
         var core = AgentCore()
         #expect(core.on(.received(.signal(AgentSignal(userId: "u", sequence: 9)), seen: false), now: Self.t0) == [.syncUser(sequence: 9)])
@@ -60,11 +60,32 @@ struct AgentCoreTests {
         for _ in 0..<10 {
             _ = core.on(.received(.error(ErrorReply(code: .notFound, message: "not yet")), seen: false), now: Self.t0)
         }
-        // The last hello went at 1 s; eleven refusals later the wait is a heartbeat (5 s), no more.
+        // The last hello went at 1 s; eleven refusals later the wait is 5 s, no more, though a
+        // heartbeat is 30 s.
+        #expect(core.settings.heartbeat == 30)
         #expect(core.on(.tick, now: Self.t0.addingTimeInterval(5.9)) == [])
-        #expect(core.on(.tick, now: Self.t0.addingTimeInterval(6)) == [.hello], "never longer than a heartbeat")
+        #expect(core.on(.tick, now: Self.t0.addingTimeInterval(6)) == [.hello], "never longer than 5 s")
         let other = core.on(.received(.error(ErrorReply(code: .malformedFrames, message: "x")), seen: false), now: Self.t0)
         #expect(other == [.log("x", code: .malformedFrames)])
+    }
+
+    @Test("a registration taken, or a pause of the host, brings a hello at once; a welcomed agent's registration does not")
+    func helloAfterRegistrationAndPause() {
+        var core = AgentCore(settings: AgentCore.Settings(heartbeat: 30, helloRetry: 0.5))
+        // Before the channel is up there is no one to tell.
+        #expect(core.on(.registered, now: Self.t0) == [])
+        #expect(core.on(.resumed, now: Self.t0) == [])
+        #expect(core.on(.connected, now: Self.t0) == [.hello])
+        for _ in 0..<6 { _ = core.on(.received(.error(ErrorReply(code: .notFound, message: "not registered")), seen: false), now: Self.t0) }
+        #expect(core.on(.tick, now: Self.t0.addingTimeInterval(1)) == [], "a refused hello waits")
+        #expect(core.on(.registered, now: Self.t0.addingTimeInterval(1)) == [.hello], "registered: hello at once")
+        _ = core.on(.received(.welcome(AgentWelcome(installationId: "me", pending: 0)), seen: false), now: Self.t0.addingTimeInterval(1))
+        #expect(core.on(.registered, now: Self.t0.addingTimeInterval(2)) == [], "already welcomed: categories changed, nothing to say")
+        #expect(core.on(.tick, now: Self.t0.addingTimeInterval(30)) == [])
+        // After a pause the session may have ended: hello at once, and the heartbeat counts from there.
+        #expect(core.on(.resumed, now: Self.t0.addingTimeInterval(200)) == [.hello])
+        #expect(core.on(.tick, now: Self.t0.addingTimeInterval(229)) == [])
+        #expect(core.on(.tick, now: Self.t0.addingTimeInterval(230)) == [.hello])
     }
 
     @Test("rich fetches back off from half a second to 30 s, and give up after the last try or at expiry")

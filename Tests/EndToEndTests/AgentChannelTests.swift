@@ -21,7 +21,8 @@ struct AgentChannelTests {
     @Test("2,000 simulated agents get two broadcasts: each delivery acknowledged exactly once, no session dropped, all counted")
     func broadcastToTwoThousand() throws {
         let agents = 2_000
-        // A resend needs three heartbeats without an acknowledgement; a second keeps a slow machine from causing one.
+        // A service heartbeat of a second, as deployed. A resend waits six agent heartbeats (at most
+        // 30 s), far longer than any acknowledgement here takes.
         let cluster = try Self.cluster(heartbeatMs: "1000")
         defer { cluster.stopAll() }
         let fleet = try Fleet(cluster: cluster, count: agents)
@@ -54,9 +55,9 @@ struct AgentChannelTests {
         #expect(fleet.stat("errors") == 0)
         let details = try cluster.health("nh-dispatch").details ?? [:]
         #expect(details["agents"] == String(agents))
-        for reason in ["Silent", "Replaced", "Unreachable", "Unbound"] {
-            #expect(details["sessionsEnded\(reason)Total"] == "0", "no session ended as \(reason)")
-        }
+        let ended = details.filter { $0.key.hasPrefix("sessionsEnded") && $0.key.hasSuffix("Total") }
+        #expect(ended.count >= 6, "health counts sessions ended for each reason: \(ended.keys.sorted())")
+        for (name, count) in ended { #expect(count == "0", "no session ended: \(name)") }
         #expect(details["resentTotal"] == "0", "a healthy run has no resends")
         #expect(details["pendingDeliveries"] == "0")
     }

@@ -155,13 +155,17 @@ struct BreakingNewsTests {
         }
     }
 
-    @Test("an agent offline at send time catches up when it comes back, once, and not again after a restart")
+    @Test("an agent that stops is counted gone at once; offline at send time, it catches up when it comes back, once, and not again after a restart")
     func offlineCatchUp() throws {
         let hub = try Hub()
         defer { hub.cluster.stopAll() }
         let b = try hub.startAgent("B", categories: ["Politics"], template: Self.otherTemplate)
         hub.waitForDispatcher(installations: 1, agents: 1)
         #expect(hub.cluster.stop("agent-B") == 0)
+        // It said bye as it stopped: its session ends at once, not after three heartbeats (90 s).
+        hub.waitForDispatcher(installations: 1, agents: 0)
+        #expect(hub.dispatcherDetails()["sessionsEndedLeftTotal"] == "1")
+        #expect(hub.dispatcherDetails()["sessionsEndedSilentTotal"] == "0")
         let missed = try hub.send(SendNotification(format: .template, properties: ["messageParam": "while away"], tagExpression: "Politics"))
         #expect(hub.cluster.waitUntil { (try? hub.outcome(missed))?.targets == 1 })
         #expect(try hub.outcome(missed)?.acknowledged == 0)

@@ -1795,7 +1795,8 @@ class Generator:
             "deliver\nd\nn\nt\nsoon\n\n\n{}", "deliver\n\nn\nt\n1\n\n\n{}", "deliver\nd\nn", 
             'deliver\nd\nn\n\n1\n{"richId":"a","richType":"b","message":"c","contentType":"d","size":1}\nticket\n{}',
             'deliver\nd\nn\n\n1\n{"richId":1}\nticket\n{}', "deliver\nd\nn\n\n1\nnot json\nticket\n{}",
-            "HELLO\n1\nx", "hello \n1\nx", " ack", "bye\n", "hello\r\n1\r\nx"])
+            "HELLO\n1\nx", "hello \n1\nx", " ack", "bye\n", "hello\r\n1\r\nx",
+            "bye\nfz-nobody", "bye\nx\n", "bye\n\n", "bye", "bye\nfz-nobody\nextra"])
         return Case([text.encode("utf-8")], "verb")
 
     def agent_fixture(self):
