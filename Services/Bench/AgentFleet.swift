@@ -13,7 +13,8 @@ import CMosquitto
 /// connects to the first and follows a redirect to its shard's owner, as the agent does. It reports
 /// on standard output, one JSON line per event:
 /// `registered`, then (after a `connect` line on standard input) `welcomed`, then `stats` whenever
-/// its counts change, and `latencies` (milliseconds, for agent 0) when standard input closes.
+/// its counts change (with `lastReceivedNs`, the CLOCK_MONOTONIC time of the latest delivery), and
+/// `latencies` (milliseconds, for agent 0) when standard input closes.
 enum AgentFleet {
     struct Options {
         var count = 1_000
@@ -77,6 +78,8 @@ enum AgentFleet {
         var welcomed = Set<Int>()
         var seen: [Set<String>] = Array(repeating: [], count: sockets.count)
         var received = 0, duplicates = 0, acked = 0, errors = 0, redirected = 0
+        /// When the latest delivery came (CLOCK_MONOTONIC, nanoseconds, the same clock in every process).
+        var lastReceived: UInt64 = 0
         var latencies: [Double] = []
         var lastHello = [ContinuousClock.Instant](repeating: .now - .seconds(3600), count: sockets.count)
         var reported = (0, 0, 0, 0, 0)
@@ -126,6 +129,7 @@ enum AgentFleet {
                 }
             }
             if !ackIds.isEmpty {
+                lastReceived = monotonicNanoseconds()
                 _ = try socket.send(AgentWire.encode(.ack(AgentAck(deliveryIds: ackIds))), wait: false)
                 acked += ackIds.count
             }
@@ -134,6 +138,7 @@ enum AgentFleet {
         func emitStats() {
             emit([
                 "event": "stats", "received": received, "duplicates": duplicates, "acked": acked, "errors": errors, "redirected": redirected,
+                "lastReceivedNs": Int(lastReceived),
                 "welcomed": welcomed.count,
             ])
         }

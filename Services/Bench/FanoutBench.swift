@@ -108,6 +108,7 @@ enum FanoutBench {
             let receivedBefore = fleets.reduce(0) { $0 + $1.stat("received") }
             let ackedBefore = Int(try details(cluster, dispatcher)["ackedTotal"] ?? "0") ?? 0
             let costBefore = meter.read(dispatchProcess.processIdentifier)
+            let startNanoseconds = AgentFleet.monotonicNanoseconds()
             let start = ContinuousClock.now
             for _ in 0..<count {
                 _ = try publish.call(SendNotification(
@@ -131,6 +132,13 @@ enum FanoutBench {
                 Thread.sleep(forTimeInterval: 0.02)
             }
             Thread.sleep(forTimeInterval: 1.1)
+            // Once every agent has the round, the time of the last receipt, as each fleet noted it
+            // (the fleets report their counts every 0.1 s, a step too coarse for a round of seconds).
+            let received = fleets.reduce(0) { $0 + $1.stat("received") } - receivedBefore
+            let lastReceipt = fleets.map { $0.stat("lastReceivedNs") }.max() ?? 0
+            if round.deliveries > 0 && received >= agents * count && lastReceipt > Int(startNanoseconds) {
+                round.reachedSeconds = Double(UInt64(lastReceipt) - startNanoseconds) / 1e9
+            }
             return round
         }
         let short = try round(Self.shortBroadcasts)
