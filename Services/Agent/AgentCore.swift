@@ -71,13 +71,15 @@ struct AgentCore {
     private var currentFailed = false
     private var lastMove: Date?
     private(set) var welcomed = false
-    /// Hellos refused in a row: each doubles the wait before the next, up to a heartbeat.
+    /// Hellos refused in a row: each doubles the wait before the next, up to `longestRetry`.
     private(set) var refusals = 0
     var refused: Bool { refusals > 0 }
     private var lastHello: Date?
     /// Since when the channel has had no connection; nil while it has one.
     private var unconnectedSince: Date?
     private var started = false
+    /// The channel has a connection: its handshake completed and it has not closed since.
+    var connected: Bool { started && unconnectedSince == nil }
 
     init(settings: Settings = Settings(), dispatchers: [String] = ["tcp://127.0.0.1:7722"]) {
         precondition(!dispatchers.isEmpty, "an agent needs a dispatcher")
@@ -123,7 +125,10 @@ struct AgentCore {
             guard let last = lastHello, now.timeIntervalSince(last) < interval else { return hello(now) }
             return []
         case .registered:
-            return welcomed || !started ? [] : hello(now)
+            guard !welcomed && started else { return [] }
+            // The dispatcher may not have the registration yet: a refusal now waits from the start.
+            refusals = 0
+            return hello(now)
         case .resumed:
             return started ? hello(now) : []
         case .received(let frame, let seen):
@@ -155,7 +160,7 @@ struct AgentCore {
                 return [.syncUser(sequence: signal.sequence)]
             case .error(let error):
                 // A refused hello (not registered yet, deleted, or bound to another key) is tried again
-                // after a wait that doubles up to a heartbeat: a registration on its way to the
+                // after a wait that doubles up to `longestRetry`: a registration on its way to the
                 // dispatcher is soon there, while an installation an operator deleted stays deleted
                 // until the agent starts again, since registering is for its start and its categories.
                 if error.code == .notFound || error.code == .forbidden || error.code == .unauthorized || error.code == .unavailable {

@@ -92,7 +92,9 @@ final class AgentDaemon {
             monitor.close()
             // A goodbye ends the session at once; without one the dispatcher waits out three
             // heartbeats of silence. Ending the context waits for it to go out, half a second at most.
-            if self?.core.welcomed == true {
+            // Sent whenever there is a connection, welcome read or not: one with no session yet is
+            // refused, which costs nothing.
+            if self?.core.connected == true {
                 _ = try? channel.send(AgentWire.encode(.bye(AgentBye(installationId: installationId))), wait: false)
                 try? channel.setLinger(500)
             }
@@ -160,8 +162,9 @@ final class AgentDaemon {
             }
         }
         context.loop.every(milliseconds: 100) { [unowned self] in try self.perform(self.core.on(.tick, now: Date())) }
-        // Its timers wake the loop every 0.1 s, so a longer gap is a pause: the host slept or the
-        // process was stopped, and the dispatcher may have ended the session meanwhile.
+        // Its timers wake the loop every 0.1 s, so a longer gap is a pause (the host slept, or the
+        // process was stopped) or a handler that took that long: the dispatcher may have ended
+        // the session meanwhile, and a hello too many costs nothing.
         context.loop.onStall(after: .seconds(3)) { [unowned self] _ in try self.perform(self.core.on(.resumed, now: Date())) }
         context.loop.every(milliseconds: context.config.heartbeatMs) { [unowned self] in
             if !self.registered { self.register() }
@@ -242,7 +245,12 @@ final class AgentDaemon {
         _ = try registry.call(InstallationUpsert(installation: installation, userToken: userSync?.accessToken()))
         registered = true
         lastRegistrationError = ""
-        try perform(core.on(.registered, now: Date()))
+        // The registration stands whatever the channel does with the hello that follows.
+        do {
+            try perform(core.on(.registered, now: Date()))
+        } catch {
+            context.logger.warning("could not say hello after registering", ("error", "\(error)"))
+        }
         context.logger.info("registered", ("installation", installationId), ("categories", categories.joined(separator: ",")))
     }
 

@@ -72,14 +72,19 @@ struct AgentCoreTests {
     @Test("a registration taken, or a pause of the host, brings a hello at once; a welcomed agent's registration does not")
     func helloAfterRegistrationAndPause() {
         var core = AgentCore(settings: AgentCore.Settings(heartbeat: 30, helloRetry: 0.5))
-        // Before the channel is up there is no one to tell.
+        // Before the first connection or tick, nothing is said.
         #expect(core.on(.registered, now: Self.t0) == [])
         #expect(core.on(.resumed, now: Self.t0) == [])
         #expect(core.on(.connected, now: Self.t0) == [.hello])
         for _ in 0..<6 { _ = core.on(.received(.error(ErrorReply(code: .notFound, message: "not registered")), seen: false), now: Self.t0) }
         #expect(core.on(.tick, now: Self.t0.addingTimeInterval(1)) == [], "a refused hello waits")
         #expect(core.on(.registered, now: Self.t0.addingTimeInterval(1)) == [.hello], "registered: hello at once")
+        // Refused again (the dispatcher had not heard of it yet): the wait starts over at 0.5 s.
+        _ = core.on(.received(.error(ErrorReply(code: .notFound, message: "not yet")), seen: false), now: Self.t0.addingTimeInterval(1))
+        #expect(core.on(.tick, now: Self.t0.addingTimeInterval(1.9)) == [])
+        #expect(core.on(.tick, now: Self.t0.addingTimeInterval(2)) == [.hello])
         _ = core.on(.received(.welcome(AgentWelcome(installationId: "me", pending: 0)), seen: false), now: Self.t0.addingTimeInterval(1))
+        #expect(core.connected)
         #expect(core.on(.registered, now: Self.t0.addingTimeInterval(2)) == [], "already welcomed: categories changed, nothing to say")
         #expect(core.on(.tick, now: Self.t0.addingTimeInterval(30)) == [])
         // After a pause the session may have ended: hello at once, and the heartbeat counts from there.

@@ -40,5 +40,6 @@ struct ProtocolReadmeTests {
         for sentence in sentences { #expect(readme.contains(sentence), "the README does not say: \(sentence)") }
         #expect(settings.maxResendInterval == 60)
         #expect(settings.silenceAfter == max(2, Double(heartbeatMs) / 1000 * 3))
+        #expect(settings.resendAfter == min(DispatcherSettings.maxResendAfter, Double(heartbeatMs) / 1000 * 6))
     }
 }
