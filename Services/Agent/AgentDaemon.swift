@@ -75,8 +75,8 @@ final class AgentDaemon {
             settings: AgentCore.Settings(
                 heartbeat: Double(heartbeatMs) / 1000, helloRetry: min(0.5, Double(heartbeatMs) / 1000), leasePeriod: Double(leaseMs) / 1000),
             dispatchers: dispatchers)
-        // With several dispatchers, the transport's heartbeats go every service heartbeat and a
-        // dispatcher that does not answer them for a lease period is left; with one, there is
+        // With several dispatchers, the transport's heartbeats go every lease period and a
+        // dispatcher that does not answer one within a lease period is left; with one, there is
         // nowhere else to go, and they go every agent heartbeat.
         let transport = context.config.agentTransportHeartbeat(dispatchers: dispatchers.count)
         // The channel has a context of its own, ended as the agent stops, so that its goodbye goes

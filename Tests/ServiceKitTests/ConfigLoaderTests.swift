@@ -75,7 +75,7 @@ struct ConfigLoaderTests {
         #expect(HubConfig.dispatcherEndpoints("tcp://a:1, tcp://b:2,") == ["tcp://a:1", "tcp://b:2"])
     }
 
-    @Test("an agent's transport heartbeats: every agent heartbeat, answered within three or 10 s more; with several dispatchers, within a lease")
+    @Test("an agent's transport heartbeats: every agent heartbeat, answered within three or 10 s more; with several dispatchers, every lease, answered within one")
     func transportHeartbeat() {
         var config = HubConfig()
         #expect(config.agentHeartbeatMs == 30_000)
@@ -84,12 +84,15 @@ struct ConfigLoaderTests {
         #expect(config.agentTransportHeartbeat(dispatchers: 1) == (5_000, 15_000))
         config.agentHeartbeatMs = 1_000
         #expect(config.agentTransportHeartbeat(dispatchers: 1) == (1_000, 3_000))
-        // Several: the service heartbeat sets the pace, unless the agent's is shorter; a lease to answer.
+        // Several: a ping every lease period (three service heartbeats, at least 3 s), unless the
+        // agent's heartbeat is shorter; a lease to answer.
         config.agentHeartbeatMs = 30_000
         config.heartbeatMs = 1_000
-        #expect(config.agentTransportHeartbeat(dispatchers: 2) == (1_000, 3_000))
+        #expect(config.agentTransportHeartbeat(dispatchers: 2) == (3_000, 3_000))
+        config.heartbeatMs = 500
+        #expect(config.agentTransportHeartbeat(dispatchers: 2) == (3_000, 3_000))
         config.heartbeatMs = 2_000
-        #expect(config.agentTransportHeartbeat(dispatchers: 3) == (2_000, 6_000))
+        #expect(config.agentTransportHeartbeat(dispatchers: 3) == (6_000, 6_000))
         config.agentHeartbeatMs = 500
         #expect(config.agentTransportHeartbeat(dispatchers: 2) == (500, 6_000))
     }
