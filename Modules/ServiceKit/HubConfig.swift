@@ -28,8 +28,8 @@ public struct HubConfig: Codable, Sendable, Equatable {
     public var heartbeatMs: Int = 1_000
     /// Milliseconds between an agent's hellos on its channel, and between libzmq's own heartbeats
     /// there (with one dispatcher; `agentTransportHeartbeat`). The dispatcher ends a session after
-    /// three of them without a word, or at once when the agent says bye as it stops. Each
-    /// connected agent costs the dispatcher two messages an interval (a hello, and a transport
+    /// three of them without a word, or at once when the agent says bye as it stops. With one
+    /// dispatcher, each connected agent costs it two messages an interval (a hello, and a transport
     /// heartbeat with its answer), so the default is of the order of MQTT's keep-alive.
     public var agentHeartbeatMs: Int = 30_000
     /// Seconds a notification stays deliverable when its sender gives no time to live.

@@ -206,7 +206,8 @@ def slow_hello_fleet():
 @pytest.mark.parametrize("fault", ["kill", "pause"])
 def test_agents_leave_a_dead_or_silent_dispatcher_at_once_and_follow_their_shards(slow_hello_fleet, fault):
     """A killed dispatcher's agents see their connections close and go to the other at once; a
-    stopped one's leave when the transport's heartbeats go unanswered for a lease period. The
+    stopped one's leave when a transport heartbeat goes unanswered for a lease period (a ping goes
+    every lease period, so within two). The
     other redirects them back while the failed one's leases last; they stay, and are welcomed once
     it holds the shards: every agent is served again long before three of their hellos (90 s).
     The time is printed, not asserted."""
