@@ -26,6 +26,9 @@ public struct HubConfig: Codable, Sendable, Equatable {
     public var requestAttempts: Int = 3
     /// Milliseconds between change-stream heartbeats.
     public var heartbeatMs: Int = 1_000
+    /// How long a dispatcher's lease on its shards lasts: three service heartbeats, at least 3 s.
+    /// The agents that use several dispatchers time their moves by it too.
+    public var leasePeriodMs: Int { max(3_000, 3 * heartbeatMs) }
     /// Milliseconds between an agent's hellos on its channel, and between libzmq's own heartbeats
     /// there (with one dispatcher; `agentTransportHeartbeat`). The dispatcher ends a session after
     /// three of them without a word, or at once when the agent says bye as it stops. With one
@@ -141,8 +144,7 @@ public struct HubConfig: Codable, Sendable, Equatable {
     /// answer for every connected agent: at every service heartbeat, 10,000 agents cost two
     /// dispatchers more than their work split between them saved.
     public func agentTransportHeartbeat(dispatchers: Int) -> (intervalMs: Int, timeoutMs: Int) {
-        let lease = max(3_000, 3 * heartbeatMs)
-        if dispatchers > 1 { return (min(agentHeartbeatMs, lease), lease) }
+        if dispatchers > 1 { return (min(agentHeartbeatMs, leasePeriodMs), leasePeriodMs) }
         return (agentHeartbeatMs, min(3 * agentHeartbeatMs, agentHeartbeatMs + 10_000))
     }
 

@@ -69,7 +69,7 @@ final class AgentDaemon {
             store: store, home: context.dataDirectory, client: publish, output: output, logger: context.logger,
             maxAttempts: Int(environment["NH_AGENT_RICH_ATTEMPTS"] ?? "") ?? 8)
         let heartbeatMs = context.config.agentHeartbeatMs
-        let leaseMs = max(3_000, 3 * context.config.heartbeatMs)
+        let leaseMs = context.config.leasePeriodMs
         dispatchers = HubConfig.dispatcherEndpoints(context.config.dispatch.agents)
         core = AgentCore(
             settings: AgentCore.Settings(

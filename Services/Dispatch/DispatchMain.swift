@@ -31,7 +31,7 @@ public enum DispatchMain {
             let agents = try DispatchShell.agentSocket(context)
             // On a shared store, dispatchers split the agents by shard, each named by the endpoint it advertises.
             let advertise = config.dispatch.advertise ?? agents.lastEndpoint
-            let leasePeriod = max(3.0, 3 * Double(config.heartbeatMs) / 1000)
+            let leasePeriod = Double(config.leasePeriodMs) / 1000
             let store = try DispatchShell.openStore(context, advertise: advertise, leasePeriod: leasePeriod)
             let publish = try context.bus.forwarder(config.publish.requests)
             let registryWrites = try context.bus.forwarder(config.registry.requests)

@@ -77,24 +77,23 @@ struct ConfigLoaderTests {
 
     @Test("an agent's transport heartbeats: every agent heartbeat, answered within three or 10 s more; with several dispatchers, every lease, answered within one")
     func transportHeartbeat() {
-        var config = HubConfig()
-        #expect(config.agentHeartbeatMs == 30_000)
-        #expect(config.agentTransportHeartbeat(dispatchers: 1) == (30_000, 40_000))
-        config.agentHeartbeatMs = 5_000
-        #expect(config.agentTransportHeartbeat(dispatchers: 1) == (5_000, 15_000))
-        config.agentHeartbeatMs = 1_000
-        #expect(config.agentTransportHeartbeat(dispatchers: 1) == (1_000, 3_000))
-        // Several: a ping every lease period (three service heartbeats, at least 3 s), unless the
-        // agent's heartbeat is shorter; a lease to answer.
-        config.agentHeartbeatMs = 30_000
-        config.heartbeatMs = 1_000
-        #expect(config.agentTransportHeartbeat(dispatchers: 2) == (3_000, 3_000))
-        config.heartbeatMs = 500
-        #expect(config.agentTransportHeartbeat(dispatchers: 2) == (3_000, 3_000))
-        config.heartbeatMs = 2_000
-        #expect(config.agentTransportHeartbeat(dispatchers: 3) == (6_000, 6_000))
-        config.agentHeartbeatMs = 500
-        #expect(config.agentTransportHeartbeat(dispatchers: 2) == (500, 6_000))
+        #expect(HubConfig().agentHeartbeatMs == 30_000)
+        // (agentHeartbeatMs, heartbeatMs, dispatchers) → (interval, timeout). With one, the agent's
+        // heartbeat, answered within three or 10 s more; with several, a ping every lease period
+        // (three service heartbeats, at least 3 s) unless the agent's heartbeat is shorter, and a
+        // lease to answer.
+        let cases: [(Int, Int, Int, Int, Int)] = [
+            (30_000, 1_000, 1, 30_000, 40_000), (5_000, 1_000, 1, 5_000, 15_000), (1_000, 1_000, 1, 1_000, 3_000),
+            (30_000, 1_000, 2, 3_000, 3_000), (30_000, 500, 2, 3_000, 3_000), (30_000, 2_000, 3, 6_000, 6_000),
+            (500, 2_000, 2, 500, 6_000),
+        ]
+        for (agent, service, dispatchers, interval, timeout) in cases {
+            var config = HubConfig()
+            config.agentHeartbeatMs = agent
+            config.heartbeatMs = service
+            #expect(config.leasePeriodMs == max(3_000, 3 * service))
+            #expect(config.agentTransportHeartbeat(dispatchers: dispatchers) == (interval, timeout), "\(agent), \(service), \(dispatchers)")
+        }
     }
 
     @Test("outcomes are read from dispatch.requests, then dispatch.peers; peers belong to the dispatch section")
