@@ -50,14 +50,9 @@ public struct Dispatcher {
             acknowledge(route: route, ack, now: now, &actions)
         case .bye(let route, let installationId):
             // Only the session on this connection, for the installation it speaks for, ends.
-            guard let session = sessions[route] else {
-                refuse(route, .unauthorized, "say hello before saying bye: this connection has no session", &actions)
-                break
-            }
-            guard session.installationId == installationId else {
-                refuse(route, .forbidden, "this connection speaks for installation '\(session.installationId)', not '\(installationId)'", &actions)
-                break
-            }
+            guard let session = session(on: route, before: "saying bye", &actions),
+                speaksFor(session, installationId, on: route, &actions)
+            else { break }
             drop(route, reason: .left, &actions)
         case .accepted(let notifications, let after):
             plan(notifications, after: after, now: now, &actions)
@@ -104,10 +99,7 @@ public struct Dispatcher {
 
     private mutating func hello(route: Route, peerKey: String?, installationId: String, now: Date, _ actions: inout [DispatchAction]) {
         if let session = sessions[route] {
-            guard session.installationId == installationId else {
-                refuse(route, .forbidden, "this connection speaks for installation '\(session.installationId)'; connect again to speak for another", &actions)
-                return
-            }
+            guard speaksFor(session, installationId, on: route, &actions) else { return }
             session.lastSeen = now
             return
         }
@@ -184,6 +176,25 @@ public struct Dispatcher {
         } else {
             refuse(route, .unavailable, "no dispatcher serves shard \(shard) of installation '\(installationId)' yet; say hello again", &actions)
         }
+    }
+
+    /// The session on `route`; none, and the agent is told to say hello before `what`, when it has none.
+    private mutating func session(on route: Route, before what: String, _ actions: inout [DispatchAction]) -> Session? {
+        guard let session = sessions[route] else {
+            refuse(route, .unauthorized, "say hello before \(what): this connection has no session", &actions)
+            return nil
+        }
+        return session
+    }
+
+    /// Whether the session on `route` speaks for `installationId`; one connection speaks for one
+    /// installation, and a message for another is refused.
+    private mutating func speaksFor(_ session: Session, _ installationId: String, on route: Route, _ actions: inout [DispatchAction]) -> Bool {
+        guard session.installationId == installationId else {
+            refuse(route, .forbidden, "this connection speaks for installation '\(session.installationId)'; connect again to speak for another", &actions)
+            return false
+        }
+        return true
     }
 
     private mutating func refuse(_ route: Route, _ code: ErrorCode, _ message: String, _ actions: inout [DispatchAction]) {
@@ -302,10 +313,7 @@ public struct Dispatcher {
     }
 
     private mutating func acknowledge(route: Route, _ ack: AgentAck, now: Date, _ actions: inout [DispatchAction]) {
-        guard let session = sessions[route] else {
-            refuse(route, .unauthorized, "say hello before acknowledging: this connection has no session", &actions)
-            return
-        }
+        guard let session = session(on: route, before: "acknowledging", &actions) else { return }
         session.lastSeen = now
         let failures = ack.failures ?? []
         for id in ack.deliveryIds + failures.map(\.deliveryId) {

@@ -20,13 +20,11 @@ enum AgentFleet {
         var count = 1_000
         var prefix = "fleet"
         var tag = "fanout"
-        /// Hellos and transport heartbeats, as the agent has them; nil for the hub's `agentHeartbeatMs`.
-        var heartbeatMs: Int?
     }
 
     static func run(_ options: Options) throws {
         let environment = ProcessInfo.processInfo.environment
-        var config = try ConfigLoader.load(file: nil, environment: environment)
+        let config = try ConfigLoader.load(file: nil, environment: environment)
         let dataDirectory = URL(fileURLWithPath: config.dataDir, isDirectory: true)
         let keys = try KeyStore.loadOrCreate(directory: dataDirectory)
         guard let listen = keys.key(named: AccessKey.defaultListenName), let serverKey = BusKeys.publicKey(directory: dataDirectory)
@@ -34,7 +32,7 @@ enum AgentFleet {
         let credential = ConnectionString(endpoint: config.namespace, keyName: listen.name, key: listen.key)
         let bus = BusSecurity(
             serverKeys: nil, clientKeys: try BusSecurity.clientKeys(for: credential), serverPublicKey: serverKey, admitted: [])
-        if let heartbeatMs = options.heartbeatMs { config.agentHeartbeatMs = heartbeatMs }
+        // Hellos and transport heartbeats as the agent has them, from the hub's settings.
         let helloInterval = Duration.milliseconds(config.agentHeartbeatMs)
         let dispatchers = HubConfig.dispatcherEndpoints(config.dispatch.agents)
         let transport = config.agentTransportHeartbeat(dispatchers: dispatchers.count)

@@ -280,13 +280,13 @@ final class FleetProcess: @unchecked Sendable {
     private var stats: [String: Int] = [:]
     private(set) var latencies: [Double] = []
 
-    /// `heartbeatMs`: the agents' hellos and transport heartbeats; nil for the hub's `agentHeartbeatMs`.
-    init(cluster: HubCluster, prefix: String, count: Int, heartbeatMs: Int? = nil) throws {
+    /// The agents' hellos and transport heartbeats follow the cluster's `agentHeartbeatMs`.
+    init(cluster: HubCluster, prefix: String, count: Int) throws {
         self.prefix = prefix
         self.count = count
         process = Process()
         process.executableURL = cluster.binDirectory.appendingPathComponent("nh-bench")
-        process.arguments = ["fleet", "--count", String(count), "--prefix", prefix] + (heartbeatMs.map { ["--heartbeat-ms", String($0)] } ?? [])
+        process.arguments = ["fleet", "--count", String(count), "--prefix", prefix]
         process.environment = cluster.environment
         process.standardInput = input
         process.standardOutput = output

@@ -134,15 +134,11 @@ do {
         exit(0)
     }
     if CommandLine.arguments.dropFirst().first == "fleet" {
-        let parsed = try Arguments(Array(CommandLine.arguments.dropFirst(2)), valued: ["count", "prefix", "tag", "heartbeat-ms"], flags: [])
+        let parsed = try Arguments(Array(CommandLine.arguments.dropFirst(2)), valued: ["count", "prefix", "tag"], flags: [])
         var options = AgentFleet.Options()
         options.count = parsed[option: "count"].flatMap(Int.init) ?? options.count
         options.prefix = parsed[option: "prefix"] ?? options.prefix
         options.tag = parsed[option: "tag"] ?? options.tag
-        if let text = parsed[option: "heartbeat-ms"] {
-            guard let heartbeatMs = Int(text), heartbeatMs >= 100 else { throw ConfigError("--heartbeat-ms takes milliseconds, at least 100; got '\(text)'") }
-            options.heartbeatMs = heartbeatMs
-        }
         try AgentFleet.run(options)
         exit(0)
     }
