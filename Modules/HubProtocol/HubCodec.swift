@@ -87,7 +87,7 @@ public enum HubCodec {
     static func writeAround<M: HubMessage>(_ envelope: Envelope<M>) throws -> Data? {
         let type = envelope.type.rawValue
         guard isPlain(envelope.id), isPlain(type), envelope.auth.map(isPlain) ?? true else { return nil }
-        let payload = try encoder.encode(envelope.payload)
+        let payload = try envelope.payload.writtenJSON() ?? encoder.encode(envelope.payload)
         var out = Data(capacity: payload.count + 40 + envelope.id.utf8.count + (envelope.auth?.utf8.count ?? 0) + type.utf8.count)
         if let auth = envelope.auth {
             out.append(contentsOf: #"{"auth":""#.utf8)
@@ -477,7 +477,8 @@ public enum HubCodec {
     /// An envelope whose header a scan read, with only its payload's bytes decoded; nil when they
     /// do not decode.
     static func scannedEnvelope<M: HubMessage>(_: M.Type, _ data: Data, _ header: EnvelopeHeader, payload range: Range<Int>) -> Envelope<M>? {
-        guard let payload = try? payloadDecoder.decode(M.self, from: data.member(at: range))
+        let bytes = data.member(at: range)
+        guard let payload = bytes.withUnsafeBytes(M.readWritten) ?? (try? payloadDecoder.decode(M.self, from: bytes))
         else { return nil }
         var envelope = Envelope(id: header.id, auth: header.auth, payload: payload)
         envelope.v = header.v
@@ -661,11 +662,53 @@ public enum WireDate {
         let whole = Int64(milliseconds)
         let seconds = whole >= 0 ? whole / 1_000 : (whole - 999) / 1_000
         let fraction = Int(whole - seconds * 1_000)
+        if let text = written(seconds: seconds, milliseconds: fraction) { return text }
         var text = Date(timeIntervalSince1970: Double(seconds)).formatted(plain)
         guard text.last == "Z" else { return date.formatted(withFraction) }
         text.removeLast()
         let digits = String(fraction)
         return text + "." + String(repeating: "0", count: 3 - digits.count) + digits + "Z"
+    }
+
+    /// `format`'s text for a second from 1970 through 9999 and its milliseconds, from the
+    /// days' civil date (Hinnant's `civil_from_days`); nil for any other second, which Foundation's
+    /// style writes. Every announcement of a send writes two of these.
+    static func written(seconds: Int64, milliseconds: Int) -> String? {
+        guard seconds >= 0, seconds < 253_402_300_800, (0..<1_000).contains(milliseconds) else { return nil }
+        let days = seconds / 86_400, time = Int(seconds % 86_400)
+        let shifted = days + 719_468
+        let era = shifted / 146_097
+        let dayOfEra = shifted - era * 146_097
+        let yearOfEra = (dayOfEra - dayOfEra / 1_460 + dayOfEra / 36_524 - dayOfEra / 146_096) / 365
+        let dayOfYear = dayOfEra - (365 * yearOfEra + yearOfEra / 4 - yearOfEra / 100)
+        let monthFromMarch = (5 * dayOfYear + 2) / 153
+        let day = Int(dayOfYear - (153 * monthFromMarch + 2) / 5 + 1)
+        let month = Int(monthFromMarch < 10 ? monthFromMarch + 3 : monthFromMarch - 9)
+        let year = Int(yearOfEra + era * 400 + (month <= 2 ? 1 : 0))
+        return String(unsafeUninitializedCapacity: 24) { text in
+            func put(_ value: Int, _ at: Int, _ width: Int) {
+                var value = value
+                for index in stride(from: at + width - 1, through: at, by: -1) {
+                    text[index] = UInt8(ascii: "0") + UInt8(value % 10)
+                    value /= 10
+                }
+            }
+            put(year, 0, 4)
+            text[4] = UInt8(ascii: "-")
+            put(month, 5, 2)
+            text[7] = UInt8(ascii: "-")
+            put(day, 8, 2)
+            text[10] = UInt8(ascii: "T")
+            put(time / 3_600, 11, 2)
+            text[13] = UInt8(ascii: ":")
+            put(time / 60 % 60, 14, 2)
+            text[16] = UInt8(ascii: ":")
+            put(time % 60, 17, 2)
+            text[19] = UInt8(ascii: ".")
+            put(milliseconds, 20, 3)
+            text[23] = UInt8(ascii: "Z")
+            return 24
+        }
     }
 
     public static func parse(_ text: String) -> Date? {

@@ -66,6 +66,34 @@ public struct SendAccepted: HubMessage {
         self.notificationId = notificationId
         self.state = state
     }
+
+    /// `{"notificationId":"…","state":"…"}`, when the id is a string JSON writes as it is.
+    public func writtenJSON() -> Data? {
+        guard HubCodec.isPlain(notificationId) else { return nil }
+        var out = Data(capacity: 40 + notificationId.utf8.count)
+        out.append(contentsOf: Self.head)
+        out.append(contentsOf: notificationId.utf8)
+        out.append(contentsOf: Self.middle)
+        out.append(contentsOf: state.rawValue.utf8)
+        out.append(contentsOf: #""}"#.utf8)
+        return out
+    }
+
+    public static func readWritten(_ bytes: UnsafeRawBufferPointer) -> SendAccepted? {
+        guard bytes.starts(with: head), bytes.count > head.count + middle.count + 2,
+            bytes[bytes.count - 2] == UInt8(ascii: "\""), bytes[bytes.count - 1] == UInt8(ascii: "}"),
+            let quote = bytes[head.count...].firstIndex(of: UInt8(ascii: "\""))
+        else { return nil }
+        let id = UnsafeRawBufferPointer(rebasing: bytes[head.count..<quote])
+        let rest = UnsafeRawBufferPointer(rebasing: bytes[quote...])
+        guard rest.starts(with: middle), id.allSatisfy({ $0 >= 0x20 && $0 < 0x7f && $0 != UInt8(ascii: "\\") }),
+            let state = NotificationState(rawValue: String(decoding: rest[middle.count..<(rest.count - 2)], as: UTF8.self))
+        else { return nil }
+        return SendAccepted(notificationId: String(decoding: id, as: UTF8.self), state: state)
+    }
+
+    private static let head = Array(#"{"notificationId":""#.utf8)
+    private static let middle = Array(#"","state":""#.utf8)
 }
 
 public enum NotificationState: String, Codable, Sendable, CaseIterable {
@@ -156,7 +184,9 @@ public enum NotificationStream {
     /// The same, for a notification whose send is at hand as its JSON (as the publish store keeps
     /// it): the notification's JSON is made around those bytes, which are not decoded again.
     public static func body(sequence: UInt64, notificationId: String, send: Data, enqueuedAt: Date, expiresAt: Date) -> Data {
-        var body = Data()
+        // Written into an array and handed over once: appending to Data piece by piece costs more
+        // than the bytes, and every accepted send is written here.
+        var body: [UInt8] = []
         body.reserveCapacity(send.count + notificationId.utf8.count + 128)
         body.append(contentsOf: #"{"enqueuedAt":""#.utf8)
         body.append(contentsOf: WireDate.format(enqueuedAt).utf8)
@@ -165,13 +195,13 @@ public enum NotificationStream {
         body.append(contentsOf: #"","notificationId":"#.utf8)
         appendString(notificationId, to: &body)
         body.append(contentsOf: #","send":"#.utf8)
-        body.append(send)
+        body.append(contentsOf: send)
         body.append(contentsOf: #","sequence":\#(sequence)}"#.utf8)
-        return body.count <= inlineLimit ? body : Data(notificationId.utf8)
+        return body.count <= inlineLimit ? Data(body) : Data(notificationId.utf8)
     }
 
     /// `text` as a JSON string.
-    static func appendString(_ text: String, to data: inout Data) {
+    static func appendString(_ text: String, to data: inout [UInt8]) {
         data.append(UInt8(ascii: "\""))
         for byte in text.utf8 {
             switch byte {

@@ -190,6 +190,27 @@ struct DecodingErrorTests {
         #expect(WireDate.format(Date(timeIntervalSince1970: 253_402_300_799.999)) == "9999-12-31T23:59:59.999Z")
     }
 
+    @Test("a date from 1970 through 9999 is written from its digits exactly as Foundation's style writes it; any other by that style")
+    func datesWrittenAsFoundationWrites() throws {
+        let plain = Date.ISO8601FormatStyle()
+        func foundation(_ seconds: Int64, _ milliseconds: Int) -> String {
+            String(Date(timeIntervalSince1970: Double(seconds)).formatted(plain).dropLast()) + "." + String(format: "%03d", milliseconds) + "Z"
+        }
+        var generator = SystemRandomNumberGenerator()
+        // Year, century and leap-day edges, then seconds anywhere in the range.
+        var seconds: [Int64] = [0, 59, 86_399, 86_400, 951_782_399, 951_782_400, 951_868_800, 1_709_164_800, 4_107_542_399, 4_107_542_400,
+                                4_102_444_800, 253_402_300_799, 253_402_214_400]
+        for _ in 0..<5_000 { seconds.append(Int64.random(in: 0..<253_402_300_800, using: &generator)) }
+        for second in seconds {
+            let milliseconds = Int.random(in: 0..<1_000, using: &generator)
+            #expect(WireDate.written(seconds: second, milliseconds: milliseconds) == foundation(second, milliseconds), "\(second)")
+        }
+        for (second, milliseconds) in [(Int64(-1), 0), (253_402_300_800, 0), (0, 1_000), (0, -1)] {
+            #expect(WireDate.written(seconds: second, milliseconds: milliseconds) == nil)
+        }
+        #expect(WireDate.format(Date(timeIntervalSince1970: 253_402_300_800.5)) == (Date(timeIntervalSince1970: 253_402_300_800.5)).formatted(WireDate.withFraction))
+    }
+
     @Test("a date in the form the codec writes is read from its digits as Foundation's parser reads it; any other form is Foundation's")
     func datesReadAsFoundationReads() throws {
         let foundation = Date.ISO8601FormatStyle(includingFractionalSeconds: true)

@@ -64,4 +64,45 @@ struct GoldenFixtureTests {
         #expect(decoded.v == HubProtocolVersion.current)
         #expect(decoded.type == M.messageType)
     }
+
+    static let acceptedIds = [
+        "0190b3c8-7f1e-7a2b-9c3d-4e5f60718293", "", "with/slash", "naïve", #"say "hi""#, #"back\slash"#, "tab\there", "del\u{7f}",
+    ]
+
+    @Test("a send's acceptance is written by hand exactly as the encoder writes it, or left to the encoder",
+        arguments: NotificationState.allCases)
+    func acceptedWrittenAsTheEncoderWrites(state: NotificationState) throws {
+        let encoder = HubCodec.makeEncoder()
+        for id in Self.acceptedIds {
+            let accepted = SendAccepted(notificationId: id, state: state)
+            let byEncoder = try encoder.encode(accepted)
+            if let written = accepted.writtenJSON() {
+                #expect(written == byEncoder, "\(id)")
+                #expect(written.withUnsafeBytes(SendAccepted.readWritten) == accepted, "\(id)")
+            } else {
+                // Only what JSON would escape (or is not ASCII) goes to the encoder.
+                #expect(id.utf8.contains { $0 < 0x20 || $0 >= 0x7f || $0 == UInt8(ascii: "\"") || $0 == UInt8(ascii: "\\") }, "'\(id)' left to the encoder")
+            }
+            // Either way, the envelope reads back.
+            let envelope = Envelope(id: "r-1", auth: nil, payload: accepted)
+            #expect(try HubCodec.decodeReply(SendAccepted.self, from: HubCodec.encode(envelope)) == envelope)
+        }
+    }
+
+    @Test("only the exact written form of an acceptance is read without the decoder; the decoder reads every other")
+    func acceptedReadOnlyInTheWrittenForm() throws {
+        let others = [
+            #"{ "notificationId":"a","state":"Enqueued"}"#, #"{"state":"Enqueued","notificationId":"a"}"#,
+            #"{"notificationId":"a","state":"Enqueued","extra":1}"#, #"{"notificationId":"a\/b","state":"Enqueued"}"#,
+            #"{"notificationId":"a","state":"Lost"}"#, #"{"notificationId":"a","state":"Enqueued""#, #"{"notificationId":"a","state":"Enqueued"}}"#,
+            #"{"notificationId":"a"}"#, #"{"notificationId":"a","state":"Enqueued" }"#, #"{"notificationId":"a\"b","state":"Enqueued"}"#,
+            #"{"notificationId":"\#u{1}","state":"Enqueued"}"#, "",
+        ]
+        for text in others {
+            #expect(Data(text.utf8).withUnsafeBytes(SendAccepted.readWritten) == nil, "\(text)")
+        }
+        // Bytes the decoder accepts still decode, as before.
+        let spaced = Data(#"{"v":1,"type":"notification.accepted","id":"r-2","payload":{ "state":"Completed", "notificationId":"a\/b"}}"#.utf8)
+        #expect(try HubCodec.decodeReply(SendAccepted.self, from: spaced).payload == SendAccepted(notificationId: "a/b", state: .completed))
+    }
 }
