@@ -88,7 +88,9 @@ public enum HubCodec {
         let type = envelope.type.rawValue
         guard isPlain(envelope.id), isPlain(type), envelope.auth.map(isPlain) ?? true else { return nil }
         let payload = try envelope.payload.writtenJSON() ?? encoder.encode(envelope.payload)
-        var out = Data(capacity: payload.count + 40 + envelope.id.utf8.count + (envelope.auth?.utf8.count ?? 0) + type.utf8.count)
+        // Written into an array and handed over once: Data's generic appends cost more than the bytes.
+        var out: [UInt8] = []
+        out.reserveCapacity(payload.count + 40 + envelope.id.utf8.count + (envelope.auth?.utf8.count ?? 0) + type.utf8.count)
         if let auth = envelope.auth {
             out.append(contentsOf: #"{"auth":""#.utf8)
             out.append(contentsOf: auth.utf8)
@@ -98,13 +100,13 @@ public enum HubCodec {
         }
         out.append(contentsOf: envelope.id.utf8)
         out.append(contentsOf: #"","payload":"#.utf8)
-        out.append(payload)
+        out.append(contentsOf: payload)
         out.append(contentsOf: #","type":""#.utf8)
         out.append(contentsOf: type.utf8)
         out.append(contentsOf: #"","v":"#.utf8)
         out.append(contentsOf: String(envelope.v).utf8)
         out.append(UInt8(ascii: "}"))
-        return out
+        return Data(out)
     }
 
     /// A string JSON writes as it is: printable ASCII other than `"` and `\`.

@@ -70,13 +70,14 @@ public struct SendAccepted: HubMessage {
     /// `{"notificationId":"…","state":"…"}`, when the id is a string JSON writes as it is.
     public func writtenJSON() -> Data? {
         guard HubCodec.isPlain(notificationId) else { return nil }
-        var out = Data(capacity: 40 + notificationId.utf8.count)
+        var out: [UInt8] = []
+        out.reserveCapacity(40 + notificationId.utf8.count)
         out.append(contentsOf: Self.head)
         out.append(contentsOf: notificationId.utf8)
         out.append(contentsOf: Self.middle)
         out.append(contentsOf: state.rawValue.utf8)
         out.append(contentsOf: #""}"#.utf8)
-        return out
+        return Data(out)
     }
 
     public static func readWritten(_ bytes: UnsafeRawBufferPointer) -> SendAccepted? {
