@@ -417,7 +417,7 @@ public enum HubCodec {
             decoded = envelope
             // `{}`: no fields at all.
             if range.count == 2 { return (envelope, nil) }
-            reencoded = try? encoder.encode(envelope.payload)
+            reencoded = envelope.payload.writtenJSON() ?? (try? encoder.encode(envelope.payload))
             if let reencoded, range.count == reencoded.count,
                 data.member(at: range).elementsEqual(reencoded)
             {

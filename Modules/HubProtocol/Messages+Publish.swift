@@ -257,8 +257,8 @@ public enum NotificationStream {
                 case 4 where key.elementsEqual("send".utf8):
                     // One level below the body's root, as the payload decoder counts depth.
                     guard send == nil, bytes[value.lowerBound] == 0x7b,
-                        let value = try? HubCodec.payloadDecoder.decode(
-                            SendNotification.self, from: body.member(at: value))
+                        let value = SendNotification.readWritten(UnsafeRawBufferPointer(rebasing: raw[value]))
+                            ?? (try? HubCodec.payloadDecoder.decode(SendNotification.self, from: body.member(at: value)))
                     else { return nil }
                     send = value
                 default:

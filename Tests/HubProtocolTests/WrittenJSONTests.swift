@@ -1,0 +1,117 @@
+import Foundation
+@testable import HubProtocol
+import Testing
+
+/// A send written and read without the JSON coders must be byte for byte what the encoder writes,
+/// and read only bytes the decoder reads to the same send.
+@Suite("Sends written and read without the coders")
+struct WrittenJSONTests {
+    static let plainTexts = ["", "a", "World", "tag && other || (x)", "with/slash", "sp ace", "{$(m)}", "0", "~`!@#$%^&*()_+=-[]{}|;:',.<>?"]
+    static let otherTexts = [#"say "hi""#, #"back\slash"#, "tab\there", "naïve", "del\u{7f}", "bell\u{7}"]
+
+    static func randomSend(_ generator: inout some RandomNumberGenerator, texts: [String]) -> SendNotification {
+        func text() -> String? { Bool.random(using: &generator) ? texts.randomElement(using: &generator)! : nil }
+        func map() -> [String: String]? {
+            guard Bool.random(using: &generator) else { return nil }
+            var map: [String: String] = [:]
+            for _ in 0..<Int.random(in: 0...5, using: &generator) {
+                map[(texts.randomElement(using: &generator)! + String(Int.random(in: 0...20, using: &generator)))] = texts.randomElement(using: &generator)!
+            }
+            return map
+        }
+        var send = SendNotification(
+            idempotencyKey: text(), format: Bool.random(using: &generator) ? .template : .native, body: text(), properties: map(),
+            tagExpression: text(), installationId: text(), userId: text(),
+            timeToLive: Bool.random(using: &generator) ? [0, 1, -1, 60, Int.max, Int.min, 2_419_200].randomElement(using: &generator)! : nil,
+            platform: Bool.random(using: &generator) ? Platform.allCases.randomElement(using: &generator)! : nil, headers: map())
+        if Int.random(in: 0..<10, using: &generator) == 0 { send.test = true }
+        if Int.random(in: 0..<10, using: &generator) == 0 { send.scheduledAt = Date(timeIntervalSince1970: 1_780_000_000.25) }
+        if Int.random(in: 0..<10, using: &generator) == 0 { send.installationIds = ["a", "b"] }
+        return send
+    }
+
+    @Test("a plain send is written exactly as the encoder writes it and read back; any other is left to the encoder")
+    func writtenAsTheEncoderWrites() throws {
+        let encoder = HubCodec.makeEncoder()
+        var generator = SystemRandomNumberGenerator()
+        var written = 0
+        for round in 0..<4_000 {
+            let send = Self.randomSend(&generator, texts: round % 4 == 0 ? Self.plainTexts + Self.otherTexts : Self.plainTexts)
+            let byEncoder = try encoder.encode(send)
+            let plainStrings = [send.body, send.idempotencyKey, send.installationId, send.tagExpression, send.userId].compactMap { $0 }
+                + (send.properties.map { Array($0.keys) + Array($0.values) } ?? []) + (send.headers.map { Array($0.keys) + Array($0.values) } ?? [])
+            let writable = send.test == nil && send.scheduledAt == nil && send.installationIds == nil && send.rich == nil
+                && plainStrings.allSatisfy(HubCodec.isPlain)
+            guard let bytes = send.writtenJSON() else {
+                #expect(!writable, "\(String(decoding: byEncoder, as: UTF8.self)) was left to the encoder")
+                continue
+            }
+            written += 1
+            #expect(writable)
+            #expect(bytes == byEncoder, "\(String(decoding: bytes, as: UTF8.self)) against \(String(decoding: byEncoder, as: UTF8.self))")
+            #expect(bytes.withUnsafeBytes(SendNotification.readWritten) == send)
+        }
+        #expect(written > 1_000)
+    }
+
+    @Test("bytes not in the written form are left to the decoder")
+    func otherFormsLeftToTheDecoder() {
+        let others = [
+            #"{"format":"template" }"#, #"{ "format":"template"}"#, #"{"tagExpression":"a","format":"template"}"#,
+            #"{"format":"template","format":"template"}"#, #"{"format":"template","timeToLive":060}"#, #"{"format":"template","timeToLive":-0}"#,
+            #"{"format":"template","timeToLive":1.0}"#, #"{"format":"template","timeToLive":99999999999999999999}"#,
+            #"{"format":"template","tagExpression":"a\/b"}"#, #"{"format":"template","extra":1}"#, #"{"format":"template","body":null}"#,
+            #"{"format":"template"}x"#, #"{"format":"template""#, #"{"body":"b"}"#, #"{"format":"other"}"#, #"{"format":"native","platform":"Apns"}"#,
+            #"{"format":"template","properties":{"b":"1","a":"2"}}"#, #"{"format":"template","properties":{"a":"1","a":"2"}}"#,
+            #"{"format":"template","properties":{"a":1}}"#, #"{"format":"template","properties":{"a":"1",}}"#, #"{"format":"template","properties":[]}"#,
+            #"{"format":"template","test":true}"#, #"{"format":"template","scheduledAt":"2026-05-28T20:26:40.250Z"}"#, "{}", "", "{",
+            #"{"format":"template",}"#, #"{,"format":"template"}"#,
+        ]
+        for text in others {
+            #expect(Data(text.utf8).withUnsafeBytes(SendNotification.readWritten) == nil, "\(text)")
+        }
+    }
+
+    @Test("whatever is read without the decoder, the decoder reads to the same send")
+    func readOnlyWhatTheDecoderReadsAlike() throws {
+        var generator = SystemRandomNumberGenerator()
+        let decoder = HubCodec.makeDecoder()
+        let alphabet = Array(#"{}[]",:"0123456789-abz \/"#.utf8)
+        var read = 0
+        for _ in 0..<20_000 {
+            var written: Data?
+            while written == nil { written = Self.randomSend(&generator, texts: Self.plainTexts).writtenJSON() }
+            var bytes = [UInt8](written!)
+            for _ in 0..<Int.random(in: 1...3, using: &generator) {
+                let at = Int.random(in: 0..<max(bytes.count, 1), using: &generator)
+                switch Int.random(in: 0..<3, using: &generator) {
+                case 0 where !bytes.isEmpty: bytes[at] = alphabet.randomElement(using: &generator)!
+                case 1 where !bytes.isEmpty: bytes.remove(at: at)
+                default: bytes.insert(alphabet.randomElement(using: &generator)!, at: min(at, bytes.count))
+                }
+            }
+            guard let send = bytes.withUnsafeBytes(SendNotification.readWritten) else { continue }
+            read += 1
+            #expect(try decoder.decode(SendNotification.self, from: Data(bytes)) == send, "\(String(decoding: bytes, as: UTF8.self))")
+        }
+        #expect(read > 0)
+    }
+
+    @Test("a send request in the written form is decoded, checked and stored as before")
+    func requestsDecodeAsBefore() throws {
+        let send = SendNotification(format: .template, properties: ["messageParam": "bus 1 2"], tagExpression: "HttpBench")
+        let data = HubCodec.encode(send, id: "r-1", auth: "token")
+        let (envelope, payloadJSON) = try HubCodec.decodeChecked(SendNotification.self, from: data)
+        #expect(envelope.payload == send)
+        #expect(payloadJSON == (try HubCodec.makeEncoder().encode(send)))
+        // A member the type lacks is still refused, named.
+        let extra = Data(#"{"auth":"token","id":"r-2","payload":{"format":"template","zzz":1},"type":"notification.send","v":1}"#.utf8)
+        #expect(throws: HubError.self) { try HubCodec.decodeChecked(SendNotification.self, from: extra) }
+        do {
+            _ = try HubCodec.decodeChecked(SendNotification.self, from: extra)
+        } catch {
+            #expect(error.code == .unknownField)
+            #expect(error.message.contains("zzz"))
+        }
+    }
+}
