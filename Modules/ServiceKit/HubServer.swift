@@ -178,6 +178,9 @@ public final class HubServer {
         case decoded(Handler, Any, type: MessageType, id: String, seconds: Double)
     }
 
+    /// The cores decoding may use, read once: Foundation reads the count from files on each ask.
+    static let cores = ProcessInfo.processInfo.activeProcessorCount
+
     /// Requests at least this many in a group are decoded on more than one thread.
     static let parallelDecodeFrom = 8
 
@@ -185,7 +188,7 @@ public final class HubServer {
     /// or more: the handlers' decoding is plain (`Handler`), and what each request gives is kept
     /// in its own slot, in order.
     func decodeAll(_ bodies: [[Data]]) -> [Decoded] {
-        let cores = ProcessInfo.processInfo.activeProcessorCount
+        let cores = Self.cores
         guard bodies.count >= Self.parallelDecodeFrom, cores > 1 else { return bodies.map(decode) }
         let shares = min(cores, bodies.count / (Self.parallelDecodeFrom / 2))
         let slots = DecodeSlots(count: bodies.count)

@@ -1,5 +1,6 @@
 import Foundation
-import HubProtocol
+@testable import HubProtocol
+import Synchronization
 import Testing
 
 @Suite("Random ids")
@@ -27,5 +28,24 @@ struct RandomIDTests {
         // The 74 bits beside the time are random: ids of one millisecond differ.
         let sameInstant = Set((0..<100).map { _ in RandomID.timeOrdered(at: start) })
         #expect(sameInstant.count == 100)
+    }
+
+    @Test("the pool hands out each random byte once, across its refills, and ids made on many threads at once are all different")
+    func poolAcrossRefills() {
+        var pool = RandomPool()
+        var chunks = Set<[UInt64]>()
+        // 16 bytes a take: 64 takes a kilobyte, so 1,000 takes refill it 15 times.
+        for _ in 0..<1_000 {
+            let (a, b) = pool.take()
+            chunks.insert([a, b])
+        }
+        #expect(chunks.count == 1_000)
+        #expect(!chunks.contains([0, 0]))
+        let ids = Mutex(Set<String>())
+        DispatchQueue.concurrentPerform(iterations: 8) { _ in
+            let mine = (0..<2_000).map { _ in RandomID.timeOrdered() }
+            ids.withLock { $0.formUnion(mine) }
+        }
+        #expect(ids.withLock { $0.count } == 16_000)
     }
 }
