@@ -267,17 +267,30 @@ public final class HTTPServer: @unchecked Sendable {
     /// Written on every resume, from any thread, so that the caller's loop runs the server.
     private var wakeDescriptor: Int32 = -1
 
-    /// Makes `fileDescriptor` readable, after a connection is resumed.
+    /// Makes `fileDescriptor` readable, after a connection is resumed: once until `run()` next
+    /// begins, however many connections resume meanwhile.
     fileprivate func wake() {
-        if wakeDescriptor >= 0 { nh_poll_wake(wakeDescriptor) }
+        guard wakeDescriptor >= 0, !woken.exchange(true, ordering: .acquiringAndReleasing) else { return }
+        nh_poll_wake(wakeDescriptor)
     }
+
+    /// A wake is written and not yet drained. Cleared as `run()` begins, before libmicrohttpd
+    /// looks at the connections, so a resume after that writes again and none is missed. Each
+    /// `run()` then costs no read of the descriptor unless a wake came.
+    private let woken = Atomic<Bool>(false)
 
     /// Reads, writes and answers what is ready, on the caller's loop (`callerPolls`). Runs again
     /// while libmicrohttpd has work left that its descriptor would not show (bytes already read),
     /// a bounded number of times; `timeoutMilliseconds` then says 0.
     public func run() {
         guard callerPolls, let daemon else { return }
-        nh_poll_drain(wakeDescriptor)
+        // Drained, then cleared by a read-modify-write: a wake that came meanwhile found the flag
+        // set and wrote nothing, and the exchange, ordered after it, makes its resumed connection
+        // visible to the run below. A wake after the exchange writes again.
+        if woken.load(ordering: .acquiring) {
+            nh_poll_drain(wakeDescriptor)
+            _ = woken.exchange(false, ordering: .acquiringAndReleasing)
+        }
         for _ in 0..<16 {
             _ = MHD_run(daemon)
             guard nh_mhd_timeout(daemon) == 0 else { return }

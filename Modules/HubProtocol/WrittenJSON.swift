@@ -123,6 +123,9 @@ struct WrittenJSONReader {
     /// A member began but did not read.
     private var broken = false
 
+    /// Every byte is read.
+    var atEnd: Bool { at == bytes.count }
+
     /// After the last member: the object closes and the bytes end there.
     mutating func done() -> Bool {
         !broken && take(UInt8(ascii: "}")) && at == bytes.count
@@ -163,6 +166,19 @@ struct WrittenJSONReader {
             map[String(decoding: key, as: UTF8.self)] = String(decoding: value, as: UTF8.self)
         } while take(UInt8(ascii: ","))
         return take(UInt8(ascii: "}")) ? map : nil
+    }
+}
+
+/// The written form read from outside the protocol's own messages.
+public enum WrittenJSON {
+    /// An object of plain strings in the written form (compact, keys in byte order, such as
+    /// `{"messageParam":"hello"}`); nil for any other bytes, which the decoder then reads.
+    public static func stringMap(_ data: Data) -> [String: String]? {
+        data.withUnsafeBytes { raw in
+            var reader = WrittenJSONReader(raw)
+            guard let map = reader.map(), reader.atEnd else { return nil }
+            return map
+        }
     }
 }
 

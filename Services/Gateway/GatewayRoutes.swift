@@ -116,7 +116,7 @@ final class GatewayRoutes: @unchecked Sendable {
     /// once the hub and api-version are checked.
     private func resolve(_ request: HTTPRequest) throws -> Resolved {
         if let page = try web.serve(request) { return .page(page) }
-        let segments = request.path.split(separator: "/").map { $0.contains("%") ? $0.removingPercentEncoding ?? String($0) : String($0) }
+        let segments = request.path.split(separator: "/").map { $0.utf8.contains(UInt8(ascii: "%")) ? $0.removingPercentEncoding ?? String($0) : String($0) }
         guard let first = segments.first else { throw HubError(.notFound, "no resource at '/'; hub resources are under /\(hub)/") }
         if first == "metrics", segments.count == 1, request.method == "GET" { return .metrics }
         if first == "up" { return .pushEndpoint(Array(segments.dropFirst())) }
@@ -472,9 +472,10 @@ final class GatewayRoutes: @unchecked Sendable {
 
     /// A template send's body: a JSON object of strings.
     static func propertyMap(_ body: Data) throws -> [String: String] {
-        // An object of strings, as nearly every template send is, decodes in one pass; anything
-        // else is parsed again to say what is wrong with it.
-        if let properties = try? propertyDecoder.decode([String: String].self, from: body) { return properties }
+        // An object of strings, as nearly every template send is, decodes in one pass (without the
+        // decoder when written compactly, keys in order); anything else is parsed again to say what
+        // is wrong with it.
+        if let properties = WrittenJSON.stringMap(body) ?? (try? propertyDecoder.decode([String: String].self, from: body)) { return properties }
         guard let object = JSONValue.parse(body)?.objectValue else {
             throw HubError(.invalidPayload, "a template notification's body must be a JSON object of property names to strings")
         }

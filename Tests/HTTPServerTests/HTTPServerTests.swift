@@ -278,6 +278,29 @@ struct HTTPServerTests {
         #expect(later.response().hasSuffix("GET /again q= h=- body=0 tooLarge=false"))
     }
 
+    @Test("answers sent from other threads, many at once, each wake the poller: none waits for a later one", arguments: Polling.allCases)
+    func answersFromOtherThreadsAllWake(_ polling: Polling) throws {
+        let server = try Self.server(polling, inline: { request, reply in
+            // Answered on another thread a moment later, as a reply from another service would be.
+            DispatchQueue.global().asyncAfter(deadline: .now() + .microseconds(Int.random(in: 0..<300))) {
+                reply.send(HTTPResponse(status: 200, body: Data(request.path.utf8)))
+            }
+            return true
+        }, handler: Self.echo)
+        defer { server.stop() }
+        let answered = Mutex(0)
+        DispatchQueue.concurrentPerform(iterations: 8) { connection in
+            guard let client = try? RawClient(port: server.port) else { return }
+            for index in 0..<200 {
+                client.send("GET /c\(connection)-\(index) HTTP/1.1\r\nHost: x\r\n\r\n")
+                // A wake lost would leave this answer waiting until the client's 10 s timeout.
+                guard client.response().hasSuffix("/c\(connection)-\(index)") else { return }
+                answered.withLock { $0 += 1 }
+            }
+        }
+        #expect(answered.withLock { $0 } == 1_600)
+    }
+
     @Test("stopping the server answers replies still awaited with 503; a reply sent after is dropped", arguments: Polling.allCases)
     func stopAnswersAwaited(_ polling: Polling) throws {
         let held = Mutex<HTTPReply?>(nil)

@@ -114,4 +114,30 @@ struct WrittenJSONTests {
             #expect(error.message.contains("zzz"))
         }
     }
+
+    @Test("a map of plain strings as the encoder writes it is read without the decoder; whatever is read, the decoder reads alike")
+    func stringMaps() throws {
+        var generator = SystemRandomNumberGenerator()
+        let encoder = HubCodec.makeEncoder(), decoder = HubCodec.makeDecoder()
+        let alphabet = Array(#"{}[]",:"0123456789-abz \/"#.utf8)
+        var mutatedRead = 0
+        for _ in 0..<5_000 {
+            var map: [String: String] = [:]
+            for _ in 0..<Int.random(in: 0...4, using: &generator) {
+                map[Self.plainTexts.randomElement(using: &generator)! + String(Int.random(in: 0...9, using: &generator))] = Self.plainTexts.randomElement(using: &generator)!
+            }
+            let written = try encoder.encode(map)
+            #expect(WrittenJSON.stringMap(written) == map, "\(String(decoding: written, as: UTF8.self))")
+            var bytes = [UInt8](written)
+            let at = Int.random(in: 0..<bytes.count, using: &generator)
+            if Bool.random(using: &generator) { bytes[at] = alphabet.randomElement(using: &generator)! } else { bytes.insert(alphabet.randomElement(using: &generator)!, at: at) }
+            guard let read = WrittenJSON.stringMap(Data(bytes)) else { continue }
+            mutatedRead += 1
+            #expect(try decoder.decode([String: String].self, from: Data(bytes)) == read, "\(String(decoding: bytes, as: UTF8.self))")
+        }
+        #expect(mutatedRead > 0)
+        for text in [#"{"b":"1","a":"2"}"#, #"{"a":"1","a":"2"}"#, #"{ "a":"1"}"#, #"{"a":"1"} "#, #"{"a":1}"#, #"{"a":"\u0041"}"#, "[]", ""] {
+            #expect(WrittenJSON.stringMap(Data(text.utf8)) == nil, "\(text)")
+        }
+    }
 }
