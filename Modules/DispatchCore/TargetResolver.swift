@@ -57,7 +57,7 @@ public struct TargetResolver {
             // matches, and `unplannable` says why (the dispatcher logs it).
             let parsed: TagExpression
             do {
-                parsed = try TagExpression.parse(text)
+                parsed = try TagExpression.parsed(text)
             } catch {
                 return []
             }
@@ -147,7 +147,7 @@ public struct TargetResolver {
     public static func unplannable(_ send: SendNotification) -> String? {
         guard let text = send.tagExpression else { return nil }
         do {
-            _ = try TagExpression.parse(text)
+            _ = try TagExpression.parsed(text)
             return nil
         } catch {
             return "its tag expression '\(text.prefix(200))' does not parse here (\(error.message)), so it reaches no one"

@@ -1,3 +1,5 @@
+import Synchronization
+
 /// A parsed tag expression: tags joined by `&&`, `||` and `!`, with parentheses.
 /// `!` binds tightest, then `&&`, then `||`. An expression that uses only `||` may name up to
 /// 20 tags; any other, up to 6.
@@ -26,6 +28,25 @@ public indirect enum TagExpression: Equatable, Sendable, CustomStringConvertible
         }
         return expression
     }
+
+    /// `parse`, remembered: the same expression comes with send after send (a broadcast's tag, a
+    /// backend's segment), and both the publish service's check and the dispatcher's plan read
+    /// it. Only expressions that parse are kept, at most `rememberedLimit` of them (all are let go
+    /// when that many are held) and none longer than `rememberedLength` bytes.
+    public static func parsed(_ text: String) throws(TagError) -> TagExpression {
+        guard text.utf8.count <= rememberedLength else { return try parse(text) }
+        if let known = remembered.withLock({ $0[text] }) { return known }
+        let expression = try parse(text)
+        remembered.withLock { known in
+            if known.count >= rememberedLimit { known.removeAll(keepingCapacity: true) }
+            known[text] = expression
+        }
+        return expression
+    }
+
+    public static let rememberedLimit = 1_024
+    public static let rememberedLength = 1_024
+    private static let remembered = Mutex<[String: TagExpression]>([:])
 
     public func matches(_ tags: Set<String>) -> Bool { matches(where: tags.contains) }
 

@@ -31,7 +31,7 @@ enum SendRules {
                     "the tag expression is \(expression.utf8.count) bytes; the limit is \(maxExpressionBytes) (limits.expressionBytes)")
             }
             do {
-                _ = try TagExpression.parse(expression)
+                _ = try TagExpression.parsed(expression)
             } catch {
                 throw HubError(.invalidExpression, "tag expression '\(expression)': \(error.message)")
             }

@@ -51,6 +51,23 @@ struct TagTests {
 
 @Suite("Tag expressions")
 struct TagExpressionTests {
+    @Test("a remembered parse answers as a fresh one, refusals included, past the limit of what it keeps")
+    func rememberedParse() throws {
+        var texts = ["a || b && !c", "(a || b) && c", "World", "a &&", "", "((a)", "!!!x", String(repeating: "x", count: TagExpression.rememberedLength + 1)]
+        texts += (0..<(TagExpression.rememberedLimit + 10)).map { "tag\($0) || other\($0 % 7)" }
+        for _ in 0..<2 {
+            for text in texts {
+                let fresh = Result { () throws(TagError) in try TagExpression.parse(text) }
+                let remembered = Result { () throws(TagError) in try TagExpression.parsed(text) }
+                switch (fresh, remembered) {
+                case (.success(let a), .success(let b)): #expect(a == b, "\(text)")
+                case (.failure(let a), .failure(let b)): #expect(a.message == b.message, "\(text)")
+                default: Issue.record("'\(text)': \(fresh) against \(remembered)")
+                }
+            }
+        }
+    }
+
     @Test("precedence: ! then && then ||")
     func precedence() throws {
         #expect(try TagExpression.parse("a || b && !c") == .or(.tag("a"), .and(.tag("b"), .not(.tag("c")))))
