@@ -103,9 +103,10 @@ static inline void nh_poll_wake(int event_fd) {
     (void)!write(event_fd, &one, sizeof(one));
 }
 
-static inline void nh_poll_drain(int event_fd) {
+/* 1 when a wake was read (and the descriptor is quiet again), 0 when none had been written yet. */
+static inline int nh_poll_drain(int event_fd) {
     uint64_t count;
-    (void)!read(event_fd, &count, sizeof(count));
+    return read(event_fd, &count, sizeof(count)) == (ssize_t)sizeof(count);
 }
 
 #endif

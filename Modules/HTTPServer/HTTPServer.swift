@@ -286,9 +286,10 @@ public final class HTTPServer: @unchecked Sendable {
         guard callerPolls, let daemon else { return }
         // Drained, then cleared by a read-modify-write: a wake that came meanwhile found the flag
         // set and wrote nothing, and the exchange, ordered after it, makes its resumed connection
-        // visible to the run below. A wake after the exchange writes again.
-        if woken.load(ordering: .acquiring) {
-            nh_poll_drain(wakeDescriptor)
+        // visible to the run below. A wake after the exchange writes again. A wake whose flag is
+        // set but whose write has not landed yet leaves the flag set: its write, when it lands,
+        // brings the loop here again to read it, so the descriptor never stays readable unread.
+        if woken.load(ordering: .acquiring), nh_poll_drain(wakeDescriptor) != 0 {
             _ = woken.exchange(false, ordering: .acquiringAndReleasing)
         }
         for _ in 0..<16 {

@@ -26,7 +26,7 @@ public protocol HubMessage: Codable, Sendable, Equatable {
     /// nil to leave it to the encoder. For a reply on the hot path (a send's acceptance).
     func writtenJSON() -> Data?
     /// The payload read from exactly that form without the decoder; nil for any other bytes, which
-    /// the decoder then reads as before.
+    /// the decoder then reads.
     static func readWritten(_ bytes: UnsafeRawBufferPointer) -> Self?
 }
 

@@ -87,7 +87,8 @@ public struct SendAccepted: HubMessage {
         else { return nil }
         let id = UnsafeRawBufferPointer(rebasing: bytes[head.count..<quote])
         let rest = UnsafeRawBufferPointer(rebasing: bytes[quote...])
-        guard rest.starts(with: middle), id.allSatisfy({ $0 >= 0x20 && $0 < 0x7f && $0 != UInt8(ascii: "\\") }),
+        guard rest.count >= middle.count + 2, rest.starts(with: middle),
+            id.allSatisfy({ $0 >= 0x20 && $0 < 0x7f && $0 != UInt8(ascii: "\\") }),
             let state = NotificationState(rawValue: String(decoding: rest[middle.count..<(rest.count - 2)], as: UTF8.self))
         else { return nil }
         return SendAccepted(notificationId: String(decoding: id, as: UTF8.self), state: state)

@@ -46,9 +46,10 @@ public enum RandomID {
     }
 }
 
-/// Random bytes from the kernel's generator, fetched a kilobyte at a time (in calls of 256 bytes)
-/// rather than 8 bytes a call: an accepted send's id costs no system call of its own. Bytes handed out are wiped from
-/// the pool, so that what is left in memory never tells an id already made.
+/// Random bytes from the kernel's generator, fetched a kilobyte at a time (in calls of 256 bytes),
+/// so that an accepted send's id costs no system call of its own. Bytes handed out are wiped from
+/// the pool (`explicit_bzero`, which the optimiser keeps), so what is left in memory never tells an
+/// id already made.
 struct RandomPool {
     private var bytes = [UInt8](repeating: 0, count: 1_024)
     private var used = 1_024
@@ -59,7 +60,7 @@ struct RandomPool {
         defer { used += 16 }
         return bytes.withUnsafeMutableBytes { raw in
             let taken = (raw.loadUnaligned(fromByteOffset: used, as: UInt64.self), raw.loadUnaligned(fromByteOffset: used + 8, as: UInt64.self))
-            raw.baseAddress!.advanced(by: used).initializeMemory(as: UInt8.self, repeating: 0, count: 16)
+            explicit_bzero(raw.baseAddress! + used, 16)
             return taken
         }
     }

@@ -166,7 +166,14 @@ public final class SQLiteDatabase {
     public func transaction<T>(_ body: () throws -> T) throws -> T {
         try nesting.run(
             body,
-            begin: { try execute($0.map { "SAVEPOINT \($0)" } ?? "BEGIN IMMEDIATE") },
+            begin: { savepoint in
+                // Inside a transaction SQLite has rolled back (a full disk), a savepoint would open
+                // a transaction of its own, and its release would commit it alone.
+                if savepoint != nil, let handle, sqlite3_get_autocommit(handle) != 0 {
+                    throw StorageError(code: SQLITE_ABORT, message: "the transaction was rolled back by an earlier error", operation: "SAVEPOINT")
+                }
+                try execute(savepoint.map { "SAVEPOINT \($0)" } ?? "BEGIN IMMEDIATE")
+            },
             commit: { try execute($0.map { "RELEASE \($0)" } ?? "COMMIT") },
             rollBack: { savepoint in
                 // SQLite may have rolled the transaction back already.

@@ -31,10 +31,12 @@ public indirect enum TagExpression: Equatable, Sendable, CustomStringConvertible
 
     /// `parse`, remembered: the same expression comes with send after send (a broadcast's tag, a
     /// backend's segment), and both the publish service's check and the dispatcher's plan read
-    /// it. Only expressions that parse are kept, at most `rememberedLimit` of them (all are let go
-    /// when that many are held) and none longer than `rememberedLength` bytes.
+    /// it. Only expressions that parse are kept, in ASCII, at most `rememberedLimit` of them (all are
+    /// let go when that many are held) and none longer than `rememberedLength` bytes.
     public static func parsed(_ text: String) throws(TagError) -> TagExpression {
-        guard text.utf8.count <= rememberedLength else { return try parse(text) }
+        // Only ASCII can parse, and only ASCII is kept: Swift's strings compare by canonical
+        // equivalence, so a key such as "\u{212A}iosk" (Kelvin sign) would find "Kiosk".
+        guard text.utf8.count <= rememberedLength, text.utf8.allSatisfy({ $0 < 0x80 }) else { return try parse(text) }
         if let known = remembered.withLock({ $0[text] }) { return known }
         let expression = try parse(text)
         remembered.withLock { known in

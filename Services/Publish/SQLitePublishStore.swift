@@ -28,8 +28,8 @@ final class SQLitePublishStore: PublishEngine {
     private func accept(_ send: SendNotification, timeToLive: Int, now: Date, id given: String?, encoded: Data? = nil) throws
         -> (AcceptedNotification, isNew: Bool)
     {
-        // Without a key, the send is one INSERT, which SQLite makes or undoes whole by itself: no
-        // savepoint of its own inside the group's transaction (two statements fewer a send).
+        // Without a key, the send is one INSERT, which SQLite makes or undoes whole by itself, so it
+        // needs no savepoint of its own inside the group's transaction.
         guard send.idempotencyKey != nil else { return try insert(send, timeToLive: timeToLive, now: now, id: given, encoded: encoded) }
         return try database.transaction {
             if let key = send.idempotencyKey,

@@ -71,6 +71,8 @@ enum Polling: CaseIterable, CustomStringConvertible {
 final class Served: @unchecked Sendable {
     let server: HTTPServer
     private let done = Atomic<Bool>(false)
+    /// Times the loop has run the server: a descriptor left readable would make it spin.
+    let turns = Atomic<Int>(0)
     private let exited = DispatchSemaphore(value: 0)
     private var stopped = false
     private var stopPipe: [Int32] = [-1, -1]
@@ -87,6 +89,7 @@ final class Served: @unchecked Sendable {
                 ]
                 _ = poll(&descriptors, 2, Int32(server.timeoutMilliseconds ?? -1))
                 server.run()
+                turns.add(1, ordering: .relaxed)
             }
             exited.signal()
         }.start()
@@ -299,6 +302,11 @@ struct HTTPServerTests {
             }
         }
         #expect(answered.withLock { $0 } == 1_600)
+        // Once all is answered, the loop is quiet: no wake is left unread on its descriptor.
+        Thread.sleep(forTimeInterval: 0.2)
+        let before = server.turns.load(ordering: .relaxed)
+        Thread.sleep(forTimeInterval: 0.3)
+        #expect(server.turns.load(ordering: .relaxed) - before < 1_000, "the loop spins with nothing to do")
     }
 
     @Test("stopping the server answers replies still awaited with 503; a reply sent after is dropped", arguments: Polling.allCases)

@@ -96,12 +96,13 @@ struct GoldenFixtureTests {
             #"{"notificationId":"a","state":"Enqueued","extra":1}"#, #"{"notificationId":"a\/b","state":"Enqueued"}"#,
             #"{"notificationId":"a","state":"Lost"}"#, #"{"notificationId":"a","state":"Enqueued""#, #"{"notificationId":"a","state":"Enqueued"}}"#,
             #"{"notificationId":"a"}"#, #"{"notificationId":"a","state":"Enqueued" }"#, #"{"notificationId":"a\"b","state":"Enqueued"}"#,
-            #"{"notificationId":"\#u{1}","state":"Enqueued"}"#, "",
+            #"{"notificationId":"\#u{1}","state":"Enqueued"}"#, "", #"{"notificationId":"ab","state":"}"#, #"{"notificationId":"ab","state":""}"#,
+            #"{"notificationId":"","state":"}"#,
         ]
         for text in others {
             #expect(Data(text.utf8).withUnsafeBytes(SendAccepted.readWritten) == nil, "\(text)")
         }
-        // Bytes the decoder accepts still decode, as before.
+        // Bytes the decoder accepts decode through it.
         let spaced = Data(#"{"v":1,"type":"notification.accepted","id":"r-2","payload":{ "state":"Completed", "notificationId":"a\/b"}}"#.utf8)
         #expect(try HubCodec.decodeReply(SendAccepted.self, from: spaced).payload == SendAccepted(notificationId: "a/b", state: .completed))
     }

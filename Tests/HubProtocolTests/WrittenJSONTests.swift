@@ -97,7 +97,7 @@ struct WrittenJSONTests {
         #expect(read > 0)
     }
 
-    @Test("a send request in the written form is decoded, checked and stored as before")
+    @Test("a send request in the written form is decoded, checked, and kept as the encoder writes it")
     func requestsDecodeAsBefore() throws {
         let send = SendNotification(format: .template, properties: ["messageParam": "bus 1 2"], tagExpression: "HttpBench")
         let data = HubCodec.encode(send, id: "r-1", auth: "token")

@@ -123,6 +123,29 @@ struct SQLiteDatabaseTests {
         #expect(!database.isInTransaction)
     }
 
+    @Test("once SQLite has rolled a transaction back, neither a statement nor a nested transaction runs on its own")
+    func nothingAfterARollBack() throws {
+        let database = try SQLiteDatabase(path: temporaryPath())
+        try database.migrate(Self.migrations)
+        #expect(throws: StorageError.self) {
+            try database.transaction {
+                try database.run("INSERT INTO items (name) VALUES ('first')")
+                // What SQLite does by itself on some errors, such as a full disk.
+                try database.execute("ROLLBACK")
+                var nested: StorageError?
+                do {
+                    _ = try database.transaction { try database.run("INSERT INTO items (name) VALUES ('nested')") }
+                } catch {
+                    nested = error as? StorageError
+                }
+                #expect(nested?.code == SQLITE_ABORT)
+                try database.run("INSERT INTO items (name) VALUES ('after')")
+            }
+        }
+        #expect(try database.query("SELECT name FROM items").isEmpty)
+        #expect(!database.isInTransaction)
+    }
+
     @Test("constraint violations are typed, and wrong parameter counts are caught")
     func errors() throws {
         let database = try SQLiteDatabase(path: temporaryPath())

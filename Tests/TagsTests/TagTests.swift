@@ -66,6 +66,10 @@ struct TagExpressionTests {
                 }
             }
         }
+        // Text that Swift holds equal to a remembered expression, but that is not the same bytes,
+        // is parsed afresh: the Kelvin sign is not a tag character.
+        _ = try TagExpression.parsed("Kiosk")
+        #expect(throws: TagError.self) { try TagExpression.parsed("\u{212A}iosk") }
     }
 
     @Test("precedence: ! then && then ||")
