@@ -4,7 +4,7 @@ import Synchronization
 /// A libzmq context. It is thread-safe; the sockets made from it are not.
 public final class ZMQContext: @unchecked Sendable {
     let handle: UnsafeMutableRawPointer
-    private let ended = Mutex(false)
+    private let ended = Atomic<Bool>(false)
 
     /// One context per process is the usual shape; services share this one.
     public static let shared = ZMQContext()
@@ -27,10 +27,7 @@ public final class ZMQContext: @unchecked Sendable {
     /// Ends the context once: waits until every socket made from it is closed and has sent what
     /// its linger allows, then frees it. No socket may be made from it after.
     public func terminate() {
-        guard ended.withLock({ ended in
-            defer { ended = true }
-            return !ended
-        }) else { return }
+        guard !ended.exchange(true, ordering: .acquiringAndReleasing) else { return }
         while zmq_ctx_term(handle) != 0 && zmq_errno() == EINTR {}
     }
 

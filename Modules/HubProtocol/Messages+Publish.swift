@@ -66,36 +66,6 @@ public struct SendAccepted: HubMessage {
         self.notificationId = notificationId
         self.state = state
     }
-
-    /// `{"notificationId":"…","state":"…"}`, when the id is a string JSON writes as it is.
-    public func writtenJSON() -> Data? {
-        guard HubCodec.isPlain(notificationId) else { return nil }
-        var out: [UInt8] = []
-        out.reserveCapacity(40 + notificationId.utf8.count)
-        out.append(contentsOf: Self.head)
-        out.append(contentsOf: notificationId.utf8)
-        out.append(contentsOf: Self.middle)
-        out.append(contentsOf: state.rawValue.utf8)
-        out.append(contentsOf: #""}"#.utf8)
-        return Data(out)
-    }
-
-    public static func readWritten(_ bytes: UnsafeRawBufferPointer) -> SendAccepted? {
-        guard bytes.starts(with: head), bytes.count > head.count + middle.count + 2,
-            bytes[bytes.count - 2] == UInt8(ascii: "\""), bytes[bytes.count - 1] == UInt8(ascii: "}"),
-            let quote = bytes[head.count...].firstIndex(of: UInt8(ascii: "\""))
-        else { return nil }
-        let id = UnsafeRawBufferPointer(rebasing: bytes[head.count..<quote])
-        let rest = UnsafeRawBufferPointer(rebasing: bytes[quote...])
-        guard rest.count >= middle.count + 2, rest.starts(with: middle),
-            id.allSatisfy({ $0 >= 0x20 && $0 < 0x7f && $0 != UInt8(ascii: "\\") }),
-            let state = NotificationState(rawValue: String(decoding: rest[middle.count..<(rest.count - 2)], as: UTF8.self))
-        else { return nil }
-        return SendAccepted(notificationId: String(decoding: id, as: UTF8.self), state: state)
-    }
-
-    private static let head = Array(#"{"notificationId":""#.utf8)
-    private static let middle = Array(#"","state":""#.utf8)
 }
 
 public enum NotificationState: String, Codable, Sendable, CaseIterable {

@@ -208,40 +208,42 @@ extension SendNotification {
         var send = SendNotification(format: .native)
         var format: NotificationFormat?
         while let key = reader.nextKey() {
+            // A member that does not read in the written form leaves the whole send to the decoder.
             switch key {
-            case "body": send.body = reader.string()
-            case "format": format = reader.string().flatMap(NotificationFormat.init(rawValue:))
-            case "headers": send.headers = reader.map()
-            case "idempotencyKey": send.idempotencyKey = reader.string()
-            case "installationId": send.installationId = reader.string()
-            case "platform": send.platform = reader.string().flatMap(Platform.init(rawValue:))
-            case "properties": send.properties = reader.map()
-            case "tagExpression": send.tagExpression = reader.string()
-            case "timeToLive": send.timeToLive = reader.int()
-            case "userId": send.userId = reader.string()
+            case "body": guard let value = reader.string() else { return nil }; send.body = value
+            case "format": guard let value = reader.string().flatMap(NotificationFormat.init(rawValue:)) else { return nil }; format = value
+            case "headers": guard let value = reader.map() else { return nil }; send.headers = value
+            case "idempotencyKey": guard let value = reader.string() else { return nil }; send.idempotencyKey = value
+            case "installationId": guard let value = reader.string() else { return nil }; send.installationId = value
+            case "platform": guard let value = reader.string().flatMap(Platform.init(rawValue:)) else { return nil }; send.platform = value
+            case "properties": guard let value = reader.map() else { return nil }; send.properties = value
+            case "tagExpression": guard let value = reader.string() else { return nil }; send.tagExpression = value
+            case "timeToLive": guard let value = reader.int() else { return nil }; send.timeToLive = value
+            case "userId": guard let value = reader.string() else { return nil }; send.userId = value
             default: return nil
             }
-            // Every member read here has a value; one that did not read leaves the member nil.
-            guard send.written(key) else { return nil }
         }
         guard reader.done(), let format else { return nil }
         send.format = format
         return send
     }
+}
 
-    /// Whether the member `key` holds a value (format is checked apart).
-    private func written(_ key: String) -> Bool {
-        switch key {
-        case "body": body != nil
-        case "headers": headers != nil
-        case "idempotencyKey": idempotencyKey != nil
-        case "installationId": installationId != nil
-        case "platform": platform != nil
-        case "properties": properties != nil
-        case "tagExpression": tagExpression != nil
-        case "timeToLive": timeToLive != nil
-        case "userId": userId != nil
-        default: true
-        }
+extension SendAccepted {
+    /// `{"notificationId":"…","state":"…"}`, when the id is plain.
+    public func writtenJSON() -> Data? {
+        var writer = WrittenJSONWriter(capacity: 40 + notificationId.utf8.count)
+        writer.string("notificationId", notificationId)
+        writer.string("state", state.rawValue)
+        return writer.finish()
+    }
+
+    public static func readWritten(_ bytes: UnsafeRawBufferPointer) -> SendAccepted? {
+        var reader = WrittenJSONReader(bytes)
+        guard reader.open() == false, reader.nextKey() == "notificationId", let id = reader.string(),
+            reader.nextKey() == "state", let state = reader.string().flatMap(NotificationState.init(rawValue:)),
+            reader.nextKey() == nil, reader.done()
+        else { return nil }
+        return SendAccepted(notificationId: id, state: state)
     }
 }

@@ -111,11 +111,7 @@ public final class SQLiteDatabase {
 
     /// The cached prepared statement for `sql`, reset and with no bindings.
     public func prepare(_ sql: String) throws(StorageError) -> PreparedStatement {
-        // SQLite rolls a whole transaction back on some errors, such as a full disk; statements
-        // after that would commit one by one, outside the transaction their caller believes in.
-        if nesting.depth > 0, let handle, sqlite3_get_autocommit(handle) != 0 {
-            throw StorageError(code: SQLITE_ABORT, message: "the transaction was rolled back by an earlier error", operation: sql)
-        }
+        try refuseIfRolledBack(sql)
         if let statement = cache[sql] {
             statement.reset()
             return statement
@@ -167,11 +163,8 @@ public final class SQLiteDatabase {
         try nesting.run(
             body,
             begin: { savepoint in
-                // Inside a transaction SQLite has rolled back (a full disk), a savepoint would open
-                // a transaction of its own, and its release would commit it alone.
-                if savepoint != nil, let handle, sqlite3_get_autocommit(handle) != 0 {
-                    throw StorageError(code: SQLITE_ABORT, message: "the transaction was rolled back by an earlier error", operation: "SAVEPOINT")
-                }
+                // A savepoint would open a transaction of its own, and its release commit it alone.
+                if savepoint != nil { try refuseIfRolledBack("SAVEPOINT") }
                 try execute(savepoint.map { "SAVEPOINT \($0)" } ?? "BEGIN IMMEDIATE")
             },
             commit: { try execute($0.map { "RELEASE \($0)" } ?? "COMMIT") },
@@ -182,6 +175,14 @@ public final class SQLiteDatabase {
     }
 
     public var isInTransaction: Bool { nesting.depth > 0 }
+
+    /// SQLite rolls a whole transaction back on some errors, such as a full disk; statements after
+    /// that would commit one by one, outside the transaction their caller believes in.
+    private func refuseIfRolledBack(_ operation: String) throws(StorageError) {
+        if nesting.depth > 0, let handle, sqlite3_get_autocommit(handle) != 0 {
+            throw StorageError(code: SQLITE_ABORT, message: "the transaction was rolled back by an earlier error", operation: operation)
+        }
+    }
 
     /// Whether a group opened by `beginGroup()` waits for `commitGroup()`.
     public private(set) var groupOpen = false

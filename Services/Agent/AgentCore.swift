@@ -8,9 +8,9 @@ import HubProtocol
 ///
 /// With several dispatchers (`dispatch.agents`), a dispatcher that closes the connection, refuses
 /// it, or leaves a transport heartbeat unanswered for a lease period is left at once for the next
-/// one (a ping goes every lease period, so that is within two). A redirect back to one that failed within a lease period is not followed: its lease has not
-/// run out yet, so the dispatcher asked still names it; the agent stays and says hello again until
-/// that dispatcher holds the shard.
+/// one (a ping goes every lease period, so that is within two). A redirect back to one that failed
+/// within a lease period is not followed: its lease has not run out yet, so the dispatcher asked
+/// still names it; the agent stays and says hello again until that dispatcher holds the shard.
 struct AgentCore {
     struct Settings: Equatable {
         /// Seconds between hellos once welcomed: the heartbeat.

@@ -30,13 +30,9 @@ final class SQLitePublishStore: PublishEngine {
     {
         // Without a key, the send is one INSERT, which SQLite makes or undoes whole by itself, so it
         // needs no savepoint of its own inside the group's transaction.
-        guard send.idempotencyKey != nil else { return try insert(send, timeToLive: timeToLive, now: now, id: given, encoded: encoded) }
+        guard let key = send.idempotencyKey else { return try insert(send, timeToLive: timeToLive, now: now, id: given, encoded: encoded) }
         return try database.transaction {
-            if let key = send.idempotencyKey,
-                let row = try database.queryOne(
-                    "SELECT \(PublishSQL.columns) FROM notifications WHERE idempotency_key = ?",
-                    [key])
-            {
+            if let row = try database.queryOne("SELECT \(PublishSQL.columns) FROM notifications WHERE idempotency_key = ?", [key]) {
                 return (try accepted(row), false)
             }
             return try insert(send, timeToLive: timeToLive, now: now, id: given, encoded: encoded)
