@@ -419,7 +419,7 @@ public enum HubCodec {
             if range.count == 2 { return (envelope, nil) }
             reencoded = envelope.payload.writtenJSON() ?? (try? encoder.encode(envelope.payload))
             if let reencoded, range.count == reencoded.count,
-                data.member(at: range).elementsEqual(reencoded)
+                data.member(at: range) == reencoded
             {
                 return (envelope, reencoded)
             }
@@ -528,7 +528,7 @@ public enum HubCodec {
             let reencoded = reencoded ?? (try? encoder.encode(payload))
         else { return (nil, nil) }
         if let envelope, let range = scanMember(envelope, "payload"), range.count == reencoded.count,
-            envelope.member(at: range).elementsEqual(reencoded)
+            envelope.member(at: range) == reencoded
         {
             return (nil, reencoded)
         }

@@ -82,13 +82,14 @@ public final class BusFactory {
     }
 
     /// Follows a stream read in batches (the publish service's): each time messages arrive, `batch`
-    /// gets all that were waiting, heartbeats included, in the order they came. Messages in another
+    /// gets those waiting, up to `limit`, heartbeats included, in the order they came; the rest
+    /// wait on the socket for the loop's next pass, after its other sockets. Messages in another
     /// shape are passed over.
-    public func followBatches(_ endpoint: String, batch: @escaping ([SequencedMessage]) throws -> Void) throws {
+    public func followBatches(_ endpoint: String, limit: Int = .max, batch: @escaping ([SequencedMessage]) throws -> Void) throws {
         let socket = try subscriber(endpoint)
         runtime.loop.watch(socket) {
             var messages: [SequencedMessage] = []
-            while let frames = try socket.receive(wait: false) {
+            while messages.count < limit, let frames = try socket.receive(wait: false) {
                 guard let message = try? SequencedMessage(frames: frames) else { continue }
                 messages.append(message)
             }

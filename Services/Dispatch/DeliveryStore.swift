@@ -175,9 +175,9 @@ struct DeliverySQL: Sendable {
     /// (outcome, success, delivery_id): a test result not yet known.
     var setTestOutcome: String
     /// (notification_id, state, enqueued_at, at, targets, expired): an outcome row written once…
-    var openOutcome: String
+    var openOutcomes: @Sendable (Int) -> String
     /// …or added to what other dispatchers wrote for their shards, the state saying what any found.
-    var openOutcomeAdding: String
+    var openOutcomesAdding: @Sendable (Int) -> String
     /// (delivered, acknowledged, expired, failed, notification_id).
     var addToOutcome: String
     /// (notification_id, platform, outcome, count): a platform count written once…
@@ -234,6 +234,14 @@ struct DeliverySQL: Sendable {
     /// number: the VALUES of a statement that writes many rows.
     static func values(rows: Int, width: Int, _ group: (Int) -> String) -> String {
         (0..<rows).map { group($0 * width + 1) }.joined(separator: ", ")
+    }
+    /// The VALUES of `rows` outcome rows, each (id, state, enqueued at, at, at, targets, expired)
+    /// from six parameters, numbered after `marker` (`?` or `$`).
+    static func outcomeValues(rows: Int, marker: String) -> String {
+        values(rows: rows, width: 6) { first in
+            let number = { (offset: Int) in marker + String(first + offset) }
+            return "(\(number(0)), \(number(1)), \(number(2)), \(number(3)), \(number(3)), \(number(4)), \(number(5)))"
+        }
     }
     /// Shards with their epochs ("shard:epoch") as the engine's list parameter.
     var fencedShards: @Sendable ([String]) -> String
@@ -325,6 +333,10 @@ final class DeliveryLedger {
     /// its shard's cursor was never recorded for that shard's installations. Read again by each
     /// write, since other dispatchers move the cursors of their shards.
     var shardCursors: [Int: UInt64]?
+    /// Where the write under way moves the one dispatcher's cursor, and the shards' cursors: each
+    /// moved once, as the write ends, however many notifications it recorded.
+    var cursorTo: UInt64?
+    var shardCursorsTo: [Int: UInt64] = [:]
     /// Deliveries acknowledged while held, so never written, since the store opened.
     var acknowledgedUnwritten = 0
     let encoder = HubCodec.makeEncoder()
@@ -401,6 +413,7 @@ extension DeliveryEngine {
         do {
             let result = try transaction {
                 let result = try body()
+                try writeCursors()
                 if turnsWaitForGroup { try writeHeld() }
                 try writeTally()
                 try checkFence()
@@ -409,6 +422,8 @@ extension DeliveryEngine {
             ledger.unwritten.settle()
             return result
         } catch {
+            ledger.cursorTo = nil
+            ledger.shardCursorsTo = [:]
             ledger.tally = saved
             ledger.touched = savedTouched
             ledger.knownCursor = savedCursor
@@ -499,16 +514,24 @@ extension DeliveryEngine {
     private func writeTally() throws {
         let tally = ledger.tally
         ledger.tally = OutcomeTally()
-        for id in Set(tally.openings.keys).union(tally.counts.keys).sorted() {
-            if let opening = tally.openings[id] {
-                try run(
-                    opening.adds ? sql.openOutcomeAdding : sql.openOutcome,
-                    [id, opening.state.rawValue, opening.enqueuedAt.timeIntervalSince1970, opening.at.timeIntervalSince1970, opening.targets,
-                     opening.expired])
+        // Outcome rows open many to a statement, those added to apart from those written once;
+        // the counts follow, each added to a row opened by now.
+        for adds in [false, true] {
+            let openings = tally.openings.filter { $0.value.adds == adds }.sorted { $0.key < $1.key }
+            for rows in openings.slices(of: Self.rowsPerInsert) {
+                var values: [(any StoreValue)?] = []
+                values.reserveCapacity(rows.count * 6)
+                for (id, opening) in rows {
+                    values += [
+                        id, opening.state.rawValue, opening.enqueuedAt.timeIntervalSince1970, opening.at.timeIntervalSince1970,
+                        opening.targets, opening.expired,
+                    ]
+                }
+                try run(adds ? sql.openOutcomesAdding(rows.count) : sql.openOutcomes(rows.count), values)
             }
-            if let counts = tally.counts[id], !counts.isZero {
-                try run(sql.addToOutcome, [counts.delivered, counts.acknowledged, counts.expired, counts.failed, id])
-            }
+        }
+        for (id, counts) in tally.counts.sorted(by: { $0.key < $1.key }) where !counts.isZero {
+            try run(sql.addToOutcome, [counts.delivered, counts.acknowledged, counts.expired, counts.failed, id])
         }
         for key in Set(tally.platformOpenings.keys).union(tally.platformAdds.keys).sorted() {
             let values: [(any StoreValue)?] = [key.notificationId, key.platform, key.outcome]
@@ -521,12 +544,30 @@ extension DeliveryEngine {
 
     // MARK: Cursors
 
+    /// The one dispatcher's cursor, with where the write under way moves it.
     func cursor() throws -> UInt64 {
-        UInt64(try one(sql.cursor)?[0].int64 ?? 0)
+        max(UInt64(try one(sql.cursor)?[0].int64 ?? 0), ledger.cursorTo ?? 0)
     }
 
+    /// The shards' cursors, with where the write under way moves them.
     func shardCursors() throws -> [Int: UInt64] {
-        try dictionary(sql.shardCursors, [], { $0.int ?? 0 }, { UInt64($0.int64 ?? 0) })
+        var cursors = try dictionary(sql.shardCursors, [], { $0.int ?? 0 }, { UInt64($0.int64 ?? 0) })
+        for (shard, to) in ledger.shardCursorsTo { if let cursor = cursors[shard] { cursors[shard] = max(cursor, to) } }
+        return cursors
+    }
+
+    /// Moves the cursors where the write under way recorded to: the one dispatcher's, and each
+    /// shard's, in a statement per distinct place.
+    private func writeCursors() throws {
+        if let to = ledger.cursorTo {
+            try run(sql.advanceCursor, [Int64(to)])
+            ledger.cursorTo = nil
+        }
+        guard !ledger.shardCursorsTo.isEmpty else { return }
+        for (to, shards) in Dictionary(grouping: ledger.shardCursorsTo.keys, by: { ledger.shardCursorsTo[$0]! }).sorted(by: { $0.key < $1.key }) {
+            try run(sql.advanceShardCursors, [Int64(to), sql.shards(Set(shards))])
+        }
+        ledger.shardCursorsTo = [:]
     }
 
     // MARK: Writes
@@ -548,16 +589,16 @@ extension DeliveryEngine {
                 ? 0 : try recordDeliveries(notification, plans: plans, sent: sent, now: now, adds: adds, holds: holds, byShard: shards != nil)
             ledger.tally.open(id, OutcomeOpening(
                 state: state, enqueuedAt: notification.enqueuedAt, at: now, targets: targets, expired: expired ? 1 : 0, adds: adds))
-            let sequence = Int64(notification.sequence)
             if shards == nil, let known = ledger.knownCursor { ledger.knownCursor = max(known, notification.sequence) }
+            // The cursors move as the write ends (`writeCursors`).
             if let shards {
                 for shard in shards {
                     touch(shard)
                     if let cursor = ledger.shardCursors?[shard] { ledger.shardCursors?[shard] = max(cursor, notification.sequence) }
+                    ledger.shardCursorsTo[shard] = max(ledger.shardCursorsTo[shard] ?? 0, notification.sequence)
                 }
-                try run(sql.advanceShardCursors, [sequence, sql.shards(shards)])
             } else {
-                try run(sql.advanceCursor, [sequence])
+                ledger.cursorTo = max(ledger.cursorTo ?? 0, notification.sequence)
             }
         }
     }

@@ -16,7 +16,9 @@ struct PullControl: Equatable {
     /// from writing (those acknowledged before their group of writes commits).
     static let inFlightLimit = 5_000
     /// The most pages of notifications that came whole on the stream planned at once, one turn
-    /// each, before the loop serves its other sockets; what is left is pulled.
+    /// each, before the loop serves its other sockets. The stream is read as many messages at a
+    /// time, so what comes faster waits on its socket for the loop's next pass; only what the
+    /// pages did not take (with pages made smaller for large fan-outs) is pulled.
     static let streamedPages = 8
     /// The most messages of the stream kept while a pull is on its way, to plan after its reply.
     static let heldStreamLimit = 2_000

@@ -71,7 +71,11 @@ public enum DispatchMain {
             ).install(on: server)
 
             context.loop.watch(publish.socket) { try publish.receive(); dispatch.commit() }
-            try context.bus.followBatches(config.publish.events ?? "tcp://127.0.0.1:7712") { dispatch.streamed($0) }
+            // As many messages at a time as the loop plans from the stream at once: the rest wait
+            // on the socket for its next pass, not pulled from the publish service's store.
+            try context.bus.followBatches(
+                config.publish.events ?? "tcp://127.0.0.1:7712", limit: PullControl.streamedPages * PullControl.maxPage
+            ) { dispatch.streamed($0) }
             // The sync store's stream: a user's notifications changed, so signal that user's other devices.
             try context.bus.followHints(
                 config.sync.events ?? "tcp://127.0.0.1:7732",

@@ -310,7 +310,8 @@ final class DispatchShell {
     /// after the cursor, are planned at once, as a pull's reply would be, which saves the pull's round
     /// trip; anything past them (a gap, a large notification, or all of them while a pull is on its
     /// way) is left to a pull. They are planned a page at a time, each page its own turn, up to
-    /// `PullControl.streamedPages` pages, while the deliveries in flight stay below the limit.
+    /// `PullControl.streamedPages` pages, while the deliveries in flight stay below the limit; the
+    /// stream is read as many at a time, so the rest waits on its socket, not pulled.
     func streamed(_ messages: [SequencedMessage]) {
         guard let latest = messages.map(\.sequence).max() else { return }
         // While a pull is on its way, kept for after its reply.

@@ -153,20 +153,24 @@ final class PostgresDeliveryStore: DeliveryEngine {
             RETURNING delivery_id, notification_id, platform
             """,
         setTestOutcome: "UPDATE dispatch.test_results SET outcome = $1, success = $2 WHERE delivery_id = $3 AND outcome IS NULL",
-        openOutcome: """
+        openOutcomes: { rows in
+            """
             INSERT INTO dispatch.outcomes (notification_id, state, enqueued_at, started_at, ended_at, targets, expired)
-            VALUES ($1, $2, $3, $4, $4, $5, $6) ON CONFLICT (notification_id) DO NOTHING
-            """,
-        openOutcomeAdding: """
+            VALUES \(DeliverySQL.outcomeValues(rows: rows, marker: "$")) ON CONFLICT (notification_id) DO NOTHING
+            """
+        },
+        openOutcomesAdding: { rows in
+            """
             INSERT INTO dispatch.outcomes AS o (notification_id, state, enqueued_at, started_at, ended_at, targets, expired)
-            VALUES ($1, $2, $3, $4, $4, $5, $6)
+            VALUES \(DeliverySQL.outcomeValues(rows: rows, marker: "$"))
             ON CONFLICT (notification_id) DO UPDATE SET
               targets = o.targets + excluded.targets,
               expired = CASE WHEN o.state = 'Abandoned' AND excluded.state = 'Abandoned' THEN o.expired ELSE o.expired + excluded.expired END,
               state = CASE WHEN 'Completed' IN (o.state, excluded.state) THEN 'Completed'
                            WHEN 'Abandoned' IN (o.state, excluded.state) THEN 'Abandoned' ELSE excluded.state END,
               started_at = least(o.started_at, excluded.started_at), ended_at = greatest(o.ended_at, excluded.ended_at)
-            """,
+            """
+        },
         addToOutcome: """
             UPDATE dispatch.outcomes SET delivered = delivered + $1, acknowledged = acknowledged + $2, expired = expired + $3,
               failed = failed + $4

@@ -164,20 +164,24 @@ final class SQLiteDeliveryStore: DeliveryEngine {
             RETURNING delivery_id, notification_id, platform
             """,
         setTestOutcome: "UPDATE test_results SET outcome = ?1, success = ?2 WHERE delivery_id = ?3 AND outcome IS NULL",
-        openOutcome: """
+        openOutcomes: { rows in
+            """
             INSERT OR IGNORE INTO outcomes (notification_id, state, enqueued_at, started_at, ended_at, targets, expired)
-            VALUES (?1, ?2, ?3, ?4, ?4, ?5, ?6)
-            """,
-        openOutcomeAdding: """
+            VALUES \(DeliverySQL.outcomeValues(rows: rows, marker: "?"))
+            """
+        },
+        openOutcomesAdding: { rows in
+            """
             INSERT INTO outcomes (notification_id, state, enqueued_at, started_at, ended_at, targets, expired)
-            VALUES (?1, ?2, ?3, ?4, ?4, ?5, ?6)
+            VALUES \(DeliverySQL.outcomeValues(rows: rows, marker: "?"))
             ON CONFLICT (notification_id) DO UPDATE SET
               targets = targets + excluded.targets,
               expired = CASE WHEN state = 'Abandoned' AND excluded.state = 'Abandoned' THEN expired ELSE expired + excluded.expired END,
               state = CASE WHEN 'Completed' IN (state, excluded.state) THEN 'Completed'
                            WHEN 'Abandoned' IN (state, excluded.state) THEN 'Abandoned' ELSE excluded.state END,
               started_at = min(started_at, excluded.started_at), ended_at = max(ended_at, excluded.ended_at)
-            """,
+            """
+        },
         addToOutcome: """
             UPDATE outcomes SET delivered = delivered + ?1, acknowledged = acknowledged + ?2, expired = expired + ?3, failed = failed + ?4
             WHERE notification_id = ?5

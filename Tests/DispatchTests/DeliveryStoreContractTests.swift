@@ -424,6 +424,62 @@ struct DeliveryStoreContractTests {
         #expect(totals["deliveredTotal"] == "1" && totals["acknowledgedTotal"] == "1" && totals["failedTotal"] == "0")
     }
 
+    @Test("a turn of many notifications opens each outcome, many to a statement, and moves the cursors once, to the last; a turn that fails moves neither",
+          arguments: StoreEngine.available)
+    func manyInOneTurn(engine: StoreEngine) throws {
+        let store = try engine.makeStore()
+        let all = Set(0..<Shards.count)
+        // 150 notifications: past two statements' worth of outcome rows, with and without shards.
+        try store.writeTurn {
+            for index in 1...150 {
+                let id = "many-\(index)"
+                let plans = index % 3 == 0 ? [Fixture.plan(id, "a")] : []
+                try store.record(Fixture.notification(id, sequence: UInt64(index)), plans: plans, sent: Set(plans.map(\.deliveryId)), now: now)
+                // The cursor as the turn reads it is already where it records to.
+                if index == 75 { #expect(try store.cursor() == 75) }
+            }
+        }
+        try store.flush()
+        #expect(try store.cursor() == 150)
+        for index in 1...150 {
+            let outcome = try #require(try store.outcome("many-\(index)"))
+            if index % 3 == 0 {
+                #expect(outcome.state == .completed && outcome.targets == 1 && outcome.delivered == 1, "\(index)")
+            } else {
+                #expect(outcome.state == .noTargetFound && outcome.targets == 0, "\(index)")
+            }
+        }
+        // With shards, outcomes added to, as several dispatchers write them: twice over adds up.
+        for _ in 0..<2 {
+            try store.writeTurn {
+                for index in 151...220 {
+                    let id = "shared-\(index)"
+                    try store.record(Fixture.notification(id, sequence: UInt64(index)), plans: [Fixture.plan(id, "s\(index)")], sent: [], shards: all, now: now)
+                }
+            }
+        }
+        try store.flush()
+        for index in [151, 190, 220] {
+            let outcome = try #require(try store.outcome("shared-\(index)"))
+            #expect(outcome.state == .completed && outcome.targets == 1, "recorded again, a delivery already stored counts once")
+        }
+        #expect(try store.shardCursors().values.allSatisfy { $0 == 220 })
+        struct Refused: Error {}
+        #expect(throws: Refused.self) {
+            try store.writeTurn {
+                try store.record(Fixture.notification("late", sequence: 300), plans: [], sent: [], now: now)
+                try store.record(Fixture.notification("late-shared", sequence: 301), plans: [], sent: [], shards: all, now: now)
+                #expect(try store.cursor() == 300)
+                throw Refused()
+            }
+        }
+        #expect(try store.cursor() == 150 && store.outcome("late") == nil)
+        #expect(try store.shardCursors().values.allSatisfy { $0 == 220 })
+        try store.writeTurn { try store.record(Fixture.notification("after", sequence: 151), plans: [], sent: [], now: now) }
+        try store.flush()
+        #expect(try store.cursor() == 151, "a failed turn leaves nothing to move the cursor later")
+    }
+
     @Test("a turn's writes stand or fall together, and what was flushed is there after a reopen", arguments: StoreEngine.available)
     func turns(engine: StoreEngine) throws {
         let store = try engine.makeStore()

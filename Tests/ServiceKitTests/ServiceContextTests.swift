@@ -74,6 +74,40 @@ struct ServiceContextTests {
     }
 }
 
+@Suite("Following a stream in batches")
+struct FollowBatchesTests {
+    @Test("a stream read in batches of at most the limit gets every message, in order; the rest wait on the socket for the loop's next pass")
+    func batchesUpToTheLimit() throws {
+        let context = try ServiceContext.detached(name: "nh-test", config: try ServiceContextTests.config())
+        defer { context.shutdown() }
+        let publisher = try SequencedPublisher(bind: ["tcp://127.0.0.1:*"], startingAfter: 0)
+        defer { publisher.close() }
+        let count = 1_000, limit = 64
+        var batches: [[SequencedMessage]] = []
+        var published = false
+        try context.bus.followBatches(try #require(publisher.endpoints.first), limit: limit) { batch in
+            batches.append(batch)
+            if batches.flatMap({ $0 }).filter({ !$0.isHeartbeat }).count == count { context.loop.stop() }
+        }
+        let started = ContinuousClock.now
+        context.loop.every(milliseconds: 5) {
+            // Heartbeats until the subscription has joined, then every message at once, so that they wait together.
+            if batches.isEmpty {
+                try publisher.heartbeat()
+            } else if !published {
+                published = true
+                for index in 0..<count { _ = try publisher.publish(topic: "n", body: Data("\(index)".utf8)) }
+            }
+            if started.duration(to: .now) > .seconds(30) { context.loop.stop() }
+        }
+        try context.loop.run()
+        let messages = batches.flatMap { $0 }.filter { !$0.isHeartbeat }
+        #expect(messages.map { String(decoding: $0.body, as: UTF8.self) } == (0..<count).map(String.init))
+        #expect(batches.allSatisfy { $0.count <= limit })
+        #expect(batches.contains { $0.count == limit }, "messages waiting together are read a limit's worth at a time")
+    }
+}
+
 @Suite("Loopback endpoints")
 struct LoopbackEnvironmentTests {
     @Test("free endpoints handed out in one process are each different, so hubs started side by side never share a port")
