@@ -1,5 +1,6 @@
 import DispatchCore
 import Foundation
+import Synchronization
 import HubProtocol
 import Postgres
 import Push
@@ -235,6 +236,20 @@ struct DeliverySQL: Sendable {
     static func values(rows: Int, width: Int, _ group: (Int) -> String) -> String {
         (0..<rows).map { group($0 * width + 1) }.joined(separator: ", ")
     }
+    /// `make` for a statement that writes many rows, each text made once per row count (up to
+    /// `upTo` rows) and then looked up: the text of a statement of 64 rows costs more to build
+    /// than the rows cost to write.
+    static func remembered(upTo limit: Int = 64, _ make: @escaping @Sendable (Int) -> String) -> @Sendable (Int) -> String {
+        let texts = RememberedTexts()
+        return { rows in
+            guard rows <= limit else { return make(rows) }
+            if let text = texts.made.withLock({ $0[rows] }) { return text }
+            let text = make(rows)
+            texts.made.withLock { $0[rows] = text }
+            return text
+        }
+    }
+
     /// The VALUES of `rows` outcome rows, each (id, state, enqueued at, at, at, targets, expired)
     /// from six parameters, numbered after `marker` (`?` or `$`).
     static func outcomeValues(rows: Int, marker: String) -> String {
@@ -245,6 +260,11 @@ struct DeliverySQL: Sendable {
     }
     /// Shards with their epochs ("shard:epoch") as the engine's list parameter.
     var fencedShards: @Sendable ([String]) -> String
+}
+
+/// Statement texts made so far, by row count (`DeliverySQL.remembered`).
+private final class RememberedTexts: Sendable {
+    let made = Mutex<[Int: String]>([:])
 }
 
 /// How a notification's outcome row opens, when `record` writes it.

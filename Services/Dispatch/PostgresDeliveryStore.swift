@@ -115,7 +115,7 @@ final class PostgresDeliveryStore: DeliveryEngine {
             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
             ON CONFLICT (delivery_id) DO NOTHING
             """,
-        insertAgentDeliveries: { rows in
+        insertAgentDeliveries: DeliverySQL.remembered { rows in
             """
             INSERT INTO dispatch.deliveries
               (delivery_id, notification_id, installation_id, shard, template, payload_id, expires_at, rich, delivered_at)
@@ -153,13 +153,13 @@ final class PostgresDeliveryStore: DeliveryEngine {
             RETURNING delivery_id, notification_id, platform
             """,
         setTestOutcome: "UPDATE dispatch.test_results SET outcome = $1, success = $2 WHERE delivery_id = $3 AND outcome IS NULL",
-        openOutcomes: { rows in
+        openOutcomes: DeliverySQL.remembered { rows in
             """
             INSERT INTO dispatch.outcomes (notification_id, state, enqueued_at, started_at, ended_at, targets, expired)
             VALUES \(DeliverySQL.outcomeValues(rows: rows, marker: "$")) ON CONFLICT (notification_id) DO NOTHING
             """
         },
-        openOutcomesAdding: { rows in
+        openOutcomesAdding: DeliverySQL.remembered { rows in
             """
             INSERT INTO dispatch.outcomes AS o (notification_id, state, enqueued_at, started_at, ended_at, targets, expired)
             VALUES \(DeliverySQL.outcomeValues(rows: rows, marker: "$"))

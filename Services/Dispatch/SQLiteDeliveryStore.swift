@@ -135,7 +135,7 @@ final class SQLiteDeliveryStore: DeliveryEngine {
                acked_at, failed_reason, platform, push_channel, headers, payload)
             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, '')
             """,
-        insertAgentDeliveries: { rows in
+        insertAgentDeliveries: DeliverySQL.remembered { rows in
             """
             INSERT OR IGNORE INTO deliveries
               (delivery_id, notification_id, installation_id, shard, template, payload_id, expires_at, rich, delivered_at, payload)
@@ -164,13 +164,13 @@ final class SQLiteDeliveryStore: DeliveryEngine {
             RETURNING delivery_id, notification_id, platform
             """,
         setTestOutcome: "UPDATE test_results SET outcome = ?1, success = ?2 WHERE delivery_id = ?3 AND outcome IS NULL",
-        openOutcomes: { rows in
+        openOutcomes: DeliverySQL.remembered { rows in
             """
             INSERT OR IGNORE INTO outcomes (notification_id, state, enqueued_at, started_at, ended_at, targets, expired)
             VALUES \(DeliverySQL.outcomeValues(rows: rows, marker: "?"))
             """
         },
-        openOutcomesAdding: { rows in
+        openOutcomesAdding: DeliverySQL.remembered { rows in
             """
             INSERT INTO outcomes (notification_id, state, enqueued_at, started_at, ended_at, targets, expired)
             VALUES \(DeliverySQL.outcomeValues(rows: rows, marker: "?"))

@@ -4,6 +4,7 @@ import HubProtocol
 import Postgres
 import Push
 import Storage
+import Synchronization
 import Testing
 
 @testable import NHDispatch
@@ -422,6 +423,21 @@ struct DeliveryStoreContractTests {
         let totals = try store.totals()
         #expect(totals["pendingDeliveries"] == "2" && totals["notificationsTotal"] == "2" && totals["targetsTotal"] == "3")
         #expect(totals["deliveredTotal"] == "1" && totals["acknowledgedTotal"] == "1" && totals["failedTotal"] == "0")
+    }
+
+    @Test("a statement's text for many rows is made once per row count and is the same text; past the limit it is made each time")
+    func rememberedTexts() {
+        let made = Mutex(0)
+        let text = DeliverySQL.remembered(upTo: 4) { rows in
+            made.withLock { $0 += 1 }
+            return DeliverySQL.outcomeValues(rows: rows, marker: "?")
+        }
+        for rows in [1, 2, 4, 1, 2, 4, 4] { #expect(text(rows) == DeliverySQL.outcomeValues(rows: rows, marker: "?")) }
+        #expect(made.withLock { $0 } == 3)
+        #expect(text(2) == "(?1, ?2, ?3, ?4, ?4, ?5, ?6), (?7, ?8, ?9, ?10, ?10, ?11, ?12)")
+        _ = text(5)
+        _ = text(5)
+        #expect(made.withLock { $0 } == 5)
     }
 
     @Test("a turn of many notifications opens each outcome, many to a statement, and moves the cursors once, to the last; a turn that fails moves neither",
