@@ -311,6 +311,43 @@ struct OutcomeTally {
     var platformOpenings: [PlatformCountKey: (count: Int, adds: Bool)] = [:]
     var platformAdds: [PlatformCountKey: Int] = [:]
 
+    /// One statement of `writeTally`: outcome rows opened together (consecutive ids, all written
+    /// once or all added to), or one notification's counts added.
+    enum Step: Equatable {
+        case open(adds: Bool, ids: [String])
+        case count(String)
+    }
+
+    /// The statements that write the outcome rows, in the order of their ids: openings go up to
+    /// `rowsPerStatement` to a statement, and a run of them ends before an id with counts only,
+    /// so every statement after locks rows past those locked before. A notification's counts
+    /// follow the statement that opens its row.
+    func outcomeSteps(rowsPerStatement: Int) -> [Step] {
+        var steps: [Step] = []
+        var run: (adds: Bool, ids: [String])?
+        var runCounts: [String] = []
+        func endRun() {
+            if let run { steps.append(.open(adds: run.adds, ids: run.ids)) }
+            steps += runCounts.map(Step.count)
+            run = nil
+            runCounts = []
+        }
+        for id in Set(openings.keys).union(counts.keys).sorted() {
+            let counted = counts[id].map { !$0.isZero } ?? false
+            if let opening = openings[id] {
+                if let current = run, current.adds != opening.adds || current.ids.count >= rowsPerStatement { endRun() }
+                if run == nil { run = (opening.adds, []) }
+                run!.ids.append(id)
+                if counted { runCounts.append(id) }
+            } else if counted {
+                endRun()
+                steps.append(.count(id))
+            }
+        }
+        endRun()
+        return steps
+    }
+
     mutating func open(_ notificationId: String, _ opening: OutcomeOpening) {
         guard var known = openings[notificationId] else {
             openings[notificationId] = opening
@@ -534,24 +571,23 @@ extension DeliveryEngine {
     private func writeTally() throws {
         let tally = ledger.tally
         ledger.tally = OutcomeTally()
-        // Outcome rows open many to a statement, those added to apart from those written once;
-        // the counts follow, each added to a row opened by now.
-        for adds in [false, true] {
-            let openings = tally.openings.filter { $0.value.adds == adds }.sorted { $0.key < $1.key }
-            for rows in openings.slices(of: Self.rowsPerInsert) {
+        for step in tally.outcomeSteps(rowsPerStatement: Self.rowsPerInsert) {
+            switch step {
+            case .open(let adds, let ids):
                 var values: [(any StoreValue)?] = []
-                values.reserveCapacity(rows.count * 6)
-                for (id, opening) in rows {
+                values.reserveCapacity(ids.count * 6)
+                for id in ids {
+                    let opening = tally.openings[id]!
                     values += [
                         id, opening.state.rawValue, opening.enqueuedAt.timeIntervalSince1970, opening.at.timeIntervalSince1970,
                         opening.targets, opening.expired,
                     ]
                 }
-                try run(adds ? sql.openOutcomesAdding(rows.count) : sql.openOutcomes(rows.count), values)
+                try run(adds ? sql.openOutcomesAdding(ids.count) : sql.openOutcomes(ids.count), values)
+            case .count(let id):
+                let counts = tally.counts[id]!
+                try run(sql.addToOutcome, [counts.delivered, counts.acknowledged, counts.expired, counts.failed, id])
             }
-        }
-        for (id, counts) in tally.counts.sorted(by: { $0.key < $1.key }) where !counts.isZero {
-            try run(sql.addToOutcome, [counts.delivered, counts.acknowledged, counts.expired, counts.failed, id])
         }
         for key in Set(tally.platformOpenings.keys).union(tally.platformAdds.keys).sorted() {
             let values: [(any StoreValue)?] = [key.notificationId, key.platform, key.outcome]
@@ -572,7 +608,9 @@ extension DeliveryEngine {
     /// The shards' cursors, with where the write under way moves them.
     func shardCursors() throws -> [Int: UInt64] {
         var cursors = try dictionary(sql.shardCursors, [], { $0.int ?? 0 }, { UInt64($0.int64 ?? 0) })
-        for (shard, to) in ledger.shardCursorsTo { if let cursor = cursors[shard] { cursors[shard] = max(cursor, to) } }
+        // A shard's cursor reads as no less than the one dispatcher's (`sql.shardCursors`).
+        let one = ledger.cursorTo ?? 0
+        for (shard, cursor) in cursors { cursors[shard] = max(cursor, ledger.shardCursorsTo[shard] ?? 0, one) }
         return cursors
     }
 

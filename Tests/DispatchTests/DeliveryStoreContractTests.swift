@@ -425,6 +425,49 @@ struct DeliveryStoreContractTests {
         #expect(totals["deliveredTotal"] == "1" && totals["acknowledgedTotal"] == "1" && totals["failedTotal"] == "0")
     }
 
+    @Test("outcome rows are written in the order of their ids: openings many to a statement, a run ending before an id with counts only, each row's counts after its opening")
+    func outcomeStepsKeepIdOrder() {
+        func opening(adds: Bool) -> OutcomeOpening {
+            OutcomeOpening(state: .completed, enqueuedAt: now, at: now, targets: 1, expired: 0, adds: adds)
+        }
+        var tally = OutcomeTally()
+        for (id, adds) in [("a", false), ("b", false), ("c", false), ("d", true), ("f", false)] { tally.open(id, opening(adds: adds)) }
+        tally.add("b") { $0.delivered += 1 }
+        tally.add("e") { $0.acknowledged += 1 }
+        tally.add("g") { _ in }
+        #expect(tally.outcomeSteps(rowsPerStatement: 2) == [
+            .open(adds: false, ids: ["a", "b"]), .count("b"), .open(adds: false, ids: ["c"]), .open(adds: true, ids: ["d"]), .count("e"),
+            .open(adds: false, ids: ["f"]),
+        ])
+        // Random tallies: the rows touched go up, each opened once and counted once after its opening.
+        var generator = SystemRandomNumberGenerator()
+        for _ in 0..<500 {
+            var tally = OutcomeTally()
+            for index in 0..<Int.random(in: 0..<150, using: &generator) {
+                let id = String(format: "n%03d", Int.random(in: 0..<200, using: &generator))
+                if Bool.random(using: &generator) { tally.open(id, opening(adds: index % 7 == 0)) }
+                if Bool.random(using: &generator) { tally.add(id) { $0.delivered += 1 } }
+            }
+            let steps = tally.outcomeSteps(rowsPerStatement: 64)
+            var touched: [String] = []
+            var opened = Set<String>(), counted = Set<String>()
+            for step in steps {
+                switch step {
+                case .open(let adds, let ids):
+                    #expect(!ids.isEmpty && ids.count <= 64 && ids.allSatisfy { tally.openings[$0]?.adds == adds })
+                    touched += ids
+                    opened.formUnion(ids)
+                case .count(let id):
+                    #expect(tally.openings[id] == nil || opened.contains(id), "a row's counts after its opening")
+                    #expect(counted.insert(id).inserted)
+                    if tally.openings[id] == nil { touched.append(id) }
+                }
+            }
+            #expect(touched == touched.sorted() && Set(touched).count == touched.count)
+            #expect(opened == Set(tally.openings.keys) && counted == Set(tally.counts.keys))
+        }
+    }
+
     @Test("a statement's text for many rows is made once per row count and is the same text; past the limit it is made each time")
     func rememberedTexts() {
         let made = Mutex(0)
@@ -484,8 +527,10 @@ struct DeliveryStoreContractTests {
         #expect(throws: Refused.self) {
             try store.writeTurn {
                 try store.record(Fixture.notification("late", sequence: 300), plans: [], sent: [], now: now)
+                // A shard's cursor reads as no less than the one dispatcher's, as the store's own would.
+                #expect(try store.shardCursors()[0] == 300)
                 try store.record(Fixture.notification("late-shared", sequence: 301), plans: [], sent: [], shards: all, now: now)
-                #expect(try store.cursor() == 300)
+                #expect(try store.cursor() == 300 && store.shardCursors()[0] == 301)
                 throw Refused()
             }
         }
