@@ -111,7 +111,12 @@ public enum HubCodec {
 
     /// A string JSON writes as it is: printable ASCII other than `"` and `\`.
     static func isPlain(_ text: String) -> Bool {
-        text.utf8.allSatisfy { $0 >= 0x20 && $0 < 0x7f && $0 != UInt8(ascii: "\"") && $0 != UInt8(ascii: "\\") }
+        text.utf8.allSatisfy(isPlainByte)
+    }
+
+    /// A byte JSON writes as it is inside a string: printable ASCII other than `"` and `\`.
+    static func isPlainByte(_ byte: UInt8) -> Bool {
+        byte >= 0x20 && byte < 0x7f && byte != UInt8(ascii: "\"") && byte != UInt8(ascii: "\\")
     }
 
     /// A message's payload alone, as JSON, for surfaces that carry no envelope (the REST API).

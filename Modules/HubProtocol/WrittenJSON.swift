@@ -96,7 +96,7 @@ struct WrittenJSONReader {
                 at += 1
                 return UnsafeRawBufferPointer(rebasing: bytes[start..<(at - 1)])
             }
-            guard byte >= 0x20, byte < 0x7f, byte != UInt8(ascii: "\\") else { return nil }
+            guard HubCodec.isPlainByte(byte) else { return nil }
             at += 1
         }
         return nil

@@ -622,8 +622,8 @@ extension DeliveryEngine {
             ledger.cursorTo = nil
         }
         guard !ledger.shardCursorsTo.isEmpty else { return }
-        for (to, shards) in Dictionary(grouping: ledger.shardCursorsTo.keys, by: { ledger.shardCursorsTo[$0]! }).sorted(by: { $0.key < $1.key }) {
-            try run(sql.advanceShardCursors, [Int64(to), sql.shards(Set(shards))])
+        for (to, moves) in Dictionary(grouping: ledger.shardCursorsTo, by: \.value).sorted(by: { $0.key < $1.key }) {
+            try run(sql.advanceShardCursors, [Int64(to), sql.shards(Set(moves.map(\.key)))])
         }
         ledger.shardCursorsTo = [:]
     }
