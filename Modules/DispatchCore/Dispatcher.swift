@@ -16,8 +16,8 @@ public struct Dispatcher {
     private var resolver = TargetResolver()
     private var sessions: [Route: Session] = [:]
     private var routes: [String: Route] = [:]
-    private var inFlight: [String: InFlight] = [:]
-    private var resends = DueQueue()
+    private var inFlight: [DeliveryKey: InFlight] = [:]
+    private var resends = DueQueue<DeliveryKey>()
     /// Installations whose unacknowledged deliveries are in the store and not in memory.
     private var backlog: Set<String> = []
     /// Sessions with deliveries waiting for room under `maxInFlight`, oldest first.
@@ -227,7 +227,13 @@ public struct Dispatcher {
                 plans = resolver.plan(notification, index: index, now: now)
             }
             // A platform the hub has no delivery path to: failed at once, with its reason, never sent.
-            for i in plans.indices where !settings.platforms.contains(plans[i].platform) {
+            // Consecutive plans mostly share a platform, whose answer is kept rather than looked up again.
+            var lastPlatform: (name: String, served: Bool)?
+            for i in plans.indices {
+                let platform = plans[i].platform
+                let served = lastPlatform.flatMap { $0.name == platform ? $0.served : nil } ?? settings.platforms.contains(platform)
+                lastPlatform = (platform, served)
+                guard !served else { continue }
                 plans[i].unreachable = Platform(name: plans[i].platform) == nil ? "UnknownPlatform" : "PnsUnavailable"
                 counters.failed += 1
             }
@@ -250,7 +256,7 @@ public struct Dispatcher {
                 let delivery = AgentDelivery(
                     deliveryId: plan.deliveryId, notificationId: notification.notificationId, installationId: plan.installationId,
                     template: plan.template, payload: plan.payload, expiresAt: plan.expiresAt, rich: plan.rich)
-                _ = session.enqueue(delivery, limit: settings.queueLimit)
+                _ = session.enqueue(delivery, key: plan.key, limit: settings.queueLimit)
                 if seen.insert(route).inserted { touched.append(route) }
             }
         }
@@ -267,9 +273,11 @@ public struct Dispatcher {
         if complete { backlog.remove(installationId) }
         session.spilled = !complete
         var fresh = 0
-        for delivery in deliveries where session.enqueue(delivery, limit: settings.queueLimit) {
+        for delivery in deliveries {
+            let key = DeliveryKey(delivery.deliveryId)
+            guard session.enqueue(delivery, key: key, limit: settings.queueLimit) else { continue }
             fresh += 1
-            if sentBefore.contains(delivery.deliveryId) { session.sentBefore.insert(delivery.deliveryId) }
+            if sentBefore.contains(delivery.deliveryId) { session.sentBefore.insert(key) }
         }
         if !session.welcomed {
             session.welcomed = true
@@ -281,15 +289,15 @@ public struct Dispatcher {
     /// Sends from a session's queue while its window has room; loads more when the store has more.
     private mutating func pump(_ route: Route, now: Date, _ actions: inout [DispatchAction]) {
         guard let session = sessions[route] else { return }
-        while session.inFlight < settings.window, inFlight.count < settings.maxInFlight, let delivery = session.dequeue() {
-            let again = !session.sentBefore.isEmpty && session.sentBefore.remove(delivery.deliveryId) != nil
+        while session.inFlight < settings.window, inFlight.count < settings.maxInFlight, let (key, delivery) = session.dequeue() {
+            let again = !session.sentBefore.isEmpty && session.sentBefore.remove(key) != nil
             guard delivery.expiresAt > now else {
-                session.known.remove(delivery.deliveryId)
+                session.known.remove(key)
                 continue
             }
             session.inFlight += 1
-            let bucket = resends.push(due: now.addingTimeInterval(session.resendTimeout(settings)), id: delivery.deliveryId)
-            inFlight[delivery.deliveryId] = InFlight(delivery: delivery, route: route, attempts: 1, sentAt: now, bucket: bucket)
+            let bucket = resends.push(due: now.addingTimeInterval(session.resendTimeout(settings)), id: key)
+            inFlight[key] = InFlight(delivery: delivery, route: route, attempts: 1, sentAt: now, bucket: bucket)
             actions.append(.send(route, delivery))
             // One sent to an earlier session (the agent reconnected, or another dispatcher had it) is
             // sent again: counted as a resend, so that sent = acknowledged + failed + expired + waiting.
@@ -319,6 +327,7 @@ public struct Dispatcher {
         for id in ack.deliveryIds + failures.map(\.deliveryId) {
             // An id not in flight may still be pending in the store (sent before a restart): the store
             // records it if it belongs to this installation, and ignores it otherwise.
+            let id = DeliveryKey(id)
             guard session.known.remove(id) != nil else {
                 counters.unknownAcks += 1
                 continue
@@ -534,14 +543,14 @@ final class Session {
     var key: String?
     var lastSeen: Date
     /// Waiting to be sent, oldest first; `head` is the next one.
-    var queue: [AgentDelivery] = []
+    var queue: [(key: DeliveryKey, delivery: AgentDelivery)] = []
     var head = 0
     var inFlight = 0
     /// Delivery ids queued or in flight, so that a load from the store adds each once. Room for a
     /// few from the start: grown one step at a time, a new session's set hashed every id again.
-    var known = Set<String>(minimumCapacity: 16)
+    var known = Set<DeliveryKey>(minimumCapacity: 16)
     /// Queued deliveries that were sent before, to an earlier session: sending them is a resend.
-    var sentBefore: Set<String> = []
+    var sentBefore: Set<DeliveryKey> = []
     var loading = false
     /// The store holds deliveries the queue had no room for.
     var spilled = false
@@ -575,20 +584,20 @@ final class Session {
 
     /// Queues a delivery once. Returns false when it was known already or the queue is full,
     /// in which case it stays in the store for a later load.
-    func enqueue(_ delivery: AgentDelivery, limit: Int) -> Bool {
+    func enqueue(_ delivery: AgentDelivery, key: DeliveryKey, limit: Int) -> Bool {
         guard waiting < limit else {
-            if !known.contains(delivery.deliveryId) { spilled = true }
+            if !known.contains(key) { spilled = true }
             return false
         }
         // One lookup: the insert says whether it was known.
-        guard known.insert(delivery.deliveryId).inserted else { return false }
-        queue.append(delivery)
+        guard known.insert(key).inserted else { return false }
+        queue.append((key, delivery))
         return true
     }
 
     var waiting: Int { queue.count - head }
 
-    func dequeue() -> AgentDelivery? {
+    func dequeue() -> (DeliveryKey, AgentDelivery)? {
         guard head < queue.count else { return nil }
         let delivery = queue[head]
         head += 1
@@ -606,5 +615,5 @@ struct InFlight {
     var attempts: Int
     var sentAt: Date
     /// Where it waits in the resend queue.
-    var bucket: DueQueue.Bucket
+    var bucket: DueQueue<DeliveryKey>.Bucket
 }

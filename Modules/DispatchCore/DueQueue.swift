@@ -4,11 +4,9 @@ import Foundation
 /// acknowledgement takes its delivery out of its bucket in O(1), so the queue only ever holds
 /// deliveries still in flight: a broadcast to many agents, all acknowledged, leaves nothing behind
 /// to sift through when its resend time comes. The bucket times are kept in a small heap.
-public struct DueQueue {
-    /// A bucket: the tenth of a second (since 1970) at or after which its deliveries are due.
-    public typealias Bucket = Int64
-
-    private var buckets: [Bucket: Set<String>] = [:]
+/// Deliveries are named by `ID`: the dispatcher's by `DeliveryKey`, a push queue's by id.
+public struct DueQueue<ID: Hashable> {
+    private var buckets: [Bucket: Set<ID>] = [:]
     private var times: [Bucket] = []
     /// The most deliveries a bucket has held lately: a new bucket starts with room for as many,
     /// so that a broadcast's bucket is not grown (and every id in it hashed again) step by step.
@@ -18,7 +16,7 @@ public struct DueQueue {
 
     /// Queues `id` for `due` and returns its bucket, for `remove`.
     @discardableResult
-    public mutating func push(due: Date, id: String) -> Bucket {
+    public mutating func push(due: Date, id: ID) -> Bucket {
         let bucket = Bucket((due.timeIntervalSince1970 * 10).rounded(.up))
         let count: Int? = {
             guard let index = buckets.index(forKey: bucket) else { return nil }
@@ -27,7 +25,7 @@ public struct DueQueue {
         }()
         switch count {
         case nil:
-            var ids = Set<String>(minimumCapacity: typical)
+            var ids = Set<ID>(minimumCapacity: typical)
             ids.insert(id)
             buckets[bucket] = ids
             pushTime(bucket)
@@ -37,14 +35,14 @@ public struct DueQueue {
         return bucket
     }
 
-    public mutating func remove(_ id: String, from bucket: Bucket) {
+    public mutating func remove(_ id: ID, from bucket: Bucket) {
         buckets[bucket]?.remove(id)
     }
 
     /// Takes up to `limit` deliveries that are due by `now`, earliest bucket first.
-    public mutating func popDue(now: Date, limit: Int) -> [String] {
+    public mutating func popDue(now: Date, limit: Int) -> [ID] {
         let current = Bucket((now.timeIntervalSince1970 * 10).rounded(.down))
-        var due: [String] = []
+        var due: [ID] = []
         while due.count < limit, let first = times.first, first <= current {
             var ids = buckets[first] ?? []
             while due.count < limit, let id = ids.popFirst() { due.append(id) }
@@ -86,4 +84,9 @@ public struct DueQueue {
             parent = smallest
         }
     }
+}
+
+extension DueQueue {
+    /// A bucket: the tenth of a second (since 1970) at or after which its deliveries are due.
+    public typealias Bucket = Int64
 }

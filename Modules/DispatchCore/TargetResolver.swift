@@ -5,7 +5,12 @@ import Templates
 
 /// One notification, rendered for one installation.
 public struct PlannedDelivery: Equatable, Sendable {
-    public var deliveryId: String
+    /// Its delivery id, hashed once (`DeliveryKey`).
+    public var key: DeliveryKey
+    public var deliveryId: String {
+        get { key.id }
+        set { key = DeliveryKey(newValue) }
+    }
     public var installationId: String
     public var template: String?
     public var payload: String
@@ -27,7 +32,7 @@ public struct PlannedDelivery: Equatable, Sendable {
         platform: String = Platform.linux.rawValue
     ) {
         self.platform = platform
-        self.deliveryId = deliveryId
+        key = DeliveryKey(deliveryId)
         self.installationId = installationId
         self.template = template
         self.payload = payload

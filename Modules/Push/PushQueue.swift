@@ -37,7 +37,7 @@ struct PushQueue {
 
     private(set) var counters: [PushService: PushCounters] = [:]
     private var entries: [String: Entry] = [:]
-    private var retries = DueQueue()
+    private var retries = DueQueue<String>()
     private var waitingForToken: [PushService: [String]] = [:]
     private var pausedUntil: [PushService: Date] = [:]
     /// Seconds before the next attempt after `attempts` tries; jittered by default.

@@ -49,7 +49,7 @@ protocol DeliveryStore: LeaseStore {
     /// shards (the dispatcher's own), whose targets and counts add to what other dispatchers wrote
     /// for their shards. Deliveries in `sent` went out in the same turn: they are recorded as
     /// delivered at once. Each distinct payload is stored once, however many installations it went to.
-    func record(_ notification: AcceptedNotification, plans: [PlannedDelivery], sent: Set<String>, shards: Set<Int>?, now: Date) throws
+    func record(_ notification: AcceptedNotification, plans: [PlannedDelivery], sent: Set<DeliveryKey>, shards: Set<Int>?, now: Date) throws
     /// Notes that deliveries went out; the first send of each counts as delivered.
     func markSent(_ deliveries: [AgentDelivery], now: Date) throws
     /// Records acknowledgements, each an installation's and the ids it acknowledged; each delivery
@@ -93,7 +93,7 @@ extension DeliveryStore {
     var turnsWaitForGroup: Bool { false }
 
     /// Records with one dispatcher, which plans every shard.
-    func record(_ notification: AcceptedNotification, plans: [PlannedDelivery], sent: Set<String>, now: Date) throws {
+    func record(_ notification: AcceptedNotification, plans: [PlannedDelivery], sent: Set<DeliveryKey>, now: Date) throws {
         try record(notification, plans: plans, sent: sent, shards: nil, now: now)
     }
 
@@ -630,7 +630,7 @@ extension DeliveryEngine {
 
     // MARK: Writes
 
-    func record(_ notification: AcceptedNotification, plans: [PlannedDelivery], sent: Set<String>, shards: Set<Int>?, now: Date) throws {
+    func record(_ notification: AcceptedNotification, plans: [PlannedDelivery], sent: Set<DeliveryKey>, shards: Set<Int>?, now: Date) throws {
         try write {
             let id = notification.notificationId
             let expired = notification.expiresAt <= now
@@ -664,7 +664,7 @@ extension DeliveryEngine {
     /// Stores the deliveries not stored yet; returns how many it stored. `holds`: agents'
     /// deliveries may be held, each (`byShard`) where its shard's cursor is behind the notification.
     private func recordDeliveries(
-        _ notification: AcceptedNotification, plans: [PlannedDelivery], sent: Set<String>, now: Date, adds: Bool, holds: Bool,
+        _ notification: AcceptedNotification, plans: [PlannedDelivery], sent: Set<DeliveryKey>, now: Date, adds: Bool, holds: Bool,
         byShard: Bool
     ) throws -> Int {
         let id = notification.notificationId
@@ -714,7 +714,7 @@ extension DeliveryEngine {
                 payloadIds[plan.payload] = payloadId
             }
             lastPayload = (plan.payload, payloadId)
-            let wentOut = sent.contains(plan.deliveryId)
+            let wentOut = sent.contains(plan.key)
             let rich = try plan.rich.map { try ledger.encoder.encode($0) }
             // An agent's delivery is held in memory until the group commits (past its cursor), or
             // goes with the others in one statement where a statement takes many rows, counted
@@ -729,7 +729,7 @@ extension DeliveryEngine {
                     batch.append((plan.deliveryId, delivery))
                     continue
                 }
-                ledger.unwritten.add(plan.deliveryId, delivery)
+                ledger.unwritten.add(plan.key, delivery)
                 stored += 1
                 targets[plan.platform, default: 0] += 1
                 if wentOut { delivered += 1 }
@@ -762,7 +762,7 @@ extension DeliveryEngine {
             let inserted = try insertAgentDeliveries(rows)
             stored += inserted.count
             targets[Platform.linux.rawValue, default: 0] += inserted.count
-            if !sent.isEmpty { delivered += inserted.reduce(0) { $0 + (sent.contains($1) ? 1 : 0) } }
+            if !sent.isEmpty { delivered += inserted.reduce(0) { $0 + (sent.contains(DeliveryKey($1)) ? 1 : 0) } }
         }
         for (platform, count) in targets {
             platformCounts[PlatformCountKey(notificationId: id, platform: platform, outcome: "Targets"), default: 0] += count
@@ -795,8 +795,9 @@ extension DeliveryEngine {
         try write {
             for delivery in deliveries {
                 touch(Shards.of(delivery.installationId))
-                if ledger.unwritten[delivery.deliveryId] != nil {
-                    if ledger.unwritten.markSent(delivery.deliveryId, at: now) { ledger.tally.add(delivery.notificationId) { $0.delivered += 1 } }
+                let key = DeliveryKey(delivery.deliveryId)
+                if ledger.unwritten[key] != nil {
+                    if ledger.unwritten.markSent(key, at: now) { ledger.tally.add(delivery.notificationId) { $0.delivered += 1 } }
                     continue
                 }
                 guard try run(sql.markDelivered, [now.timeIntervalSince1970, delivery.deliveryId]) > 0 else { continue }
@@ -826,7 +827,7 @@ extension DeliveryEngine {
                 touch(Shards.of(installationId))
                 for id in deliveryIds {
                     // Held and acknowledged before its group commits: never written.
-                    if let held = ledger.unwritten.remove(id, installationId: installationId) {
+                    if let held = ledger.unwritten.remove(DeliveryKey(id), installationId: installationId) {
                         fresh += 1
                         ledger.acknowledgedUnwritten += 1
                         count(held.notificationId)
@@ -856,7 +857,7 @@ extension DeliveryEngine {
     func fail(_ failures: [DeliveryFailure], installationId: String, now: Date) throws {
         try write {
             touch(Shards.of(installationId))
-            if failures.contains(where: { ledger.unwritten[$0.deliveryId] != nil }) { try writeHeld() }
+            if failures.contains(where: { ledger.unwritten[DeliveryKey($0.deliveryId)] != nil }) { try writeHeld() }
             for failure in failures {
                 guard let notification = try closeDelivery(failure.deliveryId, installationId: installationId, reason: failure.reason, now: now)
                 else { continue }

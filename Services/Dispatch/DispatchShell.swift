@@ -74,15 +74,18 @@ final class DispatchShell {
             switch action {
             case .record(let notification, let plans, let shards):
                 turn.records.append((notification, plans, shards, Date()))
-            case .send(let route, var delivery):
+            case .send(let route, let delivery):
                 // A rich delivery carries a ticket that lets this installation, and no other, fetch the payload.
-                if let rich = delivery.rich {
-                    delivery.richTicket = context.userTokens.issue(
-                        user: delivery.installationId, kind: .ticket,
-                        lifetime: max(60, Int(delivery.expiresAt.timeIntervalSinceNow) + 60), resource: rich.richId
-                    ).token
+                guard let rich = delivery.rich else {
+                    if deliver(route, [AgentWire.encodeDelivery(delivery)]) { turn.sent.append(delivery) }
+                    continue
                 }
-                if deliver(route, [AgentWire.encodeDelivery(delivery)]) { turn.sent.append(delivery) }
+                var ticketed = delivery
+                ticketed.richTicket = context.userTokens.issue(
+                    user: delivery.installationId, kind: .ticket,
+                    lifetime: max(60, Int(delivery.expiresAt.timeIntervalSinceNow) + 60), resource: rich.richId
+                ).token
+                if deliver(route, [AgentWire.encodeDelivery(ticketed)]) { turn.sent.append(ticketed) }
             case .push(let plan, let notificationId):
                 guard let platform = Platform(name: plan.platform) else { continue }
                 turn.pushes.append(PushMessage(

@@ -18,17 +18,19 @@ struct DispatchTurn {
 
     /// Writes it to `store`: deliveries planned and sent in this turn are recorded as sent in the same write.
     func write(to store: any DeliveryStore, now: Date) throws {
-        // Only records ask what went out; most turns (acknowledgements) have none.
-        let sentIds = records.isEmpty ? [] : Set(sent.map(\.deliveryId))
-        var plannedIds = Set<String>()
+        // Only records ask what went out; most turns (acknowledgements) have none. Each id is
+        // hashed once, and the sets are made as large as they will be, not grown step by step.
+        let sentKeys = records.isEmpty ? [] : sent.map { DeliveryKey($0.deliveryId) }
+        let sentIds = Set(sentKeys)
+        var plannedIds = Set<DeliveryKey>(minimumCapacity: records.isEmpty ? 0 : planned)
         for (notification, plans, shards, plannedAt) in records {
             try store.record(notification, plans: plans, sent: sentIds, shards: shards, now: plannedAt)
-            for plan in plans { plannedIds.insert(plan.deliveryId) }
+            for plan in plans { plannedIds.insert(plan.key) }
         }
         // What a record of this turn planned and sent is delivered already; the rest was recorded
         // before (a notification recorded again, for other shards or with nothing left to plan, is
         // not enough: its sends may be of deliveries an earlier record planned).
-        try store.markSent(plannedIds.isEmpty ? sent : sent.filter { !plannedIds.contains($0.deliveryId) }, now: now)
+        try store.markSent(plannedIds.isEmpty ? sent : sent.indices.compactMap { plannedIds.contains(sentKeys[$0]) ? nil : sent[$0] }, now: now)
         try store.acknowledge(acks, now: now)
         for (installationId, failures) in failures { try store.fail(failures, installationId: installationId, now: now) }
         try store.pushed(pushResults, now: now)

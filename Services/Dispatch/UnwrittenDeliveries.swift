@@ -1,3 +1,4 @@
+import DispatchCore
 import Foundation
 
 /// Deliveries to agents recorded inside an open group of writes (SQLite), held in memory instead
@@ -25,29 +26,29 @@ struct UnwrittenDeliveries {
         var deliveredAt: Date?
     }
 
-    private var held: [String: Delivery] = [:]
+    private var held: [DeliveryKey: Delivery] = [:]
     /// Delivery ids in the order they were recorded. An id no longer held is skipped, and left in
     /// place until the list is compacted after a write stands, so that undoing a write needs no
     /// reordering.
-    private var order: [String] = []
+    private var order: [DeliveryKey] = []
     /// Each change's delivery id and what it held before, since the outermost write began.
-    private var journal: [(String, Delivery?)] = []
+    private var journal: [(DeliveryKey, Delivery?)] = []
 
     var count: Int { held.count }
     var isEmpty: Bool { held.isEmpty }
 
-    subscript(deliveryId: String) -> Delivery? { held[deliveryId] }
+    subscript(deliveryId: DeliveryKey) -> Delivery? { held[deliveryId] }
 
     // Each change below looks its delivery id up once: these run once or twice per delivery.
 
     /// Holds a delivery recorded in the open group.
-    mutating func add(_ deliveryId: String, _ delivery: Delivery) {
+    mutating func add(_ deliveryId: DeliveryKey, _ delivery: Delivery) {
         journal.append((deliveryId, held.updateValue(delivery, forKey: deliveryId)))
         order.append(deliveryId)
     }
 
     /// Notes its first send; false when it was sent before or is not held.
-    mutating func markSent(_ deliveryId: String, at time: Date) -> Bool {
+    mutating func markSent(_ deliveryId: DeliveryKey, at time: Date) -> Bool {
         guard let index = held.index(forKey: deliveryId), held.values[index].deliveredAt == nil else { return false }
         journal.append((deliveryId, held.values[index]))
         held.values[index].deliveredAt = time
@@ -55,7 +56,7 @@ struct UnwrittenDeliveries {
     }
 
     /// Lets go of a delivery held for `installationId`, acknowledged or handed on; returns it.
-    mutating func remove(_ deliveryId: String, installationId: String) -> Delivery? {
+    mutating func remove(_ deliveryId: DeliveryKey, installationId: String) -> Delivery? {
         guard let index = held.index(forKey: deliveryId), held.values[index].installationId == installationId else { return nil }
         let delivery = held.remove(at: index).value
         journal.append((deliveryId, delivery))
@@ -66,7 +67,7 @@ struct UnwrittenDeliveries {
     mutating func removeExpired(at now: Date) -> [(String, Delivery)] {
         let expired = held.filter { $0.value.expiresAt <= now }
         for id in expired.keys { set(id, nil) }
-        return expired.map { ($0.key, $0.value) }
+        return expired.map { ($0.key.id, $0.value) }
     }
 
     /// Every delivery held, oldest first, and none held after.
@@ -75,7 +76,7 @@ struct UnwrittenDeliveries {
         taken.reserveCapacity(held.count)
         for id in order {
             guard let delivery = held[id] else { continue }
-            taken.append((id, delivery))
+            taken.append((id.id, delivery))
             set(id, nil)
         }
         return taken
@@ -99,7 +100,7 @@ struct UnwrittenDeliveries {
         if order.count > 2 * held.count + 1_024 { order.removeAll { held[$0] == nil } }
     }
 
-    private mutating func set(_ deliveryId: String, _ delivery: Delivery?) {
+    private mutating func set(_ deliveryId: DeliveryKey, _ delivery: Delivery?) {
         journal.append((deliveryId, held[deliveryId]))
         held[deliveryId] = delivery
     }

@@ -9,9 +9,9 @@ struct DueQueueTests {
 
     @Test("due deliveries come out earliest bucket first, at most the limit; removed ones never; a bucket emptied by removals is passed over")
     func order() {
-        var queue = DueQueue()
+        var queue = DueQueue<String>()
         let late = queue.push(due: Self.start.addingTimeInterval(2), id: "late")
-        var early: [DueQueue.Bucket] = []
+        var early: [DueQueue<String>.Bucket] = []
         for index in 0..<300 { early.append(queue.push(due: Self.start.addingTimeInterval(1), id: "e\(index)")) }
         #expect(Set(early).count == 1 && early[0] < late)
         for index in stride(from: 0, to: 300, by: 2) { queue.remove("e\(index)", from: early[0]) }

@@ -22,7 +22,7 @@ struct DeliveryStoreContractTests {
             Fixture.plan("n1", "a", payload: "A"), Fixture.plan("n1", "b", payload: "A"), Fixture.plan("n1", "c", payload: "A"),
             Fixture.plan("n1", "d", payload: "B"),
         ]
-        try store.record(Fixture.notification("n1", sequence: 7), plans: plans, sent: [plans[0].deliveryId], now: now)
+        try store.record(Fixture.notification("n1", sequence: 7), plans: plans, sent: [plans[0].key], now: now)
         #expect(try store.cursor() == 7)
         #expect(try Fixture.rows("payloads", in: store) == 2)
         #expect(try store.pending(for: "c", now: now).map(\.payload) == ["A"])
@@ -32,7 +32,7 @@ struct DeliveryStoreContractTests {
         #expect(outcome.startedAt == now && outcome.endedAt == now && outcome.enqueuedAt == now.addingTimeInterval(-1))
 
         // A pull repeated after a restart: nothing counts again, and the cursor never goes back.
-        try store.record(Fixture.notification("n1", sequence: 7), plans: plans, sent: [plans[0].deliveryId], now: now)
+        try store.record(Fixture.notification("n1", sequence: 7), plans: plans, sent: [plans[0].key], now: now)
         try store.record(Fixture.notification("n0", sequence: 5), plans: [], sent: [], now: now)
         outcome = try #require(try store.outcome("n1"))
         #expect(outcome.targets == 4 && outcome.delivered == 1)
@@ -69,7 +69,7 @@ struct DeliveryStoreContractTests {
         var plans = (0..<2_500).map { Fixture.plan("n", "i\($0)") }
         plans[1].template = "t\"quoted\",{x}"
         plans[2].rich = rich
-        let sent = Set(plans.prefix(1_000).map(\.deliveryId))
+        let sent = Set(plans.prefix(1_000).map(\.key))
         let all = Set(0..<Shards.count)
         try store.record(Fixture.notification("n", sequence: 1), plans: plans, sent: sent, shards: all, now: now)
         var outcome = try #require(try store.outcome("n"))
@@ -116,7 +116,7 @@ struct DeliveryStoreContractTests {
     func acknowledgements(engine: StoreEngine) throws {
         let store = try engine.makeStore()
         let plans = [Fixture.plan("n", "a"), Fixture.plan("n", "b")]
-        try store.record(Fixture.notification("n", sequence: 1), plans: plans, sent: Set(plans.map(\.deliveryId)), now: now)
+        try store.record(Fixture.notification("n", sequence: 1), plans: plans, sent: Set(plans.map(\.key)), now: now)
         #expect(try store.acknowledge([plans[0].deliveryId], installationId: "b", now: now) == 0)
         #expect(try store.acknowledge([plans[0].deliveryId, "unknown"], installationId: "a", now: now) == 1)
         #expect(try store.acknowledge([plans[0].deliveryId], installationId: "a", now: now) == 0)
@@ -136,7 +136,7 @@ struct DeliveryStoreContractTests {
             plans[notification] = installations.map { Fixture.plan(notification, $0) }
             try store.record(
                 Fixture.notification(notification, sequence: UInt64(index + 1)), plans: plans[notification]!,
-                sent: Set(plans[notification]!.map(\.deliveryId)), now: now)
+                sent: Set(plans[notification]!.map(\.key)), now: now)
         }
         // Every installation acknowledges n1's delivery (one of them twice), the first ten n2's too;
         // i0 also names i1's delivery, which is not its own, and one nobody has.
@@ -162,7 +162,7 @@ struct DeliveryStoreContractTests {
         let first = installations.map { Fixture.plan("n1", $0) }
         let second = installations.map { Fixture.plan("n2", $0) }
         try store.writeTurn {
-            try store.record(Fixture.notification("n1", sequence: 1), plans: first, sent: Set(first.map(\.deliveryId)), shards: all, now: now)
+            try store.record(Fixture.notification("n1", sequence: 1), plans: first, sent: Set(first.map(\.key)), shards: all, now: now)
             try store.record(Fixture.notification("n2", sequence: 2), plans: second, sent: [], shards: all, now: now)
             try store.markSent(second.prefix(10).map { Fixture.delivery($0, of: "n2") }, now: now)
             // Every n1 delivery but the last five is acknowledged, and n2's first.
@@ -230,7 +230,7 @@ struct DeliveryStoreContractTests {
             Fixture.plan("n", "a", expiresIn: 10), Fixture.plan("n", "b", expiresIn: 10), Fixture.plan("n", "p", platform: .apns, expiresIn: 10),
             Fixture.plan("n", "late", expiresIn: 100),
         ]
-        try store.record(Fixture.notification("n", sequence: 1), plans: plans, sent: [plans[0].deliveryId], now: now)
+        try store.record(Fixture.notification("n", sequence: 1), plans: plans, sent: [plans[0].key], now: now)
         #expect(try store.acknowledge([plans[1].deliveryId], installationId: "b", now: now) == 1)
         #expect(try store.expire(now: now.addingTimeInterval(9)) == 0)
         #expect(try store.expire(now: now.addingTimeInterval(10)) == 2)
@@ -253,7 +253,7 @@ struct DeliveryStoreContractTests {
         }
         let first = plan("n1", "a", topic: "e1:score"), sentOne = plan("n2", "a", topic: "e1:score")
         try store.record(Fixture.notification("n1", sequence: 1), plans: [first], sent: [], now: now)
-        try store.record(Fixture.notification("n2", sequence: 2), plans: [sentOne], sent: [sentOne.deliveryId], now: now)
+        try store.record(Fixture.notification("n2", sequence: 2), plans: [sentOne], sent: [sentOne.key], now: now)
         // Other topics, another installation and a delivery without a topic stay.
         try store.record(Fixture.notification("n3", sequence: 3), plans: [
             plan("n3", "a", topic: "e1:weather"), plan("n3", "a2", topic: "e1:score"), plan("n3", "b", topic: nil),
@@ -344,7 +344,7 @@ struct DeliveryStoreContractTests {
             Fixture.plan("n", "a"), Fixture.plan("n", "b"), Fixture.plan("n", "c", expiresIn: 5), Fixture.plan("n", "d"),
             Fixture.plan("n", "p", platform: .apns, expiresIn: 5), Fixture.plan("n", "q", platform: .apns),
         ]
-        try store.record(Fixture.notification("n", sequence: 1), plans: plans, sent: Set(plans.prefix(4).map(\.deliveryId)), now: now)
+        try store.record(Fixture.notification("n", sequence: 1), plans: plans, sent: Set(plans.prefix(4).map(\.key)), now: now)
         _ = try store.acknowledge([plans[0].deliveryId], installationId: "a", now: now)
         try store.fail([DeliveryFailure(deliveryId: plans[1].deliveryId, reason: "gave up")], installationId: "b", now: now)
         let push = try store.pendingPush(now: now)
@@ -417,7 +417,7 @@ struct DeliveryStoreContractTests {
         let store = try engine.makeStore()
         #expect(try store.totals()["notificationsTotal"] == "0")
         let plans = [Fixture.plan("n", "a"), Fixture.plan("n", "b"), Fixture.plan("n", "c")]
-        try store.record(Fixture.notification("n", sequence: 1), plans: plans, sent: [plans[0].deliveryId], now: now)
+        try store.record(Fixture.notification("n", sequence: 1), plans: plans, sent: [plans[0].key], now: now)
         try store.record(Fixture.notification("m", sequence: 2), plans: [], sent: [], now: now)
         _ = try store.acknowledge([plans[0].deliveryId], installationId: "a", now: now)
         let totals = try store.totals()
@@ -493,7 +493,7 @@ struct DeliveryStoreContractTests {
             for index in 1...150 {
                 let id = "many-\(index)"
                 let plans = index % 3 == 0 ? [Fixture.plan(id, "a")] : []
-                try store.record(Fixture.notification(id, sequence: UInt64(index)), plans: plans, sent: Set(plans.map(\.deliveryId)), now: now)
+                try store.record(Fixture.notification(id, sequence: UInt64(index)), plans: plans, sent: Set(plans.map(\.key)), now: now)
                 // The cursor as the turn reads it is already where it records to.
                 if index == 75 { #expect(try store.cursor() == 75) }
             }
@@ -554,7 +554,7 @@ struct DeliveryStoreContractTests {
         #expect(try store.outcome("lost") == nil && store.cursor() == 0 && store.pending(for: "a", now: now).isEmpty)
         let plan = Fixture.plan("kept", "a")
         try store.writeTurn {
-            try store.record(Fixture.notification("kept", sequence: 2), plans: [plan], sent: [plan.deliveryId], now: now)
+            try store.record(Fixture.notification("kept", sequence: 2), plans: [plan], sent: [plan.key], now: now)
             try store.markSent([Fixture.delivery(plan, of: "kept")], now: now)
         }
         try store.writeTurn { _ = try store.acknowledge([plan.deliveryId], installationId: "a", now: now) }
@@ -701,7 +701,7 @@ struct DeliveryStoreContractTests {
         let (a, p) = (Fixture.installation(inShard: 4), Fixture.installation(inShard: 4, "p"))
         let plans = [Fixture.plan("n", a), Fixture.plan("n", p, platform: .apns)]
         for _ in 0..<2 {
-            try store.record(Fixture.notification("n", sequence: 1), plans: plans, sent: [plans[0].deliveryId], shards: [4], now: now)
+            try store.record(Fixture.notification("n", sequence: 1), plans: plans, sent: [plans[0].key], shards: [4], now: now)
         }
         let outcome = try #require(try store.outcome("n"))
         #expect(outcome.targets == 2 && outcome.delivered == 1)

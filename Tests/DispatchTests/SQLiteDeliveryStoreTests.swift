@@ -42,7 +42,7 @@ struct SQLiteDeliveryStoreTests {
         let store = try SQLiteDeliveryStore(database: try StoreEngine.sqliteDatabase())
         let plans = ["a", "b", "c"].map { Fixture.plan("n", $0) }
         try store.writeTurn {
-            try store.record(Fixture.notification("n", sequence: 1), plans: plans, sent: [plans[0].deliveryId], now: now)
+            try store.record(Fixture.notification("n", sequence: 1), plans: plans, sent: [plans[0].key], now: now)
         }
         try store.writeTurn {
             try store.markSent([Fixture.delivery(plans[1], of: "n")], now: now)
@@ -70,7 +70,7 @@ struct SQLiteDeliveryStoreTests {
     func manyHeld() throws {
         let store = try SQLiteDeliveryStore(database: try StoreEngine.sqliteDatabase())
         let plans = (0..<(2 * SQLiteDeliveryStore.rowsPerInsert + 3)).map { Fixture.plan("n", "i\($0)") }
-        try store.writeTurn { try store.record(Fixture.notification("n", sequence: 1), plans: plans, sent: [plans[5].deliveryId], now: now) }
+        try store.writeTurn { try store.record(Fixture.notification("n", sequence: 1), plans: plans, sent: [plans[5].key], now: now) }
         try store.flush()
         #expect(try written(store) == plans.map(\.deliveryId))
         #expect(try store.unacknowledged(for: "i5", now: now, limit: 10).sentBefore == [plans[5].deliveryId])
@@ -82,7 +82,7 @@ struct SQLiteDeliveryStoreTests {
         let store = try SQLiteDeliveryStore(database: try StoreEngine.sqliteDatabase())
         let first = Fixture.plan("n1", "a")
         let second = Fixture.plan("n2", "a")
-        try store.writeTurn { try store.record(Fixture.notification("n1", sequence: 1), plans: [first], sent: [first.deliveryId], now: now) }
+        try store.writeTurn { try store.record(Fixture.notification("n1", sequence: 1), plans: [first], sent: [first.key], now: now) }
         try store.writeTurn { try store.record(Fixture.notification("n2", sequence: 2), plans: [second], sent: [], now: now) }
         let loaded = try store.unacknowledged(for: "a", now: now, limit: 10)
         #expect(loaded.deliveries.map(\.deliveryId) == [first.deliveryId, second.deliveryId] && loaded.sentBefore == [first.deliveryId])

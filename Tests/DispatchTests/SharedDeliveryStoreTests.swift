@@ -78,8 +78,8 @@ struct SharedDeliveryStoreTests {
             Fixture.plan("n", windows, platform: .wns, unreachable: "PnsUnavailable"),
         ]
         let notification = Fixture.notification("n", sequence: 9)
-        try stores[0].record(notification, plans: lowPlans, sent: [lowPlans[0].deliveryId], shards: low, now: now)
-        try stores[1].record(notification, plans: highPlans, sent: [highPlans[0].deliveryId], shards: high, now: now.addingTimeInterval(1))
+        try stores[0].record(notification, plans: lowPlans, sent: [lowPlans[0].key], shards: low, now: now)
+        try stores[1].record(notification, plans: highPlans, sent: [highPlans[0].key], shards: high, now: now.addingTimeInterval(1))
         // Another notification: one dispatcher finds targets, the other none.
         try stores[1].record(Fixture.notification("m", sequence: 10), plans: [], sent: [], shards: high, now: now)
         try stores[0].record(Fixture.notification("m", sequence: 10), plans: [Fixture.plan("m", a)], sent: [], shards: low, now: now)
@@ -118,7 +118,7 @@ struct SharedDeliveryStoreTests {
                 let plans = installations[index].map { Fixture.plan(id, $0, platform: n % 2 == 0 ? .linux : .apns) }
                 try store.writeTurn {
                     try store.record(
-                        Fixture.notification(id, sequence: UInt64(n + 1)), plans: plans, sent: Set(plans.map(\.deliveryId)), shards: shards[index],
+                        Fixture.notification(id, sequence: UInt64(n + 1)), plans: plans, sent: Set(plans.map(\.key)), shards: shards[index],
                         now: now)
                     // Acknowledgements of an earlier notification in the same turn, in the other order.
                     if n >= 2 {

@@ -116,7 +116,7 @@ final class GroupedStore: DeliveryStore {
     func close() { inner.close() }
     func cursor() throws -> UInt64 { try inner.cursor() }
 
-    func record(_ notification: AcceptedNotification, plans: [PlannedDelivery], sent: Set<String>, shards: Set<Int>?, now: Date) throws {
+    func record(_ notification: AcceptedNotification, plans: [PlannedDelivery], sent: Set<DeliveryKey>, shards: Set<Int>?, now: Date) throws {
         try turn { try inner.record(notification, plans: plans, sent: sent, shards: shards, now: now) }
     }
 
