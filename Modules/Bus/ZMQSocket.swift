@@ -81,6 +81,18 @@ public final class ZMQSocket {
         return true
     }
 
+    /// Sends a two-frame message, as to a ROUTER's peer: its routing id, then one frame. The same
+    /// as `send([first, second])`, without the array, for the dispatcher's message per delivery.
+    public func send(_ first: Data, _ second: Data, wait: Bool = true) throws(ZMQError) -> Bool {
+        let handle = try live("zmq_send")
+        let flags: Int32 = wait ? 0 : ZMQ_DONTWAIT
+        let rc = try zmqCall("zmq_send") { first.withUnsafeBytes { zmq_send(handle, $0.baseAddress, $0.count, flags | ZMQ_SNDMORE) } }
+        // libzmq queues multipart messages atomically, so only the first frame can block.
+        guard rc != nil else { return false }
+        _ = try zmqCall("zmq_send") { second.withUnsafeBytes { zmq_send(handle, $0.baseAddress, $0.count, flags) } }
+        return true
+    }
+
     /// Sends one single-frame message.
     @discardableResult
     public func send(_ frame: Data, wait: Bool = true) throws(ZMQError) -> Bool {

@@ -77,7 +77,7 @@ final class DispatchShell {
             case .send(let route, let delivery):
                 // A rich delivery carries a ticket that lets this installation, and no other, fetch the payload.
                 guard let rich = delivery.rich else {
-                    if deliver(route, [AgentWire.encodeDelivery(delivery)]) { turn.sent.append(delivery) }
+                    if deliver(route, AgentWire.encodeDelivery(delivery)) { turn.sent.append(delivery) }
                     continue
                 }
                 var ticketed = delivery
@@ -85,14 +85,14 @@ final class DispatchShell {
                     user: delivery.installationId, kind: .ticket,
                     lifetime: max(60, Int(delivery.expiresAt.timeIntervalSinceNow) + 60), resource: rich.richId
                 ).token
-                if deliver(route, [AgentWire.encodeDelivery(ticketed)]) { turn.sent.append(ticketed) }
+                if deliver(route, AgentWire.encodeDelivery(ticketed)) { turn.sent.append(ticketed) }
             case .push(let plan, let notificationId):
                 guard let platform = Platform(name: plan.platform) else { continue }
                 turn.pushes.append(PushMessage(
                     deliveryId: plan.deliveryId, notificationId: notificationId, installationId: plan.installationId, platform: platform,
                     pushChannel: plan.pushChannel, payload: plan.payload, headers: plan.headers ?? [:], expiresAt: plan.expiresAt))
             case .reply(let route, let frame):
-                _ = deliver(route, [AgentWire.encode(frame)])
+                _ = deliver(route, AgentWire.encode(frame))
             case .acknowledge(let installationId, let ids):
                 turn.acks.append((installationId, ids))
             case .fail(let installationId, let failures):
@@ -116,11 +116,20 @@ final class DispatchShell {
         }
     }
 
-    /// Sends on a route without waiting. A connection that is gone ends its session; a full queue
-    /// leaves the delivery to its resend.
-    private func deliver(_ route: Route, _ frames: [Data]) -> Bool {
+    /// Sends one frame on a route without waiting. A connection that is gone ends its session; a
+    /// full queue leaves the delivery to its resend.
+    private func deliver(_ route: Route, _ frame: Data) -> Bool {
+        sending(to: route) { () throws(ZMQError) in try agents.send(route, frame, wait: false) }
+    }
+
+    /// Sends frames on a route without waiting, as `deliver(_:_:)` does one.
+    private func deliver(_ route: Route, frames: [Data]) -> Bool {
+        sending(to: route) { () throws(ZMQError) in try agents.send([route] + frames, wait: false) }
+    }
+
+    private func sending(to route: Route, _ send: () throws(ZMQError) -> Bool) -> Bool {
         do {
-            if try agents.send([route] + frames, wait: false) { return true }
+            if try send() { return true }
             sendsBlocked += 1
         } catch where error.errno == EHOSTUNREACH {
             handle(.unreachable(route: route))
@@ -229,7 +238,7 @@ final class DispatchShell {
             handled += 1
             switch inbox.read(frames, peer: peer) {
             case .event(let event)?: handle(event)
-            case .refuse(let reply)?: _ = deliver(frames[0], reply)
+            case .refuse(let reply)?: _ = deliver(frames[0], frames: reply)
             case nil: break
             }
         }

@@ -86,6 +86,14 @@ struct SocketTests {
         #expect(try router.receive() == [Data("agent-7".utf8), Data("hi".utf8)])
         try router.send([Data("agent-7".utf8), Data("back".utf8)])
         #expect(try dealer.receive() == [Data("back".utf8)])
+        // The two-frame send without an array: the routing id, then the message.
+        #expect(try router.send(Data("agent-7".utf8), Data("again".utf8), wait: false))
+        #expect(try dealer.receive() == [Data("again".utf8)])
+        // A route no peer has is refused where the ROUTER is mandatory, and nothing goes out.
+        try router.setRouterMandatory(true)
+        #expect(throws: ZMQError.self) { try router.send(Data("agent-8".utf8), Data("lost".utf8), wait: false) }
+        #expect(try router.send(Data("agent-7".utf8), Data("last".utf8), wait: false))
+        #expect(try dealer.receive() == [Data("last".utf8)])
     }
 
     @Test("bound to port *, the socket tells the real endpoint")

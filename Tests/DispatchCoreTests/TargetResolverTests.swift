@@ -81,6 +81,15 @@ struct TargetResolverTests {
         #expect(plans.first?.template == nil)
     }
 
+    @Test("a delivery id is its notification, installation and template, joined by slashes, whatever their characters")
+    func deliveryIds() {
+        #expect(TargetResolver.deliveryId("n", "i", "t") == "n/i/t")
+        #expect(TargetResolver.deliveryId("", "", "") == "//")
+        let long = String(repeating: "x", count: 300)
+        #expect(TargetResolver.deliveryId("01JB\u{E9}", "caf\u{E9}-\u{1F600}", long) == "01JB\u{E9}/caf\u{E9}-\u{1F600}/\(long)")
+        #expect(TargetResolver.deliveryId("a", "b", "c").utf8.count == 5)
+    }
+
     @Test("the rendered payload and an expiry from the template's expiry expression")
     func renderingAndExpiry() {
         let index = Self.index([
