@@ -58,9 +58,101 @@ public enum AgentWire {
 
     /// The frame of a delivery. The installation id is not sent: a session speaks for one installation.
     public static func encodeDelivery(_ delivery: AgentDelivery) -> Data {
-        let rich = delivery.rich.flatMap { try? richEncoder.encode($0) }.map { String(decoding: $0, as: UTF8.self) } ?? ""
-        return lines(.deliver, delivery.deliveryId, delivery.notificationId, delivery.template ?? "", String(milliseconds(delivery.expiresAt)),
-            rich, delivery.richTicket ?? "", delivery.payload)
+        var encoder = DeliveryEncoder()
+        return encoder.encode(delivery)
+    }
+
+    /// Encodes deliveries one after another, as the dispatcher sends broadcasts. What follows a
+    /// delivery's id (its notification, template, expiry, rich reference, ticket and payload) is
+    /// the same for every delivery of one notification and template, so it is written once and
+    /// copied after each id: writing every field again was some 3,000 instructions a delivery. The
+    /// dispatcher sends each agent its deliveries of several notifications in a row, so the tails
+    /// of the last few are kept.
+    public struct DeliveryEncoder {
+        /// A class, so that looking at one kept costs no copy of its fields.
+        private final class Tail {
+            let notificationId: String
+            let template: String?
+            let expiresAt: Date
+            let rich: RichReference?
+            let richTicket: String?
+            let payload: String
+            let bytes: [UInt8]
+
+            init(_ delivery: AgentDelivery, bytes: [UInt8]) {
+                notificationId = delivery.notificationId
+                template = delivery.template
+                expiresAt = delivery.expiresAt
+                rich = delivery.rich
+                richTicket = delivery.richTicket
+                payload = delivery.payload
+                self.bytes = bytes
+            }
+
+            func fits(_ delivery: AgentDelivery) -> Bool {
+                notificationId == delivery.notificationId && template == delivery.template && expiresAt == delivery.expiresAt
+                    && payload == delivery.payload && richTicket == delivery.richTicket && rich == delivery.rich
+            }
+        }
+
+        /// The tails kept, at most `kept`; the one kept longest gives way.
+        private var tails: [Tail] = []
+        private var next = 0
+        /// The tail that fitted last: a broadcast's deliveries come in a row.
+        private var hit = 0
+        /// Tails written rather than found kept.
+        public private(set) var tailsWritten = 0
+        private static let kept = 64
+
+        public init() {}
+
+        public mutating func encode(_ delivery: AgentDelivery) -> Data {
+            // A rich delivery's ticket is its installation's own: its tail is never shared, nor kept.
+            let tail = delivery.richTicket != nil ? Self.tail(delivery) : kept(delivery) ?? newTail(delivery)
+            var bytes: [UInt8] = []
+            bytes.reserveCapacity(Verb.deliver.rawValue.utf8.count + 1 + delivery.deliveryId.utf8.count + tail.count)
+            bytes.append(contentsOf: Verb.deliver.rawValue.utf8)
+            bytes.append(UInt8(ascii: "\n"))
+            bytes.append(contentsOf: delivery.deliveryId.utf8)
+            bytes.append(contentsOf: tail)
+            return Data(bytes)
+        }
+
+        /// The kept tail of `delivery`, looked for from the one that fitted last: an agent is sent
+        /// its deliveries of several notifications in the order they were kept.
+        private mutating func kept(_ delivery: AgentDelivery) -> [UInt8]? {
+            for step in 0..<tails.count {
+                let index = (hit + step) % tails.count
+                if tails[index].fits(delivery) {
+                    hit = index
+                    return tails[index].bytes
+                }
+            }
+            return nil
+        }
+
+        /// Each field after the delivery id, after a line break.
+        private static func tail(_ delivery: AgentDelivery) -> [UInt8] {
+            let rich = delivery.rich.flatMap { try? richEncoder.encode($0) }.map { String(decoding: $0, as: UTF8.self) } ?? ""
+            return AgentWire.bytes(
+                [delivery.notificationId, delivery.template ?? "", String(milliseconds(delivery.expiresAt)), rich,
+                 delivery.richTicket ?? "", delivery.payload], after: [])
+        }
+
+        private mutating func newTail(_ delivery: AgentDelivery) -> [UInt8] {
+            let bytes = Self.tail(delivery)
+            let tail = Tail(delivery, bytes: bytes)
+            tailsWritten += 1
+            if tails.count < Self.kept {
+                hit = tails.count
+                tails.append(tail)
+            } else {
+                hit = next
+                tails[next] = tail
+                next = (next + 1) % Self.kept
+            }
+            return bytes
+        }
     }
 
     /// Decodes one message. `installationId` fills in a delivery's installation, which the wire
@@ -208,16 +300,20 @@ public enum AgentWire {
     /// The verb and the fields, a line each, written once into a buffer of their size (bytes are
     /// appended to an array: appending to `Data` piece by piece costs many times more).
     private static func lines(_ verb: Verb, _ fields: [String]) -> Data {
-        var count = verb.rawValue.utf8.count
+        Data(bytes(fields, after: Array(verb.rawValue.utf8)))
+    }
+
+    /// `start`, then each field after a line break.
+    private static func bytes(_ fields: [String], after start: [UInt8]) -> [UInt8] {
+        var count = start.count
         for field in fields { count += 1 + field.utf8.count }
-        var bytes: [UInt8] = []
+        var bytes = start
         bytes.reserveCapacity(count)
-        bytes.append(contentsOf: verb.rawValue.utf8)
         for field in fields {
             bytes.append(UInt8(ascii: "\n"))
             bytes.append(contentsOf: field.utf8)
         }
-        return Data(bytes)
+        return bytes
     }
 
     private static func oneLine(_ text: String) -> String {

@@ -32,6 +32,8 @@ final class DispatchShell {
     private var logger: Logger { context.logger }
 
     private var turn = DispatchTurn()
+    /// Writes deliveries' frames, a broadcast's sharing all but their ids.
+    private var deliveries = AgentWire.DeliveryEncoder()
     private var groups = GroupCommitPolicy()
     /// A write of the turn is under way: what it calls on failure (the leases read again) must not write it again.
     private var writing = false
@@ -77,7 +79,7 @@ final class DispatchShell {
             case .send(let route, let delivery):
                 // A rich delivery carries a ticket that lets this installation, and no other, fetch the payload.
                 guard let rich = delivery.rich else {
-                    if deliver(route, AgentWire.encodeDelivery(delivery)) { turn.sent.append(delivery) }
+                    if deliver(route, deliveries.encode(delivery)) { turn.sent.append(delivery) }
                     continue
                 }
                 var ticketed = delivery
@@ -85,7 +87,7 @@ final class DispatchShell {
                     user: delivery.installationId, kind: .ticket,
                     lifetime: max(60, Int(delivery.expiresAt.timeIntervalSinceNow) + 60), resource: rich.richId
                 ).token
-                if deliver(route, AgentWire.encodeDelivery(ticketed)) { turn.sent.append(ticketed) }
+                if deliver(route, deliveries.encode(ticketed)) { turn.sent.append(ticketed) }
             case .push(let plan, let notificationId):
                 guard let platform = Platform(name: plan.platform) else { continue }
                 turn.pushes.append(PushMessage(

@@ -49,6 +49,41 @@ struct AgentWireTests {
         #expect(decoded == frame)
     }
 
+    @Test("deliveries encoded one after another are each the frame encoded alone; a notification's tail is written once while kept")
+    func deliveryEncoder() throws {
+        var encoder = AgentWire.DeliveryEncoder()
+        let rich = RichReference(richId: "ab12", richType: "image", message: "A photo", contentType: "image/png", size: 1024)
+        func delivery(_ notification: Int, _ agent: Int, variant: Int = 0) -> AgentDelivery {
+            AgentDelivery(
+                deliveryId: "n\(notification)/a\(agent)/default", notificationId: "n\(notification)", installationId: "a\(agent)",
+                template: variant == 1 ? "other" : "default", payload: variant == 2 ? "{\"m\":\"changed\"}" : "{\"m\":\"\(notification)\"}",
+                expiresAt: Self.expiry.addingTimeInterval(variant == 3 ? 1 : 0), rich: variant == 4 ? rich : nil,
+                richTicket: variant == 5 ? "ticket-\(agent)" : nil)
+        }
+        // Ten notifications to fifty agents, each agent sent its ten in a row, as the dispatcher does.
+        for agent in 0..<50 {
+            for notification in 0..<10 {
+                let one = delivery(notification, agent)
+                #expect(encoder.encode(one) == AgentWire.encodeDelivery(one))
+            }
+        }
+        #expect(encoder.tailsWritten == 10, "each notification's tail written once")
+        // Any field of the tail that differs is a tail of its own.
+        for variant in 1...5 {
+            let one = delivery(3, 7, variant: variant)
+            #expect(encoder.encode(one) == AgentWire.encodeDelivery(one), "variant \(variant)")
+            #expect(try AgentWire.decode(encoder.encode(one), installationId: "a7") == AgentWire.decode(AgentWire.encodeDelivery(one), installationId: "a7"))
+        }
+        #expect(encoder.tailsWritten == 14, "a tail with a ticket is its installation's own, and not kept")
+        // More notifications at once than are kept: every frame is still right.
+        for agent in 0..<3 {
+            for notification in 0..<40 {
+                let one = delivery(100 + notification, agent)
+                #expect(encoder.encode(one) == AgentWire.encodeDelivery(one))
+            }
+        }
+    }
+
     @Test("lines split on the newline byte only: empty ack lines are passed over, the last field keeps its newlines")
     func lines() throws {
         let ack = try AgentWire.decode(Data("ack\n\nd1\n\n!d2\twhy\tnot\nd\u{e9}3".utf8))
