@@ -87,9 +87,12 @@ public final class ZMQSocket {
         let handle = try live("zmq_send")
         let flags: Int32 = wait ? 0 : ZMQ_DONTWAIT
         let rc = try zmqCall("zmq_send") { first.withUnsafeBytes { zmq_send(handle, $0.baseAddress, $0.count, flags | ZMQ_SNDMORE) } }
-        // libzmq queues multipart messages atomically, so only the first frame can block.
+        // libzmq queues multipart messages atomically, so only the first frame can block; were the
+        // second refused for now, it is sent waiting, so that no message is left half sent.
         guard rc != nil else { return false }
-        _ = try zmqCall("zmq_send") { second.withUnsafeBytes { zmq_send(handle, $0.baseAddress, $0.count, flags) } }
+        if try zmqCall("zmq_send", { second.withUnsafeBytes { zmq_send(handle, $0.baseAddress, $0.count, flags) } }) == nil {
+            _ = try zmqCall("zmq_send") { second.withUnsafeBytes { zmq_send(handle, $0.baseAddress, $0.count, 0) } }
+        }
         return true
     }
 

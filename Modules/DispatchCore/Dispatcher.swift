@@ -599,13 +599,13 @@ final class Session {
 
     func dequeue() -> (DeliveryKey, AgentDelivery)? {
         guard head < queue.count else { return nil }
-        let delivery = queue[head]
+        let entry = queue[head]
         head += 1
         if head == queue.count {
             queue.removeAll()
             head = 0
         }
-        return delivery
+        return entry
     }
 }
 

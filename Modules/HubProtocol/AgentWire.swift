@@ -58,24 +58,23 @@ public enum AgentWire {
 
     /// The frame of a delivery. The installation id is not sent: a session speaks for one installation.
     public static func encodeDelivery(_ delivery: AgentDelivery) -> Data {
-        var encoder = DeliveryEncoder()
-        return encoder.encode(delivery)
+        DeliveryEncoder.frame(delivery, tail: DeliveryEncoder.tail(delivery))
     }
 
     /// Encodes deliveries one after another, as the dispatcher sends broadcasts. What follows a
-    /// delivery's id (its notification, template, expiry, rich reference, ticket and payload) is
-    /// the same for every delivery of one notification and template, so it is written once and
-    /// copied after each id: writing every field again was some 3,000 instructions a delivery. The
-    /// dispatcher sends each agent its deliveries of several notifications in a row, so the tails
-    /// of the last few are kept.
+    /// delivery's id (its notification, template, expiry, ticket and payload) is the same for
+    /// every delivery of one notification and template, so it is written once and copied after
+    /// each id: writing every field again was some 3,000 instructions a delivery. The dispatcher
+    /// sends each agent its deliveries of several notifications in a row, so the tails of the
+    /// last few are kept. A tail is reused only for the same bytes (Swift's `==` would take two
+    /// canonically equivalent strings for one); a rich delivery, whose ticket is its
+    /// installation's own, and a tail over `largest` bytes are written whole every time.
     public struct DeliveryEncoder {
         /// A class, so that looking at one kept costs no copy of its fields.
         private final class Tail {
             let notificationId: String
             let template: String?
             let expiresAt: Date
-            let rich: RichReference?
-            let richTicket: String?
             let payload: String
             let bytes: [UInt8]
 
@@ -83,15 +82,13 @@ public enum AgentWire {
                 notificationId = delivery.notificationId
                 template = delivery.template
                 expiresAt = delivery.expiresAt
-                rich = delivery.rich
-                richTicket = delivery.richTicket
                 payload = delivery.payload
                 self.bytes = bytes
             }
 
             func fits(_ delivery: AgentDelivery) -> Bool {
-                notificationId == delivery.notificationId && template == delivery.template && expiresAt == delivery.expiresAt
-                    && payload == delivery.payload && richTicket == delivery.richTicket && rich == delivery.rich
+                expiresAt == delivery.expiresAt && sameBytes(notificationId, delivery.notificationId)
+                    && sameBytes(payload, delivery.payload) && sameBytes(template, delivery.template)
             }
         }
 
@@ -103,12 +100,18 @@ public enum AgentWire {
         /// Tails written rather than found kept.
         public private(set) var tailsWritten = 0
         private static let kept = 64
+        /// The longest tail kept: 64 of them hold at most 1 MiB.
+        private static let largest = 16 * 1024
 
         public init() {}
 
         public mutating func encode(_ delivery: AgentDelivery) -> Data {
-            // A rich delivery's ticket is its installation's own: its tail is never shared, nor kept.
-            let tail = delivery.richTicket != nil ? Self.tail(delivery) : kept(delivery) ?? newTail(delivery)
+            guard delivery.rich == nil && delivery.richTicket == nil else { return Self.frame(delivery, tail: Self.tail(delivery)) }
+            return Self.frame(delivery, tail: kept(delivery) ?? newTail(delivery))
+        }
+
+        /// The verb, the delivery's id, and `tail`.
+        static func frame(_ delivery: AgentDelivery, tail: [UInt8]) -> Data {
             var bytes: [UInt8] = []
             bytes.reserveCapacity(Verb.deliver.rawValue.utf8.count + 1 + delivery.deliveryId.utf8.count + tail.count)
             bytes.append(contentsOf: Verb.deliver.rawValue.utf8)
@@ -116,6 +119,14 @@ public enum AgentWire {
             bytes.append(contentsOf: delivery.deliveryId.utf8)
             bytes.append(contentsOf: tail)
             return Data(bytes)
+        }
+
+        /// Each field after the delivery id, after a line break.
+        static func tail(_ delivery: AgentDelivery) -> [UInt8] {
+            let rich = delivery.rich.flatMap { try? richEncoder.encode($0) }.map { String(decoding: $0, as: UTF8.self) } ?? ""
+            return AgentWire.bytes(
+                [delivery.notificationId, delivery.template ?? "", String(milliseconds(delivery.expiresAt)), rich,
+                 delivery.richTicket ?? "", delivery.payload], after: [])
         }
 
         /// The kept tail of `delivery`, looked for from the one that fitted last: an agent is sent
@@ -131,18 +142,11 @@ public enum AgentWire {
             return nil
         }
 
-        /// Each field after the delivery id, after a line break.
-        private static func tail(_ delivery: AgentDelivery) -> [UInt8] {
-            let rich = delivery.rich.flatMap { try? richEncoder.encode($0) }.map { String(decoding: $0, as: UTF8.self) } ?? ""
-            return AgentWire.bytes(
-                [delivery.notificationId, delivery.template ?? "", String(milliseconds(delivery.expiresAt)), rich,
-                 delivery.richTicket ?? "", delivery.payload], after: [])
-        }
-
         private mutating func newTail(_ delivery: AgentDelivery) -> [UInt8] {
             let bytes = Self.tail(delivery)
-            let tail = Tail(delivery, bytes: bytes)
             tailsWritten += 1
+            guard bytes.count <= Self.largest else { return bytes }
+            let tail = Tail(delivery, bytes: bytes)
             if tails.count < Self.kept {
                 hit = tails.count
                 tails.append(tail)
@@ -152,6 +156,13 @@ public enum AgentWire {
                 next = (next + 1) % Self.kept
             }
             return bytes
+        }
+
+        /// Whether two strings hold the same UTF-8 bytes.
+        private static func sameBytes(_ a: String?, _ b: String?) -> Bool {
+            guard var a, var b else { return a == nil && b == nil }
+            guard a.utf8.count == b.utf8.count else { return false }
+            return a.withUTF8 { x in b.withUTF8 { y in x.count == 0 || memcmp(x.baseAddress!, y.baseAddress!, x.count) == 0 } }
         }
     }
 

@@ -53,35 +53,47 @@ struct AgentWireTests {
     func deliveryEncoder() throws {
         var encoder = AgentWire.DeliveryEncoder()
         let rich = RichReference(richId: "ab12", richType: "image", message: "A photo", contentType: "image/png", size: 1024)
-        func delivery(_ notification: Int, _ agent: Int, variant: Int = 0) -> AgentDelivery {
+        func delivery(_ notification: Int, _ agent: Int, variant: Int = 0, payload: String? = nil) -> AgentDelivery {
             AgentDelivery(
                 deliveryId: "n\(notification)/a\(agent)/default", notificationId: "n\(notification)", installationId: "a\(agent)",
-                template: variant == 1 ? "other" : "default", payload: variant == 2 ? "{\"m\":\"changed\"}" : "{\"m\":\"\(notification)\"}",
-                expiresAt: Self.expiry.addingTimeInterval(variant == 3 ? 1 : 0), rich: variant == 4 ? rich : nil,
+                template: variant == 1 ? "other" : variant == 6 ? nil : variant == 7 ? "" : "default",
+                payload: payload ?? (variant == 2 ? "{\"m\":\"changed\"}" : "{\"m\":\"\(notification)\"}"),
+                expiresAt: Self.expiry.addingTimeInterval(variant == 3 ? 0.001 : 0), rich: variant == 4 ? rich : nil,
                 richTicket: variant == 5 ? "ticket-\(agent)" : nil)
+        }
+        func check(_ one: AgentDelivery, _ comment: Comment? = nil) throws {
+            let frame = encoder.encode(one)
+            #expect(frame == AgentWire.encodeDelivery(one), comment)
+            #expect(try AgentWire.decode(frame, installationId: one.installationId) == AgentWire.decode(AgentWire.encodeDelivery(one), installationId: one.installationId))
         }
         // Ten notifications to fifty agents, each agent sent its ten in a row, as the dispatcher does.
         for agent in 0..<50 {
-            for notification in 0..<10 {
-                let one = delivery(notification, agent)
-                #expect(encoder.encode(one) == AgentWire.encodeDelivery(one))
-            }
+            for notification in 0..<10 { try check(delivery(notification, agent)) }
         }
         #expect(encoder.tailsWritten == 10, "each notification's tail written once")
-        // Any field of the tail that differs is a tail of its own.
-        for variant in 1...5 {
-            let one = delivery(3, 7, variant: variant)
-            #expect(encoder.encode(one) == AgentWire.encodeDelivery(one), "variant \(variant)")
-            #expect(try AgentWire.decode(encoder.encode(one), installationId: "a7") == AgentWire.decode(AgentWire.encodeDelivery(one), installationId: "a7"))
-        }
-        #expect(encoder.tailsWritten == 14, "a tail with a ticket is its installation's own, and not kept")
-        // More notifications at once than are kept: every frame is still right.
+        // Any field of the tail that differs is a tail of its own; a rich one is written whole, not kept.
+        for variant in 1...7 { try check(delivery(3, 7, variant: variant), "variant \(variant)") }
+        #expect(encoder.tailsWritten == 15, "template, payload, expiry, no template and an empty one: five tails")
+        try check(delivery(3, 8, variant: 6))
+        try check(delivery(3, 8, variant: 7))
+        #expect(encoder.tailsWritten == 15, "no template and an empty one are kept apart")
+        // The same payload under another notification, and payloads equal as strings but not as bytes.
+        try check(delivery(1_000, 1, payload: "{\"m\":\"3\"}"))
+        try check(delivery(1_001, 1, payload: "caf\u{E9}"))
+        try check(delivery(1_001, 2, payload: "cafe\u{301}"))
+        #expect(encoder.tailsWritten == 18)
+        #expect(encoder.encode(delivery(1_001, 3, payload: "cafe\u{301}")).suffix(6) == Data("cafe\u{301}".utf8))
+        // More notifications at once than are kept: every frame is still right, and tails are written again.
+        let before = encoder.tailsWritten
         for agent in 0..<3 {
-            for notification in 0..<40 {
-                let one = delivery(100 + notification, agent)
-                #expect(encoder.encode(one) == AgentWire.encodeDelivery(one))
-            }
+            for notification in 0..<70 { try check(delivery(100 + notification, agent)) }
         }
+        #expect(encoder.tailsWritten == before + 3 * 70, "70 notifications in turn outrun 64 kept tails")
+        // A tail too large to keep is written each time.
+        let large = String(repeating: "x", count: 20_000)
+        try check(delivery(2_000, 1, payload: large))
+        try check(delivery(2_000, 2, payload: large))
+        #expect(encoder.tailsWritten == before + 3 * 70 + 2)
     }
 
     @Test("lines split on the newline byte only: empty ack lines are passed over, the last field keeps its newlines")
