@@ -324,10 +324,11 @@ public struct Dispatcher {
         guard let session = session(on: route, before: "acknowledging", &actions) else { return }
         session.lastSeen = now
         let failures = ack.failures ?? []
-        for id in ack.deliveryIds + failures.map(\.deliveryId) {
+        // Each id is hashed once, here; the store takes the same keys.
+        let acknowledged = ack.deliveryIds.map { DeliveryKey($0) }
+        for id in acknowledged + failures.map({ DeliveryKey($0.deliveryId) }) {
             // An id not in flight may still be pending in the store (sent before a restart): the store
             // records it if it belongs to this installation, and ignores it otherwise.
-            let id = DeliveryKey(id)
             guard session.known.remove(id) != nil else {
                 counters.unknownAcks += 1
                 continue
@@ -339,9 +340,9 @@ public struct Dispatcher {
                 if flight.attempts == 1 { session.observe(roundTrip: now.timeIntervalSince(flight.sentAt)) }
             }
         }
-        if !ack.deliveryIds.isEmpty {
-            counters.acknowledged += ack.deliveryIds.count
-            actions.append(.acknowledge(installationId: session.installationId, deliveryIds: ack.deliveryIds))
+        if !acknowledged.isEmpty {
+            counters.acknowledged += acknowledged.count
+            actions.append(.acknowledge(installationId: session.installationId, deliveryIds: acknowledged))
         }
         if !failures.isEmpty {
             counters.failed += failures.count
@@ -484,7 +485,7 @@ public enum DispatchAction: Equatable, Sendable {
     /// Socket: a welcome, signal or error to the agent on the route.
     case reply(Route, AgentFrame)
     /// Store: acknowledgements from an installation's agent.
-    case acknowledge(installationId: String, deliveryIds: [String])
+    case acknowledge(installationId: String, deliveryIds: [DeliveryKey])
     /// Store: deliveries the agent gave up on.
     case fail(installationId: String, [DeliveryFailure])
     /// Store read: the installation's unacknowledged deliveries, answered with `.loaded`.

@@ -56,7 +56,7 @@ protocol DeliveryStore: LeaseStore {
     /// counts once, and only for the installation it was meant for. An acknowledged delivery is
     /// done: its row goes, and the outcome keeps the count. Returns how many were new.
     @discardableResult
-    func acknowledge(_ acks: [(String, [String])], now: Date) throws -> Int
+    func acknowledge(_ acks: [(String, [DeliveryKey])], now: Date) throws -> Int
     /// Records deliveries the agent gave up on; each counts once as failed, never as acknowledged.
     func fail(_ failures: [DeliveryFailure], installationId: String, now: Date) throws
     /// Records what push services answered. A delivery a service took counts as delivered and
@@ -102,7 +102,7 @@ extension DeliveryStore {
     /// Records acknowledgements from `installationId` (see `acknowledge(_:now:)`).
     @discardableResult
     func acknowledge(_ deliveryIds: [String], installationId: String, now: Date) throws -> Int {
-        try acknowledge([(installationId, deliveryIds)], now: now)
+        try acknowledge([(installationId, deliveryIds.map { DeliveryKey($0) })], now: now)
     }
 
     func expire(now: Date) throws -> Int { try expire(now: now, shards: nil) }
@@ -807,7 +807,7 @@ extension DeliveryEngine {
     }
 
     @discardableResult
-    func acknowledge(_ acks: [(String, [String])], now: Date) throws -> Int {
+    func acknowledge(_ acks: [(String, [DeliveryKey])], now: Date) throws -> Int {
         guard !acks.isEmpty else { return 0 }
         return try write {
             var fresh = 0
@@ -827,12 +827,12 @@ extension DeliveryEngine {
                 touch(Shards.of(installationId))
                 for id in deliveryIds {
                     // Held and acknowledged before its group commits: never written.
-                    if let held = ledger.unwritten.remove(DeliveryKey(id), installationId: installationId) {
+                    if let held = ledger.unwritten.remove(id, installationId: installationId) {
                         fresh += 1
                         ledger.acknowledgedUnwritten += 1
                         count(held.notificationId)
                     } else {
-                        written.append((id, installationId))
+                        written.append((id.id, installationId))
                     }
                 }
             }

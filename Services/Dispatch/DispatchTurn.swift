@@ -9,7 +9,7 @@ struct DispatchTurn {
     /// and when: a record is written as of then (its expiry, its times), however late its group is written.
     var records: [(AcceptedNotification, [PlannedDelivery], Set<Int>?, Date)] = []
     var sent: [AgentDelivery] = []
-    var acks: [(String, [String])] = []
+    var acks: [(String, [DeliveryKey])] = []
     var failures: [(String, [DeliveryFailure])] = []
     /// Deliveries for push services, handed to them once the turn is written.
     var pushes: [PushMessage] = []

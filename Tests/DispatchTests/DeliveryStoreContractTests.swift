@@ -140,10 +140,10 @@ struct DeliveryStoreContractTests {
         }
         // Every installation acknowledges n1's delivery (one of them twice), the first ten n2's too;
         // i0 also names i1's delivery, which is not its own, and one nobody has.
-        var acks: [(String, [String])] = installations.map { ($0, [Fixture.plan("n1", $0).deliveryId]) }
+        var acks: [(String, [DeliveryKey])] = installations.map { ($0, [Fixture.plan("n1", $0).key]) }
         acks[3].1.append(acks[3].1[0])
-        for index in 0..<10 { acks[index].1.append(Fixture.plan("n2", installations[index]).deliveryId) }
-        acks[0].1 += [Fixture.plan("n2", "i1").deliveryId, "unknown"]
+        for index in 0..<10 { acks[index].1.append(Fixture.plan("n2", installations[index]).key) }
+        acks[0].1 += [Fixture.plan("n2", "i1").key, "unknown"]
         #expect(try store.acknowledge(acks, now: now) == 50)
         #expect(try store.acknowledge(acks, now: now) == 0, "counted once")
         #expect(try store.outcome("n1")?.acknowledged == 40)
@@ -166,7 +166,7 @@ struct DeliveryStoreContractTests {
             try store.record(Fixture.notification("n2", sequence: 2), plans: second, sent: [], shards: all, now: now)
             try store.markSent(second.prefix(10).map { Fixture.delivery($0, of: "n2") }, now: now)
             // Every n1 delivery but the last five is acknowledged, and n2's first.
-            let acks = first.dropLast(5).map { ($0.installationId, [$0.deliveryId]) } + [(second[0].installationId, [second[0].deliveryId])]
+            let acks = first.dropLast(5).map { ($0.installationId, [$0.key]) } + [(second[0].installationId, [second[0].key])]
             #expect(try store.acknowledge(acks, now: now) == 46)
         }
         try store.flush()

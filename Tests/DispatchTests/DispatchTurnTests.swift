@@ -13,7 +13,7 @@ struct DispatchTurnTests {
         var turn = DispatchTurn()
         turn.records = [(Fixture.notification("n", sequence: 1), plans, [4, 9], Fixture.now)]
         turn.sent = plans.map { Fixture.delivery($0, of: "n") }
-        turn.acks = [(a, ["x/\(a)"]), (b, ["x/\(b)"])]
+        turn.acks = [(a, [DeliveryKey("x/\(a)")]), (b, [DeliveryKey("x/\(b)")])]
         turn.failures = [(b, [DeliveryFailure(deliveryId: "y/\(b)", reason: "gone")])]
         let message = PushMessage(
             deliveryId: "p", notificationId: "n", installationId: a, platform: .apns, pushChannel: "c", payload: "{}", headers: [:],
@@ -97,12 +97,12 @@ struct GroupCommitPolicyTests {
         #expect(turn.planned == 2)
         #expect(!policy.writes(gathered: turn, at: at(10), awaited: 0), "younger than 50 ms")
         #expect(!policy.writes(gathered: turn, at: at(60), awaited: 2), "both deliveries await their acknowledgements")
-        turn.acks = [("a", [plans[0].deliveryId]), ("b", [plans[1].deliveryId])]
+        turn.acks = [("a", [plans[0].key]), ("b", [plans[1].key])]
         #expect(policy.writes(gathered: turn, at: at(70), awaited: 0))
         policy.committed(at: at(70))
         // Only acknowledgements gathered: nothing held, written once the group is 50 ms old.
         var acks = DispatchTurn()
-        acks.acks = [("b", [plans[1].deliveryId])]
+        acks.acks = [("b", [plans[1].key])]
         #expect(!policy.writes(gathered: acks, at: at(110), awaited: 9) && policy.writes(gathered: acks, at: at(120), awaited: 9))
         // A turn that hands deliveries to push services is written at once: they go once their rows are in.
         turn.pushes = [PushMessage(

@@ -122,7 +122,7 @@ final class GroupedStore: DeliveryStore {
 
     func markSent(_ deliveries: [AgentDelivery], now: Date) throws { try turn { try inner.markSent(deliveries, now: now) } }
 
-    func acknowledge(_ acks: [(String, [String])], now: Date) throws -> Int {
+    func acknowledge(_ acks: [(String, [DeliveryKey])], now: Date) throws -> Int {
         try turn { try inner.acknowledge(acks, now: now) }
     }
 
