@@ -127,7 +127,9 @@ enum BenchReport {
         formatter.numberStyle = .decimal
         formatter.maximumFractionDigits = decimals
         formatter.minimumFractionDigits = decimals
-        return formatter.string(from: NSNumber(value: decimals == 0 ? rate.rounded() : rate)) ?? "\(rate)"
+        // Rounded here: the formatter keeps more digits than its maximum on some platforms.
+        let scale = pow(10, Double(max(0, decimals)))
+        return formatter.string(from: NSNumber(value: (rate * scale).rounded() / scale)) ?? "\(rate)"
     }
 
     static func pad(_ text: String, _ width: Int, right: Bool = false) -> String {

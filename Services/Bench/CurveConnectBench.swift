@@ -21,6 +21,54 @@ enum CurveConnectBench {
         var seconds: Double
         var echoed: Int
         var overflows: Int?
+        /// CPU seconds over the connecting, of the server (this process) and of the client processes.
+        var serverCPU: Double?
+        var clientCPU: Double?
+    }
+
+    /// curve25519 operations in one CURVE handshake, both sides together. Each side makes a
+    /// short-term key pair, seals or opens HELLO, WELCOME, INITIATE and the vouch inside it, each
+    /// a key agreement of its own, and agrees the key for the messages that follow: 10 key
+    /// agreements and 2 key pairs, 6 on each side (counted with uprobes on libsodium's
+    /// crypto_scalarmult_curve25519 and _base during `nh-bench curve-connect`).
+    static let operationsPerHandshake = 12
+    static let serverOperationsPerHandshake = 6
+
+    /// The seconds one curve25519 operation takes here: `zmq_curve_public` (libsodium's
+    /// crypto_scalarmult_base, as long as a key agreement), the mean of `count` calls.
+    static func operationSeconds(count: Int = 2_000) throws -> Double {
+        let secret = try CurveKeyPair.generate().secretKey
+        let start = ContinuousClock.now
+        for _ in 0..<count { _ = try CurveKeyPair.publicKey(forSecret: secret) }
+        return seconds(since: start) / Double(max(1, count))
+    }
+
+    /// The least time `operations` curve25519 operations of `seconds` each take on `cores` cores.
+    static func arithmeticSeconds(operations: Int, seconds: Double, cores: Int) -> Double {
+        Double(operations) * seconds / Double(max(1, cores))
+    }
+
+    static func floorName(n: Int) -> String { "curve25519 arithmetic of \(n.formatted()) CURVE handshakes" }
+
+    /// The bare connect figure, and beside it the least time the handshakes' curve25519 operations
+    /// alone take on this machine's `cores` cores, from one operation timed in the same run.
+    static func results(n: Int, outcome: Outcome, operationSeconds: Double?, cores: Int) -> [BenchResult] {
+        var note = "\(outcome.echoed.formatted()) of \(n.formatted()) echoed; server with 2 I/O threads, clients of \(FanoutBench.perProcess.formatted()) sockets"
+        if let overflows = outcome.overflows { note += "; \(overflows.formatted()) connections dropped by a full accept queue and retried" }
+        if let server = outcome.serverCPU, let clients = outcome.clientCPU {
+            note += "; CPU s: server \(BenchReport.format(server, decimals: 2)), clients \(BenchReport.format(clients, decimals: 2))"
+        }
+        var results = [BenchResult(name: name(n: n), unit: "s", count: 0, seconds: 0, value: outcome.seconds, note: note)]
+        if let operationSeconds {
+            let server = arithmeticSeconds(operations: n * serverOperationsPerHandshake, seconds: operationSeconds, cores: cores)
+            results.append(BenchResult(
+                name: floorName(n: n), unit: "s", count: 0, seconds: 0,
+                value: arithmeticSeconds(operations: n * operationsPerHandshake, seconds: operationSeconds, cores: cores),
+                note: "the least time to connect with both ends on this machine: \(operationsPerHandshake) curve25519 operations a handshake "
+                    + "(\(serverOperationsPerHandshake) each side) at \(String(format: "%.1f", operationSeconds * 1e6)) µs each, timed here, "
+                    + "on \(cores) core\(cores == 1 ? "" : "s"); the server's alone: \(BenchReport.format(server, decimals: 2)) s"))
+        }
+        return results
     }
 
     static func run(agents: Int, perClient: Int = FanoutBench.perProcess, timeout: TimeInterval = 120) throws -> Outcome {
@@ -74,15 +122,28 @@ enum CurveConnectBench {
         }
         for child in children where readLine(child.output) != "ready" { throw BenchError("a CURVE client process did not start") }
         let overflowsBefore = listenOverflows()
+        func cpu() -> (server: Double?, clients: Double?) {
+            let clients = children.map { ProcessCPU.seconds($0.process.processIdentifier) }
+            return (ProcessCPU.seconds(getpid()), clients.contains { $0 == nil } ? nil : clients.reduce(0) { $0 + $1! })
+        }
+        let cpuBefore = cpu()
         let start = ContinuousClock.now
         for child in children { child.input.fileHandleForWriting.write(Data("go\n".utf8)) }
         var echoed = 0
+        // Each client prints its count and waits for the word to exit, so that its CPU can be read.
         for child in children { echoed += Int(readLine(child.output) ?? "") ?? 0 }
         let elapsed = seconds(since: start)
-        for child in children { child.process.waitUntilExit() }
+        let cpuAfter = cpu()
+        for child in children {
+            try? child.input.fileHandleForWriting.close()
+            child.process.waitUntilExit()
+        }
         var overflows: Int?
         if let before = overflowsBefore, let after = listenOverflows() { overflows = after - before }
-        return Outcome(seconds: elapsed, echoed: echoed, overflows: overflows)
+        return Outcome(
+            seconds: elapsed, echoed: echoed, overflows: overflows,
+            serverCPU: cpuAfter.server.flatMap { after in cpuBefore.server.map { after - $0 } },
+            clientCPU: cpuAfter.clients.flatMap { after in cpuBefore.clients.map { after - $0 } })
     }
 
     /// One line from `pipe`, without its newline; nil at its end.
@@ -97,7 +158,8 @@ enum CurveConnectBench {
     }
 
     /// `nh-bench curve-clients COUNT ENDPOINT SERVERKEY TIMEOUT`: makes COUNT keys, says `ready`,
-    /// waits for `go`, connects them all and prints how many were echoed.
+    /// waits for `go`, connects them all, prints how many were echoed, and exits when its input
+    /// closes.
     static func clients(_ arguments: [String]) throws {
         guard arguments.count == 4, let count = Int(arguments[0]), let timeout = Double(arguments[3]) else {
             throw BenchError("usage: nh-bench curve-clients COUNT ENDPOINT SERVERKEY TIMEOUT")
@@ -106,6 +168,7 @@ enum CurveConnectBench {
         FileHandle.standardOutput.write(Data("ready\n".utf8))
         guard Swift.readLine() == "go" else { return }
         FileHandle.standardOutput.write(Data("\(echo(pairs, endpoint: arguments[1], serverKey: arguments[2], timeout: timeout))\n".utf8))
+        while Swift.readLine() != nil {}
     }
 
     /// One client: its sockets connect and each sends one message; returns how many were echoed

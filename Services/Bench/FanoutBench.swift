@@ -90,10 +90,12 @@ enum FanoutBench {
         // Connecting, with how many connections the kernel dropped meanwhile for a full accept
         // queue (retried by the client a second or more later).
         let overflowsBefore = CurveConnectBench.listenOverflows()
+        let connectCPUBefore = ProcessCPU.seconds(dispatchProcess.processIdentifier)
         let connectStart = ContinuousClock.now
         for fleet in fleets { fleet.send("connect") }
         let allWelcomed = fleets.allSatisfy { $0.wait("welcomed", timeout: 120) }
         let connectSeconds = seconds(since: connectStart)
+        let connectCPU = ProcessCPU.seconds(dispatchProcess.processIdentifier).flatMap { after in connectCPUBefore.map { after - $0 } }
         let overflows = CurveConnectBench.listenOverflows().flatMap { after in overflowsBefore.map { after - $0 } }
         _ = waitFor(timeout: 30) { (try? cluster.waitHealthy(dispatcher).details?["agents"]) == String(agents) }
         Thread.sleep(forTimeInterval: 0.5)
@@ -183,7 +185,7 @@ enum FanoutBench {
         var results: [BenchResult] = [
             BenchResult(name: "fan-out N=\(n): connect all agents", unit: "s", count: 0, seconds: 0,
                         baseline: MosquittoFanout.connectName(n: agents, qos: 1), value: connectSeconds,
-                        note: allWelcomed ? connectNote(overflows: overflows, alone: alone) : "not all welcomed within 120 s"),
+                        note: allWelcomed ? connectNote(overflows: overflows, alone: alone, dispatcherCPU: connectCPU) : "not all welcomed within 120 s"),
             BenchResult(name: "fan-out N=\(n): reaching agents", unit: "dlv/s", count: reachedSeconds > 0 ? expected : 0,
                         seconds: reachedSeconds, baseline: MosquittoFanout.deliveryName(n: agents, qos: 1),
                         note: "\(broadcasts) broadcasts of \(size) B" + (main.reachedAtReceipt ? "" : "; the time from the fleets' 0.1 s reports")),
@@ -198,10 +200,9 @@ enum FanoutBench {
         ]
         if let alone {
             results.insert(
-                BenchResult(
-                    name: CurveConnectBench.name(n: agents), unit: "s", count: 0, seconds: 0, value: alone.seconds,
-                    note: "context: \(alone.echoed.formatted()) of \(n) echoed; server with 2 I/O threads, clients of 2,500 sockets"
-                        + (alone.overflows.map { "; \($0.formatted()) connections dropped by a full accept queue and retried" } ?? "")),
+                contentsOf: CurveConnectBench.results(
+                    n: agents, outcome: alone, operationSeconds: try? CurveConnectBench.operationSeconds(),
+                    cores: ProcessInfo.processInfo.activeProcessorCount),
                 at: 1)
         }
         if !latencies.isEmpty {
@@ -217,11 +218,12 @@ enum FanoutBench {
         return results
     }
 
-    /// What connecting went through, what the kernel dropped meanwhile, and the same connections'
-    /// time to a bare libzmq socket.
-    static func connectNote(overflows: Int?, alone: CurveConnectBench.Outcome?) -> String {
+    /// What connecting went through, what the kernel dropped meanwhile, the dispatcher's CPU over
+    /// it (all threads), and the same connections' time to a bare libzmq socket.
+    static func connectNote(overflows: Int?, alone: CurveConnectBench.Outcome?, dispatcherCPU: Double? = nil) -> String {
         var parts = ["CURVE handshake, ZAP, hello, welcome"]
         if let overflows { parts.append("\(overflows.formatted()) connections dropped by a full accept queue and retried") }
+        if let dispatcherCPU { parts.append("dispatcher CPU \(BenchReport.format(dispatcherCPU, decimals: 2)) s") }
         if let alone { parts.append("libzmq CURVE alone: \(BenchReport.format(alone.seconds, decimals: 2)) s") }
         return parts.joined(separator: "; ")
     }

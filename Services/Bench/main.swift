@@ -215,9 +215,9 @@ do {
         let agents = try shardedFanoutAgents(parsed)
         let outcome = try CurveConnectBench.run(agents: agents)
         try report(
-            [BenchResult(
-                name: CurveConnectBench.name(n: agents), unit: "s", count: 0, seconds: 0, value: outcome.seconds,
-                note: "\(outcome.echoed) echoed; \(outcome.overflows.map(String.init) ?? "unknown") connections dropped by a full accept queue")],
+            CurveConnectBench.results(
+                n: agents, outcome: outcome, operationSeconds: try? CurveConnectBench.operationSeconds(),
+                cores: ProcessInfo.processInfo.activeProcessorCount),
             settings: BenchSettings(messages: 0, roundTrips: 0, size: 5), parsed)
         exit(0)
     case "fanout-shards":

@@ -174,6 +174,29 @@ struct ConnectFigureTests {
         #expect(FanoutBench.connectNote(overflows: 1_779, alone: alone)
             == "CURVE handshake, ZAP, hello, welcome; 1,779 connections dropped by a full accept queue and retried; libzmq CURVE alone: 6.50 s")
         #expect(FanoutBench.connectNote(overflows: nil, alone: nil) == "CURVE handshake, ZAP, hello, welcome")
+        #expect(FanoutBench.connectNote(overflows: 0, alone: nil, dispatcherCPU: 4.256)
+            == "CURVE handshake, ZAP, hello, welcome; 0 connections dropped by a full accept queue and retried; dispatcher CPU 4.26 s")
+    }
+
+    @Test("the handshakes' arithmetic: 12 operations a connection, 6 of them the server's, spread over the cores")
+    func arithmeticFloor() {
+        let outcome = CurveConnectBench.Outcome(seconds: 5.3, echoed: 10_000, overflows: 2, serverCPU: 4.9, clientCPU: 5.25)
+        let results = CurveConnectBench.results(n: 10_000, outcome: outcome, operationSeconds: 40e-6, cores: 2)
+        #expect(results.map(\.name) == [CurveConnectBench.name(n: 10_000), CurveConnectBench.floorName(n: 10_000)])
+        #expect(results[0].value == 5.3)
+        #expect((results[0].note ?? "").hasSuffix("2 connections dropped by a full accept queue and retried; CPU s: server 4.90, clients 5.25"))
+        // 10,000 × 12 × 40 µs = 4.8 CPU s, on 2 cores 2.4 s; the server's 6 a connection, 1.2 s.
+        #expect(abs((results[1].value ?? 0) - 2.4) < 1e-9)
+        #expect((results[1].note ?? "").contains("at 40.0 µs each") && (results[1].note ?? "").hasSuffix("the server's alone: 1.20 s"))
+        #expect(abs(CurveConnectBench.arithmeticSeconds(operations: 120_000, seconds: 40e-6, cores: 1) - 4.8) < 1e-9)
+        // Without a timed operation, only the connect figure; a machine that reports no cores counts as one.
+        #expect(CurveConnectBench.results(n: 10, outcome: outcome, operationSeconds: nil, cores: 2).count == 1)
+        #expect(CurveConnectBench.arithmeticSeconds(operations: 10, seconds: 1, cores: 0) == 10)
+    }
+
+    @Test("one curve25519 operation is timed through libzmq")
+    func operationTimed() throws {
+        #expect(try CurveConnectBench.operationSeconds(count: 50) > 0)
     }
 
     @Test("the kernel's count of connections dropped for a full accept queue is read, and does not go back")
