@@ -133,6 +133,11 @@ public enum HubCodec {
         }
     }
 
+    /// Decodes any part of a payload from the bytes `encodeValue` wrote for it.
+    public static func decodeValue<T: Decodable>(_: T.Type, from data: Data) throws -> T {
+        try decoder.decode(T.self, from: data)
+    }
+
     /// Decodes a payload given without an envelope, as strictly as `decode`.
     public static func decodePayload<M: HubMessage>(_: M.Type, from data: Data) throws(HubError) -> M {
         guard let object = try? JSONSerialization.jsonObject(with: data) as? [String: Any] else {

@@ -105,13 +105,69 @@ public struct UserNotificationChange: Codable, Sendable, Equatable {
     public var kind: Kind
     public var sequence: UInt64
     public var id: String
-    /// The notification as it is now; absent when deleted.
-    public var notification: UserNotification?
+
+    /// The notification as a value, or as the bytes `HubCodec`'s encoder wrote for it (as the sync
+    /// store keeps it): those go into a reply as they are, without being read and written again.
+    enum Stored: Sendable, Equatable {
+        case value(UserNotification)
+        case written(Data)
+    }
+    var stored: Stored?
+
+    /// The notification as it is now; absent when deleted. One given as written bytes is read on
+    /// each ask, and absent if they do not read.
+    public var notification: UserNotification? {
+        get {
+            switch stored {
+            case .value(let notification): notification
+            case .written(let data): try? HubCodec.decodeValue(UserNotification.self, from: data)
+            case nil: nil
+            }
+        }
+        set { stored = newValue.map(Stored.value) }
+    }
+
     public init(kind: Kind, sequence: UInt64, id: String, notification: UserNotification? = nil) {
         self.kind = kind
         self.sequence = sequence
         self.id = id
-        self.notification = notification
+        self.stored = notification.map(Stored.value)
+    }
+
+    /// A change whose notification is `written`: the bytes `HubCodec`'s encoder (or one made by
+    /// `HubCodec.makeEncoder()`) wrote for it.
+    public init(kind: Kind, sequence: UInt64, id: String, written: Data) {
+        self.kind = kind
+        self.sequence = sequence
+        self.id = id
+        self.stored = .written(written)
+    }
+
+    enum CodingKeys: String, CodingKey { case kind, sequence, id, notification }
+
+    public init(from decoder: Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        kind = try container.decode(Kind.self, forKey: .kind)
+        sequence = try container.decode(UInt64.self, forKey: .sequence)
+        id = try container.decode(String.self, forKey: .id)
+        stored = try container.decodeIfPresent(UserNotification.self, forKey: .notification).map(Stored.value)
+    }
+
+    public func encode(to encoder: Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(kind, forKey: .kind)
+        try container.encode(sequence, forKey: .sequence)
+        try container.encode(id, forKey: .id)
+        switch stored {
+        case .value(let notification): try container.encode(notification, forKey: .notification)
+        case .written(let data): try container.encode(HubCodec.decodeValue(UserNotification.self, from: data), forKey: .notification)
+        case nil: break
+        }
+    }
+
+    /// Equal when they say the same, however their notifications are held.
+    public static func == (left: Self, right: Self) -> Bool {
+        left.kind == right.kind && left.sequence == right.sequence && left.id == right.id && left.notification == right.notification
     }
 }
 
@@ -125,6 +181,49 @@ public struct UserChanges: HubMessage {
         self.changes = changes
         self.cursor = cursor
         self.hasMore = hasMore
+    }
+
+    /// The changes as the encoder writes them, with each notification held as written bytes put
+    /// in as it is: every device of a user fetches every change, and reading a stored
+    /// notification to write it again cost the sync store more than the rest of a fetch. Nil when
+    /// an id is not plain, for the encoder to write the whole.
+    public func writtenJSON() -> Data? {
+        var out: [UInt8] = []
+        out.reserveCapacity(48 + changes.reduce(0) { total, change in
+            if case .written(let data) = change.stored { return total + data.count + 80 }
+            return total + 400
+        })
+        out.append(contentsOf: #"{"changes":["#.utf8)
+        for (index, change) in changes.enumerated() {
+            guard HubCodec.isPlain(change.id) else { return nil }
+            if index > 0 { out.append(UInt8(ascii: ",")) }
+            out.append(contentsOf: #"{"id":""#.utf8)
+            out.append(contentsOf: change.id.utf8)
+            out.append(contentsOf: #"","kind":""#.utf8)
+            out.append(contentsOf: change.kind.rawValue.utf8)
+            out.append(contentsOf: #"","#.utf8)
+            switch change.stored {
+            case .written(let data):
+                out.append(contentsOf: #""notification":"#.utf8)
+                out.append(contentsOf: data)
+                out.append(UInt8(ascii: ","))
+            case .value(let notification):
+                out.append(contentsOf: #""notification":"#.utf8)
+                out.append(contentsOf: HubCodec.encodeValue(notification))
+                out.append(UInt8(ascii: ","))
+            case nil:
+                break
+            }
+            out.append(contentsOf: #""sequence":"#.utf8)
+            out.append(contentsOf: String(change.sequence).utf8)
+            out.append(UInt8(ascii: "}"))
+        }
+        out.append(contentsOf: #"],"cursor":"#.utf8)
+        out.append(contentsOf: String(cursor).utf8)
+        out.append(contentsOf: #","hasMore":"#.utf8)
+        out.append(contentsOf: (hasMore ? "true" : "false").utf8)
+        out.append(UInt8(ascii: "}"))
+        return Data(out)
     }
 }
 

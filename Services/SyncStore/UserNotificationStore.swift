@@ -113,14 +113,17 @@ enum UserNotificationRecords {
 
     /// The reply to a changes read: at most `limit + 1` rows of id, sequence, created sequence and
     /// document (NULL for a tombstone), in sequence order.
-    static func changes(_ rows: [some StoredRow], after cursor: UInt64, limit: Int, decoder: JSONDecoder) throws -> UserChanges {
+    /// The changes after `cursor` from their rows (id, sequence, created sequence, document). Each
+    /// notification stays the document the store wrote with `HubCodec`'s encoder, and goes into the
+    /// reply as it is (`UserChanges.writtenJSON`): every device fetches every change.
+    static func changes(_ rows: [some StoredRow], after cursor: UInt64, limit: Int) -> UserChanges {
         var changes: [UserNotificationChange] = []
+        changes.reserveCapacity(min(rows.count, limit))
         for row in rows.prefix(limit) {
             let id = row[0].string ?? ""
             if let data = row[3].data {
-                let notification = try decoder.decode(UserNotification.self, from: data)
                 changes.append(UserNotificationChange(
-                    kind: row[2].sequence > cursor ? .created : .updated, sequence: row[1].sequence, id: id, notification: notification))
+                    kind: row[2].sequence > cursor ? .created : .updated, sequence: row[1].sequence, id: id, written: data))
             } else {
                 changes.append(UserNotificationChange(kind: .deleted, sequence: row[1].sequence, id: id))
             }

@@ -141,3 +141,87 @@ struct WrittenJSONTests {
         }
     }
 }
+
+/// A user's changes with each notification kept as the bytes the encoder wrote for it (as the sync
+/// store keeps them), put into the reply as they are.
+@Suite("User changes written with their stored notifications")
+struct UserChangesWrittenTests {
+    static let texts = ["", "a", "Breaking", #"say "hi""#, #"back\slash"#, "tab\there", "naïve ünïcödé", "emoji 🎉", "with/slash", "line\nbreak"]
+
+    static func randomNotification(_ generator: inout some RandomNumberGenerator, id: String) -> UserNotification {
+        func text() -> String? { Bool.random(using: &generator) ? texts.randomElement(using: &generator)! : nil }
+        let seconds = Double(Int.random(in: 1_700_000_000...1_900_000_000, using: &generator)) + [0, 0.25, 0.5].randomElement(using: &generator)!
+        return UserNotification(
+            id: id, appNotificationId: texts.randomElement(using: &generator)! + "-app", userId: texts.randomElement(using: &generator)!,
+            visual: Bool.random(using: &generator) ? VisualContent(title: text() ?? "t", body: text() ?? "b") : nil, raw: text(),
+            priority: ["normal", "high", "low"].randomElement(using: &generator)!, group: text(),
+            expiresAt: Date(timeIntervalSince1970: seconds + 86_400), readState: Bool.random(using: &generator) ? .read : .unread,
+            userActionState: [.noInteraction, .dismissed].randomElement(using: &generator)!,
+            createdAt: Date(timeIntervalSince1970: seconds), modifiedAt: Date(timeIntervalSince1970: seconds + 1))
+    }
+
+    @Test("written as the encoder writes the same changes held as values, and read back to equal values")
+    func writtenAsTheEncoderWrites() throws {
+        let encoder = HubCodec.makeEncoder()
+        var generator = SystemRandomNumberGenerator()
+        for round in 0..<500 {
+            var asValues: [UserNotificationChange] = []
+            var asStored: [UserNotificationChange] = []
+            for index in 0..<Int.random(in: 0...6, using: &generator) {
+                let id = "n-\(round)-\(index)"
+                let sequence = UInt64.random(in: 0...UInt64.max, using: &generator)
+                switch Int.random(in: 0..<4, using: &generator) {
+                case 0:
+                    asValues.append(UserNotificationChange(kind: .deleted, sequence: sequence, id: id))
+                    asStored.append(asValues.last!)
+                case let choice:
+                    let kind: UserNotificationChange.Kind = choice == 1 ? .created : .updated
+                    let notification = Self.randomNotification(&generator, id: id)
+                    asValues.append(UserNotificationChange(kind: kind, sequence: sequence, id: id, notification: notification))
+                    // Some held as values beside the stored ones: both are written.
+                    asStored.append(choice == 3
+                        ? asValues.last!
+                        : UserNotificationChange(kind: kind, sequence: sequence, id: id, written: try encoder.encode(notification)))
+                }
+            }
+            let values = UserChanges(changes: asValues, cursor: UInt64.random(in: 0...UInt64.max, using: &generator), hasMore: Bool.random(using: &generator))
+            let stored = UserChanges(changes: asStored, cursor: values.cursor, hasMore: values.hasMore)
+            let byEncoder = try encoder.encode(values)
+            let written = try #require(stored.writtenJSON())
+            #expect(written == byEncoder, "\(String(decoding: written, as: UTF8.self)) against \(String(decoding: byEncoder, as: UTF8.self))")
+            // The encoder, given the stored form, writes the same; values and stored forms are equal.
+            #expect(try encoder.encode(stored) == byEncoder)
+            #expect(stored == values)
+            #expect(stored.changes.map(\.notification) == values.changes.map(\.notification))
+            // Through an envelope and back, as an agent reads the reply.
+            let envelope = HubCodec.encode(stored, id: "r-\(round)")
+            #expect(try HubCodec.decodeReply(UserChanges.self, from: envelope).payload == values)
+        }
+    }
+
+    @Test("an id JSON would escape leaves the whole reply to the encoder, which writes the stored notification alike")
+    func escapedIdLeftToTheEncoder() throws {
+        let encoder = HubCodec.makeEncoder()
+        var generator = SystemRandomNumberGenerator()
+        let notification = Self.randomNotification(&generator, id: #"odd "id""#)
+        let stored = UserChanges(
+            changes: [UserNotificationChange(kind: .created, sequence: 7, id: #"odd "id""#, written: try encoder.encode(notification))],
+            cursor: 7, hasMore: false)
+        #expect(stored.writtenJSON() == nil)
+        let values = UserChanges(changes: [UserNotificationChange(kind: .created, sequence: 7, id: #"odd "id""#, notification: notification)], cursor: 7, hasMore: false)
+        #expect(try encoder.encode(stored) == encoder.encode(values))
+        #expect(try HubCodec.decodeReply(UserChanges.self, from: HubCodec.encode(stored, id: "r")).payload == values)
+    }
+
+    @Test("a change set to a notification holds it as a value; stored bytes that do not read give no notification")
+    func storageForms() throws {
+        var generator = SystemRandomNumberGenerator()
+        let notification = Self.randomNotification(&generator, id: "n")
+        var change = UserNotificationChange(kind: .updated, sequence: 1, id: "n", written: Data("not json".utf8))
+        #expect(change.notification == nil)
+        change.notification = notification
+        #expect(change.notification == notification)
+        change.notification = nil
+        #expect(change == UserNotificationChange(kind: .updated, sequence: 1, id: "n"))
+    }
+}
