@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 
 /// Signed user identities: `nhu1.<claims>.<signature>`, the claims base64url JSON of the user,
 /// the kind and the expiry, signed with HMAC-SHA256 under the hub's user-token secret.
@@ -25,6 +26,8 @@ public struct UserTokens: Sendable {
     let secret: Data
     static let prefix = "nhu1"
     public static let fileName = "user-token.key"
+    /// Tokens whose signature this secret has checked, with their claims.
+    let checked = CheckedTokens()
 
     public init(secret: Data) { self.secret = secret }
 
@@ -56,6 +59,7 @@ public struct UserTokens: Sendable {
         guard let token, !token.isEmpty else {
             throw AuthError(.unauthorized, "no user \(kind); sign in as a user first")
         }
+        if let claims = checked.claims(of: token) { return try Self.admit(claims, kind: kind, now: now) }
         let parts = token.split(separator: ".", omittingEmptySubsequences: false)
         guard parts.count == 3, parts[0] == Self.prefix, let body = Data(base64URL: String(parts[1])),
             let signature = Data(base64URL: String(parts[2]))
@@ -69,6 +73,12 @@ public struct UserTokens: Sendable {
         guard let claims = try? JSONDecoder().decode(Claims.self, from: body) else {
             throw AuthError(.unauthorized, "the user \(kind) is malformed")
         }
+        checked.remember(token, claims)
+        return try Self.admit(claims, kind: kind, now: now)
+    }
+
+    /// Signed claims, when they are of `kind` and not expired at `now`.
+    private static func admit(_ claims: Claims, kind: Kind, now: Date) throws(AuthError) -> Claims {
         guard claims.kind == kind else {
             throw AuthError(.unauthorized, "a user \(claims.kind) was given where a user \(kind) is needed")
         }
@@ -77,6 +87,30 @@ public struct UserTokens: Sendable {
         }
         return claims
     }
+}
+
+/// Tokens whose signature has been checked, with their claims. A device sends the same token with
+/// each request until it expires, and checking it again (two base64 decodes, an HMAC, a JSON
+/// decode) cost the sync store more than the rest of a fetch. Only a token that was well formed
+/// and signed with the secret is kept, whole as it was sent, so a lookup that finds it is the
+/// same check; its kind and expiry are still checked on each use. At most `capacity` are kept:
+/// when full, the table starts again.
+final class CheckedTokens: Sendable {
+    static let capacity = 4_096
+    private let table = Mutex<[String: UserTokens.Claims]>([:])
+
+    func claims(of token: String) -> UserTokens.Claims? {
+        table.withLock { $0[token] }
+    }
+
+    func remember(_ token: String, _ claims: UserTokens.Claims) {
+        table.withLock { table in
+            if table.count >= Self.capacity { table.removeAll(keepingCapacity: true) }
+            table[token] = claims
+        }
+    }
+
+    var count: Int { table.withLock { $0.count } }
 }
 
 extension Data {
