@@ -127,9 +127,7 @@ enum BenchReport {
         formatter.numberStyle = .decimal
         formatter.maximumFractionDigits = decimals
         formatter.minimumFractionDigits = decimals
-        // Rounded here: the formatter keeps more digits than its maximum on some platforms.
-        let scale = pow(10, Double(max(0, decimals)))
-        return formatter.string(from: NSNumber(value: (rate * scale).rounded() / scale)) ?? "\(rate)"
+        return formatter.string(from: NSNumber(value: decimals == 0 ? rate.rounded() : rate)) ?? "\(rate)"
     }
 
     static func pad(_ text: String, _ width: Int, right: Bool = false) -> String {

@@ -53,17 +53,3 @@ struct BenchReportTests {
         #expect(settings["arguments"] as? [String] == ["--output", "f"])
     }
 }
-
-/// Figures as the table prints them.
-@Suite("Bench number format")
-struct BenchNumberFormatTests {
-    @Test("exactly the decimals asked for, rounded, with thousands grouped")
-    func decimals() {
-        #expect(BenchReport.format(4.256, decimals: 2) == "4.26")
-        #expect(BenchReport.format(5.374, decimals: 2) == "5.37")
-        #expect(BenchReport.format(6.5, decimals: 2) == "6.50")
-        #expect(BenchReport.format(42.771, decimals: 1) == "42.8")
-        #expect(BenchReport.format(35_374.4) == "35,374")
-        #expect(BenchReport.format(1_234.5678, decimals: 3) == "1,234.568")
-    }
-}
