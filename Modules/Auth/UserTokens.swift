@@ -59,7 +59,10 @@ public struct UserTokens: Sendable {
         guard let token, !token.isEmpty else {
             throw AuthError(.unauthorized, "no user \(kind); sign in as a user first")
         }
-        if let claims = checked.claims(of: token) { return try Self.admit(claims, kind: kind, now: now) }
+        // Only user tokens are kept (a credential is traded once, a ticket serves one fetch), and
+        // only ASCII ones: for those, equal strings are equal bytes.
+        let keep = kind == .token && token.utf8.allSatisfy { $0 < 0x80 }
+        if keep, let claims = checked.claims(of: token) { return try Self.admit(claims, kind: kind, now: now) }
         let parts = token.split(separator: ".", omittingEmptySubsequences: false)
         guard parts.count == 3, parts[0] == Self.prefix, let body = Data(base64URL: String(parts[1])),
             let signature = Data(base64URL: String(parts[2]))
@@ -73,8 +76,9 @@ public struct UserTokens: Sendable {
         guard let claims = try? JSONDecoder().decode(Claims.self, from: body) else {
             throw AuthError(.unauthorized, "the user \(kind) is malformed")
         }
-        checked.remember(token, claims)
-        return try Self.admit(claims, kind: kind, now: now)
+        let admitted = try Self.admit(claims, kind: kind, now: now)
+        if keep { checked.remember(token, claims) }
+        return admitted
     }
 
     /// Signed claims, when they are of `kind` and not expired at `now`.
@@ -89,12 +93,12 @@ public struct UserTokens: Sendable {
     }
 }
 
-/// Tokens whose signature has been checked, with their claims. A device sends the same token with
-/// each request until it expires, and checking it again (two base64 decodes, an HMAC, a JSON
-/// decode) cost the sync store more than the rest of a fetch. Only a token that was well formed
-/// and signed with the secret is kept, whole as it was sent, so a lookup that finds it is the
-/// same check; its kind and expiry are still checked on each use. At most `capacity` are kept:
-/// when full, the table starts again.
+/// User tokens whose signature has been checked, with their claims. A device sends the same token
+/// with each request until it expires, and checking it again (two base64 decodes, an HMAC, a JSON
+/// decode) cost the sync store more than the rest of a fetch. Only an ASCII token that passed
+/// every check is kept, whole as it was sent, so a lookup that finds it is the same check; its
+/// kind and expiry are still checked on each use. At most `capacity` are kept: when full, the
+/// table starts again.
 final class CheckedTokens: Sendable {
     static let capacity = 4_096
     private let table = Mutex<[String: UserTokens.Claims]>([:])

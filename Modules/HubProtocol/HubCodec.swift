@@ -81,32 +81,42 @@ public enum HubCodec {
     }
 
     /// The envelope as `encoder` writes it (compact, keys sorted: auth, id, payload, type, v), with
-    /// only the payload through the encoder and the header written around it. Nil when a string of
-    /// the header is not printable ASCII without `"` and `\`, which the encoder would escape: such an
-    /// envelope is encoded whole.
+    /// only the payload through the encoder (or written by itself, `writtenJSON`) and the header
+    /// written around it. A string of the header that is not printable ASCII without `"` and `\`
+    /// is written by the encoder, escaped as it escapes it; the others as they are.
     static func writeAround<M: HubMessage>(_ envelope: Envelope<M>) throws -> Data? {
         let type = envelope.type.rawValue
-        guard isPlain(envelope.id), isPlain(type), envelope.auth.map(isPlain) ?? true else { return nil }
         let payload = try envelope.payload.writtenJSON() ?? encoder.encode(envelope.payload)
         // Written into an array and handed over once: Data's generic appends cost more than the bytes.
         var out: [UInt8] = []
         out.reserveCapacity(payload.count + 40 + envelope.id.utf8.count + (envelope.auth?.utf8.count ?? 0) + type.utf8.count)
         if let auth = envelope.auth {
-            out.append(contentsOf: #"{"auth":""#.utf8)
-            out.append(contentsOf: auth.utf8)
-            out.append(contentsOf: #"","id":""#.utf8)
+            out.append(contentsOf: #"{"auth":"#.utf8)
+            appendString(auth, to: &out)
+            out.append(contentsOf: #","id":"#.utf8)
         } else {
-            out.append(contentsOf: #"{"id":""#.utf8)
+            out.append(contentsOf: #"{"id":"#.utf8)
         }
-        out.append(contentsOf: envelope.id.utf8)
-        out.append(contentsOf: #"","payload":"#.utf8)
+        appendString(envelope.id, to: &out)
+        out.append(contentsOf: #","payload":"#.utf8)
         out.append(contentsOf: payload)
-        out.append(contentsOf: #","type":""#.utf8)
-        out.append(contentsOf: type.utf8)
-        out.append(contentsOf: #"","v":"#.utf8)
+        out.append(contentsOf: #","type":"#.utf8)
+        appendString(type, to: &out)
+        out.append(contentsOf: #","v":"#.utf8)
         out.append(contentsOf: String(envelope.v).utf8)
         out.append(UInt8(ascii: "}"))
         return Data(out)
+    }
+
+    /// `text` as a JSON string, as `encoder` writes it: quoted as it is when plain, else by the encoder.
+    static func appendString(_ text: String, to out: inout [UInt8]) {
+        if isPlain(text) {
+            out.append(UInt8(ascii: "\""))
+            out.append(contentsOf: text.utf8)
+            out.append(UInt8(ascii: "\""))
+        } else {
+            out.append(contentsOf: encodeValue(text))
+        }
     }
 
     /// A string JSON writes as it is: printable ASCII other than `"` and `\`.

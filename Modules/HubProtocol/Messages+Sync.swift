@@ -135,8 +135,15 @@ public struct UserNotificationChange: Codable, Sendable, Equatable {
     }
 
     /// A change whose notification is `written`: the bytes `HubCodec`'s encoder (or one made by
-    /// `HubCodec.makeEncoder()`) wrote for it.
-    public init(kind: Kind, sequence: UInt64, id: String, written: Data) {
+    /// `HubCodec.makeEncoder()`) wrote for it. Bytes that one pass cannot read as a JSON object
+    /// are refused (`internal`, naming the change), rather than put into a reply.
+    public init(kind: Kind, sequence: UInt64, id: String, written: Data) throws(HubError) {
+        let isObject = written.withUnsafeBytes { raw in
+            HubCodec.scanMembers(raw.bindMemory(to: UInt8.self)) != nil
+        }
+        guard isObject else {
+            throw HubError(.internal, "the stored notification \(id) (change \(sequence)) is not a JSON object; the store is damaged")
+        }
         self.kind = kind
         self.sequence = sequence
         self.id = id
@@ -165,7 +172,8 @@ public struct UserNotificationChange: Codable, Sendable, Equatable {
         }
     }
 
-    /// Equal when they say the same, however their notifications are held.
+    /// Equal when they say the same, however their notifications are held (stored bytes that do
+    /// not read say no notification).
     public static func == (left: Self, right: Self) -> Bool {
         left.kind == right.kind && left.sequence == right.sequence && left.id == right.id && left.notification == right.notification
     }
@@ -185,8 +193,7 @@ public struct UserChanges: HubMessage {
 
     /// The changes as the encoder writes them, with each notification held as written bytes put
     /// in as it is: every device of a user fetches every change, and reading a stored
-    /// notification to write it again cost the sync store more than the rest of a fetch. Nil when
-    /// an id is not plain, for the encoder to write the whole.
+    /// notification to write it again cost the sync store more than the rest of a fetch.
     public func writtenJSON() -> Data? {
         var out: [UInt8] = []
         out.reserveCapacity(48 + changes.reduce(0) { total, change in
@@ -195,11 +202,10 @@ public struct UserChanges: HubMessage {
         })
         out.append(contentsOf: #"{"changes":["#.utf8)
         for (index, change) in changes.enumerated() {
-            guard HubCodec.isPlain(change.id) else { return nil }
             if index > 0 { out.append(UInt8(ascii: ",")) }
-            out.append(contentsOf: #"{"id":""#.utf8)
-            out.append(contentsOf: change.id.utf8)
-            out.append(contentsOf: #"","kind":""#.utf8)
+            out.append(contentsOf: #"{"id":"#.utf8)
+            HubCodec.appendString(change.id, to: &out)
+            out.append(contentsOf: #","kind":""#.utf8)
             out.append(contentsOf: change.kind.rawValue.utf8)
             out.append(contentsOf: #"","#.utf8)
             switch change.stored {

@@ -34,8 +34,9 @@ enum CurveConnectBench {
     static let operationsPerHandshake = 12
     static let serverOperationsPerHandshake = 6
 
-    /// The seconds one curve25519 operation takes here: `zmq_curve_public` (libsodium's
-    /// crypto_scalarmult_base, as long as a key agreement), the mean of `count` calls.
+    /// The seconds one curve25519 operation takes here, at least: `zmq_curve_public` (libsodium's
+    /// crypto_scalarmult_base), the mean of `count` calls. A key pair is this operation; a key
+    /// agreement (variable base) takes as long or longer, so a floor made of it is if anything low.
     static func operationSeconds(count: Int = 2_000) throws -> Double {
         let secret = try CurveKeyPair.generate().secretKey
         let start = ContinuousClock.now

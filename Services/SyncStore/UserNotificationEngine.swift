@@ -193,7 +193,7 @@ extension UserNotificationEngine {
             let (latest, floor) = try userSequence(user)
             try UserNotificationRecords.checkCursor(cursor, latest: latest, floor: floor)
             let rows = try query(sql.changes, [user, Int64(bitPattern: cursor), limit + 1])
-            return UserNotificationRecords.changes(rows, after: cursor, limit: limit)
+            return try UserNotificationRecords.changes(rows, after: cursor, limit: limit)
         }
     }
 

@@ -112,17 +112,17 @@ enum UserNotificationRecords {
     }
 
     /// The reply to a changes read: at most `limit + 1` rows of id, sequence, created sequence and
-    /// document (NULL for a tombstone), in sequence order.
-    /// The changes after `cursor` from their rows (id, sequence, created sequence, document). Each
-    /// notification stays the document the store wrote with `HubCodec`'s encoder, and goes into the
-    /// reply as it is (`UserChanges.writtenJSON`): every device fetches every change.
-    static func changes(_ rows: [some StoredRow], after cursor: UInt64, limit: Int) -> UserChanges {
+    /// document (NULL for a tombstone), in sequence order. Each notification stays the document the
+    /// store wrote with `HubCodec`'s encoder, and goes into the reply as it is
+    /// (`UserChanges.writtenJSON`): every device fetches every change. A document that is not a
+    /// JSON object fails the read, named.
+    static func changes(_ rows: [some StoredRow], after cursor: UInt64, limit: Int) throws -> UserChanges {
         var changes: [UserNotificationChange] = []
         changes.reserveCapacity(min(rows.count, limit))
         for row in rows.prefix(limit) {
             let id = row[0].string ?? ""
             if let data = row[3].data {
-                changes.append(UserNotificationChange(
+                changes.append(try UserNotificationChange(
                     kind: row[2].sequence > cursor ? .created : .updated, sequence: row[1].sequence, id: id, written: data))
             } else {
                 changes.append(UserNotificationChange(kind: .deleted, sequence: row[1].sequence, id: id))

@@ -38,6 +38,30 @@ struct CheckedTokensTests {
         #expect(other.checked.count == 0)
     }
 
+    @Test("a token that fails its kind or expiry, a credential, a ticket and a token that is not ASCII are never kept")
+    func onlyAdmittedTokensKept() throws {
+        let tokens = UserTokens(secret: Data(repeating: 7, count: 32))
+        let (expired, _) = tokens.issue(user: "alice", kind: .token, lifetime: 60, now: now.addingTimeInterval(-120))
+        #expect(throws: AuthError.self) { try tokens.verify(expired, kind: .token, now: now) }
+        let (token, _) = tokens.issue(user: "alice", kind: .token, lifetime: 60, now: now)
+        #expect(throws: AuthError.self) { try tokens.verify(token, kind: .credential, now: now) }
+        let (credential, _) = tokens.issue(user: "alice", kind: .credential, lifetime: 600, now: now)
+        #expect(try tokens.verify(credential, kind: .credential, now: now).user == "alice")
+        let (ticket, _) = tokens.issue(user: "i-1", kind: .ticket, lifetime: 60, resource: "r", now: now)
+        #expect(try tokens.verify(ticket, kind: .ticket, now: now).resource == "r")
+        #expect(tokens.checked.count == 0)
+        // Once kept, a copy with a character canonically equal to one of its own (KELVIN SIGN for
+        // K) is still refused: only the bytes as sent are looked up.
+        var withK = tokens.issue(user: "bob", kind: .token, lifetime: 60, now: now).token
+        for _ in 0..<50 where !withK.contains("K") { withK = tokens.issue(user: "bob", kind: .token, lifetime: 60, now: now).token }
+        try #require(withK.contains("K"))
+        #expect(try tokens.verify(withK, kind: .token, now: now).user == "bob")
+        #expect(tokens.checked.count == 1)
+        let kelvin = withK.replacingOccurrences(of: "K", with: "\u{212A}")
+        #expect(kelvin == withK, "Swift's strings compare canonically: the cache must not")
+        #expect(throws: AuthError.self) { try tokens.verify(kelvin, kind: .token, now: now) }
+    }
+
     @Test("past its capacity the table starts again, and every token still verifies")
     func capacity() throws {
         let tokens = UserTokens(secret: Data(repeating: 9, count: 32))
@@ -49,6 +73,7 @@ struct CheckedTokensTests {
         for (index, token) in issued.enumerated().reversed().prefix(10) {
             #expect(try tokens.verify(token, kind: .token, now: now).user == "u\(index)")
         }
-        #expect(tokens.checked.count <= CheckedTokens.capacity)
+        // The last one was kept when the table started again; the nine before it join it.
+        #expect(tokens.checked.count == 10)
     }
 }

@@ -150,7 +150,9 @@ struct UserChangesWrittenTests {
 
     static func randomNotification(_ generator: inout some RandomNumberGenerator, id: String) -> UserNotification {
         func text() -> String? { Bool.random(using: &generator) ? texts.randomElement(using: &generator)! : nil }
-        let seconds = Double(Int.random(in: 1_700_000_000...1_900_000_000, using: &generator)) + [0, 0.25, 0.5].randomElement(using: &generator)!
+        // Some on whole milliseconds, some between them (written to the nearest one).
+        let seconds = Double(Int.random(in: 1_700_000_000...1_900_000_000, using: &generator))
+            + (Bool.random(using: &generator) ? [0, 0.25, 0.5].randomElement(using: &generator)! : Double.random(in: 0..<1, using: &generator))
         return UserNotification(
             id: id, appNotificationId: texts.randomElement(using: &generator)! + "-app", userId: texts.randomElement(using: &generator)!,
             visual: Bool.random(using: &generator) ? VisualContent(title: text() ?? "t", body: text() ?? "b") : nil, raw: text(),
@@ -158,6 +160,13 @@ struct UserChangesWrittenTests {
             expiresAt: Date(timeIntervalSince1970: seconds + 86_400), readState: Bool.random(using: &generator) ? .read : .unread,
             userActionState: [.noInteraction, .dismissed].randomElement(using: &generator)!,
             createdAt: Date(timeIntervalSince1970: seconds), modifiedAt: Date(timeIntervalSince1970: seconds + 1))
+    }
+
+    /// A random notification as a reader has it (its dates to the millisecond, as written), and
+    /// the bytes the encoder wrote for it from its dates as they were made.
+    static func sample(_ generator: inout some RandomNumberGenerator, id: String) throws -> (notification: UserNotification, written: Data) {
+        let written = try HubCodec.makeEncoder().encode(randomNotification(&generator, id: id))
+        return (try HubCodec.decodeValue(UserNotification.self, from: written), written)
     }
 
     @Test("written as the encoder writes the same changes held as values, and read back to equal values")
@@ -168,7 +177,8 @@ struct UserChangesWrittenTests {
             var asValues: [UserNotificationChange] = []
             var asStored: [UserNotificationChange] = []
             for index in 0..<Int.random(in: 0...6, using: &generator) {
-                let id = "n-\(round)-\(index)"
+                // Now and then an id JSON escapes, written by the encoder inside the reply.
+                let id = Int.random(in: 0..<8, using: &generator) == 0 ? Self.texts.randomElement(using: &generator)! + "\(index)" : "n-\(round)-\(index)"
                 let sequence = UInt64.random(in: 0...UInt64.max, using: &generator)
                 switch Int.random(in: 0..<4, using: &generator) {
                 case 0:
@@ -176,12 +186,10 @@ struct UserChangesWrittenTests {
                     asStored.append(asValues.last!)
                 case let choice:
                     let kind: UserNotificationChange.Kind = choice == 1 ? .created : .updated
-                    let notification = Self.randomNotification(&generator, id: id)
+                    let (notification, bytes) = try Self.sample(&generator, id: id)
                     asValues.append(UserNotificationChange(kind: kind, sequence: sequence, id: id, notification: notification))
                     // Some held as values beside the stored ones: both are written.
-                    asStored.append(choice == 3
-                        ? asValues.last!
-                        : UserNotificationChange(kind: kind, sequence: sequence, id: id, written: try encoder.encode(notification)))
+                    asStored.append(choice == 3 ? asValues.last! : try UserNotificationChange(kind: kind, sequence: sequence, id: id, written: bytes))
                 }
             }
             let values = UserChanges(changes: asValues, cursor: UInt64.random(in: 0...UInt64.max, using: &generator), hasMore: Bool.random(using: &generator))
@@ -193,35 +201,65 @@ struct UserChangesWrittenTests {
             #expect(try encoder.encode(stored) == byEncoder)
             #expect(stored == values)
             #expect(stored.changes.map(\.notification) == values.changes.map(\.notification))
-            // Through an envelope and back, as an agent reads the reply.
-            let envelope = HubCodec.encode(stored, id: "r-\(round)")
+            // Through an envelope and back, as an agent reads the reply, whatever the correlation id.
+            let id = round % 5 == 0 ? "r \"\(round)\" ü" : "r-\(round)"
+            let envelope = HubCodec.encode(stored, id: id)
+            #expect(envelope == (try encoder.encode(Envelope(id: id, payload: values))))
             #expect(try HubCodec.decodeReply(UserChanges.self, from: envelope).payload == values)
         }
     }
 
-    @Test("an id JSON would escape leaves the whole reply to the encoder, which writes the stored notification alike")
-    func escapedIdLeftToTheEncoder() throws {
+    @Test("an id JSON escapes is written as the encoder escapes it; the encoder, given the stored form, writes it alike")
+    func escapedId() throws {
         let encoder = HubCodec.makeEncoder()
         var generator = SystemRandomNumberGenerator()
-        let notification = Self.randomNotification(&generator, id: #"odd "id""#)
+        let (notification, bytes) = try Self.sample(&generator, id: #"odd "id""#)
         let stored = UserChanges(
-            changes: [UserNotificationChange(kind: .created, sequence: 7, id: #"odd "id""#, written: try encoder.encode(notification))],
+            changes: [try UserNotificationChange(kind: .created, sequence: 7, id: #"odd "id""#, written: bytes)],
             cursor: 7, hasMore: false)
-        #expect(stored.writtenJSON() == nil)
         let values = UserChanges(changes: [UserNotificationChange(kind: .created, sequence: 7, id: #"odd "id""#, notification: notification)], cursor: 7, hasMore: false)
+        #expect(try stored.writtenJSON() == encoder.encode(values))
         #expect(try encoder.encode(stored) == encoder.encode(values))
         #expect(try HubCodec.decodeReply(UserChanges.self, from: HubCodec.encode(stored, id: "r")).payload == values)
     }
 
-    @Test("a change set to a notification holds it as a value; stored bytes that do not read give no notification")
+    @Test("stored bytes that are not a JSON object are refused, named; an object that is no notification gives none; a change set to one holds it as a value")
     func storageForms() throws {
         var generator = SystemRandomNumberGenerator()
         let notification = Self.randomNotification(&generator, id: "n")
-        var change = UserNotificationChange(kind: .updated, sequence: 1, id: "n", written: Data("not json".utf8))
+        for damaged in ["", "not json", #"{"id":"#, "[1]", #""text""#, #"{"a":1} x"#] {
+            do {
+                _ = try UserNotificationChange(kind: .updated, sequence: 9, id: "n-9", written: Data(damaged.utf8))
+                Issue.record("\(damaged) was taken")
+            } catch {
+                #expect(error.code == .internal && error.message.contains("n-9"))
+            }
+        }
+        var change = try UserNotificationChange(kind: .updated, sequence: 1, id: "n", written: Data(#"{"other":1}"#.utf8))
         #expect(change.notification == nil)
         change.notification = notification
         #expect(change.notification == notification)
         change.notification = nil
         #expect(change == UserNotificationChange(kind: .updated, sequence: 1, id: "n"))
+    }
+}
+
+/// An envelope's header strings that JSON escapes are written by the encoder, around any payload.
+@Suite("Envelopes written around their payload")
+struct WriteAroundTests {
+    @Test("ids, auth and payloads the encoder escapes come out as the encoder writes the whole envelope")
+    func escapedHeaders() throws {
+        let encoder = HubCodec.makeEncoder()
+        let texts = ["r-1", #"say "hi""#, #"back\slash"#, "tab\there", "naïve", "🎉", "with/slash", "", "del\u{7f}"]
+        for id in texts {
+            for auth in [nil] + texts {
+                for accepted in [SendAccepted(notificationId: "plain", state: .enqueued), SendAccepted(notificationId: #"n "q""#, state: .scheduled)] {
+                    let envelope = Envelope(id: id, auth: auth, payload: accepted)
+                    let written = try #require(try HubCodec.writeAround(envelope))
+                    #expect(written == (try encoder.encode(envelope)), "\(String(decoding: written, as: UTF8.self))")
+                    #expect(try HubCodec.decodeReply(SendAccepted.self, from: written).payload == accepted)
+                }
+            }
+        }
     }
 }

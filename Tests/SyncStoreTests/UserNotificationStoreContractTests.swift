@@ -207,6 +207,31 @@ struct UserNotificationStoreContractTests {
         #expect(try store.history(user: "nobody", now: Self.now) == UserHistory(notifications: [], cursor: 0))
     }
 
+    @Test("a page of changes goes out as the encoder writes it, each notification as stored; a stored one that is not JSON fails the read, named")
+    func changesAsStored() throws {
+        let (store, path) = try StoreEngine.sqliteStore()
+        let now = Date(timeIntervalSince1970: 1_800_000_000.123_456)
+        let first = try store.post(Self.post("alice", "a", title: #"naïve "quoted" \ 🎉"#), expiresAt: now.addingTimeInterval(3_600), now: now).0
+        let second = try store.post(Self.post("alice", "b"), expiresAt: now.addingTimeInterval(60), now: now.addingTimeInterval(0.000_7)).0
+        _ = try store.update(second.id, user: "alice", read: .read, action: .dismissed, origin: "d1", now: now.addingTimeInterval(1.5))
+        let page = try store.changes(user: "alice", after: 0, limit: 10)
+        let values = UserChanges(
+            changes: page.changes.map { UserNotificationChange(kind: $0.kind, sequence: $0.sequence, id: $0.id, notification: $0.notification) },
+            cursor: page.cursor, hasMore: page.hasMore)
+        #expect(page.changes.compactMap(\.notification).map(\.id) == [first.id, second.id])
+        #expect(try #require(page.writtenJSON()) == (try HubCodec.makeEncoder().encode(values)))
+        #expect(try HubCodec.decodeReply(UserChanges.self, from: HubCodec.encode(page, id: "naïve \"id\"")).payload == values)
+
+        let database = try SQLiteDatabase(path: path)
+        _ = try database.run("UPDATE user_notifications SET document = ? WHERE id = ?", [Data("{\"id\":".utf8), second.id])
+        do {
+            _ = try store.changes(user: "alice", after: 0, limit: 10)
+            Issue.record("a damaged document was put into a reply")
+        } catch let error as HubError {
+            #expect(error.code == .internal && error.message.contains(second.id), "\(error.message)")
+        }
+    }
+
     @Test("the stream's log holds every change in order, with user, sequence and origin, and keeps the latest when pruned",
           arguments: StoreEngine.available)
     func streamLog(engine: StoreEngine) throws {
