@@ -73,7 +73,7 @@ public enum HubCodec {
 
     public static func encode<M: HubMessage>(_ envelope: Envelope<M>) -> Data {
         do {
-            return try writeAround(envelope) ?? encoder.encode(envelope)
+            return try writeAround(envelope)
         } catch {
             // Every message type is plain data; failing to encode one is a programming error.
             preconditionFailure("cannot encode \(M.messageType): \(error)")
@@ -84,7 +84,7 @@ public enum HubCodec {
     /// only the payload through the encoder (or written by itself, `writtenJSON`) and the header
     /// written around it. A string of the header that is not printable ASCII without `"` and `\`
     /// is written by the encoder, escaped as it escapes it; the others as they are.
-    static func writeAround<M: HubMessage>(_ envelope: Envelope<M>) throws -> Data? {
+    static func writeAround<M: HubMessage>(_ envelope: Envelope<M>) throws -> Data {
         let type = envelope.type.rawValue
         let payload = try envelope.payload.writtenJSON() ?? encoder.encode(envelope.payload)
         // Written into an array and handed over once: Data's generic appends cost more than the bytes.

@@ -207,20 +207,18 @@ public struct UserChanges: HubMessage {
             HubCodec.appendString(change.id, to: &out)
             out.append(contentsOf: #","kind":""#.utf8)
             out.append(contentsOf: change.kind.rawValue.utf8)
-            out.append(contentsOf: #"","#.utf8)
-            switch change.stored {
-            case .written(let data):
-                out.append(contentsOf: #""notification":"#.utf8)
-                out.append(contentsOf: data)
-                out.append(UInt8(ascii: ","))
-            case .value(let notification):
-                out.append(contentsOf: #""notification":"#.utf8)
-                out.append(contentsOf: HubCodec.encodeValue(notification))
-                out.append(UInt8(ascii: ","))
-            case nil:
-                break
+            let notification: Data? = switch change.stored {
+            case .written(let data): data
+            case .value(let notification): HubCodec.encodeValue(notification)
+            case nil: nil
             }
-            out.append(contentsOf: #""sequence":"#.utf8)
+            if let notification {
+                out.append(contentsOf: #"","notification":"#.utf8)
+                out.append(contentsOf: notification)
+                out.append(contentsOf: #","sequence":"#.utf8)
+            } else {
+                out.append(contentsOf: #"","sequence":"#.utf8)
+            }
             out.append(contentsOf: String(change.sequence).utf8)
             out.append(UInt8(ascii: "}"))
         }

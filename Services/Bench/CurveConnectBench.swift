@@ -53,7 +53,10 @@ enum CurveConnectBench {
 
     /// The bare connect figure, and beside it the least time the handshakes' curve25519 operations
     /// alone take on this machine's `cores` cores, from one operation timed in the same run.
-    static func results(n: Int, outcome: Outcome, operationSeconds: Double?, cores: Int) -> [BenchResult] {
+    static func results(
+        n: Int, outcome: Outcome, operationSeconds: Double? = try? CurveConnectBench.operationSeconds(),
+        cores: Int = ProcessInfo.processInfo.activeProcessorCount
+    ) -> [BenchResult] {
         var note = "\(outcome.echoed.formatted()) of \(n.formatted()) echoed; server with 2 I/O threads, clients of \(FanoutBench.perProcess.formatted()) sockets"
         if let overflows = outcome.overflows { note += "; \(overflows.formatted()) connections dropped by a full accept queue and retried" }
         if let server = outcome.serverCPU, let clients = outcome.clientCPU {
@@ -139,12 +142,11 @@ enum CurveConnectBench {
             try? child.input.fileHandleForWriting.close()
             child.process.waitUntilExit()
         }
-        var overflows: Int?
-        if let before = overflowsBefore, let after = listenOverflows() { overflows = after - before }
+        let overflows = ProcessCPU.growth(from: overflowsBefore, to: listenOverflows())
         return Outcome(
             seconds: elapsed, echoed: echoed, overflows: overflows,
-            serverCPU: cpuAfter.server.flatMap { after in cpuBefore.server.map { after - $0 } },
-            clientCPU: cpuAfter.clients.flatMap { after in cpuBefore.clients.map { after - $0 } })
+            serverCPU: ProcessCPU.growth(from: cpuBefore.server, to: cpuAfter.server),
+            clientCPU: ProcessCPU.growth(from: cpuBefore.clients, to: cpuAfter.clients))
     }
 
     /// One line from `pipe`, without its newline; nil at its end.

@@ -95,8 +95,8 @@ enum FanoutBench {
         for fleet in fleets { fleet.send("connect") }
         let allWelcomed = fleets.allSatisfy { $0.wait("welcomed", timeout: 120) }
         let connectSeconds = seconds(since: connectStart)
-        let connectCPU = ProcessCPU.seconds(dispatchProcess.processIdentifier).flatMap { after in connectCPUBefore.map { after - $0 } }
-        let overflows = CurveConnectBench.listenOverflows().flatMap { after in overflowsBefore.map { after - $0 } }
+        let connectCPU = ProcessCPU.growth(from: connectCPUBefore, to: ProcessCPU.seconds(dispatchProcess.processIdentifier))
+        let overflows = ProcessCPU.growth(from: overflowsBefore, to: CurveConnectBench.listenOverflows())
         _ = waitFor(timeout: 30) { (try? cluster.waitHealthy(dispatcher).details?["agents"]) == String(agents) }
         Thread.sleep(forTimeInterval: 0.5)
         let connected = residentBytes(dispatchProcess.processIdentifier)
@@ -200,10 +200,7 @@ enum FanoutBench {
         ]
         if let alone {
             results.insert(
-                contentsOf: CurveConnectBench.results(
-                    n: agents, outcome: alone, operationSeconds: try? CurveConnectBench.operationSeconds(),
-                    cores: ProcessInfo.processInfo.activeProcessorCount),
-                at: 1)
+                contentsOf: CurveConnectBench.results(n: agents, outcome: alone), at: 1)
         }
         if !latencies.isEmpty {
             for (label, quantile) in [("p50", 0.5), ("p99", 0.99), ("p99.9", 0.999)] {

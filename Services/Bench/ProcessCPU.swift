@@ -40,6 +40,12 @@ enum ProcessCPU {
         return cost / Double(deliveries)
     }
 
+    /// What a reading gained between `before` and `after`; nil when either is unknown.
+    static func growth<T: Numeric>(from before: T?, to after: T?) -> T? {
+        guard let before, let after else { return nil }
+        return after - before
+    }
+
     /// CPU seconds per 1,000 of `count` (such as acknowledged deliveries); nil when nothing was counted.
     static func perThousand(cpuSeconds: Double, count: Int) -> Double? {
         guard count > 0 else { return nil }

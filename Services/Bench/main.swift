@@ -215,9 +215,7 @@ do {
         let agents = try shardedFanoutAgents(parsed)
         let outcome = try CurveConnectBench.run(agents: agents)
         try report(
-            CurveConnectBench.results(
-                n: agents, outcome: outcome, operationSeconds: try? CurveConnectBench.operationSeconds(),
-                cores: ProcessInfo.processInfo.activeProcessorCount),
+            CurveConnectBench.results(n: agents, outcome: outcome),
             settings: BenchSettings(messages: 0, roundTrips: 0, size: 5), parsed)
         exit(0)
     case "fanout-shards":

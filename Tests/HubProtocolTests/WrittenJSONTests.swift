@@ -255,7 +255,7 @@ struct WriteAroundTests {
             for auth in [nil] + texts {
                 for accepted in [SendAccepted(notificationId: "plain", state: .enqueued), SendAccepted(notificationId: #"n "q""#, state: .scheduled)] {
                     let envelope = Envelope(id: id, auth: auth, payload: accepted)
-                    let written = try #require(try HubCodec.writeAround(envelope))
+                    let written = try HubCodec.writeAround(envelope)
                     #expect(written == (try encoder.encode(envelope)), "\(String(decoding: written, as: UTF8.self))")
                     #expect(try HubCodec.decodeReply(SendAccepted.self, from: written).payload == accepted)
                 }
