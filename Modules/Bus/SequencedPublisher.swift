@@ -39,6 +39,13 @@ public final class SequencedPublisher {
         try socket.send(SequencedMessage(topic: topic, sequence: sequence, body: body).frames, wait: false)
     }
 
+    /// Moves the sequence forward to `sequence` without a message, as when the owner's numbers went
+    /// on from a higher one (a store that failed over numbers its new history above the old one);
+    /// readers learn it from the next heartbeat, and read again from the owner.
+    public func advance(to sequence: UInt64) {
+        if sequence > self.sequence { self.sequence = sequence }
+    }
+
     /// Tells readers the latest sequence, so one that missed the last messages finds out.
     public func heartbeat() throws(ZMQError) {
         try socket.send(

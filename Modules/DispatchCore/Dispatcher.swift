@@ -75,6 +75,8 @@ public struct Dispatcher {
                 redirect(route, session.installationId, &actions)
                 drop(route, reason: .moved, &actions)
             }
+        case .storeRenewed:
+            storeRenewed(&actions)
         case .userStreamGap:
             // A signal carries no content, so a missed one is made up for by signalling every user agent.
             for (id, route) in routes.sorted(by: { $0.key < $1.key }) {
@@ -164,6 +166,30 @@ public struct Dispatcher {
         if !session.known.isEmpty || session.spilled || session.loading { backlog.insert(session.installationId) }
         counters.dropped[reason, default: 0] += 1
         actions.append(.note(.dropped(session.installationId, reason)))
+    }
+
+    /// The store was reached in a new session, maybe of another history: what is in memory may be
+    /// ahead of it, so every session keeps its connection and loads again from the store, and the
+    /// installations waiting there are read again (`.backlog`). A delivery the store still has is
+    /// sent again, and agents show each notification once.
+    private mutating func storeRenewed(_ actions: inout [DispatchAction]) {
+        backlog.removeAll()
+        starved = FIFO()
+        isStarved.removeAll()
+        for (route, session) in sessions.sorted(by: { $0.key.lexicographicallyPrecedes($1.key) }) {
+            for id in session.known {
+                if let flight = inFlight.removeValue(forKey: id) { resends.remove(id, from: flight.bucket) }
+            }
+            session.known.removeAll()
+            session.queue.removeAll()
+            session.head = 0
+            session.inFlight = 0
+            session.sentBefore.removeAll()
+            session.spilled = false
+            session.loading = true
+            actions.append(.load(installationId: session.installationId, route: route, limit: settings.loadLimit))
+        }
+        counters.storeRenewals += 1
     }
 
     /// Tells an agent which dispatcher serves its installation, or to say hello again later when
@@ -471,6 +497,9 @@ public enum DispatchEvent: Sendable {
     case userChanged(UserNotificationsChanged)
     /// The sync store's stream skipped a sequence number.
     case userStreamGap
+    /// The store was reached in a new session (after a lost connection, or a failover): sessions
+    /// load their deliveries again from it.
+    case storeRenewed
     case tick
 }
 
@@ -533,6 +562,8 @@ public struct DispatcherCounters: Sendable, Equatable {
     public var signals = 0
     /// Hellos answered with the dispatcher that serves the installation.
     public var redirected = 0
+    /// New sessions of the store, after which every session loaded again from it.
+    public var storeRenewals = 0
     public var dropped: [DispatchNote.DropReason: Int] = [:]
 }
 

@@ -16,6 +16,16 @@ public final class PostgresConnection {
     private var statementCount = 0
     private let nesting = TransactionNesting()
     var channels: Set<String> = []
+    /// What a store does in each new session once its history is known (`followHistory`); nil for
+    /// a connection that does not follow the history.
+    var onSession: ((StoreHistory) throws -> Void)?
+    /// The history of the last session that was set up; nil before the first.
+    public internal(set) var history: StoreHistory?
+    /// Whether this session's history is known and `onSession` has run for it.
+    var sessionReady = true
+    var preparingSession = false
+    /// Sessions set up since the store last asked (`takeSessionEvents`).
+    var sessionEvents: [StoreSessionEvent] = []
 
     /// Statements past this many run unprepared instead of growing the server's cache.
     static let statementCacheLimit = 256
@@ -63,6 +73,8 @@ public final class PostgresConnection {
 
     func connection() throws(PostgresError) -> OpaquePointer {
         guard let handle else { throw PostgresError(sqlState: "08003", message: "the connection is closed", operation: "use \(target)") }
+        // A session whose history is not known yet writes nothing before it is (`prepareSession`).
+        if !sessionReady && !preparingSession { try prepareSession() }
         return handle
     }
 
@@ -257,6 +269,11 @@ public final class PostgresConnection {
         PQreset(handle)
         statements.removeAll()
         guard PQstatus(handle) == CONNECTION_OK else { return false }
+        // A new session, maybe on another server: its history is read before anything else runs.
+        if onSession != nil {
+            sessionReady = false
+            do { try prepareSession() } catch { return false }
+        }
         for channel in channels {
             try? execute("LISTEN \(Self.quoteIdentifier(channel))")
         }

@@ -35,6 +35,18 @@ public final class ChangeLog<Change> {
         }
     }
 
+    /// The store's history was rewound, and its log goes on from `latest`, above every number the
+    /// stream published: the stream moves there and says so at once with a heartbeat, so that every
+    /// reader reads again from the store (a snapshot, or a fetch), then publishes what follows.
+    public func rewound(latest: UInt64) throws {
+        events.advance(to: latest)
+        try events.heartbeat()
+        try publish()
+    }
+
+    /// The last sequence published.
+    public var published: UInt64 { events.sequence }
+
     /// Other processes write to the same store (on PostgreSQL): `notices` says, without waiting,
     /// whether they announced a change; it is polled every 50 ms, and the log is published whenever
     /// it says so, and every heartbeat in case a notice was missed (`beforeBeat` may refuse a beat,

@@ -80,6 +80,16 @@ final class AgentUserSync {
                     logger.notice("the store no longer has changes that old; starting again", ("reason", error.message))
                     show(try cache.reset())
                     continue
+                } catch let error as HubError where error.code == .historyRewound {
+                    // The store failed over and lost changes this device had: the copy becomes the
+                    // store's, withdrawing what it lost, and the device goes on from its cursor.
+                    let history = try history()
+                    let events = try cache.replace(with: history)
+                    logger.warning(
+                        "the store's history was rewound; synced in full", ("withdrawn", events.filter { if case .deleted = $0 { true } else { false } }.count),
+                        ("changed", events.count), ("cursor", history.cursor), ("reason", error.message))
+                    show(events)
+                    continue
                 }
                 try cache.apply(changes) { events in show(events) }
                 if !changes.changes.isEmpty {

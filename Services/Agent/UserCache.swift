@@ -81,6 +81,25 @@ final class UserCache {
         return .deleted(previous)
     }
 
+    /// Makes the copy the store's `history` and stands at its cursor, in one transaction, as when
+    /// the store's history was rewound: what the store no longer holds is deleted, and what it holds
+    /// is created or updated where the copy differs. Returns what changed, for the agent's output.
+    func replace(with history: UserHistory) throws -> [Event] {
+        try database.transaction {
+            var events: [Event] = []
+            let kept = Dictionary(history.notifications.map { ($0.id, $0) }, uniquingKeysWith: { $1 })
+            for previous in try all() where kept[previous.id] == nil {
+                try database.run("DELETE FROM user_cache WHERE id = ?", [previous.id])
+                events.append(.deleted(previous))
+            }
+            for current in history.notifications {
+                if let event = try store(current) { events.append(event) }
+            }
+            try setCursor(history.cursor)
+            return events
+        }
+    }
+
     /// Forgets everything, as when the store says the cursor is too old. Returns the deletions.
     func reset() throws -> [Event] {
         try database.transaction {

@@ -154,6 +154,7 @@ enum Ctl {
         _ config: HubConfig, bus: BusSecurity?, timeout: Int, json: Bool, requireAgent: Bool, environment: [String: String]
     ) -> Int32 {
         var lines: [HealthLine] = []
+        var store: [String: String]?
         for (service, endpoints) in config.serviceEndpoints {
             var line = HealthLine(service: service, endpoint: endpoints.requests, status: "down")
             // The agent's control socket is served with its device key, kept in its home.
@@ -177,6 +178,7 @@ enum Ctl {
                 line.pid = reply.pid
                 line.uptimeSeconds = reply.uptimeSeconds
                 line.details = json ? reply.details : nil
+                if store == nil, let details = reply.details, details["storeRole"] != nil { store = details }
             } catch let error as HubError where service == "nh-agent" && [.unavailable, .timeout].contains(error.code) {
                 line.status = absentAgent
                 line.error = error.code == .unavailable
@@ -201,8 +203,23 @@ enum Ctl {
                         + line.status.padding(toLength: 5, withPad: " ", startingAt: 0) + " "
                         + line.endpoint.padding(toLength: 24, withPad: " ", startingAt: 0) + " " + detail)
             }
+            if let store { print(storeLine(store)) }
         }
         return healthExitCode(lines, requireAgent: requireAgent)
+    }
+
+    /// The store's line of `nhctl health`, from a service's details: its role, history and
+    /// replication, and what a failover would lose now, if anything.
+    static func storeLine(_ details: [String: String]) -> String {
+        var text = "store".padding(toLength: 12, withPad: " ", startingAt: 0) + " " + (details["storeRole"] ?? "unknown")
+        if let timeline = details["storeTimeline"] { text += ", timeline \(timeline)" }
+        if let history = details["storeHistory"] { text += ", \(history)" }
+        if let resets = details["storeHistoryResetsTotal"], resets != "0" { text += ", history rewound \(resets) times since the service started" }
+        if let error = details["storeError"] { text += ": \(error)" }
+        if let synchronous = details["storeSynchronous"] { text += "\n  synchronous standbys: \(synchronous)" }
+        if let standbys = details["storeStandbys"] { text += "\n  standbys: \(standbys)" }
+        if let risk = details["storeRisk"] { text += "\n  risk: \(risk)" }
+        return text
     }
 
     static func fail(_ message: String) -> Int32 {

@@ -420,10 +420,22 @@ protocol DeliveryEngine: DeliveryStore, EngineBacked {
     /// Removes the unacknowledged deliveries of (delivery id, installation id) in one statement;
     /// returns each removed one's (delivery id, notification id). Only where `batchesRows`.
     func removeDeliveries(_ pairs: ArraySlice<(String, String)>) throws -> [(String, String)]
+    /// Throws `StoreSessionChanged` while a new session of the store's server has not been acted on
+    /// by the dispatcher: what it planned before may be ahead of the store, or of another history.
+    func checkSession() throws
+}
+
+/// The store's server was reached in a session the dispatcher has not acted on yet (its cursors
+/// read again, its sessions loaded again: `DispatchShell.storeSessions`); the write was not made.
+struct StoreSessionChanged: Error, CustomStringConvertible {
+    var description: String { "the store is on a new session; what was planned before it is planned again from the store's cursors" }
 }
 
 extension DeliveryEngine {
     var held: Int { ledger.unwritten.count }
+
+    /// One session that never changes history (SQLite).
+    func checkSession() throws {}
 
     static var successText: String { "The Notification was successfully sent to the Push Notification System" }
     static var testResultsKept: Int { 10 }
@@ -469,6 +481,7 @@ extension DeliveryEngine {
         }
         do {
             let result = try transaction {
+                try checkSession()
                 let result = try body()
                 try writeCursors()
                 if turnsWaitForGroup { try writeHeld() }

@@ -44,6 +44,16 @@ final class DispatchShell {
     /// Notifications planned as they came whole on the publish service's stream, and as pulled (health).
     private var planned = (streamed: 0, pulled: 0)
     private var resume = PushResume()
+    /// Watches the store's sessions: after a lost connection, or a failover, what is in memory is
+    /// read again from the store (`storeSessions`).
+    let history: StoreHistoryWatch
+    /// Moved on at each new session of the store: a pull sent before it is answered from before it.
+    private var pullGeneration = 0
+    /// After a failover, the new history's first number: what the publish service's stream carried
+    /// below it is of the old history, and left to pulls.
+    private var streamFloor: UInt64 = 0
+    /// Every shard's waiting deliveries are read again at the next reading of the leases that succeeds.
+    private var reloading = false
     /// Sends an agent's full queue refused; the delivery is left to its resend.
     private(set) var sendsBlocked = 0
     private var totals = StoreTotals()
@@ -62,6 +72,7 @@ final class DispatchShell {
         self.publish = publish
         self.registryWrites = registryWrites
         self.shared = shared
+        history = StoreHistoryWatch(store, logger: context.logger)
     }
 
     /// Hands an event to the core and carries out what it decides.
@@ -188,6 +199,11 @@ final class DispatchShell {
                 logger.warning("another dispatcher holds shards this turn wrote for; their work is dropped", ("shards", lost.shards.count))
                 leasesLost(lost.shards)
                 pending.keep(shards: leases.owned)
+            } catch is StoreSessionChanged {
+                // Nothing was written: the records are planned again once the cursors are read again
+                // (`storeSessions`, at the next tick); what is written the same however often is kept.
+                turn.retry(pending)
+                return
             } catch {
                 logger.error("dispatch commit failed", ("error", "\(error)"))
                 turn.retry(pending)
@@ -282,7 +298,10 @@ final class DispatchShell {
     func pull() {
         guard let request = pulls.next(after: pullCursor(), registryReady: replica?.tracker.position != nil, inFlight: core.inFlightCount)
         else { return }
+        let generation = pullGeneration
         publish.forward(request) { [self] result in
+            // Sent before the store's last new session: its notifications may be of another history.
+            guard generation == pullGeneration else { return }
             switch result {
             case .success(let batch):
                 guard !batch.notifications.isEmpty else {
@@ -327,6 +346,7 @@ final class DispatchShell {
     /// `PullControl.streamedPages` pages, while the deliveries in flight stay below the limit; the
     /// stream is read as many at a time, so the rest waits on its socket, not pulled.
     func streamed(_ messages: [SequencedMessage]) {
+        let messages = streamFloor == 0 ? messages : messages.filter { $0.isHeartbeat || $0.sequence > streamFloor }
         guard let latest = messages.map(\.sequence).max() else { return }
         // While a pull is on its way, kept for after its reply.
         guard !pulls.keep(messages) else { return }
@@ -385,8 +405,9 @@ final class DispatchShell {
 
     // MARK: Timers and leases
 
-    /// Resends and silence are decided often.
+    /// Resends and silence are decided often; a new session of the store is acted on first.
     func tick() {
+        storeSessions()
         push.tick()
         handle(.tick)
         commit()
@@ -420,7 +441,11 @@ final class DispatchShell {
     /// yet); work gathered for a shard taken at a new epoch is dropped, as a fenced write drops it,
     /// since the shard starts again from the store's cursor.
     private func refreshShards(force: Bool = false) {
-        guard shared, var change = leases.beat(now: Date(), force: force || rewinding) else { return }
+        guard shared, var change = leases.beat(now: Date(), force: force || rewinding || reloading) else { return }
+        if reloading {
+            reloading = false
+            change.gained = change.map.owned
+        }
         store.fence = leases.fence
         let before = core.shards?.owned
         if rewinding {
@@ -441,6 +466,44 @@ final class DispatchShell {
         pull()
     }
 
+    /// The store was reached in a new session (after a lost connection, or on a server that failed
+    /// over): positions in memory are not trusted across it. The records of turns not written yet
+    /// are dropped, a pull on its way is forgotten, the cursors go back to the store's (which, kept
+    /// in the same database as the publish service's log, are never past what the log holds), every
+    /// session loads its deliveries again from the store, and what the store has for push services
+    /// is handed to them again. What was planned past the store's cursors is planned again, and the
+    /// agents show each notification once. After a failover, what the publish service's stream
+    /// carried of the old history is left to pulls from the new one, and the error line names what
+    /// the old history had that the new one lost.
+    func storeSessions() {
+        guard shared else { return }
+        func again() -> [(String, CustomStringConvertible)] {
+            let planned = core.shards.map { map in map.owned.compactMap { map.cursors[$0] }.max() ?? 0 } ?? 0
+            let dropped = turn
+            turn = DispatchTurn()
+            turn.retry(dropped)
+            pulls.failed()
+            _ = pulls.takeKept()
+            pullGeneration += 1
+            rewinding = true
+            reloading = true
+            handle(.storeRenewed)
+            refreshShards(force: true)
+            let from = pullCursor().map(String.init) ?? "the store's cursors once the leases are read"
+            return [("plannedTo", planned), ("plannedAgainAfter", from)]
+        }
+        history.check(renewed: { _ in again() }) { _, to in
+            streamFloor = max(streamFloor, to.base)
+            var fields = again()
+            let before = fields.first.flatMap { UInt64("\($0.1)") } ?? 0
+            if let lost = try? history.lost(upTo: before, of: "publish.stream", latest: .max) {
+                fields.append(("lost", "publish numbers \(StoreHistoryWatch.describe(lost)), planned before the failover and absent now"))
+            }
+            fields.append(("next", "new sends are numbered from \(to.base + 1)"))
+            return fields
+        }
+    }
+
     /// Forgets shards a fenced write found another dispatcher holds now, and reads the leases again.
     private func leasesLost(_ shards: Set<Int>) {
         leases.lost(shards)
@@ -456,7 +519,8 @@ final class DispatchShell {
             registrySequence: replica?.tracker.position, cursor: pullCursor(), sendsBlocked: sendsBlocked,
             handshakes: context.bus.handshakes, pushPending: push.pending, pushInFlight: push.inFlight, pushStalls: push.stalls,
             pushCounters: push.counters, planned: planned))
-        return details.merging(totals.read(store, logger: logger)) { $1 }
+        return details.merging(totals.read(store, logger: logger)) { $1 }.merging(history.details) { $1 }
+            .merging(["storeRenewals": String(core.counters.storeRenewals)]) { $1 }
     }
 }
 

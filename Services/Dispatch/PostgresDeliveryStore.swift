@@ -13,7 +13,7 @@ import Storage
 /// server's disk (synchronous_commit off, set in the connection's options so that a reconnected
 /// session has it too): like the SQLite store, it may lose its last group, which the publish
 /// service's log rebuilds.
-final class PostgresDeliveryStore: DeliveryEngine {
+final class PostgresDeliveryStore: DeliveryEngine, PostgresBacked {
     static let schema = "dispatch"
 
     static let migrations = [
@@ -319,7 +319,14 @@ final class PostgresDeliveryStore: DeliveryEngine {
         self.url = url
         connection = try PostgresConnection(url: Self.withSettings(url, limits.settings, applicationName: limits.dispatcher.map { _ in "nh-dispatch" }))
         try connection.migrate(Self.migrations, name: Self.schema)
+        // The cursors are numbers of the publish store's history, kept in the same database: what
+        // this store holds after a failover is never past what the publish store holds.
+        try connection.followHistory { _ in }
         ledger.testNotifications = try testNotificationIds()
+    }
+
+    func checkSession() throws {
+        if connection.hasSessionEvents { throw StoreSessionChanged() }
     }
 
     /// `url` with the session's settings added to its options (which a reconnect sends again).
@@ -334,18 +341,19 @@ final class PostgresDeliveryStore: DeliveryEngine {
                 .addingPercentEncoding(withAllowedCharacters: allowed) ?? text
         }
         let setting = settings.map { "-c%20" + encoded($0.0) + "%3D" + encoded($0.1) }.joined(separator: "%20")
-        guard var parts = URLComponents(string: url) else { return url }
-        var items = parts.percentEncodedQueryItems ?? []
-        if let index = items.firstIndex(where: { $0.name == "options" }) {
-            items[index].value = (items[index].value ?? "") + "%20" + setting
+        // The query is read by hand: URLComponents refuses a URL that names several hosts
+        // (postgresql://u@h1:5432,h2:5432/nh), as one that follows a failover does.
+        let split = url.split(separator: "?", maxSplits: 1, omittingEmptySubsequences: false)
+        var items = split.count > 1 ? split[1].split(separator: "&").map(String.init) : []
+        if let index = items.firstIndex(where: { $0.hasPrefix("options=") }) {
+            items[index] += "%20" + setting
         } else {
-            items.append(URLQueryItem(name: "options", value: setting))
+            items.append("options=" + setting)
         }
-        if let applicationName, !items.contains(where: { $0.name == "application_name" }) {
-            items.append(URLQueryItem(name: "application_name", value: applicationName))
+        if let applicationName, !items.contains(where: { $0.hasPrefix("application_name=") }) {
+            items.append("application_name=" + encoded(applicationName))
         }
-        parts.percentEncodedQueryItems = items
-        return parts.string ?? url
+        return String(split[0]) + "?" + items.joined(separator: "&")
     }
 
     func writeTurn(_ body: () throws -> Void) throws { try write(body) }

@@ -10,6 +10,7 @@ enum GatewayResponse {
         case .forbidden: return 403
         case .notFound: return 404
         case .conflict: return 409
+        case .historyRewound: return 410
         case .preconditionFailed: return 412
         case .payloadTooLarge: return 413
         case .rateLimited: return 429

@@ -120,6 +120,8 @@ final class UserStreams: @unchecked Sendable {
                 subscriber.stream.finish()
                 drop(subscriber)
             }
+        } catch let error as HubError where error.code == .historyRewound {
+            reset(subscriber, error)
         } catch let error as HubError where error.code == .timeout || error.code == .unavailable {
             // The sync store is away; the next change, gap or keep-alive tries again.
             context.logger.debug("user stream fetch failed", ("error", error.message))
@@ -129,6 +131,29 @@ final class UserStreams: @unchecked Sendable {
             let failure = error as? HubError ?? HubError(.internal, "\(error)")
             subscriber.stream.write(Self.event(id: nil, name: "error", data: HubCodec.encodePayload(
                 ErrorReply(code: failure.code, message: failure.message))))
+            subscriber.stream.finish()
+            drop(subscriber)
+        }
+    }
+
+    /// The stream's cursor names changes the store no longer holds (it failed over to a replica that
+    /// was behind): a `reset` event, then the user's current notifications as `created` events, then
+    /// `ready` under the cursor they stand at. Only `ready` carries an id, so a client cut off before
+    /// it comes back with the old cursor and is reset again.
+    private func reset(_ subscriber: Subscriber, _ error: HubError) {
+        do {
+            let history = try sync.call(UserHistoryRequest(), auth: subscriber.token)
+            subscriber.stream.write(Self.event(id: nil, name: "reset", data: HubCodec.encodePayload(
+                ErrorReply(code: error.code, message: error.message))))
+            for notification in history.notifications {
+                let change = UserNotificationChange(kind: .created, sequence: history.cursor, id: notification.id, notification: notification)
+                subscriber.stream.write(Self.event(id: nil, name: change.kind.rawValue, data: HubCodec.encodeValue(change)))
+            }
+            subscriber.stream.write(Self.event(id: history.cursor, name: "ready", data: Data(#"{"cursor":\#(history.cursor)}"#.utf8)))
+            subscriber.cursor = history.cursor
+            context.logger.info("user stream reset to the store's history", ("user", subscriber.user), ("cursor", history.cursor))
+        } catch {
+            // The store is away, or the token ran out: the client comes back and is reset then.
             subscriber.stream.finish()
             drop(subscriber)
         }

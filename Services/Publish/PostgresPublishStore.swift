@@ -12,7 +12,7 @@ import Storage
 /// of every process: sequences commit in order, without gaps, and a reader pulling after a cursor
 /// never misses one that commits later with a lower number. The same lock makes a second send with
 /// an idempotency key wait for the first to commit, and then find it.
-final class PostgresPublishStore: PublishEngine {
+final class PostgresPublishStore: PublishEngine, PostgresBacked {
     static let schema = "publish"
     /// Told, with the sequence, when a notification is accepted; delivered at commit.
     static let notifyChannel = "nh_publish_accepted"
@@ -61,10 +61,15 @@ final class PostgresPublishStore: PublishEngine {
     let decoder = HubCodec.makeDecoder()
 
     /// Connects, makes the schema when it is missing, and brings it to the code's version.
+    /// Every session moves the sequence into the server's history before it accepts anything.
     init(url: String) throws {
         connection = try PostgresConnection(url: url)
         try connection.migrate(Self.migrations, name: Self.schema)
+        try connection.followHistory { [unowned connection] in try connection.enter($0, counter: Self.counter) }
     }
+
+    /// The sequence's row, and its name among the store's counters (`store_history.marks`).
+    static let counter = "publish.stream"
 
     var engine: PostgresEngine { PostgresEngine(connection) }
 

@@ -15,12 +15,13 @@ public enum PublishMain {
             // The stream tells dispatchers there is something to pull; the store is the truth.
             let events = try context.bus.bindEvents(config.publish.events ?? "tcp://127.0.0.1:7712", startingAfter: try store.latestSequence())
             var endpoints: [String: String] = ["events": events.endpoints.first ?? ""]
+            let history = StoreHistoryWatch(store, logger: context.logger)
             // Rich payloads travel base64 in the envelope, so this socket takes a third more than the payload limit.
             let server = try context.bus.bindRequests(
                 config.publish.requests, group: group, maxMessageBytes: config.publishRequestBytes,
                 endpoints: { endpoints }
             ) {
-                ["latest": String(events.sequence), "richPayloads": String(rich.count)]
+                ["latest": String(events.sequence), "richPayloads": String(rich.count)].merging(history.details) { $1 }
             }
             endpoints["requests"] = server.endpoint
             server.sizeHint = "a rich payload may be at most \(config.maxRichBytes) bytes (maxRichBytes), which travel base64-encoded"
@@ -63,6 +64,21 @@ public enum PublishMain {
                 }
                 for accepted in fired { context.logger.info("scheduled send fired", ("id", accepted.notificationId)) }
                 if !fired.isEmpty { try log.publish() }
+            }
+
+            // A store that failed over to a replica that was behind has lost the sends it had not passed
+            // on; its new history numbers sends above every one announced, and the stream goes on there.
+            context.loop.every(milliseconds: 100) {
+                try history.check { _, to in
+                    let announced = log.published
+                    let latest = try store.latestSequence()
+                    let lost = try history.lost(upTo: announced, of: PostgresPublishStore.counter, latest: latest)
+                    try log.rewound(latest: latest)
+                    return [
+                        ("lost", "publish numbers \(StoreHistoryWatch.describe(lost)), accepted before the failover and absent now"),
+                        ("next", "new sends are numbered from \(to.base + 1); dispatchers plan again from their stored cursors"),
+                    ]
+                }
             }
 
             // Other publish processes sharing the store: PostgreSQL tells of their accepts (LISTEN/NOTIFY),

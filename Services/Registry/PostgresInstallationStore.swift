@@ -8,7 +8,7 @@ import Storage
 /// session needs no settings. The sequence is a row that each change updates first, so the
 /// row's lock orders the writers of every process: sequences commit in order, without gaps, and
 /// a reader of the change log never sees one before the one below it.
-final class PostgresInstallationStore: InstallationEngine {
+final class PostgresInstallationStore: InstallationEngine, PostgresBacked {
     static let schema = "registry"
     static let notifyChannel = "nh_registry_changes"
 
@@ -48,10 +48,15 @@ final class PostgresInstallationStore: InstallationEngine {
     var engine: PostgresEngine { PostgresEngine(connection) }
 
     /// Connects, makes the schema when it is missing, and brings it to the code's version.
+    /// Every session moves the sequence into the server's history before it changes anything.
     init(url: String) throws {
         connection = try PostgresConnection(url: url)
         try connection.migrate(Self.migrations, name: Self.schema)
+        try connection.followHistory { [unowned connection] in try connection.enter($0, counter: Self.counter) }
     }
+
+    /// The sequence's row, and its name among the store's counters (`store_history.marks`).
+    static let counter = "registry.stream"
 
 
     /// Delivered to the other registry processes when the change commits.

@@ -15,8 +15,10 @@ public enum RegistryMain {
             try context.prepareKeys()
             let events = try context.bus.bindEvents(config.registry.events ?? "tcp://127.0.0.1:7702", startingAfter: try store.sequence())
             var endpoints: [String: String] = ["events": events.endpoints.first ?? ""]
+            let history = StoreHistoryWatch(store, logger: context.logger)
             let server = try context.bus.bindRequests(config.registry.requests, endpoints: { endpoints }) {
                 ["installations": ServiceRuntime.figure { try store.count(now: Date()) }, "sequence": String(events.sequence)]
+                    .merging(history.details) { $1 }
             }
             endpoints["requests"] = server.endpoint
 
@@ -24,6 +26,21 @@ public enum RegistryMain {
                 events, topic: "installation", read: { try store.changes(after: $0, limit: $1) }, sequence: \.sequence,
                 body: { HubCodec.encode($0.message, id: String($0.sequence)) })
             RegistryHandlers(context: context, store: store, publishChanges: log.publish).install(on: server)
+
+            // A store that failed over to a replica that was behind has lost the changes it had not passed
+            // on: the stream goes on above them, and its readers take a snapshot of what the store holds.
+            context.loop.every(milliseconds: 100) {
+                try history.check { _, to in
+                    let published = log.published
+                    let latest = try store.sequence()
+                    let lost = try history.lost(upTo: published, of: PostgresInstallationStore.counter, latest: latest)
+                    try log.rewound(latest: latest)
+                    return [
+                        ("lost", "installation changes \(StoreHistoryWatch.describe(lost)), made before the failover and absent now"),
+                        ("next", "changes are numbered from \(to.base + 1); readers take a snapshot"),
+                    ]
+                }
+            }
 
             // Other registry processes sharing the store: PostgreSQL announces their changes (LISTEN/NOTIFY).
             if store is PostgresInstallationStore, let url = config.store {

@@ -10,7 +10,7 @@ import Storage
 /// writers of every process: per-user and stream sequences are taken in turn, commit in order and
 /// without gaps, and what a writer reads after the lock is what the writer before it committed.
 /// Each call commits its own transaction, durable once it returns.
-final class PostgresUserNotificationStore: UserNotificationEngine {
+final class PostgresUserNotificationStore: UserNotificationEngine, PostgresBacked {
     static let schema = "sync"
     static let notifyChannel = "nh_sync_changes"
 
@@ -65,9 +65,43 @@ final class PostgresUserNotificationStore: UserNotificationEngine {
     var engine: PostgresEngine { PostgresEngine(connection) }
 
     /// Connects, makes the schema when it is missing, and brings it to the code's version.
+    /// Every session moves the stream's sequence into the server's history before it writes; each
+    /// user's sequence moves at that user's next change (`nextUserSequence`).
     init(url: String) throws {
         connection = try PostgresConnection(url: url)
         try connection.migrate(Self.migrations, name: Self.schema)
+        try connection.followHistory { [unowned connection] in try connection.enter($0, counter: Self.counter) }
+    }
+
+    /// The stream's sequence row, and its name among the store's counters (`store_history.marks`).
+    static let counter = "sync.stream"
+
+    /// A user's sequence's name among the store's counters.
+    static func counter(user: String) -> String { "sync.users/" + user }
+
+    /// (user, the history's base) → (the user's next sequence, where it stood before; NULL for a new
+    /// user). A user's sequence still in an older history moves to the history's base first.
+    static let nextUserSequence = """
+        WITH prior AS (SELECT sequence FROM sync.users WHERE user_id = $1)
+        INSERT INTO sync.users AS u (user_id, sequence) VALUES ($1, $2::bigint + 1)
+        ON CONFLICT (user_id) DO UPDATE SET sequence = greatest(u.sequence, $2::bigint) + 1
+        RETURNING sequence, (SELECT sequence FROM prior)
+        """
+
+    /// Writers take their turns under the stream row's lock, so where the user's sequence stood is
+    /// what the last writer left; a move into a new history is marked in the same transaction.
+    func nextUserSequence(_ user: String) throws -> UInt64 {
+        let history = connection.history
+        let base = history?.base ?? 0
+        let row = try connection.queryOne(Self.nextUserSequence, [user, Int64(base)])
+        if let history, let prior = row?[1].int64, UInt64(prior) < base {
+            try connection.mark(Self.counter(user: user), epoch: history.epoch, previous: UInt64(prior))
+        }
+        return row?[0].sequence ?? 0
+    }
+
+    func check(_ cursor: UInt64, user: String, latest: UInt64) throws -> HistoryNumbering.Position {
+        try connection.check(cursor, of: Self.counter(user: user), latest: latest)
     }
 
 

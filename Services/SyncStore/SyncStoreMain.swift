@@ -16,8 +16,10 @@ public enum SyncStoreMain {
                 sqlite: { SQLiteUserNotificationStore(database: try context.stores.open("sync.db", migrations: SQLiteUserNotificationStore.migrations)) })
             let events = try context.bus.bindEvents(config.sync.events ?? "tcp://127.0.0.1:7732", startingAfter: try store.streamSequence())
             var endpoints: [String: String] = ["events": events.endpoints.first ?? ""]
+            let history = StoreHistoryWatch(store, logger: context.logger)
             let server = try context.bus.bindRequests(config.sync.requests, group: store.commitGroup, endpoints: { endpoints }) {
                 ["notifications": ServiceRuntime.figure { try store.liveCount() }, "sequence": String(events.sequence)]
+                    .merging(history.details) { $1 }
             }
             endpoints["requests"] = server.endpoint
 
@@ -29,6 +31,22 @@ public enum SyncStoreMain {
                 try store.afterCommit(log.publish)
             }
             SyncHandlers(context: context, store: store, announce: announce).install(on: server)
+
+            // A store that failed over to a replica that was behind has lost the changes it had not passed
+            // on. The stream goes on above them at once, so every user's devices are signalled; a device
+            // whose cursor names a lost change is told so (history_rewound) and syncs in full.
+            context.loop.every(milliseconds: 100) {
+                try history.check { _, to in
+                    let published = log.published
+                    let latest = try store.streamSequence()
+                    let lost = try history.lost(upTo: published, of: PostgresUserNotificationStore.counter, latest: latest)
+                    try log.rewound(latest: latest)
+                    return [
+                        ("lost", "user changes \(StoreHistoryWatch.describe(lost)) of the change stream, made before the failover and absent now"),
+                        ("next", "changes are numbered from \(to.base + 1); devices whose cursors name lost changes sync in full"),
+                    ]
+                }
+            }
 
             // Other sync processes sharing the store: PostgreSQL announces their changes (LISTEN/NOTIFY).
             if store is PostgresUserNotificationStore, let url = config.store {

@@ -103,6 +103,10 @@ protocol UserNotificationEngine: UserNotificationStore, EngineBacked {
     func write<T>(_ body: () throws -> T) throws -> T
     /// A change was logged in the write under way (PostgreSQL tells the other processes at commit).
     func logged(_ change: SyncChange) throws
+    /// Takes the user's next sequence, in the write under way.
+    func nextUserSequence(_ user: String) throws -> UInt64
+    /// What `cursor`, a position of `user`'s whose latest change is `latest`, means in the store's history.
+    func check(_ cursor: UInt64, user: String, latest: UInt64) throws -> HistoryNumbering.Position
 }
 
 extension UserNotificationEngine {
@@ -115,7 +119,14 @@ extension UserNotificationEngine {
         return (row[0].sequence, row[1].sequence)
     }
 
-    private func nextUserSequence(_ user: String) throws -> UInt64 { try one(sql.nextUserSequence, [user])?[0].sequence ?? 0 }
+    /// One history (SQLite): the next number.
+    func nextUserSequence(_ user: String) throws -> UInt64 { try one(sql.nextUserSequence, [user])?[0].sequence ?? 0 }
+
+    /// One history (SQLite): a cursor is current unless it is ahead of the user's latest change, as
+    /// one kept from a store since restored from a backup is.
+    func check(_ cursor: UInt64, user: String, latest: UInt64) throws -> HistoryNumbering.Position {
+        HistoryNumbering.check(cursor, latest: latest, nextMark: nil)
+    }
 
     /// Numbers the change in the stream and logs it, in the caller's transaction.
     private func change(_ user: String, _ sequence: UInt64, origin: String?) throws -> SyncChange {
@@ -191,7 +202,7 @@ extension UserNotificationEngine {
     func changes(user: String, after cursor: UInt64, limit: Int) throws -> UserChanges {
         try snapshot {
             let (latest, floor) = try userSequence(user)
-            try UserNotificationRecords.checkCursor(cursor, latest: latest, floor: floor)
+            try UserNotificationRecords.checkCursor(cursor, latest: latest, floor: floor, position: try check(cursor, user: user, latest: latest))
             let rows = try query(sql.changes, [user, Int64(bitPattern: cursor), limit + 1])
             return try UserNotificationRecords.changes(rows, after: cursor, limit: limit)
         }

@@ -101,10 +101,17 @@ enum UserNotificationRecords {
         return changed
     }
 
-    /// Refuses a cursor ahead of the user's latest change, or below the floor.
-    static func checkCursor(_ cursor: UInt64, latest: UInt64, floor: UInt64) throws(HubError) {
-        guard cursor <= latest else {
-            throw HubError(.invalidArgument, "cursor \(cursor) is ahead of this user's latest change (\(latest)); start again from your last cursor or 0")
+    /// Refuses a cursor the store's history no longer holds (`history_rewound`: the device syncs in
+    /// full), or one below the floor (`expired`).
+    static func checkCursor(_ cursor: UInt64, latest: UInt64, floor: UInt64, position: HistoryNumbering.Position) throws(HubError) {
+        if case .rewound(let shared) = position {
+            let what = cursor > latest ? "is ahead of this user's latest change (\(latest))" : "names changes this store no longer holds"
+            throw HubError(.historyRewound, """
+                cursor \(cursor) \(what): the store's history was rewound (a failover to a replica that was behind, or a \
+                restore) and holds this user's changes up to \(shared) of the cursor's history, or the cursor is not this \
+                store's. Sync in full: read the history (user.history, or GET users/me/notifications/history) and go on \
+                from its cursor
+                """)
         }
         if cursor > 0 && cursor < floor {
             throw HubError(.expired, "cursor \(cursor) is older than the oldest change kept (\(floor)); drop the local copy and start again from 0")

@@ -197,6 +197,36 @@ struct DispatcherTests {
         #expect(dispatcher.counters.sent == 2 && dispatcher.counters.resent == 1)
     }
 
+    @Test("a new session of the store: every session keeps its connection, forgets what is in flight, and loads again from the store")
+    func storeRenewed() {
+        var dispatcher = Self.dispatcher(
+            [Self.installation("a", key: Self.keyA), Self.installation("b", key: Self.keyB)],
+            connected: [(Self.routeA, "a", Self.keyA), (Self.routeB, "b", Self.keyB)])
+        _ = dispatcher.on(.accepted([Self.send(1), Self.send(2)]), now: Self.t0)
+        #expect(dispatcher.inFlightCount == 4)
+        _ = dispatcher.on(.backlog(["offline"]), now: Self.t0)
+        let renewed = dispatcher.on(.storeRenewed, now: Self.t0.addingTimeInterval(1))
+        let limit = DispatcherSettings().loadLimit
+        #expect(renewed == [.load(installationId: "a", route: Self.routeA, limit: limit), .load(installationId: "b", route: Self.routeB, limit: limit)])
+        #expect(dispatcher.inFlightCount == 0 && dispatcher.backlogCount == 0 && dispatcher.sessionCount == 2)
+        #expect(dispatcher.counters.storeRenewals == 1)
+        // An acknowledgement of what was in flight before is passed to the store, which knows whether it still has it.
+        #expect(dispatcher.on(.ack(route: Self.routeA, AgentAck(deliveryIds: ["n1/a/t"])), now: Self.t0.addingTimeInterval(1))
+            == [.acknowledge(installationId: "a", deliveryIds: ["n1/a/t"])])
+        // Nothing is resent from memory: what the store still holds comes back with the load, sent again once.
+        #expect(Self.sends(dispatcher.on(.tick, now: Self.t0.addingTimeInterval(DispatcherSettings().resendAfter + 1))).isEmpty)
+        let kept = AgentDelivery(
+            deliveryId: "n2/a/t", notificationId: "n2", installationId: "a", template: "t", payload: "{}", expiresAt: Self.t0.addingTimeInterval(3_600))
+        let loaded = dispatcher.on(
+            .loaded(installationId: "a", route: Self.routeA, [kept], complete: true, sentBefore: ["n2/a/t"]), now: Self.t0.addingTimeInterval(7))
+        #expect(Self.sends(loaded).map(\.1) == ["n2/a/t"])
+        #expect(!loaded.contains { if case .reply(_, .welcome) = $0 { true } else { false } }, "a session already welcomed is not welcomed again")
+        #expect(dispatcher.counters.resent == 1)
+        // Planning goes on into the sessions while they load.
+        let next = dispatcher.on(.accepted([Self.send(3)]), now: Self.t0.addingTimeInterval(7))
+        #expect(Set(Self.sends(next).map(\.1)) == ["n3/a/t", "n3/b/t"])
+    }
+
     @Test("an ack for an unknown delivery is passed to the store, which records it only for this installation, and changes nothing here")
     func ackForUnknownDelivery() {
         var dispatcher = Self.dispatcher([Self.installation("a", key: Self.keyA)], connected: [(Self.routeA, "a", Self.keyA)])

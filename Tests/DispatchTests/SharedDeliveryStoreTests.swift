@@ -141,7 +141,7 @@ struct SharedDeliveryStoreTests {
         #expect(Set(try stores[1].shardCursors().values) == [UInt64(count)])
     }
 
-    @Test("a broken connection is opened again at the next call, with the session's settings")
+    @Test("a broken connection is opened again at the next call, with the session's settings; nothing is written in it until the new session is taken")
     func reconnect() throws {
         let url = try StoreEngine.postgresDatabase()
         let store = try PostgresDeliveryStore(url: url)
@@ -155,6 +155,15 @@ struct SharedDeliveryStoreTests {
         }
         // The first call finds the connection gone.
         _ = try? store.cursor()
+        // What the dispatcher planned before the new session may be ahead of the store: the write is refused, whole.
+        #expect(throws: StoreSessionChanged.self) {
+            try store.writeTurn {
+                try store.record(Fixture.notification("n", sequence: 3), plans: [Fixture.plan("n", "a")], sent: [], now: now)
+            }
+        }
+        #expect(try store.cursor() == 0 && store.pending(for: "a", now: now).isEmpty)
+        let history = try #require(store.storeHistory)
+        #expect(store.takeSessionEvents() == [.renewed(history)])
         try store.writeTurn {
             try store.record(Fixture.notification("n", sequence: 3), plans: [Fixture.plan("n", "a")], sent: [], now: now)
         }
@@ -230,5 +239,12 @@ struct SharedDeliveryStoreTests {
                 == "postgresql:///nh?host=/tmp/x&port=5&user=nh&options=-c%20synchronous_commit%3Doff")
         #expect(PostgresDeliveryStore.withSettings("postgresql://nh@h:5432/nh?options=-c%20search_path%3Dx")
                 == "postgresql://nh@h:5432/nh?options=-c%20search_path%3Dx%20-c%20synchronous_commit%3Doff")
+        // A URL naming every host of a replicated store, which URLComponents cannot read, keeps its hosts and gets the settings.
+        #expect(PostgresDeliveryStore.withSettings(
+            "postgresql://nh@127.0.0.1:5001,127.0.0.1:5002/nh?target_session_attrs=read-write", applicationName: "nh-dispatch")
+                == "postgresql://nh@127.0.0.1:5001,127.0.0.1:5002/nh?target_session_attrs=read-write&options=-c%20synchronous_commit%3Doff"
+                + "&application_name=nh-dispatch")
+        #expect(PostgresDeliveryStore.withSettings("postgresql://nh@h1,h2/nh")
+                == "postgresql://nh@h1,h2/nh?options=-c%20synchronous_commit%3Doff")
     }
 }

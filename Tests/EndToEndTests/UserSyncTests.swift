@@ -227,7 +227,7 @@ struct UserSyncTests {
         #expect(errorCode { try publish.call(PostUserNotification(userId: "U1", appNotificationId: "x", visual: VisualContent(title: "t", body: "b"),
                                                                 expiresAt: Date().addingTimeInterval(31 * 86_400))) } == .invalidArgument)
         #expect(errorCode { try publish.call(PostUserNotification(userId: "U1", appNotificationId: "x")) } == .invalidPayload)
-        #expect(errorCode { try u1.call(UserChangesRequest(cursor: 999)) } == .invalidArgument)
+        #expect(errorCode { try u1.call(UserChangesRequest(cursor: 999)) } == .historyRewound)
         let listen = try hub.cluster.client(hub.cluster.endpoint("nh-publish"), keyName: AccessKey.defaultListenName)
         defer { listen.close() }
         #expect(errorCode { try listen.call(PostUserNotification(userId: "U1", appNotificationId: "y", raw: "r")) } == .forbidden)

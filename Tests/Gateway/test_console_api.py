@@ -221,7 +221,7 @@ def test_event_stream_refusals_and_a_client_that_leaves(hub):
     assert requests.get(f"{hub.base}/hub/users/me/notifications/stream").status_code == 401
     assert requests.get(f"{hub.base}/hub/users/me/notifications/stream", headers={"Authorization": "Bearer nhu1.x.y"}).status_code == 401
     ahead = requests.get(f"{hub.base}/hub/users/me/notifications/stream?cursor=50", headers=bearer)
-    assert ahead.status_code == 400 and "ahead of this user's latest change" in ahead.text
+    assert ahead.status_code == 410 and "history_rewound" in ahead.text and "ahead of this user's latest change" in ahead.text
     bad = requests.get(f"{hub.base}/hub/users/me/notifications/stream?cursor=abc", headers=bearer)
     assert bad.status_code == 400 and "whole number" in bad.text
     assert requests.get(f"{hub.base}/hub/users/me/notifications/stream?api-version=1999-01", headers=bearer).status_code == 400

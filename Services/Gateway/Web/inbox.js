@@ -139,9 +139,11 @@
     if (event.name === "error") {
       const error = JSON.parse(event.data || "{}");
       if (error.code === "unauthorized") return "expired-token";
-      if (error.code === "expired" || error.code === "invalid_argument") return "reload";
+      if (["expired", "invalid_argument", "history_rewound"].includes(error.code)) return "reload";
       return "closed";
     }
+    // The store failed over and lost changes this page had: the whole history again.
+    if (event.name === "reset") return "reload";
     if (["created", "updated", "deleted"].includes(event.name)) {
       const change = JSON.parse(event.data);
       if (change.kind === "deleted") notifications.delete(change.id);

@@ -1,0 +1,69 @@
+import Foundation
+import Storage
+
+/// A service's watch over its store's sessions (`StoreSessions`, a store on PostgreSQL): what a
+/// service keeps in memory about its store (a change stream's sequence, a dispatcher's cursors) is
+/// trusted across a lost connection only once the new session's history is known. A session on the
+/// same history is `renewed`; one on another history (the server failed over) is `rewound`, which
+/// is counted (`storeHistoryResetsTotal` in health and /metrics) and told in one error line, with
+/// what the service lost and does again. A SQLite store has one history; the watch is then idle.
+public final class StoreHistoryWatch {
+    public private(set) var resets = 0
+    let store: StoreSessions?
+    let logger: Logger
+
+    public init(_ store: Any, logger: Logger) {
+        self.store = store as? StoreSessions
+        self.logger = logger
+    }
+
+    /// Acts on the sessions set up since the last look, in order: `renewed` for a new session on the
+    /// same history, `rewound` for another history; each returns the fields of its log line (what
+    /// was lost, what is done again).
+    public func check(
+        renewed: (StoreHistory) throws -> [(String, CustomStringConvertible)] = { _ in [] },
+        rewound: (_ from: StoreHistory, _ to: StoreHistory) throws -> [(String, CustomStringConvertible)]
+    ) rethrows {
+        guard let store else { return }
+        for event in store.takeSessionEvents() {
+            switch event {
+            case .renewed(let history):
+                let fields = try renewed(history)
+                logger.log(.info, "store session renewed on the same history; positions read again from the store", [("history", history.epoch)] + fields)
+            case .rewound(let from, let to):
+                resets += 1
+                let fields = try rewound(from, to)
+                logger.log(
+                    .error,
+                    "the store's history was rewound: its server failed over, and what it had not passed on before is gone",
+                    [("from", from.description), ("to", to.description)] + fields)
+            }
+        }
+    }
+
+    /// The numbers of `counter` up to `position` that the store no longer holds (nil: none), where
+    /// `latest` is where the counter stands now: after a rewind, what a reader had seen past the
+    /// point the two histories share.
+    public func lost(upTo position: UInt64, of counter: String, latest: UInt64) throws -> ClosedRange<UInt64>? {
+        guard let store, case .rewound(let shared) = try store.check(position, of: counter, latest: latest) else { return nil }
+        return shared + 1...position
+    }
+
+    /// `range` for a log line: "21…24", or "none".
+    public static func describe(_ range: ClosedRange<UInt64>?) -> String {
+        guard let range else { return "none" }
+        return range.count == 1 ? String(range.lowerBound) : "\(range.lowerBound)…\(range.upperBound)"
+    }
+
+    /// Health details: the store's history and replication (its role, whether commits wait for a
+    /// standby, and each standby's lag), and the resets seen; nothing for a SQLite store.
+    public var details: [String: String] {
+        guard let store else { return [:] }
+        var details = store.replicationDetails()
+        details["storeHistoryResetsTotal"] = String(resets)
+        if let history = store.storeHistory {
+            details["storeHistory"] = "epoch \(history.epoch), timeline \(history.timeline), since \(ISO8601DateFormatter().string(from: history.beganAt))"
+        }
+        return details
+    }
+}
