@@ -39,7 +39,7 @@ all: build
 help:
 	@echo "make deps     install missing Debian and Python packages"
 	@echo "make build    debug build of every module and service"
-	@echo "make test     deps, then the whole test suite beside a throwaway PostgreSQL server (Swift with a short parser fuzz; then the REST tests, a one-minute soak, a short socket fuzz, the desktop tests with Xvfb, dbus-daemon and dunst, and the UnifiedPush tests with app connectors and pywebpush in Python; then make deb and the packaging tests: lintian, contents, the executables with the toolchain out of reach, units, make install, upgrade folders)"
+	@echo "make test     deps, then the whole test suite beside a throwaway PostgreSQL server (Swift with a short parser fuzz; then the REST tests, a one-minute soak, a short socket fuzz, the desktop tests with Xvfb, dbus-daemon and dunst, the store's failover with a streaming replica, and the UnifiedPush tests with app connectors and pywebpush in Python; then make deb and the packaging tests: lintian, contents, the executables with the toolchain out of reach, units, make install, upgrade folders)"
 	@echo "make soak     deps, debug build, then ten minutes of mixed load while services and agents are killed"
 	@echo "make run      deps, release build, then every service on loopback (Ctrl-C stops them)"
 	@echo "make bench    deps, release build, then throughput against raw libzmq and Mosquitto; writes $(BENCH_DIR)/results.json"

@@ -84,9 +84,12 @@ extension PostgresConnection {
         {
             return known
         }
+        // The lock is the session's, taken before the transaction: a transaction that waited for
+        // it inside would check the catalog as it was before the last holder made the schema.
+        try run("SELECT pg_advisory_lock($1)", [Self.historyLock])
+        defer { _ = try? run("SELECT pg_advisory_unlock($1)", [Self.historyLock]) }
         do {
             return try transaction {
-                try run("SELECT pg_advisory_xact_lock($1)", [Self.historyLock])
                 try execute("""
                     CREATE SCHEMA IF NOT EXISTS store_history;
                     CREATE TABLE IF NOT EXISTS store_history.histories (

@@ -1,5 +1,6 @@
 import Bus
 import Foundation
+import Storage
 
 /// A store's change log published as a service's stream: in order, everything the log holds beyond
 /// what the stream has published, whichever process sharing the store wrote it. Each service reads
@@ -24,11 +25,16 @@ public final class ChangeLog<Change> {
         self.body = body
     }
 
+    /// The last number published before the stream went into each later epoch of the store's history.
+    private var lastBefore: [UInt64: UInt64] = [:]
+
     /// Publishes what the log holds beyond the stream, a page at a time.
     public func publish() throws {
         while true {
             let changes = try read(events.sequence, page)
             for change in changes where sequence(change) > events.sequence {
+                let epoch = HistoryNumbering.epoch(of: sequence(change))
+                if epoch > HistoryNumbering.epoch(of: events.sequence) { lastBefore[epoch] = events.sequence }
                 try events.publish(topic: topic, sequence: sequence(change), body: body(change))
             }
             if changes.count < page { return }
@@ -44,8 +50,11 @@ public final class ChangeLog<Change> {
         try publish()
     }
 
-    /// The last sequence published.
-    public var published: UInt64 { events.sequence }
+    /// The last sequence published before the stream reached `history`: what its readers had seen
+    /// of the history before it, whatever was published since.
+    public func published(before history: StoreHistory) -> UInt64 {
+        events.sequence < history.base ? events.sequence : lastBefore[history.epoch] ?? events.sequence
+    }
 
     /// Other processes write to the same store (on PostgreSQL): `notices` says, without waiting,
     /// whether they announced a change; it is polled every 50 ms, and the log is published whenever

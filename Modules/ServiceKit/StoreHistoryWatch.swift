@@ -41,6 +41,27 @@ public final class StoreHistoryWatch {
         }
     }
 
+    /// For a service that publishes its store's change log (`log`, numbered by the store's counter
+    /// `counter`, which stands at `latest()`): looked at every 100 ms on `loop`, a rewound history
+    /// moves the stream on above the numbers lost (`ChangeLog.rewound`), and the error line names
+    /// them (`lost`: what they numbered, and when) and what readers do now (`next`).
+    public func keep<Change>(
+        _ log: ChangeLog<Change>, counter: String, latest: @escaping () throws -> UInt64, loop: EventLoop, lost: String, next: String
+    ) {
+        loop.every(milliseconds: 100) { [unowned self] in
+            try check { _, to in
+                let published = log.published(before: to)
+                let now = try latest()
+                let gone = try self.lost(upTo: published, of: counter, latest: now)
+                try log.rewound(latest: now)
+                return [
+                    ("lost", "\(lost.replacingOccurrences(of: "{}", with: Self.describe(gone)))"),
+                    ("next", "numbers go on from \(to.base + 1); \(next)"),
+                ]
+            }
+        }
+    }
+
     /// The numbers of `counter` up to `position` that the store no longer holds (nil: none), where
     /// `latest` is where the counter stands now: after a rewind, what a reader had seen past the
     /// point the two histories share.
@@ -62,7 +83,7 @@ public final class StoreHistoryWatch {
         var details = store.replicationDetails()
         details["storeHistoryResetsTotal"] = String(resets)
         if let history = store.storeHistory {
-            details["storeHistory"] = "epoch \(history.epoch), timeline \(history.timeline), since \(ISO8601DateFormatter().string(from: history.beganAt))"
+            details["storeHistory"] = "epoch \(history.epoch) since \(ISO8601DateFormatter().string(from: history.beganAt))"
         }
         return details
     }

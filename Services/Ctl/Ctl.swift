@@ -213,7 +213,7 @@ enum Ctl {
     static func storeLine(_ details: [String: String]) -> String {
         var text = "store".padding(toLength: 12, withPad: " ", startingAt: 0) + " " + (details["storeRole"] ?? "unknown")
         if let timeline = details["storeTimeline"] { text += ", timeline \(timeline)" }
-        if let history = details["storeHistory"] { text += ", \(history)" }
+        if let history = details["storeHistory"] { text += ", history \(history)" }
         if let resets = details["storeHistoryResetsTotal"], resets != "0" { text += ", history rewound \(resets) times since the service started" }
         if let error = details["storeError"] { text += ": \(error)" }
         if let synchronous = details["storeSynchronous"] { text += "\n  synchronous standbys: \(synchronous)" }

@@ -5,6 +5,7 @@ import Foundation
 import HubProtocol
 import Push
 import ServiceKit
+import Storage
 
 /// The shell around `Dispatcher`: it turns socket traffic, timers and store answers into the
 /// core's events, and carries out the actions that come back. It owns a turn's writes (one
@@ -54,6 +55,9 @@ final class DispatchShell {
     private var streamFloor: UInt64 = 0
     /// Every shard's waiting deliveries are read again at the next reading of the leases that succeeds.
     private var reloading = false
+    /// The last notification planned in each epoch of the store's history, for the line that says
+    /// what a new session of the store makes this dispatcher plan again.
+    private var plannedTo: [UInt64: UInt64] = [:]
     /// Sends an agent's full queue refused; the delivery is left to its resend.
     private(set) var sendsBlocked = 0
     private var totals = StoreTotals()
@@ -373,6 +377,9 @@ final class DispatchShell {
         FaultPoint.reach(.pulled)
         do { try replica?.pump() } catch { logger.warning("registry stream", ("error", "\(error)")) }
         let before = core.counters.planned
+        if let last = notifications.last?.sequence {
+            plannedTo[HistoryNumbering.epoch(of: last), default: 0] = max(plannedTo[HistoryNumbering.epoch(of: last)] ?? 0, last)
+        }
         handle(.accepted(notifications, after: after))
         commit()
         return core.counters.planned - before
@@ -477,8 +484,10 @@ final class DispatchShell {
     /// the old history had that the new one lost.
     func storeSessions() {
         guard shared else { return }
-        func again() -> [(String, CustomStringConvertible)] {
-            let planned = core.shards.map { map in map.owned.compactMap { map.cursors[$0] }.max() ?? 0 } ?? 0
+        /// `below`: what the old history was planned to is under the new one's numbers (some of
+        /// which may have been planned in memory already).
+        func again(below: UInt64 = .max) -> [(String, CustomStringConvertible)] {
+            let planned = plannedTo.filter { $0.key < HistoryNumbering.epoch(of: below) || below == .max }.values.max() ?? 0
             let dropped = turn
             turn = DispatchTurn()
             turn.retry(dropped)
@@ -494,7 +503,7 @@ final class DispatchShell {
         }
         history.check(renewed: { _ in again() }) { _, to in
             streamFloor = max(streamFloor, to.base)
-            var fields = again()
+            var fields = again(below: to.base)
             let before = fields.first.flatMap { UInt64("\($0.1)") } ?? 0
             if let lost = try? history.lost(upTo: before, of: "publish.stream", latest: .max) {
                 fields.append(("lost", "publish numbers \(StoreHistoryWatch.describe(lost)), planned before the failover and absent now"))

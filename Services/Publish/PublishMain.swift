@@ -68,18 +68,9 @@ public enum PublishMain {
 
             // A store that failed over to a replica that was behind has lost the sends it had not passed
             // on; its new history numbers sends above every one announced, and the stream goes on there.
-            context.loop.every(milliseconds: 100) {
-                try history.check { _, to in
-                    let announced = log.published
-                    let latest = try store.latestSequence()
-                    let lost = try history.lost(upTo: announced, of: PostgresPublishStore.counter, latest: latest)
-                    try log.rewound(latest: latest)
-                    return [
-                        ("lost", "publish numbers \(StoreHistoryWatch.describe(lost)), accepted before the failover and absent now"),
-                        ("next", "new sends are numbered from \(to.base + 1); dispatchers plan again from their stored cursors"),
-                    ]
-                }
-            }
+            history.keep(
+                log, counter: PostgresPublishStore.counter, latest: store.latestSequence, loop: context.loop,
+                lost: "publish numbers {}, accepted before the failover and absent now", next: "dispatchers plan again from their stored cursors")
 
             // Other publish processes sharing the store: PostgreSQL tells of their accepts (LISTEN/NOTIFY),
             // read here without waiting every 50 ms, and they are announced on this stream too, so that a

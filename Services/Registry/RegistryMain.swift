@@ -29,18 +29,9 @@ public enum RegistryMain {
 
             // A store that failed over to a replica that was behind has lost the changes it had not passed
             // on: the stream goes on above them, and its readers take a snapshot of what the store holds.
-            context.loop.every(milliseconds: 100) {
-                try history.check { _, to in
-                    let published = log.published
-                    let latest = try store.sequence()
-                    let lost = try history.lost(upTo: published, of: PostgresInstallationStore.counter, latest: latest)
-                    try log.rewound(latest: latest)
-                    return [
-                        ("lost", "installation changes \(StoreHistoryWatch.describe(lost)), made before the failover and absent now"),
-                        ("next", "changes are numbered from \(to.base + 1); readers take a snapshot"),
-                    ]
-                }
-            }
+            history.keep(
+                log, counter: PostgresInstallationStore.counter, latest: store.sequence, loop: context.loop,
+                lost: "installation changes {}, made before the failover and absent now", next: "readers take a snapshot")
 
             // Other registry processes sharing the store: PostgreSQL announces their changes (LISTEN/NOTIFY).
             if store is PostgresInstallationStore, let url = config.store {

@@ -35,18 +35,10 @@ public enum SyncStoreMain {
             // A store that failed over to a replica that was behind has lost the changes it had not passed
             // on. The stream goes on above them at once, so every user's devices are signalled; a device
             // whose cursor names a lost change is told so (history_rewound) and syncs in full.
-            context.loop.every(milliseconds: 100) {
-                try history.check { _, to in
-                    let published = log.published
-                    let latest = try store.streamSequence()
-                    let lost = try history.lost(upTo: published, of: PostgresUserNotificationStore.counter, latest: latest)
-                    try log.rewound(latest: latest)
-                    return [
-                        ("lost", "user changes \(StoreHistoryWatch.describe(lost)) of the change stream, made before the failover and absent now"),
-                        ("next", "changes are numbered from \(to.base + 1); devices whose cursors name lost changes sync in full"),
-                    ]
-                }
-            }
+            history.keep(
+                log, counter: PostgresUserNotificationStore.counter, latest: store.streamSequence, loop: context.loop,
+                lost: "user changes {} of the change stream, made before the failover and absent now",
+                next: "devices whose cursors name lost changes sync in full")
 
             // Other sync processes sharing the store: PostgreSQL announces their changes (LISTEN/NOTIFY).
             if store is PostgresUserNotificationStore, let url = config.store {

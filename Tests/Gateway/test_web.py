@@ -6,37 +6,27 @@ a screenshot in NH_SCREENSHOT_DIR (default .build/screenshots; `make screenshots
 README's)."""
 import json
 import os
-import shutil
 import subprocess
 
 import pytest
 import requests
 
+import browser as browser_support  # noqa: E402  (Tests/Support, on the path conftest sets)
 from conftest import BIN, ROOT, answers, json_lines, running_hub, wait_until
 
 selenium = pytest.importorskip("selenium", reason="selenium comes from PyPI; make deps installs it")
-from selenium import webdriver  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
-from selenium.webdriver.chrome.service import Service  # noqa: E402
 from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException  # noqa: E402
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-DRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
 SCREENSHOTS = os.environ.get("NH_SCREENSHOT_DIR", os.path.join(ROOT, ".build", "screenshots"))
 API = "api-version=2015-01"
 
 
 def chromium(*extra):
-    if not (os.path.exists(CHROMIUM) and os.path.exists(DRIVER)):
-        pytest.fail("chromium and chromium-driver are missing: run make deps (Debian packages chromium chromium-driver)")
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for argument in ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1280,1000",
-                     "--force-prefers-reduced-motion", "--lang=en-US", *extra]:
-        options.add_argument(argument)
-    driver = webdriver.Chrome(service=Service(DRIVER), options=options)
-    driver.set_page_load_timeout(20)
-    return driver
+    try:
+        return browser_support.chromium(*extra)
+    except browser_support.BrowserUnavailable as error:
+        pytest.fail(str(error))
 
 
 @pytest.fixture(scope="module")

@@ -72,12 +72,14 @@ class PostgresServer:
     `listen` is listen_addresses: '' for the Unix socket alone, '127.0.0.1' to take TCP as well,
     on `tcp_port` (a free port by default; the socket's name carries the same number)."""
 
-    def __init__(self, folder=None, tcp_port=None, listen="", wrap=None, trust=None):
+    def __init__(self, folder=None, tcp_port=None, listen="", wrap=None, trust=None, settings=None):
         """`wrap` runs the server under a command prefix, such as ["ip", "netns", "exec", NS] to
         start it in a network namespace; `trust` is a network (such as 10.77.3.0/24) whose
-        clients may connect over TCP without a password, as local ones may."""
+        clients may connect over TCP without a password, as local ones may; `settings` are written
+        to postgresql.conf after the ones made for speed, which they may override."""
         self.wrap = wrap
         self.trust = trust
+        self.settings = settings or {}
         self.bin = find_bin_dir()
         self.given_folder = folder
         self.folder = None
@@ -127,6 +129,7 @@ class PostgresServer:
                 "listen_addresses": self.listen, "port": self.port, "unix_socket_directories": self.folder,
                 "fsync": "off", "synchronous_commit": "off", "full_page_writes": "off",
                 "shared_buffers": "16MB", "max_connections": 100, "log_min_messages": "warning",
+                **self.settings,
             }
             with open(os.path.join(self.data, "postgresql.conf"), "a") as conf:
                 for key, value in settings.items():
