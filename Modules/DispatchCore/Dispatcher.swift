@@ -26,6 +26,10 @@ public struct Dispatcher {
     private var lastSilenceCheck = Date.distantPast
     /// The shards served here, where several dispatchers share the agents; nil: all of them.
     public private(set) var shards: ShardMap?
+    /// Sessions to load again from the store after its new session, oldest first, a few each tick
+    /// so that the loop is not held up by thousands of loads at once.
+    private var reloads = FIFO<Route>()
+    private var reloading: Set<Route> = []
 
     public init(settings: DispatcherSettings = DispatcherSettings()) {
         self.settings = settings
@@ -77,6 +81,10 @@ public struct Dispatcher {
             }
         case .storeRenewed:
             storeRenewed(&actions)
+        case .loadFailed(let installationId, let route):
+            // The store did not answer: the session ends, and the agent's next hello loads again.
+            guard let session = sessions[route], session.installationId == installationId, session.loading else { break }
+            drop(route, reason: .storeUnavailable, &actions)
         case .userStreamGap:
             // A signal carries no content, so a missed one is made up for by signalling every user agent.
             for (id, route) in routes.sorted(by: { $0.key < $1.key }) {
@@ -85,6 +93,7 @@ public struct Dispatcher {
                 counters.signals += 1
             }
         case .tick:
+            reloadSome(&actions)
             resendDue(now: now, &actions)
             feedStarved(now: now, &actions)
             if now.timeIntervalSince(lastSilenceCheck) >= min(1, settings.silenceAfter / 4) {
@@ -173,9 +182,10 @@ public struct Dispatcher {
     /// installations waiting there are read again (`.backlog`). A delivery the store still has is
     /// sent again, and agents show each notification once.
     private mutating func storeRenewed(_ actions: inout [DispatchAction]) {
-        backlog.removeAll()
         starved = FIFO()
         isStarved.removeAll()
+        reloads = FIFO()
+        reloading.removeAll()
         for (route, session) in sessions.sorted(by: { $0.key.lexicographicallyPrecedes($1.key) }) {
             for id in session.known {
                 if let flight = inFlight.removeValue(forKey: id) { resends.remove(id, from: flight.bucket) }
@@ -187,9 +197,22 @@ public struct Dispatcher {
             session.sentBefore.removeAll()
             session.spilled = false
             session.loading = true
-            actions.append(.load(installationId: session.installationId, route: route, limit: settings.loadLimit))
+            reloads.append(route)
+            reloading.insert(route)
         }
         counters.storeRenewals += 1
+        reloadSome(&actions)
+    }
+
+    /// The next sessions waiting to load again after a new session of the store, at most
+    /// `reloadsPerTick`; one that has ended meanwhile loads when its agent says hello again.
+    private mutating func reloadSome(_ actions: inout [DispatchAction]) {
+        var count = 0
+        while count < settings.reloadsPerTick, let route = reloads.popFirst() {
+            guard reloading.remove(route) != nil, let session = sessions[route] else { continue }
+            actions.append(.load(installationId: session.installationId, route: route, limit: settings.loadLimit))
+            count += 1
+        }
     }
 
     /// Tells an agent which dispatcher serves its installation, or to say hello again later when
@@ -438,6 +461,8 @@ public struct DispatcherSettings: Sendable, Equatable {
     public var loadLimit = 500
     /// Resends per tick, so that a burst of them cannot starve new deliveries.
     public var maxResendsPerTick = 2_000
+    /// Sessions loaded again per tick after a new session of the store (a store read each).
+    public var reloadsPerTick = 100
     /// Deliveries in flight across all sessions. A broadcast to many agents goes out as fast as
     /// they acknowledge, so that the queues in front of them stay short and a delivery waits in
     /// memory rather than in a socket buffer, where it would outlive its resend time.
@@ -500,6 +525,8 @@ public enum DispatchEvent: Sendable {
     /// The store was reached in a new session (after a lost connection, or a failover): sessions
     /// load their deliveries again from it.
     case storeRenewed
+    /// A `.load` could not be read from the store.
+    case loadFailed(installationId: String, route: Route)
     case tick
 }
 
@@ -537,6 +564,8 @@ public enum DispatchNote: Equatable, Sendable {
         case unbound
         /// Its shard is served by another dispatcher now.
         case moved
+        /// Its deliveries could not be loaded from the store.
+        case storeUnavailable
     }
 
     case connected(String)

@@ -32,7 +32,8 @@ public enum ErrorCode: String, Codable, Sendable, CaseIterable {
     case invalidArgument = "invalid_argument"
     case expired = "expired"
     /// The position given (a user's cursor) names changes the store's history no longer holds: the
-    /// store failed over to a replica that was behind, or was restored. Sync in full from the history.
+    /// store failed over to a replica that was behind, or was restored to a point in time. Sync in
+    /// full from the history.
     case historyRewound = "history_rewound"
     /// The credential or agent sent more than its configured rate; retry after a second.
     case rateLimited = "rate_limited"

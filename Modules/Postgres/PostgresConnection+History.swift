@@ -72,15 +72,8 @@ extension PostgresConnection {
     /// The history this session's server is on, beginning the next one when its timeline is new.
     func establishHistory() throws(PostgresError) -> StoreHistory {
         let timeline = try timeline()
-        let latest = "SELECT epoch, id, timeline, began_at FROM store_history.histories ORDER BY epoch DESC LIMIT 1"
-        func history(_ row: PostgresRow?) -> StoreHistory? {
-            guard let row, let epoch = row[0].int64 else { return nil }
-            return StoreHistory(
-                epoch: UInt64(epoch), id: row[1].string ?? "", timeline: UInt64(row[2].int64 ?? 0),
-                beganAt: Date(timeIntervalSince1970: row[3].double ?? 0))
-        }
         if try queryOne("SELECT to_regclass('store_history.histories') IS NOT NULL")?[0].bool == true,
-            let known = history(try queryOne(latest)), known.timeline == timeline
+            let known = history(try queryOne(Self.latestHistory)), known.timeline == timeline
         {
             return known
         }
@@ -90,6 +83,9 @@ extension PostgresConnection {
         defer { _ = try? run("SELECT pg_advisory_unlock($1)", [Self.historyLock]) }
         do {
             return try transaction {
+                // Made once, by the first session that finds them missing: a role that may not create
+                // schemas still begins a history on tables made before.
+                guard try queryOne("SELECT to_regclass('store_history.marks') IS NULL")?[0].bool == true else { return try begin() }
                 try execute("""
                     CREATE SCHEMA IF NOT EXISTS store_history;
                     CREATE TABLE IF NOT EXISTS store_history.histories (
@@ -97,23 +93,39 @@ extension PostgresConnection {
                     CREATE TABLE IF NOT EXISTS store_history.marks (
                         counter TEXT NOT NULL, epoch BIGINT NOT NULL, previous BIGINT NOT NULL, PRIMARY KEY (counter, epoch));
                     """)
-                // Another process may have begun it meanwhile, under the lock.
-                let newest = history(try queryOne(latest))
-                if let newest, newest.timeline == timeline { return newest }
-                // The time as the table keeps it, so that every process reads the same history.
-                let begun = StoreHistory(
-                    epoch: newest.map { $0.epoch + 1 } ?? 0, id: UUID().uuidString.lowercased(), timeline: timeline,
-                    beganAt: Date(timeIntervalSince1970: Date().timeIntervalSince1970.rounded()))
-                try run(
-                    "INSERT INTO store_history.histories (epoch, id, timeline, began_at) VALUES ($1, $2, $3, $4)",
-                    [Int64(begun.epoch), begun.id, Int64(begun.timeline), begun.beganAt])
-                return begun
+                return try begin()
             }
         } catch let error as PostgresError {
             throw error
         } catch {
             throw PostgresError(message: "\(error)", operation: "learn the store's history on \(target)")
         }
+    }
+
+    /// The history this session's server is on, beginning it in the open transaction when its
+    /// timeline is new (`StoreHistory.epoch(after:timeline:)`).
+    private func begin() throws -> StoreHistory {
+        let timeline = try self.timeline()
+        // Another process may have begun it meanwhile, under the lock.
+        let newest = history(try queryOne(Self.latestHistory))
+        if let newest, newest.timeline == timeline { return newest }
+        // The time as the table keeps it, so that every process reads the same history.
+        let begun = StoreHistory(
+            epoch: StoreHistory.epoch(after: newest, timeline: timeline), id: UUID().uuidString.lowercased(), timeline: timeline,
+            beganAt: Date(timeIntervalSince1970: Date().timeIntervalSince1970.rounded()))
+        try run(
+            "INSERT INTO store_history.histories (epoch, id, timeline, began_at) VALUES ($1, $2, $3, $4)",
+            [Int64(begun.epoch), begun.id, Int64(begun.timeline), begun.beganAt])
+        return begun
+    }
+
+    static let latestHistory = "SELECT epoch, id, timeline, began_at FROM store_history.histories ORDER BY epoch DESC LIMIT 1"
+
+    private func history(_ row: PostgresRow?) -> StoreHistory? {
+        guard let row, let epoch = row[0].int64 else { return nil }
+        return StoreHistory(
+            epoch: UInt64(epoch), id: row[1].string ?? "", timeline: UInt64(row[2].int64 ?? 0),
+            beganAt: Date(timeIntervalSince1970: row[3].double ?? 0))
     }
 
     /// Moves the counter in `table` (a row with id 1 and a column `sequence`) into `history`: a

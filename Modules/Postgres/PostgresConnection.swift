@@ -269,15 +269,16 @@ public final class PostgresConnection {
         PQreset(handle)
         statements.removeAll()
         guard PQstatus(handle) == CONNECTION_OK else { return false }
-        // A new session, maybe on another server: its history is read before anything else runs.
+        // A new session, maybe on another server: its history is read before anything else runs
+        // (a failure here is tried again at the next statement, the LISTENs' first).
         if onSession != nil {
             sessionReady = false
-            do { try prepareSession() } catch { return false }
+            try? prepareSession()
         }
         for channel in channels {
             try? execute("LISTEN \(Self.quoteIdentifier(channel))")
         }
-        return PQstatus(handle) == CONNECTION_OK
+        return PQstatus(handle) == CONNECTION_OK && sessionReady
     }
 
     /// `name` as a quoted SQL identifier.

@@ -24,6 +24,8 @@ public struct PostgresReplication: Sendable, Equatable {
         }
 
         public var isSynchronous: Bool { syncState == "sync" || syncState == "quorum" }
+        /// Whether the session's role may see the standby's state (it needs pg_monitor).
+        public var isVisible: Bool { syncState != "unknown" }
     }
 
     public var timeline: UInt64
@@ -48,6 +50,9 @@ public struct PostgresReplication: Sendable, Equatable {
     /// What a failover may lose, in words, or nil when a synchronous standby holds every accepted send.
     public var risk: String? {
         if standbys.isEmpty { return "no standby: losing this server loses the store" }
+        if !standbys.allSatisfy(\.isVisible) {
+            return "cannot tell whether commits wait for a standby: grant pg_monitor to the hub's role to see the standbys"
+        }
         if commitsWaitForStandby { return nil }
         if !synchronousStandbyNames.isEmpty {
             return "no synchronous standby is connected: commits wait until one is (synchronous_standby_names = '\(synchronousStandbyNames)')"
@@ -76,7 +81,7 @@ public struct PostgresReplication: Sendable, Equatable {
 
 extension PostgresConnection {
     /// The replication as the primary this session is on sees it. A role that may not read the
-    /// standbys' positions (it needs pg_monitor) sees their names and states without lag.
+    /// standbys' state (it needs pg_monitor) sees that they are there, and no more.
     public func replication() throws(PostgresError) -> PostgresReplication {
         let settings = try queryOne("""
             SELECT ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint,

@@ -17,27 +17,33 @@ public final class StoreHistoryWatch {
         self.logger = logger
     }
 
+    /// Sessions taken from the store and not yet acted on: one whose action failed is tried again
+    /// at the next look, with those after it.
+    private var pending: [StoreSessionEvent] = []
+
     /// Acts on the sessions set up since the last look, in order: `renewed` for a new session on the
     /// same history, `rewound` for another history; each returns the fields of its log line (what
-    /// was lost, what is done again).
+    /// was lost, what is done again). When one throws, it and those after it wait for the next look.
     public func check(
         renewed: (StoreHistory) throws -> [(String, CustomStringConvertible)] = { _ in [] },
         rewound: (_ from: StoreHistory, _ to: StoreHistory) throws -> [(String, CustomStringConvertible)]
     ) rethrows {
         guard let store else { return }
-        for event in store.takeSessionEvents() {
+        pending += store.takeSessionEvents()
+        while let event = pending.first {
             switch event {
             case .renewed(let history):
                 let fields = try renewed(history)
                 logger.log(.info, "store session renewed on the same history; positions read again from the store", [("history", history.epoch)] + fields)
             case .rewound(let from, let to):
-                resets += 1
                 let fields = try rewound(from, to)
+                resets += 1
                 logger.log(
                     .error,
                     "the store's history was rewound: its server failed over, and what it had not passed on before is gone",
                     [("from", from.description), ("to", to.description)] + fields)
             }
+            pending.removeFirst()
         }
     }
 

@@ -30,6 +30,15 @@ public struct StoreHistory: Sendable, Equatable, CustomStringConvertible {
     /// The first number of this history is above this one.
     public var base: UInt64 { HistoryNumbering.base(epoch: epoch) }
 
+    /// The epoch a history begun on `timeline` takes after `newest`, the last one the server holds
+    /// (nil: none, the first history). Along one line of promotions timelines only grow, so the
+    /// epoch moves on by as many timelines as the server moved past `newest`: a standby promoted
+    /// without having seen the histories of the timelines in between numbers above those too.
+    public static func epoch(after newest: StoreHistory?, timeline: UInt64) -> UInt64 {
+        guard let newest else { return 0 }
+        return newest.epoch + (timeline > newest.timeline ? timeline - newest.timeline : 1)
+    }
+
     public var description: String { "history \(epoch) (timeline \(timeline), id \(id))" }
 }
 

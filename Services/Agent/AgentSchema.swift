@@ -40,5 +40,8 @@ enum AgentSchema {
             );
             CREATE INDEX app_messages_by_endpoint ON app_messages(endpoint_id, seq);
             """),
+        // Notifications this device changed (read, dismissed, deleted…) whose change it has not
+        // yet fetched back from the store: one the store never hands back was lost in a failover.
+        Migration(version: 5, "CREATE TABLE own_changes (id TEXT PRIMARY KEY, at REAL NOT NULL);"),
     ]
 }

@@ -69,9 +69,12 @@ final class AgentUserSync {
         }
     }
 
-    /// Fetches and applies every change since the cursor.
+    /// Fetches and applies every change since the cursor. A change this device made before the
+    /// fetch began comes back with it; one that does not was lost by the store (it failed over to
+    /// a replica that was behind), and the device then syncs in full.
     func syncNow() {
         do {
+            let madeHere = try cache.changedHereUnseen
             for _ in 0..<10_000 {
                 let changes: UserChanges
                 do {
@@ -83,23 +86,35 @@ final class AgentUserSync {
                 } catch let error as HubError where error.code == .historyRewound {
                     // The store failed over and lost changes this device had: the copy becomes the
                     // store's, withdrawing what it lost, and the device goes on from its cursor.
-                    let history = try history()
-                    let events = try cache.replace(with: history)
-                    logger.warning(
-                        "the store's history was rewound; synced in full", ("withdrawn", events.filter { if case .deleted = $0 { true } else { false } }.count),
-                        ("changed", events.count), ("cursor", history.cursor), ("reason", error.message))
-                    show(events)
+                    try syncInFull(because: error.message)
                     continue
                 }
                 try cache.apply(changes) { events in show(events) }
                 if !changes.changes.isEmpty {
                     logger.info("sync batch", ("changes", changes.changes.count), ("cursor", changes.cursor))
                 }
-                if !changes.hasMore { return }
+                if !changes.hasMore {
+                    let lost = try madeHere.intersection(cache.changedHereUnseen)
+                    if !lost.isEmpty {
+                        try syncInFull(because: "\(lost.count) changes made on this device are not in the store's history (it failed over and lost them)")
+                    }
+                    return
+                }
             }
         } catch {
             logger.warning("sync failed; the next signal or timer tries again", ("error", "\(error)"))
         }
+    }
+
+    /// The copy becomes the store's history, withdrawing what the store no longer holds (popups
+    /// too), and the device goes on from the history's cursor.
+    private func syncInFull(because reason: String) throws {
+        let history = try history()
+        let events = try cache.replace(with: history)
+        logger.warning(
+            "the store's history was rewound; synced in full", ("withdrawn", events.filter { if case .deleted = $0 { true } else { false } }.count),
+            ("changed", events.count), ("cursor", history.cursor), ("reason", reason))
+        show(events)
     }
 
     /// Since when the sync store has not taken a queued action; nil while it takes them.
@@ -158,6 +173,7 @@ final class AgentUserSync {
         switch action {
         case .delete:
             _ = try call(DeleteUserNotification(id: id, device: device))
+            try cache.changedHere(id)
             if let event = try cache.remove(id) { show([event]) }
         default:
             let request: UpdateUserNotificationState
@@ -167,7 +183,12 @@ final class AgentUserSync {
             case .activate: request = UpdateUserNotificationState(id: id, readState: .read, userActionState: .activated, device: device)
             default: request = UpdateUserNotificationState(id: id, userActionState: .snoozed, device: device)
             }
+            let previous = try cache.notification(id)
             let updated = try call(request).notification
+            // A change that changed nothing in the store is not numbered, and never comes back.
+            if previous.map({ $0.readState != updated.readState || $0.userActionState != updated.userActionState }) ?? true {
+                try cache.changedHere(id)
+            }
             if let event = try cache.store(updated) { show([event]) }
         }
     }

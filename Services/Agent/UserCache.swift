@@ -61,8 +61,21 @@ final class UserCache {
                 }
             }
             try setCursor(changes.cursor)
+            // This device's own changes, fetched back: the store has them.
+            for change in changes.changes { try database.run("DELETE FROM own_changes WHERE id = ?", [change.id]) }
             beforeCommit(events)
         }
+    }
+
+    /// Notes that this device changed notification `id` in the store, until it fetches the change back.
+    func changedHere(_ id: String, now: Date = Date()) throws {
+        try database.run(
+            "INSERT INTO own_changes (id, at) VALUES (?, ?) ON CONFLICT (id) DO UPDATE SET at = excluded.at", [id, now.timeIntervalSince1970])
+    }
+
+    /// The notifications this device changed whose change it has not fetched back yet.
+    var changedHereUnseen: Set<String> {
+        get throws { Set(try database.query("SELECT id FROM own_changes").compactMap { $0[0].string }) }
     }
 
     /// Takes a state the agent itself just set, so its own output shows it at once.
@@ -96,6 +109,7 @@ final class UserCache {
                 if let event = try store(current) { events.append(event) }
             }
             try setCursor(history.cursor)
+            try database.run("DELETE FROM own_changes")
             return events
         }
     }
@@ -105,6 +119,7 @@ final class UserCache {
         try database.transaction {
             let events = try all().map { Event.deleted($0) }
             try database.run("DELETE FROM user_cache")
+            try database.run("DELETE FROM own_changes")
             try setCursor(0)
             return events
         }

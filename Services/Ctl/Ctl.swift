@@ -178,7 +178,8 @@ enum Ctl {
                 line.pid = reply.pid
                 line.uptimeSeconds = reply.uptimeSeconds
                 line.details = json ? reply.details : nil
-                if store == nil, let details = reply.details, details["storeRole"] != nil { store = details }
+                // The publish service's word first: its commits are the accepted sends.
+                if store == nil || service == "nh-publish", let details = reply.details, details["storeRole"] != nil { store = details }
             } catch let error as HubError where service == "nh-agent" && [.unavailable, .timeout].contains(error.code) {
                 line.status = absentAgent
                 line.error = error.code == .unavailable

@@ -94,7 +94,7 @@ public enum DispatchMain {
                 }
             }
             context.loop.every(milliseconds: config.heartbeatMs) { try dispatch.heartbeat() }
-            context.loop.every(milliseconds: 600_000) { try store.purge(now: Date()) }
+            context.loop.every(milliseconds: 600_000) { try dispatch.purge() }
         }
     }
 }

@@ -122,6 +122,7 @@ final class DispatchShell {
                     handle(.loaded(installationId: installationId, route: route, deliveries, complete: deliveries.count < limit, sentBefore: sentBefore))
                 } catch {
                     logger.error("cannot load pending deliveries", ("installation", installationId), ("error", "\(error)"))
+                    handle(.loadFailed(installationId: installationId, route: route))
                 }
             case .note(.connected(let id)):
                 logger.debug("agent connected", ("installation", id))
@@ -422,6 +423,7 @@ final class DispatchShell {
 
     /// Once a heartbeat: the leases, push deliveries to resume, the pull's safety net and expiry.
     func heartbeat() throws {
+        storeSessions()
         keepLeases()
         try resumePush()
         publish.expire()
@@ -431,7 +433,15 @@ final class DispatchShell {
             if expired > 0 { logger.info("deliveries expired", ("count", expired)) }
         } catch let lost as LeaseLost {
             leasesLost(lost.shards)
+        } catch is StoreSessionChanged {
+            // The leases were read in a new session of the store: acted on first, at the next tick.
         }
+    }
+
+    /// Now and then, what is done is forgotten (`DeliveryStore.purge`), once a new session of the store is acted on.
+    func purge() throws {
+        storeSessions()
+        do { try store.purge(now: Date()) } catch is StoreSessionChanged {}
     }
 
     /// The leases, each heartbeat: shards taken bring their waiting deliveries (agents' from the
@@ -491,6 +501,9 @@ final class DispatchShell {
             let dropped = turn
             turn = DispatchTurn()
             turn.retry(dropped)
+            // What is written the same however often goes in now, before the store is read again:
+            // a push answer left unwritten would hand its delivery to the push service again.
+            commit(now: true)
             pulls.failed()
             _ = pulls.takeKept()
             pullGeneration += 1

@@ -325,6 +325,20 @@ final class PostgresDeliveryStore: DeliveryEngine, PostgresBacked {
         ledger.testNotifications = try testNotificationIds()
     }
 
+    /// The replication as the other services see it: this session's own commits do not wait for a
+    /// standby (synchronous_commit off), so whether theirs do is not this session's to say.
+    func replicationDetails() -> [String: String] {
+        if !connection.isInTransaction { _ = connection.reconnectIfNeeded() }
+        do {
+            var details = try connection.replication().details
+            details["storeSynchronous"] = "see the other services (this service's own commits wait for no standby)"
+            details["storeRisk"] = nil
+            return details
+        } catch {
+            return ["storeRole": "unknown", "storeError": error.message]
+        }
+    }
+
     func checkSession() throws {
         if connection.hasSessionEvents { throw StoreSessionChanged() }
     }

@@ -39,7 +39,8 @@ struct InstallationSQL: Sendable {
     var log: String
     /// (after, limit) → (sequence, id, document).
     var changesAfter: String
-    /// (count).
+    /// (count, at least 1): keeps the newest `count` changes, counted, not numbered: a new history's
+    /// numbers start far above the old one's.
     var prune: String
 
     init(prefix p: String, byteOrder: String, spell: @escaping @Sendable (String) -> String = { $0 }) {
@@ -65,7 +66,7 @@ struct InstallationSQL: Sendable {
         snapshot = spell("SELECT document FROM \(p)installations WHERE expires_at IS NULL OR expires_at > $1 ORDER BY installation_id\(byteOrder)")
         log = spell("INSERT INTO \(p)changes (sequence, installation_id, document) VALUES ($1, $2, $3)")
         changesAfter = spell("SELECT sequence, installation_id, document FROM \(p)changes WHERE sequence > $1 ORDER BY sequence LIMIT $2")
-        prune = spell("DELETE FROM \(p)changes WHERE sequence <= (SELECT max(sequence) FROM \(p)changes) - $1")
+        prune = spell("DELETE FROM \(p)changes WHERE sequence < (SELECT sequence FROM \(p)changes ORDER BY sequence DESC LIMIT 1 OFFSET $1 - 1)")
     }
 }
 

@@ -94,14 +94,21 @@ final class PostgresUserNotificationStore: UserNotificationEngine, PostgresBacke
         let history = connection.history
         let base = history?.base ?? 0
         let row = try connection.queryOne(Self.nextUserSequence, [user, Int64(base)])
-        if let history, let prior = row?[1].int64, UInt64(prior) < base {
-            try connection.mark(Self.counter(user: user), epoch: history.epoch, previous: UInt64(prior))
+        // A user new to this history is marked at 0: a device whose cursor came from a user the
+        // replica never had holds only what was lost.
+        let prior = row?[1].int64.map { UInt64($0) } ?? 0
+        if let history, base > 0, prior < base {
+            try connection.mark(Self.counter(user: user), epoch: history.epoch, previous: prior)
         }
         return row?[0].sequence ?? 0
     }
 
+    /// A cursor of the current history (or a later one) has no mark to check against.
     func check(_ cursor: UInt64, user: String, latest: UInt64) throws -> HistoryNumbering.Position {
-        try connection.check(cursor, of: Self.counter(user: user), latest: latest)
+        if HistoryNumbering.epoch(of: cursor) >= connection.history?.epoch ?? 0 {
+            return HistoryNumbering.check(cursor, latest: latest, nextMark: nil)
+        }
+        return try connection.check(cursor, of: Self.counter(user: user), latest: latest)
     }
 
 

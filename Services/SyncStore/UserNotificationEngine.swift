@@ -44,7 +44,8 @@ struct UserNotificationSQL: Sendable {
     var liveCount: String
     /// (after, limit) → (sequence, user, user sequence, origin).
     var streamChanges: String
-    /// (count).
+    /// (count, at least 1): keeps the newest `count` changes, counted, not numbered: a new history's
+    /// numbers start far above the old one's.
     var pruneStream: String
 
     /// The statements over tables named with `prefix` (a schema and a dot, or nothing), spelled as
@@ -88,7 +89,7 @@ struct UserNotificationSQL: Sendable {
             """)
         liveCount = spell("SELECT count(*) FROM \(p)user_notifications WHERE deleted_at IS NULL")
         streamChanges = spell("SELECT sequence, user_id, user_sequence, origin FROM \(p)changes WHERE sequence > $1 ORDER BY sequence LIMIT $2")
-        pruneStream = spell("DELETE FROM \(p)changes WHERE sequence <= (SELECT max(sequence) FROM \(p)changes) - $1")
+        pruneStream = spell("DELETE FROM \(p)changes WHERE sequence < (SELECT sequence FROM \(p)changes ORDER BY sequence DESC LIMIT 1 OFFSET $1 - 1)")
     }
 }
 

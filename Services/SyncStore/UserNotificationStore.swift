@@ -108,7 +108,7 @@ enum UserNotificationRecords {
             let what = cursor > latest ? "is ahead of this user's latest change (\(latest))" : "names changes this store no longer holds"
             throw HubError(.historyRewound, """
                 cursor \(cursor) \(what): the store's history was rewound (a failover to a replica that was behind, or a \
-                restore) and holds this user's changes up to \(shared) of the cursor's history, or the cursor is not this \
+                restore to a point in time) and holds this user's changes up to \(shared) of the cursor's history, or the cursor is not this \
                 store's. Sync in full: read the history (user.history, or GET users/me/notifications/history) and go on \
                 from its cursor
                 """)

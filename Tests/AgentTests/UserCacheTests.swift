@@ -42,4 +42,23 @@ struct UserCacheTests {
         // The same history again changes nothing and shows nothing.
         #expect(try cache.replace(with: UserHistory(notifications: [readA, b, c], cursor: base + 2)).isEmpty)
     }
+
+    @Test("a change made on this device is noted until the store hands it back; a full sync forgets the notes")
+    func ownChanges() throws {
+        let cache = try Self.cache()
+        let a = Self.notification("a"), b = Self.notification("b")
+        try cache.apply(UserChanges(changes: [
+            UserNotificationChange(kind: .created, sequence: 1, id: "a", notification: a),
+            UserNotificationChange(kind: .created, sequence: 2, id: "b", notification: b),
+        ], cursor: 2, hasMore: false))
+        try cache.changedHere("a")
+        try cache.changedHere("b")
+        #expect(try cache.changedHereUnseen == ["a", "b"])
+        // The store hands back the change to a; the one to b never comes: it was lost.
+        let readA = Self.notification("a", read: .read)
+        try cache.apply(UserChanges(changes: [UserNotificationChange(kind: .updated, sequence: 3, id: "a", notification: readA)], cursor: 3, hasMore: false))
+        #expect(try cache.changedHereUnseen == ["b"])
+        _ = try cache.replace(with: UserHistory(notifications: [readA, b], cursor: 3))
+        #expect(try cache.changedHereUnseen.isEmpty)
+    }
 }

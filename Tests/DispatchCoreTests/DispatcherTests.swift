@@ -208,7 +208,8 @@ struct DispatcherTests {
         let renewed = dispatcher.on(.storeRenewed, now: Self.t0.addingTimeInterval(1))
         let limit = DispatcherSettings().loadLimit
         #expect(renewed == [.load(installationId: "a", route: Self.routeA, limit: limit), .load(installationId: "b", route: Self.routeB, limit: limit)])
-        #expect(dispatcher.inFlightCount == 0 && dispatcher.backlogCount == 0 && dispatcher.sessionCount == 2)
+        #expect(dispatcher.inFlightCount == 0 && dispatcher.sessionCount == 2)
+        #expect(dispatcher.backlogCount == 1, "installations waiting in the store still load when their agents come")
         #expect(dispatcher.counters.storeRenewals == 1)
         // An acknowledgement of what was in flight before is passed to the store, which knows whether it still has it.
         #expect(dispatcher.on(.ack(route: Self.routeA, AgentAck(deliveryIds: ["n1/a/t"])), now: Self.t0.addingTimeInterval(1))
@@ -225,6 +226,32 @@ struct DispatcherTests {
         // Planning goes on into the sessions while they load.
         let next = dispatcher.on(.accepted([Self.send(3)]), now: Self.t0.addingTimeInterval(7))
         #expect(Set(Self.sends(next).map(\.1)) == ["n3/a/t", "n3/b/t"])
+    }
+
+    @Test("after a new session of the store, sessions load again a few at a time, and one whose load fails ends until its next hello")
+    func storeRenewedInTurns() {
+        var settings = DispatcherSettings()
+        settings.reloadsPerTick = 2
+        let ids = (0..<5).map { "i\($0)" }
+        let keys = ids.map { String(repeating: $0.last!, count: 40) }
+        var dispatcher = Self.dispatcher(
+            zip(ids, keys).map { Self.installation($0, key: $1) },
+            connected: zip(ids, keys).map { (Data($0.utf8), $0, $1) }, settings: settings)
+        func loads(_ actions: [DispatchAction]) -> [String] {
+            actions.compactMap { if case .load(let id, _, _) = $0 { return id } else { return nil } }
+        }
+        #expect(loads(dispatcher.on(.storeRenewed, now: Self.t0)) == ["i0", "i1"])
+        // i3 ends before its turn: it loads when its agent says hello again, not from the queue.
+        _ = dispatcher.on(.bye(route: Data("i3".utf8), installationId: "i3"), now: Self.t0)
+        #expect(loads(dispatcher.on(.tick, now: Self.t0)) == ["i2", "i4"])
+        #expect(loads(dispatcher.on(.tick, now: Self.t0)).isEmpty)
+        // A load the store could not answer ends the session; the next hello loads again.
+        let failed = dispatcher.on(.loadFailed(installationId: "i0", route: Data("i0".utf8)), now: Self.t0)
+        #expect(failed == [.note(.dropped("i0", .storeUnavailable))])
+        let hello = dispatcher.on(.hello(route: Data("i0".utf8), peerKey: keys[0], installationId: "i0"), now: Self.t0)
+        #expect(loads(hello) == ["i0"])
+        // A load answered for a session no longer loading changes nothing.
+        #expect(dispatcher.on(.loadFailed(installationId: "i1", route: Data("i9".utf8)), now: Self.t0).isEmpty)
     }
 
     @Test("an ack for an unknown delivery is passed to the store, which records it only for this installation, and changes nothing here")

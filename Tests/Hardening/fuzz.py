@@ -72,7 +72,7 @@ ERROR_CODES = {
     "malformed_frames", "empty_message", "malformed_envelope", "unsupported_version", "unknown_type",
     "invalid_payload", "unknown_field", "payload_too_large", "unauthorized", "forbidden", "not_found", "conflict",
     "invalid_tag", "invalid_expression", "invalid_template", "invalid_argument", "expired", "unavailable", "timeout",
-    "internal", "rate_limited", "precondition_failed",
+    "internal", "rate_limited", "precondition_failed", "history_rewound",
 }
 
 # ---------------------------------------------------------------------------------------------
@@ -1681,7 +1681,8 @@ class Generator:
         r = self.rng
         if r.random() < 0.5:
             return {"cursor": 0, "limit": r.choice([0, -1, 101, (1 << 63) - 1])}, {"invalid_argument"}
-        return {"cursor": r.choice([10 ** 12, (1 << 64) - 1])}, {"invalid_argument"}
+        # A cursor ahead of the user's history is one the store cannot have handed out in it.
+        return {"cursor": r.choice([10 ** 12, (1 << 64) - 1])}, {"history_rewound"}
 
     def bad_user_state(self):
         r = self.rng
@@ -2114,7 +2115,8 @@ class HttpGenerator:
         if choice == 3:
             query = r.choice(["limit=0", "limit=101", "limit=-1", "cursor=99999999999999"])
             return HttpCase("users", method="GET", target=f"/hub/users/me/notifications?{query}&{API}",
-                            headers={"Authorization": "Bearer " + self.tokens["user"]}, codes={"invalid_argument"})
+                            headers={"Authorization": "Bearer " + self.tokens["user"]},
+                            codes={"history_rewound"} if query.startswith("cursor") else {"invalid_argument"})
         if choice == 4:
             body, codes = r.choice([(b"[]", {"invalid_payload"}), (b"x", {"invalid_payload"}),
                                     (b'{"zz":1}', {"unknown_field"}), (b'{"readState":"maybe"}', {"invalid_argument"}),

@@ -228,15 +228,25 @@ class FailoverHub:
     def created(self, name):
         return [line["id"] for line in json_lines(self.outputs[name]) if line.get("event") == "user.created"]
 
+    @staticmethod
+    def states(notifications):
+        return {n["id"]: (n["readState"], n["userActionState"]) for n in notifications}
+
     def device_copy(self, name):
+        """A device's copy of its user's notifications: id → (read state, action state)."""
         home = self.homes[name][0]
         with sqlite3.connect(f"file:{os.path.join(home, 'agent.db')}?mode=ro", uri=True, timeout=10) as db:
-            return {row[0] for row in db.execute("SELECT id FROM user_cache")}
+            return self.states(json.loads(row[0]) for row in db.execute("SELECT document FROM user_cache"))
 
     def store_history(self):
+        """The store's copy: id → (read state, action state)."""
         r = requests.get(f"{self.hub.base}/hub/users/me/notifications/history", headers={"Authorization": f"Bearer {self.token()}"}, timeout=10)
         assert r.status_code == 200, r.text
-        return {n["id"] for n in r.json()["notifications"]}
+        return self.states(r.json()["notifications"])
+
+    def agent_command(self, name, *args):
+        return subprocess.run([os.path.join(BIN, "nh-agent"), *args], env={**self.hub.env, **self.homes[name][1]},
+                              capture_output=True, text=True, timeout=30)
 
     def stored_broadcasts(self):
         rows = self.pair.current_sql("SELECT notification_id FROM publish.notifications")
@@ -328,8 +338,13 @@ def test_the_store_fails_over_and_nothing_accepted_afterwards_is_skipped(variant
         sender = threading.Thread(target=fleet.stream, args=(variant, done.is_set), daemon=True)
         sender.start()
         time.sleep(2)
+        dismissed = None
         if variant == "asynchronous-behind":
             pair.hold_standby_behind()
+            # A device dismisses a post the replica has, and the dismiss is lost with the rest.
+            dismissed = next(s for s in fleet.sends if s.kind == "post" and s.id)
+            done_dismiss = fleet.agent_command("agent-0", "dismiss", dismissed.id)
+            assert done_dismiss.returncode == 0, done_dismiss.stderr
             time.sleep(2)
             assert pair.standby_lag_bytes() > 0, "the standby was not behind"
         shown_in_inbox = fleet.inbox() if variant == "asynchronous-behind" else None
@@ -390,7 +405,7 @@ def test_the_store_fails_over_and_nothing_accepted_afterwards_is_skipped(variant
         outcomes = fleet.outcomes()
         assert not [s for s in lost if s.id in outcomes], "a lost send has an outcome in the new history"
 
-        # The devices hold exactly what the store holds, and showed each post once.
+        # The devices hold exactly what the store holds, in the same states, and showed each post once.
         history = fleet.store_history()
         lost_posts = [s for s in posts if s.id not in history]
         if variant != "asynchronous-behind":
@@ -398,7 +413,10 @@ def test_the_store_fails_over_and_nothing_accepted_afterwards_is_skipped(variant
         assert all(s.id in history for s in posts if s.accepted_at > moment["back"])
         devices = [f"agent-{i}" for i in range(DEVICES)]
         assert wait_until(lambda: all(fleet.device_copy(d) == history for d in devices), timeout=60, interval=0.5), {
-            d: (len(fleet.device_copy(d) - history), len(history - fleet.device_copy(d))) for d in devices}
+            d: {i: (fleet.device_copy(d).get(i), history.get(i)) for i in set(fleet.device_copy(d)) | set(history)
+                if fleet.device_copy(d).get(i) != history.get(i)} for d in devices}
+        if dismissed:
+            assert history[dismissed.id][1] == "noInteraction", "the dismiss made before the kill was not lost: nothing tested"
         for device in devices:
             created = fleet.created(device)
             assert len(created) == len(set(created)), f"{device} showed a post twice"
@@ -412,8 +430,8 @@ def test_the_store_fails_over_and_nothing_accepted_afterwards_is_skipped(variant
         if variant == "asynchronous-behind":
             # The inbox page had shown posts the store lost: it lists what the store holds now.
             assert {s.id for s in lost_posts} & (shown_in_inbox or set()), "the inbox showed none of the posts lost"
-            assert wait_until(lambda: fleet.inbox() == history, timeout=30, interval=0.5), (
-                len((fleet.inbox() or set()) - history), len(history - (fleet.inbox() or set())))
+            assert wait_until(lambda: fleet.inbox() == set(history), timeout=30, interval=0.5), (
+                len((fleet.inbox() or set()) - set(history)), len(set(history) - (fleet.inbox() or set())))
 
         # The event stream: reset once the history was rewound, with the current state after it.
         names = [e[0] for e in fleet.events]

@@ -1,3 +1,4 @@
+import Foundation
 import Storage
 import Testing
 
@@ -36,5 +37,17 @@ struct HistoryNumberingTests {
         ] as [(UInt64, UInt64, UInt64?, HistoryNumbering.Position)])
     func check(position: UInt64, latest: UInt64, mark: UInt64?, expected: HistoryNumbering.Position) {
         #expect(HistoryNumbering.check(position, latest: latest, nextMark: mark) == expected)
+    }
+
+    @Test("a new history's epoch moves on by the timelines the server moved past the last history it holds")
+    func nextEpoch() {
+        let at = Date(timeIntervalSince1970: 0)
+        #expect(StoreHistory.epoch(after: nil, timeline: 3) == 0, "the first history, whatever the timeline")
+        let first = StoreHistory(epoch: 0, id: "a", timeline: 1, beganAt: at)
+        #expect(StoreHistory.epoch(after: first, timeline: 2) == 1)
+        // Promoted twice while the standby saw only the first history: above the one it never saw.
+        #expect(StoreHistory.epoch(after: first, timeline: 3) == 2)
+        // A timeline that does not grow (a restore into an older line) still begins a new epoch.
+        #expect(StoreHistory.epoch(after: StoreHistory(epoch: 4, id: "b", timeline: 7, beganAt: at), timeline: 2) == 5)
     }
 }

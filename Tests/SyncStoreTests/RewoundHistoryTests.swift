@@ -25,7 +25,11 @@ struct RewoundHistoryTests {
         let (b, _) = try Contract.post(store, "alice", "b")
         let (lost, lostChange) = try Contract.post(store, "alice", "lost")
         try Contract.post(store, "bob", "x")
-        #expect(try store.userSequence("alice").sequence == 3 && store.streamSequence() == 4)
+        // Carol's first post is the one the replica never received: her device's copy is all lost.
+        let (carolLost, carolChange) = try Contract.post(store, "carol", "lost")
+        let carolDevice = try store.changes(user: "carol", after: 0, limit: 100).cursor
+        #expect(carolDevice == 1)
+        #expect(try store.userSequence("alice").sequence == 3 && store.streamSequence() == 5)
         // Device 1 saw the post that the replica never received; device 2 stopped before it.
         let device1 = try store.changes(user: "alice", after: 0, limit: 100).cursor
         #expect(device1 == 3)
@@ -33,9 +37,10 @@ struct RewoundHistoryTests {
         let admin = try PostgresConnection(url: url)
         defer { admin.close() }
         try admin.execute("""
-            DELETE FROM sync.user_notifications WHERE id = '\(lost.id)';
+            DELETE FROM sync.user_notifications WHERE id IN ('\(lost.id)', '\(carolLost.id)');
             UPDATE sync.users SET sequence = 2 WHERE user_id = 'alice';
-            DELETE FROM sync.changes WHERE sequence = \(lostChange.streamSequence);
+            DELETE FROM sync.users WHERE user_id = 'carol';
+            DELETE FROM sync.changes WHERE sequence IN (\(lostChange.streamSequence), \(carolChange.streamSequence));
             UPDATE sync.stream SET sequence = 3;
             UPDATE store_history.histories SET timeline = timeline + 1000;
             """)
@@ -66,7 +71,12 @@ struct RewoundHistoryTests {
         #expect(Contract.code { _ = try store.changes(user: "bob", after: 2, limit: 100) } == .historyRewound)
         let (y, _) = try Contract.post(store, "bob", "y")
         #expect(try store.changes(user: "bob", after: 1, limit: 100).changes.map(\.id) == [y.id])
-        // The change stream goes on above the old history's numbers, so a reader at 4 misses nothing.
-        #expect(try store.streamChanges(after: 4, limit: 10).map(\.userId) == ["alice", "bob"])
+        // Carol is new to this history: her device's cursor names only what was lost, and she syncs in full.
+        #expect(Contract.code { _ = try store.changes(user: "carol", after: carolDevice, limit: 100) } == .historyRewound)
+        let (carolNew, _) = try Contract.post(store, "carol", "after")
+        #expect(Contract.code { _ = try store.changes(user: "carol", after: carolDevice, limit: 100) } == .historyRewound)
+        #expect(try store.changes(user: "carol", after: 0, limit: 100).changes.map(\.id) == [carolNew.id])
+        // The change stream goes on above the old history's numbers, so a reader at 5 misses nothing.
+        #expect(try store.streamChanges(after: 5, limit: 10).map(\.userId) == ["alice", "bob", "carol"])
     }
 }
