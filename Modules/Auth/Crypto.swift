@@ -18,11 +18,16 @@ public enum Crypto {
         return Data(output.prefix(Int(length)))
     }
 
-    public static func sha256(_ data: Data) -> Data {
+    public static func sha256(_ data: Data) -> Data { digest(data, EVP_sha256()) }
+
+    /// MD5, for a protocol that signs with it (Baidu Cloud Push), never for anything of the hub's own.
+    public static func md5(_ data: Data) -> Data { digest(data, EVP_md5()) }
+
+    private static func digest(_ data: Data, _ type: OpaquePointer?) -> Data {
         var output = [UInt8](repeating: 0, count: Int(EVP_MAX_MD_SIZE))
         var length: UInt32 = 0
         data.withUnsafeBytes { bytes in
-            _ = EVP_Digest(bytes.baseAddress, bytes.count, &output, &length, EVP_sha256(), nil)
+            _ = EVP_Digest(bytes.baseAddress, bytes.count, &output, &length, type, nil)
         }
         return Data(output.prefix(Int(length)))
     }

@@ -1,10 +1,17 @@
 /// How the dispatcher reaches the platforms' own push services: Apple's (APNs), Firebase's (FCM
-/// HTTP v1) and browsers' (Web Push). A service without settings is not delivered to; its
-/// installations' deliveries fail as PnsUnavailable.
+/// HTTP v1), browsers' (Web Push), Windows' (WNS), Amazon's (ADM) and Baidu's. A service without
+/// settings is not delivered to; its installations' deliveries fail as PnsUnavailable.
 public struct PushSettings: Codable, Sendable, Equatable {
     public var apple: AppleSettings?
     public var fcm: FCMSettings?
     public var browser: WebPushSettings?
+    public var wns: WNSSettings?
+    public var adm: ADMSettings?
+    public var baidu: BaiduSettings?
+    /// The domain every WNS channel URI is under (`https://<host>.notify.windows.com/…`): a
+    /// registration with a channel anywhere else is refused, so that the hub never posts to an
+    /// address a client chose. Another domain is for a private gateway, or the tests' stand-in.
+    public var wnsChannelDomain: String = "notify.windows.com"
     /// A PEM file of certificate authorities to trust instead of the system's, for a push service
     /// behind a private authority (and the tests' stand-ins).
     public var caFile: String?
@@ -91,12 +98,74 @@ public struct WebPushSettings: Codable, Sendable, Equatable {
     }
 }
 
+/// Windows Push Notification Services, in either form of credentials Notification Hubs users hold:
+/// the app's Package SID and client secret (a token from the Microsoft account service, scope
+/// `notify.windows.com`), or a Microsoft Entra application: its directory (tenant) id, client id
+/// and secret (a token from Entra, scope `https://wns.windows.com/.default`). A delivery is a POST
+/// to the device's channel URI, under `wnsChannelDomain`.
+public struct WNSSettings: Codable, Sendable, Equatable {
+    /// `ms-app://S-1-15-2-…`, as the Store dashboard shows it (the classic form).
+    public var packageSid: String?
+    /// The Entra form: the directory (tenant) id and the application (client) id.
+    public var tenantId: String?
+    public var clientId: String?
+    /// The client secret of either form.
+    public var secret: String?
+    /// Where tokens come from; https://login.live.com/accesstoken.srf (classic) or
+    /// https://login.microsoftonline.com/{tenantId}/oauth2/v2.0/token (Entra) when left out.
+    public var tokenEndpoint: String?
+
+    public init(packageSid: String? = nil, tenantId: String? = nil, clientId: String? = nil, secret: String? = nil, tokenEndpoint: String? = nil) {
+        self.packageSid = packageSid
+        self.tenantId = tenantId
+        self.clientId = clientId
+        self.secret = secret
+        self.tokenEndpoint = tokenEndpoint
+    }
+}
+
+/// Amazon Device Messaging: the security profile's client id and secret, traded at Login with
+/// Amazon for a token of scope `messaging:push`.
+public struct ADMSettings: Codable, Sendable, Equatable {
+    /// `amzn1.application-oa2-client.…`
+    public var clientId: String
+    public var clientSecret: String
+    /// Where `/messaging/registrations/{id}/messages` is; https://api.amazon.com when left out.
+    public var endpoint: String?
+    /// Login with Amazon's token endpoint; https://api.amazon.com/auth/o2/token when left out.
+    public var tokenEndpoint: String?
+
+    public init(clientId: String, clientSecret: String, endpoint: String? = nil, tokenEndpoint: String? = nil) {
+        self.clientId = clientId
+        self.clientSecret = clientSecret
+        self.endpoint = endpoint
+        self.tokenEndpoint = tokenEndpoint
+    }
+}
+
+/// Baidu Cloud Push (REST API 3.0): the app's API key and secret key; each request is signed.
+public struct BaiduSettings: Codable, Sendable, Equatable {
+    public var apiKey: String
+    public var secretKey: String
+    /// The API's base; https://api.tuisong.baidu.com/rest/3.0 when left out.
+    public var endpoint: String?
+
+    public init(apiKey: String, secretKey: String, endpoint: String? = nil) {
+        self.apiKey = apiKey
+        self.secretKey = secretKey
+        self.endpoint = endpoint
+    }
+}
+
 /// Names of the push services, as credentials and settings name them.
 public enum PushServiceName {
     public static let apple = "apple"
     public static let fcm = "fcm"
     public static let browser = "browser"
-    public static let all = [apple, fcm, browser]
+    public static let wns = "wns"
+    public static let adm = "adm"
+    public static let baidu = "baidu"
+    public static let all = [apple, fcm, browser, wns, adm, baidu]
 }
 
 /// Sets one push service's credentials (Manage). They are checked before they are kept: a key
@@ -107,13 +176,22 @@ public struct PushCredentialsSetRequest: HubRequest {
     public var apple: AppleSettings?
     public var fcm: FCMSettings?
     public var browser: WebPushSettings?
-    /// Names of services whose credentials are removed: `apple`, `fcm` or `browser`.
+    public var wns: WNSSettings?
+    public var adm: ADMSettings?
+    public var baidu: BaiduSettings?
+    /// Names of services whose credentials are removed: `apple`, `fcm`, `browser`, `wns`, `adm` or `baidu`.
     public var remove: [String]?
 
-    public init(apple: AppleSettings? = nil, fcm: FCMSettings? = nil, browser: WebPushSettings? = nil, remove: [String]? = nil) {
+    public init(
+        apple: AppleSettings? = nil, fcm: FCMSettings? = nil, browser: WebPushSettings? = nil, wns: WNSSettings? = nil,
+        adm: ADMSettings? = nil, baidu: BaiduSettings? = nil, remove: [String]? = nil
+    ) {
         self.apple = apple
         self.fcm = fcm
         self.browser = browser
+        self.wns = wns
+        self.adm = adm
+        self.baidu = baidu
         self.remove = remove
     }
 }
@@ -134,7 +212,7 @@ public struct PushCredentialsReply: HubMessage {
 
 /// One push service as configured, without its secret: what identifies the key, not the key.
 public struct PushServiceInfo: Codable, Sendable, Equatable {
-    /// `apple`, `fcm` or `browser`.
+    /// `apple`, `fcm`, `browser`, `wns`, `adm` or `baidu`.
     public var service: String
     public var platform: String
     public var endpoint: String
@@ -165,13 +243,18 @@ public struct PushServiceInfo: Codable, Sendable, Equatable {
 // still missing is reported, with its name, when the settings are checked.
 extension PushSettings {
     enum CodingKeys: String, CodingKey {
-        case apple, fcm, browser, caFile, connectionsPerHost, streamsPerConnection, maxInFlight, timeoutMs, stallMs
+        case apple, fcm, browser, wns, adm, baidu, wnsChannelDomain, caFile, connectionsPerHost, streamsPerConnection, maxInFlight
+        case timeoutMs, stallMs
     }
     public init(from decoder: Decoder) throws {
         let c = try decoder.container(keyedBy: CodingKeys.self)
         apple = try c.decodeIfPresent(AppleSettings.self, forKey: .apple)
         fcm = try c.decodeIfPresent(FCMSettings.self, forKey: .fcm)
         browser = try c.decodeIfPresent(WebPushSettings.self, forKey: .browser)
+        wns = try c.decodeIfPresent(WNSSettings.self, forKey: .wns)
+        adm = try c.decodeIfPresent(ADMSettings.self, forKey: .adm)
+        baidu = try c.decodeIfPresent(BaiduSettings.self, forKey: .baidu)
+        if let value = try c.decodeIfPresent(String.self, forKey: .wnsChannelDomain) { wnsChannelDomain = value }
         caFile = try c.decodeIfPresent(String.self, forKey: .caFile)
         // Each absent number keeps the default its declaration gives.
         if let value = try c.decodeIfPresent(Int.self, forKey: .connectionsPerHost) { connectionsPerHost = value }
@@ -208,6 +291,27 @@ extension FCMSettings {
         serviceAccountFile = try c.decodeIfPresent(String.self, forKey: .serviceAccountFile)
         serviceAccount = try c.decodeIfPresent(String.self, forKey: .serviceAccount)
         givenEndpoint = try c.decodeIfPresent(String.self, forKey: .givenEndpoint)
+    }
+}
+
+extension ADMSettings {
+    enum CodingKeys: String, CodingKey { case clientId, clientSecret, endpoint, tokenEndpoint }
+    public init(from decoder: Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        clientId = try c.decodeIfPresent(String.self, forKey: .clientId) ?? ""
+        clientSecret = try c.decodeIfPresent(String.self, forKey: .clientSecret) ?? ""
+        endpoint = try c.decodeIfPresent(String.self, forKey: .endpoint)
+        tokenEndpoint = try c.decodeIfPresent(String.self, forKey: .tokenEndpoint)
+    }
+}
+
+extension BaiduSettings {
+    enum CodingKeys: String, CodingKey { case apiKey, secretKey, endpoint }
+    public init(from decoder: Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        apiKey = try c.decodeIfPresent(String.self, forKey: .apiKey) ?? ""
+        secretKey = try c.decodeIfPresent(String.self, forKey: .secretKey) ?? ""
+        endpoint = try c.decodeIfPresent(String.self, forKey: .endpoint)
     }
 }
 

@@ -40,7 +40,8 @@ public enum Platform: String, CaseIterable, Codable, Sendable {
         switch self {
         case .linux: return 64 * 1024
         case .apns, .fcmv1, .gcm, .baidu: return 4_096
-        case .wns: return 5_120
+        // WNS refuses more than 5,000 bytes (413).
+        case .wns: return 5_000
         case .adm: return 6_144
         // A Web Push message is at most 4,096 bytes once encrypted (RFC 8291): its header and
         // tag leave 3,993 for the payload.

@@ -13,8 +13,7 @@ final class FCMSender: PushSender {
     private let privateKeyId: String?
     private let tokenURI: String
     private let key: RSAKey
-    private var accessToken: (token: String, expiresAt: Date)?
-    private var fetching = false
+    private let accessToken = AccessTokenKeeper(defaultLifetime: 3_600)
     static let scope = "https://www.googleapis.com/auth/firebase.messaging"
 
     init(_ settings: FCMSettings, readFile: (String) throws(PushConfigurationError) -> String) throws(PushConfigurationError) {
@@ -54,41 +53,24 @@ final class FCMSender: PushSender {
     }
 
     func authorization(now: Date) -> PushAuthorization {
-        if let accessToken, accessToken.expiresAt > now.addingTimeInterval(60) { return .ready }
-        if fetching { return .waiting }
-        let issued = Int(now.timeIntervalSince1970)
-        let assertion: String
-        do {
-            assertion = try JWT.rs256(
+        accessToken.authorization(now: now) {
+            let issued = Int(now.timeIntervalSince1970)
+            guard let assertion = try? JWT.rs256(
                 header: privateKeyId.map { ["kid": $0] } ?? [:],
                 claims: [
                     "iss": .string(clientEmail), "scope": .string(Self.scope), "aud": .string(tokenURI),
                     "iat": .number(Double(issued)), "exp": .number(Double(issued + 3_600)),
                 ], key: key)
-        } catch {
-            return .waiting
+            else { return nil }
+            let form = [("grant_type", "urn:ietf:params:oauth:grant-type:jwt-bearer"), ("assertion", assertion)]
+            return PushHTTPRequest(
+                url: tokenURI, headers: [("content-type", "application/x-www-form-urlencoded")], body: Data(FormEncoding.body(form).utf8))
         }
-        fetching = true
-        var allowed = CharacterSet.alphanumerics
-        allowed.insert(charactersIn: "-._~")
-        let body = "grant_type=\("urn:ietf:params:oauth:grant-type:jwt-bearer".addingPercentEncoding(withAllowedCharacters: allowed)!)&assertion=\(assertion)"
-        return .fetch(PushHTTPRequest(
-            url: tokenURI, headers: [("content-type", "application/x-www-form-urlencoded")], body: Data(body.utf8)))
     }
 
-    func tokenAnswered(_ response: PushHTTPResponse, now: Date) -> String? {
-        fetching = false
-        let object = response.json
-        guard response.status == 200, let token = object?["access_token"]?.stringValue else {
-            let error = object?.objectValue.map { "\($0["error"]?.plainText ?? "") \($0["error_description"]?.plainText ?? "")" }
-            return "the token endpoint answered \(response.describe(error))"
-        }
-        let lifetime = object?["expires_in"]?.doubleValue ?? 3_600
-        accessToken = (token, now.addingTimeInterval(lifetime))
-        return nil
-    }
+    func tokenAnswered(_ response: PushHTTPResponse, now: Date) -> String? { accessToken.answered(response, now: now) }
 
-    func renew(now: Date) { accessToken = nil }
+    func renew(now: Date) { accessToken.renew() }
 
     func request(for message: PushMessage, now: Date) throws(PushRequestError) -> PushHTTPRequest {
         guard var object = JSONValue.parse(message.payload)?.objectValue, var inner = object["message"]?.objectValue else {
@@ -104,7 +86,7 @@ final class FCMSender: PushSender {
         }
         return PushHTTPRequest(
             url: "\(endpoint)/v1/projects/\(projectId)/messages:send",
-            headers: [("authorization", "Bearer \(accessToken?.token ?? "")"), ("content-type", "application/json; charset=UTF-8")],
+            headers: [("authorization", accessToken.bearer), ("content-type", "application/json; charset=UTF-8")],
             body: body)
     }
 

@@ -106,6 +106,18 @@ public final class PushCenter: @unchecked Sendable {
             senders[.browser] = try WebPushSender(browser, key: key)
             sources[.browser] = saved.browser == nil ? "config" : "set"
         }
+        if let wns = saved.wns ?? configured.wns {
+            senders[.wns] = try WNSSender(wns, channelDomain: configured.wnsChannelDomain)
+            sources[.wns] = saved.wns == nil ? "config" : "set"
+        }
+        if let adm = saved.adm ?? configured.adm {
+            senders[.adm] = try ADMSender(adm)
+            sources[.adm] = saved.adm == nil ? "config" : "set"
+        }
+        if let baidu = saved.baidu ?? configured.baidu {
+            senders[.baidu] = try BaiduSender(baidu)
+            sources[.baidu] = saved.baidu == nil ? "config" : "set"
+        }
         return (senders, sources)
     }
 
@@ -155,7 +167,10 @@ public final class PushCenter: @unchecked Sendable {
             case .apple: saved.apple = nil
             case .fcm: saved.fcm = nil
             case .browser: saved.browser = nil
-            case nil: throw PushConfigurationError("'\(name)' is not a push service; remove apple, fcm or browser")
+            case .wns: saved.wns = nil
+            case .adm: saved.adm = nil
+            case .baidu: saved.baidu = nil
+            case nil: throw PushConfigurationError("'\(name)' is not a push service; remove \(PushServiceName.all.joined(separator: ", "))")
             }
         }
         if let apple = request.apple {
@@ -174,6 +189,21 @@ public final class PushCenter: @unchecked Sendable {
             saved.fcm?.givenEndpoint = fcm.givenEndpoint ?? (saved0.fcm ?? configured.fcm)?.givenEndpoint
         }
         if let browser = request.browser { saved.browser = browser }
+        // Endpoints left out keep the ones in force, as for APNs and FCM.
+        if var wns = request.wns {
+            wns.tokenEndpoint = wns.tokenEndpoint ?? (saved0.wns ?? configured.wns).flatMap { $0.tokenEndpoint }
+            saved.wns = wns
+        }
+        if var adm = request.adm {
+            let previous = saved0.adm ?? configured.adm
+            adm.endpoint = adm.endpoint ?? previous?.endpoint
+            adm.tokenEndpoint = adm.tokenEndpoint ?? previous?.tokenEndpoint
+            saved.adm = adm
+        }
+        if var baidu = request.baidu {
+            baidu.endpoint = baidu.endpoint ?? (saved0.baidu ?? configured.baidu)?.endpoint
+            saved.baidu = baidu
+        }
         let previous = (senders, sources)
         try apply(configured: configured, saved: saved)
         do {
@@ -239,6 +269,7 @@ public final class PushCenter: @unchecked Sendable {
 
     private func answered(_ id: String, _ service: PushService, _ response: PushHTTPResponse) {
         let now = Date()
+        if let said = senders[service]?.said(response), !said.isEmpty { queue.noted(service, said) }
         let result = senders[service].map { sender in
             response.requestError.map { PushResult.failed(outcome: $0.outcome, reason: $0.reason) } ?? sender.classify(response, now: now)
         }

@@ -35,6 +35,8 @@ public struct PushHTTPResponse: Sendable {
     public var requestError: PushRequestError?
     /// The HTTP version the answer came over: 2 for HTTP/2.
     public var httpVersion: Int
+    /// Where the request went, as it was sent.
+    public var requestURL: String?
 
     public init(
         status: Int, headers: [String: String] = [:], body: Data = Data(), transportError: String? = nil,
@@ -91,6 +93,7 @@ public final class PushHTTPClient: @unchecked Sendable {
     fileprivate final class Transfer {
         let completion: @Sendable (PushHTTPResponse) -> Void
         let host: String
+        var url = ""
         let book: SocketBook
         let startedAt: ContinuousClock.Instant
         var headerList: UnsafeMutablePointer<curl_slist>?
@@ -118,6 +121,10 @@ public final class PushHTTPClient: @unchecked Sendable {
         var waiting = FIFO<Submission>()
         var inFlight = 0
         var lastAnswer: ContinuousClock.Instant?
+        /// Whether its connections carry many requests at once (HTTP/2), as its answers showed; nil
+        /// before the first. A host that answers over HTTP/1.1 (WNS) takes one request per
+        /// connection, so the rest wait here, their timeouts not yet running.
+        var multiplexes: Bool?
     }
 
     public let settings: Settings
@@ -253,11 +260,14 @@ public final class PushHTTPClient: @unchecked Sendable {
         finished.signal()
     }
 
-    /// A host's requests in flight at most: every stream of every connection it may have.
-    private var perHost: Int { settings.maxConnectionsPerHost * settings.streamsPerConnection }
+    /// A host's requests in flight at most: every stream of every connection it may have, or one a
+    /// connection until it has answered over HTTP/2.
+    private func perHost(_ host: Host) -> Int {
+        settings.maxConnectionsPerHost * (host.multiplexes == true ? settings.streamsPerConnection : 1)
+    }
 
     private var hasRoomForWaiting: Bool {
-        waitingCount > 0 && hosts.values.contains { !$0.waiting.isEmpty && $0.inFlight < perHost }
+        waitingCount > 0 && hosts.values.contains { !$0.waiting.isEmpty && $0.inFlight < perHost($0) }
     }
 
     /// Hands waiting requests to libcurl, oldest first within each host, while their host has a
@@ -265,7 +275,7 @@ public final class PushHTTPClient: @unchecked Sendable {
     private func startWaiting() {
         guard waitingCount > 0 else { return }
         for name in Array(hosts.keys) where transfers.count < settings.maxInFlight {
-            while transfers.count < settings.maxInFlight, hosts[name]!.inFlight < perHost, let next = hosts[name]!.waiting.popFirst() {
+            while transfers.count < settings.maxInFlight, hosts[name]!.inFlight < perHost(hosts[name]!), let next = hosts[name]!.waiting.popFirst() {
                 waitingCount -= 1
                 hosts[name]!.inFlight += 1
                 start(next, host: name)
@@ -308,6 +318,7 @@ public final class PushHTTPClient: @unchecked Sendable {
         let easy = idle.popLast() ?? curl_easy_init()!
         let transfer = Transfer(completion: submission.completion, host: host, book: sockets, startedAt: clock.now)
         let request = submission.request
+        transfer.url = request.url
         _ = nh_curl_easy_setopt_string(easy, CURLOPT_URL, request.url)
         _ = nh_curl_easy_setopt_long(easy, CURLOPT_NOSIGNAL, 1)
         _ = nh_curl_easy_setopt_long(easy, CURLOPT_HTTP_VERSION, CURL_HTTP_VERSION_2TLS)
@@ -395,7 +406,10 @@ public final class PushHTTPClient: @unchecked Sendable {
                 response = PushHTTPResponse(
                     status: status, headers: transfer.headers, body: transfer.body,
                     httpVersion: version == CURL_HTTP_VERSION_2_0 ? 2 : version == CURL_HTTP_VERSION_3 ? 3 : 1)
-                if status > 0 { hosts[transfer.host]?.lastAnswer = clock.now }
+                if status > 0 {
+                    hosts[transfer.host]?.lastAnswer = clock.now
+                    hosts[transfer.host]?.multiplexes = version == CURL_HTTP_VERSION_2_0 || version == CURL_HTTP_VERSION_3
+                }
             } else {
                 response = PushHTTPResponse(status: 0, transportError: String(cString: curl_easy_strerror(result)))
             }
@@ -409,6 +423,8 @@ public final class PushHTTPClient: @unchecked Sendable {
         curl_easy_reset(easy)
         if idle.count < 256 { idle.append(easy) } else { curl_easy_cleanup(easy) }
         inFlightCount.subtract(1, ordering: .relaxed)
+        var response = response
+        response.requestURL = transfer.url
         transfer.completion(response)
     }
 }

@@ -35,16 +35,30 @@ public struct PushMessage: Sendable, Equatable {
 public enum PushResult: Sendable, Equatable {
     /// The push service took it.
     case delivered
+    /// The push service took it, and named the device's channel anew (ADM's canonical registration
+    /// id): the installation's channel becomes `to`.
+    case channelMoved(to: String)
     /// The device's channel is gone (the app was removed, or the token is no longer valid): the
     /// installation goes, as Notification Hubs removes registrations with expired channels.
-    case channelExpired(reason: String)
+    /// `outcome` is the Notification Hubs outcome name it counts under: ExpiredChannel, or
+    /// BadChannel for a channel the service does not know.
+    case channelExpired(reason: String, outcome: String = "ExpiredChannel")
     /// Worth sending again: throttled, a server error, or no answer. `after` comes from Retry-After.
     case retry(reason: String, after: TimeInterval?)
-    /// The hub's token for the service was refused as expired: renewed, then sent again.
+    /// The hub's token for the service was refused: renewed, then sent again; a delivery refused
+    /// again with a token renewed for it fails as InvalidCredentials.
     case renewCredentials(reason: String)
     /// Not worth sending again. `outcome` is the Notification Hubs outcome name it counts under,
     /// such as WrongToken or InvalidNotificationSize; `reason` keeps the service's own words.
     case failed(outcome: String, reason: String)
+}
+
+extension PushResult {
+    /// The device's channel is gone.
+    public var isChannelGone: Bool {
+        if case .channelExpired = self { return true }
+        return false
+    }
 }
 
 /// A request that could not even be made, such as a payload a push service cannot carry.
@@ -67,6 +81,9 @@ public struct PushCounters: Sendable, Equatable {
     public var tokenRequests = 0
     /// By the service's own error code, such as `Unregistered` or `UNAVAILABLE`.
     public var errors: [String: Int] = [:]
+    /// What the service said of its answers beside the status, by what it said, such as WNS's
+    /// `X-WNS-Status: received` or `X-WNS-DeviceConnectionStatus: connected`.
+    public var answers: [String: Int] = [:]
     public init() {}
 }
 

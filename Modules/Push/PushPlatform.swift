@@ -8,13 +8,22 @@ public enum PushService: String, CaseIterable, Codable, Sendable {
     case fcm
     /// Web Push (RFC 8030), for `browser` installations.
     case browser
+    /// Windows Push Notification Services, for `wns` installations.
+    case wns
+    /// Amazon Device Messaging, for `adm` installations.
+    case adm
+    /// Baidu Cloud Push, for `baidu` installations.
+    case baidu
 
     public init?(platform: Platform) {
         switch platform {
         case .apns: self = .apple
         case .fcmv1: self = .fcm
         case .browser: self = .browser
-        default: return nil
+        case .wns: self = .wns
+        case .adm: self = .adm
+        case .baidu: self = .baidu
+        case .linux, .gcm: return nil
         }
     }
 
@@ -23,6 +32,9 @@ public enum PushService: String, CaseIterable, Codable, Sendable {
         case .apple: return .apns
         case .fcm: return .fcmv1
         case .browser: return .browser
+        case .wns: return .wns
+        case .adm: return .adm
+        case .baidu: return .baidu
         }
     }
 }

@@ -33,6 +33,8 @@ struct PushQueue {
         var message: PushMessage
         var attempts = 0
         var service: PushService
+        /// Its service's token was renewed after a refusal of this delivery.
+        var renewed = false
     }
 
     private(set) var counters: [PushService: PushCounters] = [:]
@@ -67,7 +69,7 @@ struct PushQueue {
         guard let result else { return attempt(id, now: now, gates: gates) }
         let service = entry.service
         switch result {
-        case .delivered, .channelExpired, .failed:
+        case .delivered, .channelMoved, .channelExpired, .failed:
             return finish(id, result)
         case .retry(let reason, let after):
             counters[service, default: PushCounters()].retried += 1
@@ -82,10 +84,11 @@ struct PushQueue {
             return []
         case .renewCredentials(let reason):
             counters[service, default: PushCounters()].errors[Self.code(reason), default: 0] += 1
+            // Refused once more with a token fetched after the first refusal: the credentials are wrong.
+            guard !entry.renewed else { return finish(id, .failed(outcome: "InvalidCredentials", reason: reason)) }
+            entries[id]?.renewed = true
             gates.renew(service, now: now)
-            if entry.attempts < 3 { return attempt(id, now: now, gates: gates) }
-            schedule(id, at: now.addingTimeInterval(backoff(entry.attempts)))
-            return []
+            return attempt(id, now: now, gates: gates)
         }
     }
 
@@ -100,6 +103,11 @@ struct PushQueue {
             return [.note("push service token refused; trying again", [("service", service.rawValue), ("problem", problem)])]
         }
         return waiting.flatMap { attempt($0, now: now, gates: gates) }
+    }
+
+    /// What a service said of an answer beside its status, counted (`PushCounters.answers`).
+    mutating func noted(_ service: PushService, _ said: [String]) {
+        for text in said { counters[service, default: PushCounters()].answers[text, default: 0] += 1 }
     }
 
     /// A request that could not be made: the delivery fails for good.
@@ -141,8 +149,8 @@ struct PushQueue {
         guard let entry = entries.removeValue(forKey: id) else { return [] }
         var counter = counters[entry.service, default: PushCounters()]
         switch result {
-        case .delivered: counter.delivered += 1
-        case .channelExpired(let reason):
+        case .delivered, .channelMoved: counter.delivered += 1
+        case .channelExpired(let reason, _):
             counter.expiredChannels += 1
             counter.errors[Self.code(reason), default: 0] += 1
         case .failed(_, let reason):

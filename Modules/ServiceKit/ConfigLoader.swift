@@ -173,6 +173,9 @@ public enum ConfigLoader {
         "apple": ["keyFile", "key", "keyId", "teamId", "bundleId", "endpoint"],
         "fcm": ["serviceAccountFile", "serviceAccount", "endpoint"],
         "browser": ["subject", "keyFile"],
+        "wns": ["packageSid", "tenantId", "clientId", "secret", "tokenEndpoint"],
+        "adm": ["clientId", "clientSecret", "endpoint", "tokenEndpoint"],
+        "baidu": ["apiKey", "secretKey", "endpoint"],
     ]
 
     static func isOptionalSection(_ path: [String]) -> Bool { path.count == 2 && path[0] == "push" && pushSections[path[1]] != nil }
@@ -185,7 +188,7 @@ public enum ConfigLoader {
 
     static func knownSettings() -> String {
         (leafPaths() + [["push", "caFile"], ["push", "connectionsPerHost"], ["push", "streamsPerConnection"], ["push", "maxInFlight"],
-            ["push", "timeoutMs"], ["push", "stallMs"]]
+            ["push", "timeoutMs"], ["push", "stallMs"], ["push", "wnsChannelDomain"]]
             + pushSections.sorted { $0.key < $1.key }.flatMap { section in section.value.map { ["push", section.key, $0] } })
             .map { $0.joined(separator: ".") }.joined(separator: ", ")
     }

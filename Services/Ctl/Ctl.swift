@@ -42,9 +42,12 @@ enum Ctl {
           pns set apple --key-file F.p8 --key-id K --team-id T --bundle-id B [--endpoint production|sandbox|URL]
           pns set fcm --service-account F.json [--endpoint URL]
           pns set browser --subject mailto:ADDRESS
-                                      check and keep a push service's credentials (Manage key); the key file's
-                                      text is sent, kept by the dispatcher in a 0600 file
-          pns remove apple|fcm|browser
+          pns set wns (--package-sid SID | --tenant-id T --client-id C) --secret-file F [--token-endpoint URL]
+          pns set adm --client-id ID --secret-file F [--endpoint URL] [--token-endpoint URL]
+          pns set baidu --api-key KEY --secret-file F [--endpoint URL]
+                                      check and keep a push service's credentials (Manage key); the key or
+                                      secret file's text is sent, kept by the dispatcher in a 0600 file
+          pns remove apple|fcm|browser|wns|adm|baidu
 
         Sending uses --connection-string, NH_CONNECTION_STRING, or the full key in the data
         folder's keys.json. --json prints each result as a JSON line; --timeout is how long health
@@ -61,7 +64,8 @@ enum Ctl {
         "config", "timeout", "tag", "installation", "user", "ttl", "native", "connection-string", "idempotency-key",
         "app-id", "title", "body", "raw", "expires-in", "priority", "group", "lifetime", "rich", "message", "rich-type",
         "content-type", "schedule", "direct", "top", "platform", "headers", "channel", "key-file", "key-id", "team-id",
-        "bundle-id", "endpoint", "service-account", "subject",
+        "bundle-id", "endpoint", "service-account", "subject", "package-sid", "tenant-id", "client-id", "secret-file", "token-endpoint",
+        "api-key",
     ]
     /// The options that take none; each is named in `usage`, as is --help.
     static let flagOptions: Set<String> = ["json", "agent", "test", "defaults", "version"]

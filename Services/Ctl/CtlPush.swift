@@ -10,7 +10,12 @@ enum CtlPush {
                nhctl pns set apple --key-file AuthKey_KEYID.p8 --key-id KEYID --team-id TEAMID --bundle-id ID [--endpoint production|sandbox|URL]
                nhctl pns set fcm --service-account FILE.json [--endpoint URL]
                nhctl pns set browser --subject mailto:ADDRESS
-               nhctl pns remove apple|fcm|browser
+               nhctl pns set wns (--package-sid ms-app://S-1-15-2-… | --tenant-id TENANT --client-id CLIENT) --secret-file FILE [--token-endpoint URL]
+               nhctl pns set adm --client-id amzn1.application-oa2-client.… --secret-file FILE [--endpoint URL] [--token-endpoint URL]
+               nhctl pns set baidu --api-key KEY --secret-file FILE [--endpoint URL]
+               nhctl pns remove apple|fcm|browser|wns|adm|baidu
+          A secret is read from its file (- for standard input), never from the command line, where
+          other users of the host would see it.
         """
 
     static func run(_ parsed: Arguments, config: HubConfig, environment: [String: String]) -> Int32 {
@@ -38,7 +43,7 @@ enum CtlPush {
             if parsed.has("json") {
                 for service in reply.services { print(String(decoding: try HubCodec.makeEncoder().encode(service), as: UTF8.self)) }
             } else if reply.services.isEmpty {
-                print("no push services: only Linux agents are delivered to (nhctl pns set apple|fcm|browser …)")
+                print("no push services: only Linux agents are delivered to (nhctl pns set \(PushServiceName.all.joined(separator: "|")) …)")
             } else {
                 for service in reply.services {
                     var line = "\(service.service)  \(service.platform)  \(service.endpoint)  (\(service.source))"
@@ -66,8 +71,15 @@ enum CtlPush {
             return value
         }
         func read(_ path: String) throws -> String {
-            guard let data = FileManager.default.contents(atPath: path) else { throw UsageError(description: "cannot read '\(path)'") }
+            let data = path == "-" ? FileHandle.standardInput.readDataToEndOfFile() : FileManager.default.contents(atPath: path)
+            guard let data else { throw UsageError(description: "cannot read '\(path)'") }
             return String(decoding: data, as: UTF8.self)
+        }
+        /// A secret from its file, without the line end an editor or echo leaves.
+        func secret() throws -> String {
+            let text = try read(try required("secret-file")).trimmingCharacters(in: .whitespacesAndNewlines)
+            guard !text.isEmpty else { throw UsageError(description: "the secret file is empty") }
+            return text
         }
         switch service {
         case "apple":
@@ -79,6 +91,16 @@ enum CtlPush {
                 serviceAccount: try read(try required("service-account")), endpoint: parsed[option: "endpoint"] ?? "https://fcm.googleapis.com"))
         case "browser":
             return PushCredentialsSetRequest(browser: WebPushSettings(subject: try required("subject")))
+        case "wns":
+            return PushCredentialsSetRequest(wns: WNSSettings(
+                packageSid: parsed[option: "package-sid"], tenantId: parsed[option: "tenant-id"], clientId: parsed[option: "client-id"],
+                secret: try secret(), tokenEndpoint: parsed[option: "token-endpoint"]))
+        case "adm":
+            return PushCredentialsSetRequest(adm: ADMSettings(
+                clientId: try required("client-id"), clientSecret: try secret(), endpoint: parsed[option: "endpoint"],
+                tokenEndpoint: parsed[option: "token-endpoint"]))
+        case "baidu":
+            return PushCredentialsSetRequest(baidu: BaiduSettings(apiKey: try required("api-key"), secretKey: try secret(), endpoint: parsed[option: "endpoint"]))
         default:
             throw UsageError(description: "'\(service)' is not a push service\n\(usage)")
         }

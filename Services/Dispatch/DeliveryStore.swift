@@ -887,7 +887,7 @@ extension DeliveryEngine {
                 touch(Shards.of(message.installationId))
                 let outcome: String
                 switch result {
-                case .delivered:
+                case .delivered, .channelMoved:
                     guard let notification = try removeDelivery(message.deliveryId, installationId: message.installationId) else { continue }
                     ledger.tally.add(notification) {
                         $0.delivered += 1
@@ -895,15 +895,15 @@ extension DeliveryEngine {
                     }
                     try testOutcome(notification, deliveryId: message.deliveryId, Self.successText, success: true)
                     outcome = "Success"
-                case .channelExpired(let reason), .failed(_, let reason):
-                    outcome = if case .failed(let name, _) = result { name } else { "ExpiredChannel" }
+                case .channelExpired(let reason, let name), .failed(let name, let reason):
+                    outcome = name
                     let text = "\(outcome): \(reason)"
                     guard try closeDelivery(message.deliveryId, installationId: message.installationId, reason: text, now: now) != nil
                     else { continue }
                     ledger.tally.add(message.notificationId) { $0.failed += 1 }
                     try testOutcome(
                         message.notificationId, deliveryId: message.deliveryId,
-                        outcome == "ExpiredChannel" ? "The Push Notification System handle for the registration is invalid (\(reason))" : text,
+                        result.isChannelGone ? "The Push Notification System handle for the registration is invalid (\(reason))" : text,
                         success: false)
                 case .retry, .renewCredentials:
                     continue

@@ -64,6 +64,13 @@ enum DispatchHealth {
                 let word = code.filter { $0.isASCII && ($0.isLetter || $0.isNumber) }
                 if !word.isEmpty { details[name + "Error" + word.prefix(1).uppercased() + word.dropFirst().lowercased() + "Total"] = String(count) }
             }
+            // What the service said beside the status, such as WNS's "X-WNS-Status: received":
+            // pushWnsAnswerStatusReceivedTotal, pushWnsAnswerDeviceconnectionstatusConnectedTotal.
+            for (said, count) in counters.answers {
+                let words = said.replacingOccurrences(of: "X-WNS-", with: "").split(whereSeparator: { !$0.isASCII || !($0.isLetter || $0.isNumber) })
+                let word = words.map { $0.prefix(1).uppercased() + $0.dropFirst().lowercased() }.joined()
+                if !word.isEmpty { details[name + "Answer" + word + "Total"] = String(count) }
+            }
         }
         return details
     }

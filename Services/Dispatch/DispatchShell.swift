@@ -402,6 +402,15 @@ final class DispatchShell {
     /// takes its installation with it, unless the device has registered a new channel since.
     func pushAnswered(_ message: PushMessage, _ result: PushResult) {
         turn.pushResults.append((message, result))
+        if let move = ChannelMove.upsert(for: message, result, index: core.index) {
+            logger.info("push service named the device's channel anew; moving the installation there", ("installation", message.installationId))
+            registryWrites.forward(move) { [logger] result in
+                if case .failure(let error) = result, error.code != .notFound, error.code != .preconditionFailed {
+                    logger.warning("cannot move an installation to its new channel", ("installation", message.installationId), ("error", error.message))
+                }
+            }
+            return
+        }
         guard let deletion = ChannelExpiry.deletion(for: message, result, index: core.index) else { return }
         logger.info("push channel expired; removing its installation", ("installation", message.installationId), ("result", "\(result)"))
         registryWrites.forward(deletion) { [logger] result in

@@ -609,7 +609,7 @@ final class GatewayRoutes: @unchecked Sendable {
     func setPushCredentials(_ request: HTTPRequest, _ service: String) throws -> HTTPResponse {
         try authorize(request, .manage)
         guard PushServiceName.all.contains(service) else {
-            throw HubError(.notFound, "'\(service)' is not a push service; use apple, fcm or browser")
+            throw HubError(.notFound, "'\(service)' is not a push service; use \(PushServiceName.all.joined(separator: ", "))")
         }
         guard var body = JSONValue.parse(request.body)?.objectValue else {
             throw HubError(.invalidPayload, "the body must be a JSON object with the \(service) credentials")
@@ -627,7 +627,7 @@ final class GatewayRoutes: @unchecked Sendable {
     func removePushCredentials(_ request: HTTPRequest, _ service: String) throws -> HTTPResponse {
         try authorize(request, .manage)
         guard PushServiceName.all.contains(service) else {
-            throw HubError(.notFound, "'\(service)' is not a push service; use apple, fcm or browser")
+            throw HubError(.notFound, "'\(service)' is not a push service; use \(PushServiceName.all.joined(separator: ", "))")
         }
         return GatewayJSON.response(200, try dispatch.call(PushCredentialsSetRequest(remove: [service]), auth: nil))
     }

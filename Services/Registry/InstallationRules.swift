@@ -10,7 +10,9 @@ enum InstallationRules {
     static let maxTemplates = 20
     static let maxIdLength = 200
 
-    static func validate(_ installation: Installation, now: Date, maxTags: Int = Tag.maxPerInstallation) throws(HubError) {
+    static func validate(
+        _ installation: Installation, now: Date, maxTags: Int = Tag.maxPerInstallation, wnsChannelDomain: String = "notify.windows.com"
+    ) throws(HubError) {
         try validateIdentifier(installation.installationId, what: "installationId")
         guard Platform(name: installation.platform) != nil else {
             throw HubError(
@@ -20,6 +22,7 @@ enum InstallationRules {
         guard !installation.pushChannel.isEmpty, installation.pushChannel.utf8.count <= 1024 else {
             throw HubError(.invalidArgument, "pushChannel must be 1 to 1024 characters: the handle the hub delivers to")
         }
+        try validateChannel(installation, wnsChannelDomain: wnsChannelDomain)
         do {
             try Tag.validate(all: installation.tags, limit: maxTags)
         } catch {
@@ -43,6 +46,20 @@ enum InstallationRules {
             try validateTemplate(name: name, template, maxTags: maxTags, platform: installation.platform)
         }
         try validateEndpoints(installation)
+    }
+
+    /// A WNS channel the hub posts to is one Windows handed out, never an address a client chose:
+    /// an https URL on a host under the channel domain (`push.wnsChannelDomain`).
+    static func validateChannel(_ installation: Installation, wnsChannelDomain: String) throws(HubError) {
+        guard Platform(name: installation.platform) == .wns else { return }
+        let channel = installation.pushChannel
+        let domain = wnsChannelDomain.lowercased().trimmingCharacters(in: CharacterSet(charactersIn: "."))
+        guard let url = URL(string: channel), url.scheme?.lowercased() == "https", let host = url.host?.lowercased(), host.hasSuffix("." + domain)
+        else {
+            throw HubError(
+                .invalidArgument,
+                "a wns pushChannel is the channel URI Windows handed the app: https://<host>.\(domain)/…, not '\(channel.prefix(100))'")
+        }
     }
 
     static let maxEndpoints = 100

@@ -86,7 +86,8 @@ struct RegistryHandlers {
         var installation = given
         // Platform names come in any case (fcmV1, APNS); they are kept as the hub names them.
         installation.platform = Platform(name: given.platform)?.rawValue ?? given.platform
-        try InstallationRules.validate(installation, now: now, maxTags: context.config.limits.tagsPerInstallation)
+        try InstallationRules.validate(
+            installation, now: now, maxTags: context.config.limits.tagsPerInstallation, wnsChannelDomain: context.config.push.wnsChannelDomain)
         let current = try store.get(installation.installationId, now: now)
         // Push endpoints are the agent's to give; a write without them (REST, a patch) keeps them.
         if installation.endpoints == nil, installation.platform == Platform.linux.rawValue, current?.platform == installation.platform {

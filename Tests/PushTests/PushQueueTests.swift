@@ -56,8 +56,8 @@ import Testing
         var queue = Self.queue()
         let gates = Gates()
         gates.authorizations[.fcm] = nil
-        let noPath = Self.reports(queue.submit(Self.message("w", .wns), now: Self.now, gates: gates))
-        #expect(noPath["w"] == .failed(outcome: "PnsUnavailable", reason: "the hub has no delivery path to wns installations"))
+        let noPath = Self.reports(queue.submit(Self.message("g", .gcm), now: Self.now, gates: gates))
+        #expect(noPath["g"] == .failed(outcome: "PnsUnavailable", reason: "the hub has no delivery path to gcm installations"))
         let noCredentials = Self.reports(queue.submit(Self.message("f", .fcmv1), now: Self.now, gates: gates))
         #expect(noCredentials["f"] == .failed(outcome: "PnsUnavailable", reason: "no credentials for fcm are configured"))
         #expect(queue.pending == 0)
@@ -143,20 +143,21 @@ import Testing
         #expect(Self.sent(queue.tick(now: Self.now.addingTimeInterval(5), gates: gates)) == ["a"])
     }
 
-    @Test func anExpiredTokenIsRenewedAndTheDeliverySentAgainUpToThreeTimes() {
+    @Test func aRefusedTokenIsRenewedOnceAndARefusalOfTheNewOneFailsAsInvalidCredentials() {
         var queue = Self.queue()
         let gates = Gates()
         _ = queue.submit(Self.message("a"), now: Self.now, gates: gates)
-        for attempt in 1...2 {
-            let steps = queue.answered("a", .renewCredentials(reason: "HTTP 403 ExpiredProviderToken"), now: Self.now, gates: gates)
-            #expect(Self.sent(steps) == ["a"], "attempt \(attempt)")
-        }
+        _ = queue.submit(Self.message("b"), now: Self.now, gates: gates)
+        // Both were refused with the old token: each is sent again once with a new one.
+        #expect(Self.sent(queue.answered("a", .renewCredentials(reason: "HTTP 403 ExpiredProviderToken"), now: Self.now, gates: gates)) == ["a"])
+        #expect(Self.sent(queue.answered("b", .renewCredentials(reason: "HTTP 403 ExpiredProviderToken"), now: Self.now, gates: gates)) == ["b"])
         #expect(gates.renewed == [.apple, .apple])
-        // The third refusal waits for the backoff (three attempts: 3 s here).
-        #expect(queue.answered("a", .renewCredentials(reason: "HTTP 403 ExpiredProviderToken"), now: Self.now, gates: gates).isEmpty)
-        #expect(gates.renewed.count == 3)
-        #expect(Self.sent(queue.tick(now: Self.now.addingTimeInterval(3), gates: gates)) == ["a"])
-        #expect(queue.counters[.apple]?.errors["ExpiredProviderToken"] == 3)
+        #expect(Self.reports(queue.answered("b", .delivered, now: Self.now, gates: gates)) == ["b": .delivered])
+        // The new token is refused too: the credentials are wrong, and the delivery says so.
+        let failed = queue.answered("a", .renewCredentials(reason: "HTTP 403 InvalidProviderToken"), now: Self.now, gates: gates)
+        #expect(Self.reports(failed) == ["a": .failed(outcome: "InvalidCredentials", reason: "HTTP 403 InvalidProviderToken")])
+        #expect(gates.renewed.count == 2)
+        #expect(queue.counters[.apple]?.errors["ExpiredProviderToken"] == 2 && queue.counters[.apple]?.failed == 1)
     }
 
     @Test func anExpiredChannelAndAFailureAreCountedByTheServicesCode() {

@@ -8,6 +8,6 @@ import Testing
             #expect(PushService(platform: service.platform) == service)
         }
         #expect(PushService(platform: .linux) == nil)
-        #expect(PushService(platform: .wns) == nil)
+        #expect(PushService(platform: .gcm) == nil, "GCM is gone: its installations are FCM v1 now")
     }
 }

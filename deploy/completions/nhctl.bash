@@ -9,7 +9,7 @@ _nhctl() {
     local commands="health send cancel outcome installations user keys config pns"
     local options="--config --connection-string --json --timeout --help --version"
     case "$prev" in
-        --config|--key-file|--service-account|--rich)
+        --config|--key-file|--service-account|--secret-file|--rich)
             COMPREPLY=($(compgen -f -- "$cur")); return ;;
         --platform)
             COMPREPLY=($(compgen -W "apns fcmv1 gcm wns adm baidu browser" -- "$cur")); return ;;
@@ -37,10 +37,11 @@ _nhctl() {
         COMPREPLY=($(compgen -W "$subcommands" -- "$cur")); return
     fi
     if [[ "$command" == pns && ( "${words[i+1]}" == set || "${words[i+1]}" == remove ) && $((i + 2)) -eq $cword ]]; then
-        COMPREPLY=($(compgen -W "apple fcm browser" -- "$cur")); return
+        COMPREPLY=($(compgen -W "apple fcm browser wns adm baidu" -- "$cur")); return
     fi
     case "$command/${words[i+1]}" in
-        pns/set) options="$options --key-file --key-id --team-id --bundle-id --endpoint --service-account --subject" ;;
+        pns/set) options="$options --key-file --key-id --team-id --bundle-id --endpoint --service-account --subject
+                          --package-sid --tenant-id --client-id --secret-file --token-endpoint --api-key" ;;
         user/post) options="$options --app-id --title --body --raw --expires-in --priority --group" ;;
         user/credential) options="$options --lifetime" ;;
         installations/list) options="$options --tag --channel --top" ;;

@@ -69,7 +69,27 @@
     refreshHealth();
     refreshMessages();
     sampleMetrics();
-    timers.push(setInterval(refreshHealth, 5000), setInterval(refreshMessages, 5000), setInterval(sampleMetrics, 2000));
+    refreshPushServices();
+    timers.push(setInterval(refreshHealth, 5000), setInterval(refreshMessages, 5000), setInterval(sampleMetrics, 2000),
+      setInterval(refreshPushServices, 30000));
+  }
+
+  // Push services: each one's platform, endpoint and what identifies its credentials, never a secret.
+  async function refreshPushServices() {
+    try {
+      const { services } = await (await api("GET", "pns")).json();
+      $("push-services").replaceChildren(...services.map((service) => el("tr", { "data-service": service.service },
+        el("td", { class: "mono" }, service.service),
+        el("td", { class: "mono" }, service.platform),
+        el("td", { class: "mono" }, service.endpoint),
+        el("td", { class: "hint" }, [
+          ...Object.entries(service.settings || {}).sort(([a], [b]) => a.localeCompare(b)).map(([name, value]) => `${name} ${value}`),
+          `(${service.source === "set" ? "set over REST or nhctl" : "from the configuration"})`,
+        ].join(" · ")))));
+      show($("push-none"), services.length === 0);
+    } catch (error) {
+      // A key without Manage rights may not read them: the section stays empty.
+    }
   }
 
   // Health
