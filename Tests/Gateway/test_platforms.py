@@ -21,7 +21,7 @@ DEVICES = {
     "plat-apns": ("APNS", "A1B2C3D4E5F6", {"apple": TEMPLATE}),
     "plat-gcm": ("gcm", "gcm-token-1", {"t": {"body": '{"data":{"m":"$(message)"}}'}}),
     "plat-fcmv1": ("fcmV1", "fcm-token-1", {"t": {"body": '{"message":{"notification":{"body":"$(message)"}}}'}}),
-    "plat-wns": ("wns", "https://wns.example.org/?token=1",
+    "plat-wns": ("wns", "https://db5.notify.windows.com/?token=1",
                  {"t": {"body": "<toast><visual><binding template=\"ToastText01\"><text id=\"1\">$(message)</text></binding></visual></toast>",
                         "headers": {"X-WNS-Type": "wns/toast"}}}),
     "plat-adm": ("adm", "adm-id-1", {}),

@@ -1,6 +1,8 @@
-"""Delivery to phones and browsers through their push services: the dispatcher against stand-in
-APNs, FCM and Web Push services on loopback (Tests/Support/pushstandins.py), which check every
-token, signature and encryption and record what they got. The real executables, a real agent."""
+"""Delivery to phones, browsers and Windows, Amazon and Baidu devices through their push services:
+the dispatcher against stand-in APNs, FCM, Web Push, WNS, ADM and Baidu services on loopback
+(Tests/Support/pushstandins.py), which check every token, signature and encryption and record what
+they got. The real executables, a real agent."""
+import xml.etree.ElementTree as ElementTree
 import json
 import os
 import stat
@@ -19,11 +21,17 @@ MESSAGE = 'Breaking: "quotes", a \\ backslash, <tags> & ünïcödé'
 def push_config(standins, **overrides):
     """The hub's `push` settings for the stand-ins."""
     config = standins.config()
+    wns, adm, baidu = config["wns"], config["adm"], config["baidu"]
     push = {
         "caFile": config["caFile"],
         "apple": {key: config["apple"][key] for key in ["keyFile", "keyId", "teamId", "bundleId", "endpoint"]},
         "fcm": {"serviceAccountFile": config["fcm"]["serviceAccountFile"], "endpoint": config["fcm"]["endpoint"]},
         "browser": {"subject": "mailto:ops@example.com"},
+        # The newer form of WNS credentials, a Microsoft Entra application; the classic one is set over REST below.
+        "wns": {"tenantId": wns["tenantId"], "clientId": wns["clientId"], "secret": wns["secret"], "tokenEndpoint": wns["entraTokenEndpoint"]},
+        "wnsChannelDomain": wns["channelDomain"],
+        "adm": {key: adm[key] for key in ["clientId", "clientSecret", "endpoint", "tokenEndpoint"]},
+        "baidu": {key: baidu[key] for key in ["apiKey", "secretKey", "endpoint"]},
     }
     push.update(overrides)
     return push
@@ -43,7 +51,8 @@ def hub(standins):
     # The agent of this host, on the same tag as the phones and browsers.
     agent_env = {"NH_AGENT_HOME": os.path.join(hub.data, "agent"), "NH_AGENT_INSTALLATION_ID": "push-linux"}
     assert hub.start_services()
-    subprocess.run([os.path.join(BIN, "nh-agent"), "subscribe", "Everywhere"], env={**hub.env, **agent_env}, check=True, capture_output=True)
+    subprocess.run([os.path.join(BIN, "nh-agent"), "subscribe", "Everywhere", "World"], env={**hub.env, **agent_env}, check=True,
+                   capture_output=True)
     hub.agent_output = os.path.join(hub.data, "agent.jsonl")
     hub.start("agent", "nh-agent", env=agent_env, stdout=open(hub.agent_output, "ab"))
     assert wait_until(lambda: dispatcher(hub).get("agents") == "1", timeout=30)
@@ -64,11 +73,11 @@ def dispatcher(hub):
         return {}
 
 
-def register(hub, installation_id, platform, channel, template, tags):
+def register(hub, installation_id, platform, channel, template, tags, template_headers=None):
     if isinstance(channel, dict):
         channel = {k: channel[k] for k in ["endpoint", "p256dh", "auth"]}
     body = {"installationId": installation_id, "platform": platform, "pushChannel": channel, "tags": tags,
-            "templates": {"t": {"body": template}}}
+            "templates": {"t": {"body": template, **({"headers": template_headers} if template_headers else {})}}}
     r = requests.put(f"{hub.base}/hub/installations/{installation_id}?{API}", headers=headers(hub), json=body)
     assert r.status_code == 200, r.text
     # The dispatcher knows it once the registry's change stream has reached it.
@@ -348,7 +357,12 @@ def test_pns_show_names_each_service_and_never_a_secret(hub, standins):
     r = requests.get(f"{hub.base}/hub/pns", headers={"Authorization": hub.token()})
     assert r.status_code == 200
     services = {s["service"]: s for s in r.json()["services"]}
-    assert set(services) == {"apple", "fcm", "browser"}
+    assert set(services) == {"apple", "fcm", "browser", "wns", "adm", "baidu"}
+    assert services["wns"]["settings"] == {"tenantId": standins.wns.tenant_id, "clientId": standins.wns.client_id,
+                                           "tokenEndpoint": standins.config()["wns"]["entraTokenEndpoint"], "channelDomain": "localhost"}
+    assert services["adm"]["settings"]["clientId"] == standins.adm.client_id and services["baidu"]["settings"] == {"apiKey": standins.baidu.api_key}
+    for secret in [standins.wns.secret, standins.adm.client_secret, standins.baidu.secret_key]:
+        assert secret not in r.text
     assert services["apple"]["settings"] == {"keyId": standins.apple.key_id, "teamId": standins.apple.team_id,
                                              "bundleId": standins.apple.bundle_id}
     assert services["fcm"]["settings"]["projectId"] == "nh-test" and services["apple"]["source"] == "config"
@@ -485,3 +499,202 @@ def test_a_malformed_key_file_stops_the_dispatcher(standins, tmp_path):
         assert result.returncode == 2 and "has no 'project_id'" in result.stderr, result.stderr
     finally:
         hub.stop_all()
+
+
+# MARK: Windows, Amazon and Baidu
+
+
+WNS_TEMPLATE = '<toast><visual><binding template="ToastGeneric"><text>News</text><text>$(message)</text></binding></visual></toast>'
+WNS_HEADERS = {"X-WNS-Type": "wns/toast"}
+ADM_TEMPLATE = '{"data":{"message":"$(message)"}}'
+BAIDU_TEMPLATE = '{"title":"News","description":"$(message)"}'
+
+
+def register_windows(hub, standins, name, tags, channel=None):
+    channel = channel or standins.wns.channel()
+    register(hub, name, "wns", channel, WNS_TEMPLATE, tags, template_headers=WNS_HEADERS)
+    return channel
+
+
+def channel_token(channel):
+    return channel.split("token=", 1)[1]
+
+
+def test_breaking_news_reaches_windows_amazon_and_baidu_beside_apple_google_and_linux(hub, standins):
+    """The documents' flow: one template send to the category World reaches a subscriber on every
+    platform, each in its own format, each counted in its platform's outcome."""
+    before = int(dispatcher(hub).get("installations", 0))
+    register(hub, "world-iphone", "apns", token(100), APPLE_TEMPLATE, ["World"])
+    register(hub, "world-android", "fcmv1", "fcm-world", FCM_TEMPLATE, ["World"])
+    windows = register_windows(hub, standins, "world-windows", ["World"])
+    kindle = "amzn1.adm-registration.v3.Y29tLmFtYXpvbi5EZXZpY2VNZXNzYWdpbmcuUmVnaXN0cmF0aW9uSWRFbmNyeXB0aW9uS2V5IQ"
+    register(hub, "world-kindle", "adm", kindle, ADM_TEMPLATE, ["World"])
+    baidu = standins.baidu.channel()
+    register(hub, "world-baidu", "baidu", baidu, BAIDU_TEMPLATE, ["World"])
+    wait_indexed(hub, before, 5)
+
+    response = send(hub, "World", {"messageParam": MESSAGE, "message": MESSAGE, "title": "News"},
+                    **{"ServiceBusNotification-TimeToLive": "600"})
+    for platform in ["apns", "fcmv1", "wns", "adm", "baidu", "linux"]:
+        settled(hub, response, platform, "Success")
+
+    # WNS: over HTTP/1.1 to the channel URI, with an Entra token, the toast's XML escaped around the message.
+    record = standins.wns.wait_for(lambda r: r["kind"] == "send" and r["channel"] == windows, timeout=5)[0]
+    assert record["verified"], record["problem"]
+    assert record["http"] == "HTTP/1.1" and record["type"] == "wns/toast" and record["headers"]["content-type"] == "text/xml"
+    assert [t.text for t in ElementTree.fromstring(record["body"]).iter("text")] == ["News", MESSAGE]
+    assert 540 <= int(record["wns"]["x-wns-ttl"]) <= 600
+    assert any(r["kind"] == "token" and r["form"]["scope"] == "https://wns.windows.com/.default" for r in standins.wns.records())
+    # ADM: the data as strings, with how long to keep it for a device that is off.
+    record = standins.adm.wait_for(lambda r: r["registration"] == kindle, timeout=5)[0]
+    assert record["verified"], record["problem"]
+    assert record["message"]["data"] == {"message": MESSAGE} and 540 <= record["message"]["expiresAfter"] <= 600
+    # Baidu: a signed request the stand-in verified, the notification as msg.
+    record = standins.baidu.wait_for(lambda r: r["channel"] == baidu.split("-", 1)[1], timeout=5)[0]
+    assert record["verified"], record["problem"]
+    assert record["msg"] == {"title": "News", "description": MESSAGE} and record["params"]["msg_type"] == "1"
+    assert wait_until(lambda: any(l.get("payload", {}).get("message") == MESSAGE for l in json_lines(hub.agent_output)), timeout=15)
+
+    details = outcome(hub, response)
+    for platform in ["apns", "fcmv1", "wns", "adm", "baidu"]:
+        assert details["platforms"][platform] == {"Targets": 1, "Success": 1}, (platform, details["platforms"])
+    counts = {item["name"]: item["count"] for item in details["outcomeCounts"]}
+    assert counts["Success"] == 6 and counts["Failed"] == 0, counts
+    xml = requests.get(response.headers["Location"], headers={"Authorization": hub.token()}).text.replace("\n", "").replace(" ", "")
+    for element in ["WnsOutcomeCounts", "AdmOutcomeCounts", "BaiduOutcomeCounts"]:
+        assert f"<{element}><Outcome><Name>Success</Name><Count>1</Count></Outcome></{element}>" in xml, xml
+    figures = dispatcher(hub)
+    assert int(figures["pushWnsDeliveredTotal"]) >= 1 and int(figures["pushAdmDeliveredTotal"]) >= 1
+    assert int(figures["pushBaiduDeliveredTotal"]) >= 1 and int(figures["pushWnsAnswerStatusReceivedTotal"]) >= 1
+
+
+def test_a_windows_channel_elsewhere_than_wns_is_refused_at_registration(hub):
+    body = {"installationId": "windows-elsewhere", "platform": "wns", "pushChannel": "https://hub.attacker.example/w/?token=1",
+            "tags": ["World"], "templates": {"t": {"body": WNS_TEMPLATE, "headers": WNS_HEADERS}}}
+    r = requests.put(f"{hub.base}/hub/installations/windows-elsewhere?{API}", headers=headers(hub), json=body)
+    assert r.status_code == 400 and "the channel URI Windows handed the app" in r.text and ".localhost/" in r.text, r.text
+
+
+@pytest.mark.parametrize("platform,outcome_name", [("wns", "ExpiredChannel"), ("adm", "ExpiredChannel"), ("baidu", "BadChannel")])
+def test_a_gone_channel_removes_its_installation_and_is_never_tried_again(hub, standins, platform, outcome_name):
+    before = int(dispatcher(hub).get("installations", 0))
+    installation = f"gone-{platform}"
+    if platform == "wns":
+        channel = register_windows(hub, standins, installation, [f"Gone{platform}"])
+        target, service = channel_token(channel), standins.wns
+    elif platform == "adm":
+        channel = target = "amzn1.adm-registration.v3.gone"
+        register(hub, installation, "adm", channel, ADM_TEMPLATE, [f"Gone{platform}"])
+        service = standins.adm
+    else:
+        channel = standins.baidu.channel()
+        target, service = channel.split("-", 1)[1], standins.baidu
+        register(hub, installation, "baidu", channel, BAIDU_TEMPLATE, [f"Gone{platform}"])
+    service.unregister(target)
+    wait_indexed(hub, before, 1)
+    response = send(hub, f"Gone{platform}", {"message": "to a device that left"})
+    settled(hub, response, platform, outcome_name)
+    assert wait_until(lambda: requests.get(f"{hub.base}/hub/installations/{installation}?{API}",
+                                           headers=headers(hub)).status_code == 404, timeout=15)
+    tried = len([r for r in service.records() if r.get("status") and target in json.dumps(r.get("channel") or r.get("registration"))])
+    assert tried == 1
+    again = send(hub, f"Gone{platform}", {"message": "once more"})
+    assert wait_until(lambda: outcome(hub, again).get("state") in ("Completed", "NoTargetFound"), timeout=15), outcome(hub, again)
+    assert len([r for r in service.records() if target in json.dumps(r.get("channel") or r.get("registration"))]) == tried
+
+
+@pytest.mark.parametrize("platform", ["wns", "adm"])
+def test_a_throttled_delivery_is_sent_once_more_after_the_wait(hub, standins, platform):
+    before = int(dispatcher(hub).get("installations", 0))
+    if platform == "wns":
+        channel = register_windows(hub, standins, "windows-throttled", ["ThrottledWns"])
+        target, service, status = channel_token(channel), standins.wns, 406
+    else:
+        channel = target = "amzn1.adm-registration.v3.throttled"
+        register(hub, "kindle-throttled", "adm", channel, ADM_TEMPLATE, ["ThrottledAdm"])
+        service, status = standins.adm, 429
+    wait_indexed(hub, before, 1)
+    service.script(target, status, {"reason": "MaxRateExceeded"} if platform == "adm" else b"", headers={"Retry-After": "2"})
+    response = send(hub, f"Throttled{platform.capitalize()}", {"message": "after a pause"})
+    settled(hub, response, platform, "Success")
+    records = [r for r in service.records() if r.get("kind") == "send" and target in json.dumps(r.get("channel") or r.get("registration"))]
+    assert [r["status"] for r in records] == [status, 200]
+    assert records[1]["received_at"] - records[0]["received_at"] >= 1.9
+
+
+@pytest.mark.parametrize("platform", ["wns", "adm"])
+def test_an_expired_access_token_is_fetched_again_once(hub, standins, platform):
+    before = int(dispatcher(hub).get("installations", 0))
+    if platform == "wns":
+        service = standins.wns
+        register_windows(hub, standins, "windows-renew", ["RenewWns"])
+    else:
+        service = standins.adm
+        register(hub, "kindle-renew", "adm", "amzn1.adm-registration.v3.renew", ADM_TEMPLATE, ["RenewAdm"])
+    wait_indexed(hub, before, 1)
+    seen = len(service.records())
+    service.revoke_access_tokens()
+    response = send(hub, f"Renew{platform.capitalize()}", {"message": "with a new token"})
+    settled(hub, response, platform, "Success")
+    statuses = [(r["kind"], r["status"]) for r in service.records()[seen:]]
+    assert statuses == [("send", 401), ("token", 200), ("send", 200)], statuses
+
+
+def test_adm_names_a_device_anew_and_its_installation_follows(hub, standins):
+    before = int(dispatcher(hub).get("installations", 0))
+    old, new = "amzn1.adm-registration.v3.old", "amzn1.adm-registration.v3.canonical"
+    register(hub, "kindle-moved", "adm", old, ADM_TEMPLATE, ["Canonical"])
+    wait_indexed(hub, before, 1)
+    standins.adm.canonical[old] = new
+    response = send(hub, "Canonical", {"message": "to the new id"})
+    settled(hub, response, "adm", "Success")
+    assert wait_until(lambda: requests.get(f"{hub.base}/hub/installations/kindle-moved?{API}", headers=headers(hub))
+                      .json().get("pushChannel") == new, timeout=15)
+    again = send(hub, "Canonical", {"message": "again"})
+    settled(hub, again, "adm", "Success")
+    assert standins.adm.wait_for(lambda r: r["registration"] == new and r["status"] == 200, timeout=5)
+
+
+def test_classic_windows_credentials_set_over_rest_are_used_and_kept(hub, standins):
+    config = standins.config()["wns"]
+    r = requests.put(f"{hub.base}/hub/pns/wns", headers=headers(hub), json={
+        "packageSid": config["packageSid"], "secret": config["secret"], "tokenEndpoint": config["classicTokenEndpoint"]})
+    assert r.status_code == 200, r.text
+    assert {s["service"]: s["settings"].get("packageSid") for s in r.json()["services"]}["wns"] == config["packageSid"]
+    bad = requests.put(f"{hub.base}/hub/pns/wns", headers=headers(hub), json={"packageSid": "S-1-15-2-1", "secret": "x"})
+    assert bad.status_code == 400 and "ms-app://" in bad.text, bad.text
+    try:
+        before = int(dispatcher(hub).get("installations", 0))
+        channel = register_windows(hub, standins, "windows-classic", ["Classic"])
+        wait_indexed(hub, before, 1)
+        seen = len(standins.wns.records())
+        response = send(hub, "Classic", {"message": "with the Package SID"})
+        settled(hub, response, "wns", "Success")
+        tokens = [r for r in standins.wns.records()[seen:] if r["kind"] == "token"]
+        assert [t["form"]["scope"] for t in tokens] == ["notify.windows.com"] and tokens[0]["status"] == 200
+        assert standins.wns.wait_for(lambda r: r["channel"] == channel and r["status"] == 200, timeout=5)
+    finally:
+        assert requests.delete(f"{hub.base}/hub/pns/wns", headers=headers(hub)).status_code == 200
+
+
+def test_nhctl_pns_sets_windows_amazon_and_baidu_from_secret_files(hub, standins):
+    config = standins.config()
+    nhctl = os.path.join(BIN, "nhctl")
+    for arguments in (["wns", "--tenant-id", config["wns"]["tenantId"], "--client-id", config["wns"]["clientId"],
+                       "--secret-file", config["wns"]["secretFile"], "--token-endpoint", config["wns"]["entraTokenEndpoint"]],
+                      ["adm", "--client-id", config["adm"]["clientId"], "--secret-file", config["adm"]["secretFile"]],
+                      ["baidu", "--api-key", config["baidu"]["apiKey"], "--secret-file", config["baidu"]["secretFile"]]):
+        done = subprocess.run([nhctl, "pns", "set", *arguments], env=hub.env, capture_output=True, text=True, timeout=30)
+        assert done.returncode == 0, done.stderr
+    shown = subprocess.run([nhctl, "pns", "show"], env=hub.env, capture_output=True, text=True, timeout=30).stdout
+    assert "wns  wns" in shown and "adm  adm" in shown and "baidu  baidu" in shown and "(set)" in shown, shown
+    for secret in [config["wns"]["secret"], config["adm"]["clientSecret"], config["baidu"]["secretKey"]]:
+        assert secret not in shown
+    # Endpoints left out keep the configured ones.
+    services = {s["service"]: s for s in requests.get(f"{hub.base}/hub/pns", headers=headers(hub)).json()["services"]}
+    assert services["adm"]["endpoint"] == config["adm"]["endpoint"] and services["baidu"]["endpoint"] == config["baidu"]["endpoint"]
+    missing = subprocess.run([nhctl, "pns", "set", "baidu", "--api-key", "k"], env=hub.env, capture_output=True, text=True, timeout=30)
+    assert missing.returncode == 2 and "--secret-file" in missing.stderr
+    for name in ["wns", "adm", "baidu"]:
+        assert subprocess.run([nhctl, "pns", "remove", name], env=hub.env, capture_output=True, timeout=30).returncode == 0
+

@@ -4,7 +4,8 @@
   in the dispatcher until a stream is free, so its timeout runs from when it goes out, and more
   connections are opened (up to push.connectionsPerHost) as streams fill;
 - a connection that stops answering is closed after push.stallMs, and its requests go out again
-  on a new one, each delivered once."""
+  on a new one, each delivered once: on HTTP/2 (APNs) and on HTTP/1.1 (WNS), where a connection
+  carries one request at a time."""
 import collections
 import os
 import subprocess
@@ -12,7 +13,8 @@ import subprocess
 import pytest
 
 from conftest import Hub, wait_until
-from test_push import APPLE_TEMPLATE, dispatcher, platform_counts, push_config, register, send, token, wait_indexed, write_config
+from test_push import (APPLE_TEMPLATE, WNS_HEADERS, WNS_TEMPLATE, dispatcher, platform_counts, push_config, register, send, token,
+                       wait_indexed, write_config)
 
 
 @pytest.fixture(scope="module")
@@ -86,3 +88,28 @@ def test_a_connection_that_stops_answering_is_replaced(hub, standins):
     answered = [r for r in standins.apple.records() if r["token"] in set(devices) and r["status"] == 200]
     # Each device answered once for each send; the stuck connection recorded nothing it answered.
     assert collections.Counter(r["token"] for r in answered) == {device: 2 for device in devices}
+
+
+def test_a_wns_connection_that_stops_answering_is_replaced(hub, standins):
+    """WNS speaks HTTP/1.1: each connection carries one request at a time, and the requests past the
+    connections wait in the dispatcher, their timeouts not yet running."""
+    channels = [standins.wns.channel() for _ in range(6)]
+    before = int(dispatcher(hub).get("installations", 0))
+    for i, channel in enumerate(channels):
+        register(hub, f"stuck-windows-{i}", "wns", channel, WNS_TEMPLATE, ["StuckWindows"], template_headers=WNS_HEADERS)
+    wait_indexed(hub, before, len(channels))
+    first = send(hub, "StuckWindows", {"message": "before"})
+    assert wait_until(lambda: platform_counts(hub, first, "wns").get("Success", 0) == len(channels), timeout=30), \
+        platform_counts(hub, first, "wns")
+    assert all(r["http"] == "HTTP/1.1" for r in standins.wns.records() if r["kind"] == "send")
+    standins.wns.hang()
+    stalls = int(dispatcher(hub).get("pushStalls", 0))
+    connections = standins.wns.stats()["connections"]
+    response = send(hub, "StuckWindows", {"message": "after"})
+    assert wait_until(lambda: platform_counts(hub, response, "wns").get("Success", 0) == len(channels), timeout=25), \
+        (platform_counts(hub, response, "wns"), standins.wns.stats())
+    assert standins.wns.stats()["connections"] > connections
+    assert int(dispatcher(hub).get("pushStalls", 0)) > stalls
+    answered = collections.Counter(r["channel"] for r in standins.wns.records() if r["kind"] == "send" and r["status"] == 200)
+    assert answered == {channel: 2 for channel in channels}, answered
+

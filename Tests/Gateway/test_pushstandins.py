@@ -1,8 +1,10 @@
 """The push stand-ins (Tests/Support/pushstandins.py) checked with clients of their own, written
 from the services' documentation rather than from the stand-ins' code, so that the stand-ins are
 known to be right before the hub is tested against them: APNs over HTTP/2 with an ES256 provider
-token, FCM's OAuth token exchange and send, Web Push with aes128gcm and VAPID, and the stand-ins
-run as a process."""
+token, FCM's OAuth token exchange and send, Web Push with aes128gcm and VAPID, WNS with both forms
+of token and its channel URIs over HTTP/1.1, ADM with Login with Amazon, Baidu's signed requests,
+and the stand-ins run as a process."""
+import hashlib
 import base64
 import json
 import os
@@ -462,6 +464,184 @@ def test_webpush_unregistered_subscription(standins, config, vapid):
     assert answer.status_code == 410
 
 
+# --- WNS -----------------------------------------------------------------------------------------
+
+@pytest.fixture
+def loopback_names(monkeypatch):
+    """Names under .localhost reach loopback, as libcurl resolves them (the hub's WNS channels)."""
+    resolve = socket.getaddrinfo
+
+    def getaddrinfo(host, *args, **kwargs):
+        return resolve("127.0.0.1" if isinstance(host, str) and host.endswith(".localhost") else host, *args, **kwargs)
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+
+
+def wns_token(config, classic=False, **change):
+    wns = config["wns"]
+    form = {"grant_type": "client_credentials", "client_id": wns["packageSid"] if classic else wns["clientId"],
+            "client_secret": wns["secret"], "scope": "notify.windows.com" if classic else "https://wns.windows.com/.default", **change}
+    url = wns["classicTokenEndpoint"] if classic else wns["entraTokenEndpoint"]
+    return requests.post(url, data=form, verify=config["caFile"], timeout=TIMEOUT)
+
+
+TOAST = b'<toast><visual><binding template="ToastGeneric"><text>hi</text></binding></visual></toast>'
+
+
+def wns_send(config, channel, token, body=TOAST, **headers):
+    sent = {"authorization": f"Bearer {token}", "x-wns-type": "wns/toast", "content-type": "text/xml", **headers}
+    return requests.post(channel, data=body, headers={k: v for k, v in sent.items() if v is not None},
+                         verify=config["caFile"], timeout=TIMEOUT)
+
+
+def test_wns_gives_tokens_for_either_form_of_credentials_and_its_scope_only(config, loopback_names):
+    classic = wns_token(config, classic=True)
+    assert classic.status_code == 200 and classic.json()["token_type"] == "bearer" and classic.json()["expires_in"] == 86400
+    entra = wns_token(config)
+    assert entra.status_code == 200 and entra.json()["expires_in"] == "86399" and entra.json()["access_token"]
+    assert wns_token(config, scope="notify.windows.com").json()["error"] == "invalid_scope"
+    assert wns_token(config, classic=True, client_secret="wrong").json()["error"] == "invalid_client"
+    assert wns_token(config, client_id="someone-else").status_code == 401
+    assert requests.post(config["wns"]["entraTokenEndpoint"], json={"grant_type": "client_credentials"},
+                         verify=config["caFile"], timeout=TIMEOUT).status_code == 400
+
+
+def test_wns_takes_a_notification_on_its_channel_over_http1(standins, config, loopback_names):
+    token = wns_token(config).json()["access_token"]
+    channel = standins.wns.channel()
+    assert channel.startswith("https://wns.localhost:")
+    answer = wns_send(config, channel, token, **{"x-wns-requestforstatus": "true", "x-wns-ttl": "60"})
+    assert answer.status_code == 200 and answer.headers["x-wns-status"] == "received"
+    assert answer.headers["x-wns-deviceconnectionstatus"] == "connected" and len(answer.headers["x-wns-msg-id"]) <= 16
+    record = standins.wait_for("wns", lambda r: r["channel"] == channel, TIMEOUT)[0]
+    assert record["verified"] and record["http"] == "HTTP/1.1" and record["xml_root"] == "toast"
+    raw = wns_send(config, channel, token, body=b"\x00\x01raw", **{"x-wns-type": "wns/raw", "content-type": "application/octet-stream"})
+    assert raw.status_code == 200
+
+
+@pytest.mark.parametrize("change,status", [
+    ({"authorization": None}, 401), ({"authorization": "Bearer made-up"}, 401), ({"x-wns-type": "wns/popup"}, 400),
+    ({"content-type": "application/octet-stream"}, 400), ({"x-wns-type": "wns/tile"}, 400), ({"x-wns-tag": "a-tag-far-too-long!"}, 400),
+    ({"x-wns-ttl": "soon"}, 400), ({"body": b"<toast>" + b"x" * 5000 + b"</toast>"}, 413), ({"body": b"not xml"}, 400),
+])
+def test_wns_refuses_what_wns_refuses(standins, config, loopback_names, change, status):
+    token = wns_token(config).json()["access_token"]
+    change = dict(change)
+    body = change.pop("body", TOAST)
+    assert wns_send(config, standins.wns.channel(), token, body=body, **change).status_code == status
+
+
+def test_wns_answers_a_gone_channel_a_throttle_and_another_host(standins, config, loopback_names):
+    token = wns_token(config).json()["access_token"]
+    gone = standins.wns.channel()
+    standins.wns.unregister(gone.split("token=")[1])
+    assert wns_send(config, gone, token).status_code == 410
+    busy = standins.wns.channel()
+    standins.wns.script(busy.split("token=")[1], 406, b"", headers={"Retry-After": "3"})
+    answer = wns_send(config, busy, token)
+    assert answer.status_code == 406 and answer.headers["retry-after"] == "3"
+    assert wns_send(config, busy, token).status_code == 200
+    # The channel's host is WNS's: a request that names another is no channel of its.
+    other = busy.replace("https://wns.localhost:", "https://127.0.0.1:")
+    assert wns_send(config, other, token).status_code == 404
+
+
+# --- ADM -----------------------------------------------------------------------------------------
+
+def adm_token(config, **change):
+    adm = config["adm"]
+    form = {"grant_type": "client_credentials", "scope": "messaging:push", "client_id": adm["clientId"],
+            "client_secret": adm["clientSecret"], **change}
+    return requests.post(adm["tokenEndpoint"], data=form, verify=config["caFile"], timeout=TIMEOUT)
+
+
+def adm_send(config, registration, token, message, **headers):
+    sent = {"authorization": f"Bearer {token}", "content-type": "application/json", "accept": "application/json",
+            "x-amzn-type-version": "com.amazon.device.messaging.ADMMessage@1.0",
+            "x-amzn-accept-type": "com.amazon.device.messaging.ADMSendResult@1.0", **headers}
+    return requests.post(f"{config['adm']['endpoint']}/messaging/registrations/{registration}/messages",
+                         data=json.dumps(message), headers={k: v for k, v in sent.items() if v is not None},
+                         verify=config["caFile"], timeout=TIMEOUT)
+
+
+def test_adm_gives_tokens_for_messaging_push_and_takes_data_of_strings(standins, config):
+    answer = adm_token(config)
+    assert answer.status_code == 200 and answer.json()["scope"] == "messaging:push" and answer.json()["expires_in"] == 3600
+    assert adm_token(config, scope="profile").json()["error"] == "invalid_scope"
+    assert adm_token(config, client_secret="wrong").status_code == 401
+    token = answer.json()["access_token"]
+    sent = adm_send(config, "amzn1.adm-registration.v3.a", token, {"data": {"m": "hi"}, "consolidationKey": "k", "expiresAfter": 86400})
+    assert sent.status_code == 200 and sent.json() == {"registrationID": "amzn1.adm-registration.v3.a"}
+    standins.adm.canonical["amzn1.adm-registration.v3.old"] = "amzn1.adm-registration.v3.new"
+    assert adm_send(config, "amzn1.adm-registration.v3.old", token, {"data": {}}).json()["registrationID"] == "amzn1.adm-registration.v3.new"
+
+
+@pytest.mark.parametrize("message,headers,status,reason", [
+    ({"data": {"m": 1}}, {}, 400, "InvalidData"),
+    ({"notification": {"title": "t"}}, {}, 400, "InvalidData"),
+    ({"data": {"m": "x"}, "expiresAfter": 10}, {}, 400, "InvalidExpiration"),
+    ({"data": {"m": "x" * 6200}}, {}, 413, "MessageTooLarge"),
+    ({"data": {"m": "x"}}, {"x-amzn-type-version": "com.amazon.device.messaging.ADMMessage@2.0"}, 400, "InvalidType"),
+    ({"data": {"m": "x"}}, {"authorization": "Bearer made-up"}, 401, "AccessTokenExpired"),
+])
+def test_adm_refuses_what_adm_refuses(config, message, headers, status, reason):
+    token = adm_token(config).json()["access_token"]
+    answer = adm_send(config, "amzn1.adm-registration.v3.b", token, message, **headers)
+    assert (answer.status_code, answer.json()["reason"]) == (status, reason)
+
+
+def test_adm_says_when_a_device_is_gone(standins, config):
+    token = adm_token(config).json()["access_token"]
+    standins.adm.unregister("amzn1.adm-registration.v3.gone")
+    answer = adm_send(config, "amzn1.adm-registration.v3.gone", token, {"data": {"m": "x"}})
+    assert (answer.status_code, answer.json()) == (400, {"reason": "Unregistered"})
+
+
+# --- Baidu ---------------------------------------------------------------------------------------
+
+def php_urlencode(text):
+    """PHP's urlencode, as Baidu's reference signs: only letters, digits and -_. stay, a space is +."""
+    return urllib.parse.quote_plus(text, safe="").replace("~", "%7E")
+
+
+def baidu_post(config, params, sign=None, **headers):
+    url = f"{config['baidu']['endpoint']}/push/single_device"
+    joined = "".join(f"{k}={params[k]}" for k in sorted(params))
+    params = {**params, "sign": sign or hashlib.md5(php_urlencode("POST" + url + joined + config["baidu"]["secretKey"]).encode()).hexdigest()}
+    sent = {"content-type": "application/x-www-form-urlencoded;charset=utf-8", "user-agent": "BCCS_SDK/3.0 (Linux; test) Python", **headers}
+    return requests.post(url, data=urllib.parse.urlencode(params), headers=sent, verify=config["caFile"], timeout=TIMEOUT)
+
+
+def baidu_params(config, **change):
+    return {"apikey": config["baidu"]["apiKey"], "timestamp": str(int(time.time())), "device_type": "3",
+            "channel_id": "3713840169076546629", "msg_type": "1", "msg": json.dumps({"title": "t", "description": "d ~*"}), **change}
+
+
+def test_baidu_takes_a_signed_request_for_a_channel(standins, config):
+    answer = baidu_post(config, baidu_params(config))
+    assert answer.status_code == 200 and answer.json()["response_params"]["msg_id"]
+    record = standins.wait_for("baidu", lambda r: r["channel"] == "3713840169076546629", TIMEOUT)[-1]
+    assert record["verified"] and record["msg"] == {"title": "t", "description": "d ~*"}
+
+
+@pytest.mark.parametrize("change,headers,code", [
+    ({}, {"user-agent": "python-requests"}, 30602),
+    ({"timestamp": str(int(time.time()) - 3600)}, {}, 30606),
+    ({"channel_id": "not-a-channel"}, {}, 30602),
+    ({"msg": json.dumps({"title": "t", "description": "x" * 4100})}, {}, 30602),
+    ({"msg": json.dumps({"title": "no description"})}, {}, 30602),
+    ({"apikey": "someone-else"}, {}, 30603),
+])
+def test_baidu_refuses_what_baidu_refuses(config, change, headers, code):
+    assert baidu_post(config, baidu_params(config, **change), **headers).json()["error_code"] == code
+
+
+def test_baidu_refuses_a_wrong_signature_and_says_when_a_channel_is_unbound(standins, config):
+    answer = baidu_post(config, baidu_params(config), sign="0" * 32)
+    assert answer.status_code == 401 and answer.json()["error_code"] == 30603
+    standins.baidu.unregister("1111111111111111111")
+    assert baidu_post(config, baidu_params(config, channel_id="1111111111111111111")).json()["error_code"] == 30608
+
+
 # --- As a process --------------------------------------------------------------------------------
 
 def test_no_record_counts_only():
@@ -479,7 +659,7 @@ def test_runs_as_a_process(tmp_path):
         assert select.select([process.stdout], [], [], 20)[0], "no ready line"
         assert process.stdout.readline() == "ready\n"
         config = json.loads((tmp_path / "standins.json").read_text())
-        assert set(config) == {"caFile", "apple", "fcm", "webpush"} and os.path.exists(config["caFile"])
+        assert set(config) == {"caFile", "apple", "fcm", "webpush", "wns", "adm", "baidu"} and os.path.exists(config["caFile"])
         assert config["fcm"]["projectId"] == "nh-test" and os.path.exists(config["apple"]["keyFile"])
         answer = requests.post(config["webpush"]["subscribe"], verify=config["caFile"], timeout=TIMEOUT)
         assert answer.status_code == 201 and answer.json()["endpoint"].startswith(config["webpush"]["origin"])

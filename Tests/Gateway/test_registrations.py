@@ -163,7 +163,7 @@ def test_registration_id_then_create_or_update_with_etags(hub):
     ident = match.group(1)
     toast = '<toast><visual><binding template="ToastText01"><text id="1">$(message)</text></binding></visual></toast>'
     body = entry(f'<WindowsTemplateRegistrationDescription xmlns:i="{XSI}" xmlns="{SB}"><Tags>RegWns</Tags>'
-                 f'<ChannelUri>https://wns.example.org/?token=reg</ChannelUri><BodyTemplate><![CDATA[{toast}]]></BodyTemplate>'
+                 f'<ChannelUri>https://db5.notify.windows.com/?token=reg</ChannelUri><BodyTemplate><![CDATA[{toast}]]></BodyTemplate>'
                  '<TemplateName>Template Name</TemplateName>'
                  '<WnsHeaders><WnsHeader><Header>X-WNS-Type</Header><Value>wns/toast</Value></WnsHeader></WnsHeaders>'
                  '</WindowsTemplateRegistrationDescription>')
@@ -227,7 +227,9 @@ def test_every_platform_as_a_registration(hub):
 @pytest.mark.parametrize("body,status,words", [
     (entry(f'<MpnsRegistrationDescription xmlns="{SB}"><ChannelUri>https://x</ChannelUri></MpnsRegistrationDescription>'), 400, "not a registration this hub takes"),
     (entry(f'<AppleRegistrationDescription xmlns="{SB}"><Tags>a</Tags></AppleRegistrationDescription>'), 400, "needs <DeviceToken>"),
-    (entry(f'<WindowsTemplateRegistrationDescription xmlns="{SB}"><ChannelUri>https://x</ChannelUri><BodyTemplate>not xml</BodyTemplate>'
+    (entry(f'<WindowsRegistrationDescription xmlns="{SB}"><ChannelUri>https://hub.attacker.example/w</ChannelUri></WindowsRegistrationDescription>'),
+     400, ".notify.windows.com/"),
+    (entry(f'<WindowsTemplateRegistrationDescription xmlns="{SB}"><ChannelUri>https://db5.notify.windows.com/?token=x</ChannelUri><BodyTemplate>not xml</BodyTemplate>'
            '<WnsHeaders><WnsHeader><Header>X-WNS-Type</Header><Value>wns/toast</Value></WnsHeader></WnsHeaders></WindowsTemplateRegistrationDescription>'), 400, "must be XML"),
     (entry(f'<AppleTemplateRegistrationDescription xmlns="{SB}"><DeviceToken>AA</DeviceToken></AppleTemplateRegistrationDescription>'), 400, "needs <BodyTemplate>"),
     (entry(f'<AppleRegistrationDescription xmlns="{SB}"><Tags>bad tag</Tags><DeviceToken>AA</DeviceToken></AppleRegistrationDescription>'), 400, "tag"),

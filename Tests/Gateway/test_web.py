@@ -141,9 +141,19 @@ def test_console_signs_in_checks_input_and_sends_to_a_real_agent(web_hub, agent,
     driver.find_element(By.ID, "signin-button").click()
     assert until(lambda: "SharedAccessKeyName" in text(driver, "signin-error"), timeout=10)
 
+    # Baidu credentials set over REST before signing in: the page lists the service, never the secret.
+    r = requests.put(f"{hub.base}/hub/pns/baidu", headers={"Authorization": hub.token()},
+                     json={"apiKey": "console-api-key", "secretKey": "console-secret-key"})
+    assert r.status_code == 200, r.text
     type_into(driver, "connection", connection_string(hub))
     driver.find_element(By.ID, "signin-button").click()
     assert until(lambda: visible(driver, "app"), timeout=10)
+    def push_services():
+        return {row.get_attribute("data-service"): row.text for row in driver.find_elements(By.CSS_SELECTOR, "#push-services tr")}
+    assert until(lambda: "baidu" in push_services(), timeout=10), push_services()
+    assert "apiKey console-api-key" in push_services()["baidu"] and "set over REST" in push_services()["baidu"]
+    assert "console-secret-key" not in driver.page_source and not visible(driver, "push-none")
+    assert requests.delete(f"{hub.base}/hub/pns/baidu", headers={"Authorization": hub.token()}).status_code == 200
 
     # Health: every service up, with its uptime.
     def services():

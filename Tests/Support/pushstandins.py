@@ -1,6 +1,8 @@
 """Stand-in push services on loopback, for the end-to-end tests and the benchmarks: APNs (HTTP/2,
-token-based auth), FCM HTTP v1 with its OAuth token endpoint, and a Web Push service (RFC 8030,
-8291, 8292). Each checks what the real service checks, answers as it answers, and records every
+token-based auth), FCM HTTP v1 with its OAuth token endpoint, a Web Push service (RFC 8030,
+8291, 8292), WNS (channel URIs on wns.localhost, over HTTP/1.1, with the Microsoft account and
+Entra token endpoints), ADM (with Login with Amazon's token endpoint) and Baidu Cloud Push (signed
+requests). Each checks what the real service checks, answers as it answers, and records every
 request it received.
 
     with StandIns() as standins:
@@ -11,7 +13,7 @@ request it received.
 or as a process: `python3 pushstandins.py --dir DIR [--quiet] [--no-record]` writes
 DIR/standins.json, prints `ready`, serves until SIGTERM or SIGINT, then prints its counts.
 
-Each service (standins.apple, .fcm, .webpush) keeps every request as a dict: method, path,
+Each service (standins.apple, .fcm, .webpush, .wns, .adm, .baidu) keeps every request as a dict: method, path,
 headers (lower-case names), body, http ("HTTP/2" or "HTTP/1.1"), status (the answer's), verified
 and problem (which check failed, and why), and the fields its class lists in `fields`. Answers are
 scripted by target (device token, registration token, subscription id) with script(), unregister()
@@ -63,6 +65,9 @@ from cryptography.hazmat.primitives.asymmetric.utils import encode_dss_signature
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 HOST = "127.0.0.1"
+# WNS channel URIs are under a domain the hub is told (push.wnsChannelDomain): here localhost, whose
+# names libcurl resolves to loopback without asking DNS.
+WNS_HOST = "wns.localhost"
 
 # hpack decodes Huffman-coded header values in Python, a byte at a time; a provider sends the same
 # authorization header with every request, not indexed since it is secret, so its decoding is
@@ -167,8 +172,8 @@ def make_certificates(folder):
     server = certificate("127.0.0.1", key, "Push stand-ins test CA", ca_key, [
         (x509.BasicConstraints(ca=False, path_length=None), True), (usage(digital_signature=True), True),
         (x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), False),
-        (x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address(HOST)), x509.DNSName("localhost")]),
-         False)])
+        (x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address(HOST)), x509.DNSName("localhost"),
+                                      x509.DNSName(WNS_HOST)]), False)])
     with open(os.path.join(folder, "ca.pem"), "wb") as f:
         f.write(ca.public_bytes(serialization.Encoding.PEM))
     cert_path, key_path = os.path.join(folder, "server.pem"), os.path.join(folder, "server-key.pem")
@@ -365,6 +370,36 @@ class VerifiedCache(dict):
         return found
 
 
+class IssuesTokens:
+    """A service with an OAuth token endpoint (FCM, WNS, ADM): the access tokens it issued, until
+    they expire or are revoked, and how many token requests came."""
+
+    def start_issuing(self):
+        self.token_requests = 0
+        self._access = {}  # access token: expiry (time.time())
+
+    def token_requested(self):
+        with self._changed:
+            self.token_requests += 1
+
+    def issue(self, prefix, lifetime):
+        access = prefix + secrets.token_urlsafe(40)
+        self._access[access] = time.time() + lifetime
+        return access
+
+    def valid(self, authorization):
+        """Whether an Authorization header carries a bearer token this service issued, not yet expired."""
+        scheme, _, access = authorization.partition(" ")
+        return scheme.lower() == "bearer" and self._access.get(access.strip(), 0) >= time.time()
+
+    def revoke_access_tokens(self):
+        """Every access token issued so far is refused from now on (401), as after a key rotation."""
+        self._access.clear()
+
+    def stats(self):
+        return {**super().stats(), "tokenRequests": self.token_requests}
+
+
 # --- APNs ----------------------------------------------------------------------------------------
 
 APNS_PUSH_TYPES = {"alert", "background", "location", "voip", "complication", "fileprovider", "mdm",
@@ -502,7 +537,7 @@ def google_error(status, message=None):
     return {"error": error}
 
 
-class Fcm(Service):
+class Fcm(IssuesTokens, Service):
     """FCM HTTP v1 (POST /v1/projects/nh-test/messages:send) and Google's OAuth 2 token endpoint
     (POST /token, a JWT bearer assertion signed with the service account's key)."""
     name = "fcm"
@@ -517,8 +552,7 @@ class Fcm(Service):
         self.private_key_id = secrets.token_hex(20)
         key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
         self.public_key = key.public_key()
-        self.token_requests = 0
-        self._access = {}  # access token: expiry (time.time())
+        self.start_issuing()
         self.service_account_file = os.path.join(folder, "service-account.json")
         write_private(self.service_account_file, json.dumps({
             "type": "service_account", "project_id": self.project_id, "private_key_id": self.private_key_id,
@@ -529,25 +563,16 @@ class Fcm(Service):
         return {"endpoint": self.origin, "serviceAccountFile": self.service_account_file,
                 "projectId": self.project_id}
 
-    def revoke_access_tokens(self):
-        """Every access token issued so far is refused from now on (401), as after a key rotation."""
-        self._access.clear()
-
-    def stats(self):
-        return {**super().stats(), "tokenRequests": self.token_requests}
-
     def check(self, request, record):
         if request.method == "POST" and request.path == "/token":
             record["kind"] = "token"
-            with self._changed:
-                self.token_requests += 1
+            self.token_requested()
             self._check_assertion(request, record)
             return None
         if request.method != "POST" or request.path != self.send_path:
             raise Refuse(404, google_error(404, "Not found."), f"no {request.method} {request.path} here")
         record["kind"] = "send"
-        scheme, _, access = request.headers.get("authorization", "").partition(" ")
-        if scheme.lower() != "bearer" or self._access.get(access.strip(), 0) < time.time():
+        if not self.valid(request.headers.get("authorization", "")):
             raise Refuse(401, google_error(401), "no valid bearer access token")
         document = parse_json(request.body)
         message = record["message"] = document.get("message") if isinstance(document, dict) else None
@@ -595,9 +620,7 @@ class Fcm(Service):
 
     def success(self, record):
         if record["kind"] == "token":
-            access = "ya29." + secrets.token_urlsafe(32)
-            self._access[access] = time.time() + 3599
-            return 200, {"access_token": access, "expires_in": 3599, "token_type": "Bearer"}, {}
+            return 200, {"access_token": self.issue("ya29.", 3599), "expires_in": 3599, "token_type": "Bearer"}, {}
         message_id = f"0:{time.time_ns() // 1000}%{secrets.token_hex(8)}"
         return 200, {"name": f"projects/{self.project_id}/messages/{message_id}"}, {}
 
@@ -722,6 +745,298 @@ class WebPush(Service):
 
     def gone(self, target):
         return 410, self.error_body(410, "Subscription is no longer valid")
+
+
+# --- WNS -----------------------------------------------------------------------------------------
+
+WNS_TYPES = {"wns/toast": "toast", "wns/tile": "tile", "wns/badge": "badge", "wns/raw": None}
+WNS_ENTRA_SCOPE = "https://wns.windows.com/.default"
+
+
+def oauth_error(status, error, description):
+    return Refuse(status, {"error": error, "error_description": description}, description)
+
+
+def form_fields(request, content_type="application/x-www-form-urlencoded"):
+    """The form of a token request, refused unless its content type says it is one."""
+    if not request.headers.get("content-type", "").lower().startswith(content_type):
+        raise oauth_error(400, "invalid_request", f"Content-Type {request.headers.get('content-type')!r}, not {content_type}")
+    form = urllib.parse.parse_qs(request.body.decode("utf-8", "replace"), keep_blank_values=True)
+    return {key: values[0] for key, values in form.items()}
+
+
+class Wns(IssuesTokens, Service):
+    """WNS, over HTTP/1.1 only: channel URIs https://wns.localhost:<port>/w/?token=<channel>, a POST
+    each with `Authorization: Bearer`, `X-WNS-Type` and the content type it needs; the Microsoft
+    account service's token endpoint (POST /accesstoken.srf, a Package SID and secret, scope
+    notify.windows.com) and Entra's (POST /<tenant>/oauth2/v2.0/token, scope
+    https://wns.windows.com/.default)."""
+    name = "wns"
+    alpn = ("http/1.1",)
+    fields = ("kind", "channel", "type", "xml_root", "wns", "form")
+    package_sid = "ms-app://S-1-15-2-1234567890-1234567890-1234567890-123456789-1234567890-123456789-1234567890"
+    tenant_id = "72f988bf-86f1-41af-91ab-2d7cd011db47"
+    client_id = "3f2a9a1e-6c5b-4e0d-8a7e-1b2c3d4e5f60"
+
+    def prepare(self, folder, origin):
+        super().prepare(folder, origin.replace(HOST, WNS_HOST))
+        self.secret = secrets.token_urlsafe(24)
+        self.start_issuing()
+        self.secret_file = os.path.join(folder, "wns-secret")
+        write_private(self.secret_file, self.secret + "\n")
+
+    def config(self):
+        return {"origin": self.origin, "packageSid": self.package_sid, "tenantId": self.tenant_id, "clientId": self.client_id,
+                "secret": self.secret, "secretFile": self.secret_file, "classicTokenEndpoint": self.origin + "/accesstoken.srf",
+                "entraTokenEndpoint": f"{self.origin}/{self.tenant_id}/oauth2/v2.0/token", "channelDomain": "localhost"}
+
+    def channel(self):
+        """A new channel URI, as Windows hands one to an app."""
+        return f"{self.origin}/w/?token={secrets.token_urlsafe(24)}"
+
+    def check(self, request, record):
+        path, _, query = request.path.partition("?")
+        if request.method == "POST" and (path == "/accesstoken.srf" or path == f"/{self.tenant_id}/oauth2/v2.0/token"):
+            record["kind"] = "token"
+            self.token_requested()
+            form = record["form"] = form_fields(request)
+            if form.get("grant_type") != "client_credentials":
+                raise oauth_error(400, "unsupported_grant_type", f"grant_type {form.get('grant_type')!r}")
+            classic = path == "/accesstoken.srf"
+            client, scope = (self.package_sid, "notify.windows.com") if classic else (self.client_id, WNS_ENTRA_SCOPE)
+            if form.get("client_id") != client or form.get("client_secret") != self.secret:
+                raise oauth_error(400 if classic else 401, "invalid_client", "the client id or secret is not the app's")
+            if form.get("scope") != scope:
+                raise oauth_error(400, "invalid_scope", f"scope {form.get('scope')!r}, not {scope}")
+            return None
+        record["kind"] = "send"
+        token = urllib.parse.parse_qs(query).get("token", [None])[0]
+        if path != "/w/" or not token:
+            raise Refuse(404, b"", f"{request.method} {request.path} is no channel")
+        record["channel"] = f"{self.origin}{request.path}"
+        if request.method != "POST":
+            raise Refuse(405, b"", f"method {request.method}")
+        if request.http != "HTTP/1.1":
+            raise Refuse(400, b"", f"WNS speaks HTTP/1.1, not {request.http}")
+        headers = request.headers
+        if headers.get("host", "").split(":")[0] != WNS_HOST:
+            raise Refuse(404, b"", f"Host {headers.get('host')!r} is not the channel's")
+        record["wns"] = {name: value for name, value in headers.items() if name.startswith("x-wns-")}
+        if not self.valid(headers.get("authorization", "")):
+            raise Refuse(401, b"", "no valid bearer access token", {"WWW-Authenticate": 'Bearer error="invalid_token"'})
+        kind = record["type"] = headers.get("x-wns-type")
+        if kind not in WNS_TYPES:
+            raise Refuse(400, b"", f"X-WNS-Type {kind!r}")
+        expected = "application/octet-stream" if kind == "wns/raw" else "text/xml"
+        if headers.get("content-type", "").split(";")[0].strip().lower() != expected:
+            raise Refuse(400, b"", f"Content-Type {headers.get('content-type')!r} for {kind}, not {expected}")
+        for name, pattern in (("x-wns-cache-policy", r"cache|no-cache"), ("x-wns-requestforstatus", r"true|false"),
+                              ("x-wns-ttl", r"\d+"), ("x-wns-tag", r"[A-Za-z0-9]{1,16}"), ("x-wns-group", r"[A-Za-z0-9]{1,16}")):
+            if name in headers and not re.fullmatch(pattern, headers[name]):
+                raise Refuse(400, b"", f"{name}: {headers[name]!r}")
+        if "expect" in headers:
+            raise Refuse(400, b"", "Expect: 100-continue is not supported")
+        if len(request.body) > 5000:
+            raise Refuse(413, b"", f"body of {len(request.body)} bytes, more than 5000")
+        if not request.body:
+            raise Refuse(400, b"", "empty body")
+        root = WNS_TYPES[kind]
+        if root:
+            try:
+                import xml.etree.ElementTree as ElementTree
+                element = ElementTree.fromstring(request.body)
+            except ElementTree.ParseError as error:
+                raise Refuse(400, b"", f"the {kind} body is not XML: {error}")
+            record["xml_root"] = element.tag
+            if element.tag != root:
+                raise Refuse(400, b"", f"the {kind} body's root is <{element.tag}>, not <{root}>")
+        return token
+
+    def success(self, record):
+        if record["kind"] == "token":
+            access = self.issue("EgA", 86400)
+            if record["form"].get("scope") == WNS_ENTRA_SCOPE:
+                return 200, {"token_type": "Bearer", "expires_in": "86399", "ext_expires_in": "86399", "access_token": access}, {}
+            return 200, {"access_token": access, "token_type": "bearer", "expires_in": 86400}, {}
+        headers = {"X-WNS-Status": "received", "X-WNS-Msg-ID": secrets.token_hex(8)[:16], "MS-CV": secrets.token_urlsafe(8)}
+        if record["wns"].get("x-wns-requestforstatus") == "true":
+            headers["X-WNS-DeviceConnectionStatus"] = "connected"
+        return 200, b"", headers
+
+    def error_body(self, status, problem):
+        return b""
+
+    def gone(self, target):
+        return 410, b""
+
+
+# --- ADM -----------------------------------------------------------------------------------------
+
+ADM_MESSAGE_TYPE = "com.amazon.device.messaging.ADMMessage@1.0"
+ADM_RESULT_TYPE = "com.amazon.device.messaging.ADMSendResult@1.0"
+
+
+class Adm(IssuesTokens, Service):
+    """ADM: POST /messaging/registrations/<id>/messages with a Login with Amazon access token
+    (POST /auth/o2/token, client credentials, scope messaging:push)."""
+    name = "adm"
+    fields = ("kind", "registration", "message", "form")
+    client_id = "amzn1.application-oa2-client.0123456789abcdef0123456789abcdef"
+
+    def prepare(self, folder, origin):
+        super().prepare(folder, origin)
+        self.client_secret = secrets.token_hex(32)
+        self.start_issuing()
+        self.secret_file = os.path.join(folder, "adm-secret")
+        write_private(self.secret_file, self.client_secret + "\n")
+        self.canonical = {}  # registration id: the one ADM answers instead
+
+    def config(self):
+        return {"clientId": self.client_id, "clientSecret": self.client_secret, "secretFile": self.secret_file,
+                "endpoint": self.origin, "tokenEndpoint": self.origin + "/auth/o2/token"}
+
+    def check(self, request, record):
+        if request.method == "POST" and request.path == "/auth/o2/token":
+            record["kind"] = "token"
+            self.token_requested()
+            form = record["form"] = form_fields(request)
+            if form.get("grant_type") != "client_credentials":
+                raise oauth_error(400, "unsupported_grant_type", f"grant_type {form.get('grant_type')!r}")
+            if form.get("scope") != "messaging:push":
+                raise oauth_error(400, "invalid_scope", f"scope {form.get('scope')!r}, not messaging:push")
+            if form.get("client_id") != self.client_id or form.get("client_secret") != self.client_secret:
+                raise oauth_error(401, "invalid_client", "Client authentication failed")
+            return None
+        record["kind"] = "send"
+        match = re.fullmatch(r"/messaging/registrations/([^/]+)/messages", request.path)
+        if not match or request.method != "POST":
+            raise Refuse(404, {"reason": "NotFound"}, f"no {request.method} {request.path} here")
+        registration = record["registration"] = urllib.parse.unquote(match.group(1))
+        headers = request.headers
+        if not self.valid(headers.get("authorization", "")):
+            raise Refuse(401, {"reason": "AccessTokenExpired"}, "no valid bearer access token")
+        if headers.get("x-amzn-type-version") != ADM_MESSAGE_TYPE or headers.get("x-amzn-accept-type") != ADM_RESULT_TYPE:
+            raise Refuse(400, {"reason": "InvalidType"}, "X-Amzn-Type-Version or X-Amzn-Accept-Type is not ADM's")
+        if not headers.get("content-type", "").startswith("application/json"):
+            raise Refuse(400, {"reason": "InvalidData"}, f"Content-Type {headers.get('content-type')!r}")
+        if len(request.body) > 6144:
+            raise Refuse(413, {"reason": "MessageTooLarge"}, f"message of {len(request.body)} bytes")
+        message = record["message"] = parse_json(request.body)
+        data = message.get("data") if isinstance(message, dict) else None
+        if not isinstance(data, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in data.items()):
+            raise Refuse(400, {"reason": "InvalidData"}, "data is not an object of strings")
+        expires = message.get("expiresAfter")
+        if expires is not None and (type(expires) is not int or not 60 <= expires <= 2678400):
+            raise Refuse(400, {"reason": "InvalidExpiration"}, f"expiresAfter {expires!r}")
+        key = message.get("consolidationKey")
+        if key is not None and (not isinstance(key, str) or len(key) > 64):
+            raise Refuse(400, {"reason": "InvalidConsolidationKey"}, f"consolidationKey {key!r}")
+        return registration
+
+    def success(self, record):
+        if record["kind"] == "token":
+            return 200, {"access_token": self.issue("Atc|", 3600), "scope": "messaging:push", "token_type": "bearer", "expires_in": 3600}, {}
+        registration = record["registration"]
+        return 200, {"registrationID": self.canonical.get(registration, registration)}, {"X-Amzn-RequestId": str(uuid.uuid4())}
+
+    def error_body(self, status, problem):
+        return {"reason": {401: "AccessTokenExpired", 413: "MessageTooLarge", 429: "MaxRateExceeded"}.get(status, problem or "Error")}
+
+    def gone(self, target):
+        return 400, {"reason": "Unregistered"}
+
+
+# --- Baidu ---------------------------------------------------------------------------------------
+
+BAIDU_ERRORS = {30600: "Internal Server Error", 30602: "Request Params Not Valid", 30603: "Authentication Failed",
+                30606: "Request Time Expires Timeout", 30607: "Channel Token Timeout", 30608: "Bind Relation Not Found",
+                30699: "Requests Are Too Frequent To Be Temporarily Rejected"}
+
+
+def php_urlencode(text):
+    """PHP's urlencode: letters, digits and -_. as they are, a space as +, the rest %XX in upper case."""
+    return "".join(chr(b) if chr(b).isascii() and (chr(b).isalnum() or chr(b) in "-_.") else "+" if b == 32 else f"%{b:02X}"
+                   for b in text.encode("utf-8"))
+
+
+def baidu_sign(method, url, params, secret_key):
+    joined = "".join(f"{key}={params[key]}" for key in sorted(params) if key != "sign")
+    import hashlib
+    return hashlib.md5(php_urlencode(method.upper() + url + joined + secret_key).encode()).hexdigest()
+
+
+class Baidu(Service):
+    """Baidu Cloud Push REST API 3.0: POST /rest/3.0/push/single_device, a form signed with the
+    app's secret key (MD5 of PHP's urlencode of method, URL, sorted key=value pairs and the key)."""
+    name = "baidu"
+    fields = ("channel", "params", "msg")
+    api_key = "Kb4fTqNUaW4vGZQ1Lq2P7o9x"
+
+    def prepare(self, folder, origin):
+        super().prepare(folder, origin)
+        self.secret_key = secrets.token_hex(16)
+        self.secret_file = os.path.join(folder, "baidu-secret")
+        write_private(self.secret_file, self.secret_key + "\n")
+
+    def config(self):
+        return {"apiKey": self.api_key, "secretKey": self.secret_key, "secretFile": self.secret_file,
+                "endpoint": self.origin + "/rest/3.0"}
+
+    def channel(self):
+        """A device's channel as registrations carry it: userId-channelId."""
+        return f"{secrets.randbelow(10 ** 18)}-{secrets.randbelow(10 ** 19):019d}"
+
+    def refuse(self, code, problem, status=400):
+        return Refuse(status, {"request_id": secrets.randbelow(10 ** 9), "error_code": code, "error_msg": BAIDU_ERRORS.get(code, "Error")},
+                      problem)
+
+    def check(self, request, record):
+        if request.method != "POST":
+            raise self.refuse(30601, f"method {request.method}", 405)
+        if request.path != "/rest/3.0/push/single_device":
+            raise Refuse(404, {"error_code": 30602, "error_msg": "Request Params Not Valid"}, f"no {request.path} here")
+        headers = request.headers
+        if headers.get("content-type", "").lower().replace(" ", "") != "application/x-www-form-urlencoded;charset=utf-8":
+            raise self.refuse(30602, f"Content-Type {headers.get('content-type')!r}")
+        if not headers.get("user-agent", "").startswith("BCCS_SDK/3.0"):
+            raise self.refuse(30602, f"User-Agent {headers.get('user-agent')!r} is not an SDK's")
+        params = record["params"] = {key: values[0] for key, values in
+                                     urllib.parse.parse_qs(request.body.decode("utf-8", "replace"), keep_blank_values=True).items()}
+        for name in ("apikey", "timestamp", "sign", "channel_id", "msg"):
+            if not params.get(name):
+                raise self.refuse(30602, f"no {name}")
+        url = f"{self.origin}{request.path}"
+        if params["apikey"] != self.api_key or params["sign"] != baidu_sign("POST", url, params, self.secret_key):
+            raise self.refuse(30603, "the API key or the signature is wrong", 401)
+        if not params["timestamp"].isdigit() or abs(int(params["timestamp"]) - time.time()) > 600:
+            raise self.refuse(30606, f"timestamp {params['timestamp']!r}")
+        channel = record["channel"] = params["channel_id"]
+        if not re.fullmatch(r"\d{10,25}", channel):
+            raise self.refuse(30602, f"channel_id {channel!r}")
+        if params.get("device_type", "3") not in ("3", "4") or params.get("msg_type", "0") not in ("0", "1"):
+            raise self.refuse(30602, "device_type or msg_type")
+        expires = params.get("msg_expires", "18000")
+        if not expires.isdigit() or not 1 <= int(expires) <= 604800:
+            raise self.refuse(30602, f"msg_expires {expires!r}")
+        if len(params["msg"].encode()) > 4096:
+            raise self.refuse(30602, f"msg of {len(params['msg'].encode())} bytes")
+        msg = record["msg"] = parse_json(params["msg"].encode())
+        if not isinstance(msg, dict):
+            raise self.refuse(30602, "msg is not a JSON object")
+        if params.get("msg_type") == "1" and params.get("device_type", "3") == "3" and not msg.get("description"):
+            raise self.refuse(30602, "an Android notification needs a description")
+        return channel
+
+    def success(self, record):
+        return 200, {"request_id": secrets.randbelow(10 ** 9),
+                     "response_params": {"msg_id": str(secrets.randbelow(10 ** 18)), "send_time": int(time.time())}}, {}
+
+    def error_body(self, status, problem):
+        code = 30699 if status == 429 else 30600
+        return {"request_id": secrets.randbelow(10 ** 9), "error_code": code, "error_msg": BAIDU_ERRORS[code]}
+
+    def gone(self, target):
+        return 400, {"request_id": secrets.randbelow(10 ** 9), "error_code": 30608, "error_msg": BAIDU_ERRORS[30608]}
 
 
 # --- TLS servers: HTTP/2 with h2, HTTP/1.1 when ALPN picks it ------------------------------------
@@ -933,8 +1248,20 @@ class H2Connection:
 
 
 class Http1Handler(http.server.BaseHTTPRequestHandler):
-    """HTTP/1.1 with keep-alive, for a client that did not choose h2."""
+    """HTTP/1.1 with keep-alive, for a client that did not choose h2 (or a service, as WNS, that
+    speaks nothing else). A connection the service marks hung reads requests and answers none."""
     protocol_version = "HTTP/1.1"
+
+    def handle(self):
+        service = self.server.service
+        with service._changed:
+            service.live.add(self)
+        try:
+            super().handle()
+        finally:
+            with service._changed:
+                service.live.discard(self)
+                service.hung.discard(self)
 
     def answer(self):
         if "chunked" in self.headers.get("transfer-encoding", "").lower():
@@ -946,6 +1273,15 @@ class Http1Handler(http.server.BaseHTTPRequestHandler):
                 pass
         else:
             body = self.rfile.read(int(self.headers.get("content-length") or 0))
+        if self in self.server.service.hung:
+            # Read, never answered: the connection stays open until the client gives up on it.
+            try:
+                while self.rfile.read(1 << 16):
+                    pass
+            except OSError:
+                pass
+            self.close_connection = True
+            return
         headers = {}
         for name, value in self.headers.items():
             name = name.lower()
@@ -968,17 +1304,18 @@ class Http1Handler(http.server.BaseHTTPRequestHandler):
 # --- All three -----------------------------------------------------------------------------------
 
 class StandIns:
-    """The three stand-ins, their keys and a CA in one folder (temporary unless given, and then
-    removed on stop). Attributes once started: apple, fcm, webpush (the services), folder."""
+    """The stand-ins, their keys and a CA in one folder (temporary unless given, and then removed on
+    stop). Attributes once started: apple, fcm, webpush, wns, adm, baidu (the services), folder."""
 
     def __init__(self, folder=None, record=True, log=None):
         self.folder, self._own_folder = folder, folder is None
         self.apple, self.fcm, self.webpush = Apple(record, log), Fcm(record, log), WebPush(record, log)
+        self.wns, self.adm, self.baidu = Wns(record, log), Adm(record, log), Baidu(record, log)
         self._servers = []
 
     @property
     def services(self):
-        return {service.name: service for service in (self.apple, self.fcm, self.webpush)}
+        return {service.name: service for service in (self.apple, self.fcm, self.webpush, self.wns, self.adm, self.baidu)}
 
     def start(self):
         if self._own_folder:
@@ -1020,7 +1357,7 @@ class StandIns:
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description="Stand-in APNs, FCM and Web Push services on loopback.")
+    parser = argparse.ArgumentParser(description="Stand-in APNs, FCM, Web Push, WNS, ADM and Baidu services on loopback.")
     parser.add_argument("--dir", required=True, help="folder for standins.json, the CA and the keys")
     parser.add_argument("--quiet", action="store_true", help="do not log refused requests to stderr")
     parser.add_argument("--no-record", action="store_true", help="count requests only, keep none (benchmarks)")
