@@ -5,12 +5,14 @@ import Push
 import ServiceKit
 import Synchronization
 
-/// Deliveries to phones and browsers through the real services and the stand-in push services
-/// (Tests/Support/pushstandins.py, run as a child process): a template broadcast to N APNs devices
-/// and one to N Web Push subscriptions, each timed from the send until the dispatcher counts all
-/// N delivered; beside each, the curl command (the same libcurl) sending the same N requests to the
-/// same stand-in over one multiplexed HTTP/2 connection. The stand-ins check every token and
-/// signature and decrypt every Web Push body, in Python: both sides wait on them alike.
+/// Deliveries to phones, browsers and Windows devices through the real services and the stand-in
+/// push services (Tests/Support/pushstandins.py, run as a child process): a template broadcast to
+/// N APNs devices, one to N Web Push subscriptions and one to N WNS channels, each timed from the
+/// send until the dispatcher counts all N delivered; beside each, the curl command (the same
+/// libcurl) sending the same N requests to the same stand-in: over one multiplexed HTTP/2
+/// connection, or, to WNS, which speaks HTTP/1.1, over as many connections as the dispatcher may
+/// open to a host. The stand-ins check every token and signature and decrypt every Web Push body,
+/// in Python: both sides wait on them alike.
 enum PushBench {
     /// Broadcasts (and curl runs) per figure; the median one counts.
     static let rounds = 3
@@ -20,6 +22,9 @@ enum PushBench {
     /// The template parameter every broadcast sends, and so every request's text.
     static let message = "Breaking news from the push bench"
     static let appleBody = #"{"aps":{"alert":"\#(message)"}}"#
+    static let toast = #"<toast><visual><binding template="ToastGeneric"><text>$(msg)</text></binding></visual></toast>"#
+    /// Connections the dispatcher opens to one host (push.connectionsPerHost's default); curl gets as many to WNS.
+    static let wnsConnections = PushSettings().connectionsPerHost
 
     static func run(devices: Int, standIns script: String? = nil) throws -> [BenchResult] {
         let standIns = try StandInProcess.start(script: try RepositoryFile.locate("Tests/Support/pushstandins.py", given: script, option: "--standins"))
@@ -31,11 +36,14 @@ enum PushBench {
 
         let cluster = try HubCluster()
         defer { cluster.stopAll() }
-        let settings = PushSettings(
+        var settings = PushSettings(
             apple: AppleSettings(
                 keyFile: config.apple.keyFile, keyId: config.apple.keyId, teamId: config.apple.teamId, bundleId: config.apple.bundleId,
                 endpoint: config.apple.endpoint),
             browser: WebPushSettings(subject: subject), caFile: config.caFile)
+        settings.wns = WNSSettings(tenantId: config.wns.tenantId, clientId: config.wns.clientId, secret: config.wns.secret, tokenEndpoint: config.wns.entraTokenEndpoint)
+        settings.wnsChannelDomain = config.wns.channelDomain
+        let channels = (0..<devices).map { "\(config.wns.origin)/w/?token=bench\($0)" }
         let configFile = cluster.dataDirectory.appendingPathComponent("push-bench.json")
         try JSONEncoder().encode(["push": settings]).write(to: configFile)
         cluster.environment["NH_CONFIG"] = configFile.path
@@ -56,11 +64,16 @@ enum PushBench {
                     Installation(
                         installationId: "webbench-\(index)", platform: "browser", pushChannel: subscription.channel, tags: ["webbench"],
                         templates: ["title": InstallationTemplate(body: #"{"title":"$(msg)"}"#)])
+                }
+                + channels.enumerated().map { index, channel in
+                    Installation(
+                        installationId: "wnsbench-\(index)", platform: "wns", pushChannel: channel, tags: ["wnsbench"],
+                        templates: ["toast": InstallationTemplate(body: toast, headers: ["X-WNS-Type": "wns/toast"])])
                 }, registry: registry)
         let dispatcher = try cluster.client("NH_DISPATCH_REQUESTS")
         let publish = try cluster.client("NH_PUBLISH_REQUESTS")
-        guard FanoutBench.waitFor(timeout: 120, { (try? dispatcher.call(HealthRequest()).details?["installations"]) == String(2 * devices) }) else {
-            throw BenchError("the dispatcher did not index the \(2 * devices) push installations within 120 s")
+        guard FanoutBench.waitFor(timeout: 120, { (try? dispatcher.call(HealthRequest()).details?["installations"]) == String(3 * devices) }) else {
+            throw BenchError("the dispatcher did not index the \(3 * devices) push installations within 120 s")
         }
 
         let folder = standIns.folder
@@ -115,8 +128,29 @@ enum PushBench {
             hub: { try broadcast(tag: "webbench", counter: "pushBrowser", message: message, devices: devices, publish: publish, dispatcher: dispatcher) },
             reference: curl.map { curl in { try runCurl(curl, config: webConfig, requests: devices) } })
 
+        // WNS: a token from Entra, as the hub fetches one and keeps it; the toast rendered as the hub renders it.
+        let token = try control.token(
+            at: config.wns.entraTokenEndpoint,
+            form: [("grant_type", "client_credentials"), ("client_id", config.wns.clientId), ("client_secret", config.wns.secret),
+                   ("scope", "https://wns.windows.com/.default")])
+        let wnsConfig = folder.appendingPathComponent("wns.curl")
+        let rendered = toast.replacingOccurrences(of: "$(msg)", with: message)
+        try CurlConfig.text(channels.map { channel in
+            CurlConfig.request(
+                url: channel,
+                headers: [
+                    ("authorization", "Bearer \(token)"), ("x-wns-type", "wns/toast"), ("content-type", "text/xml"), ("x-wns-ttl", String(timeToLive)),
+                ],
+                body: .raw(rendered), caFile: config.caFile, http2: false)
+        }).write(to: wnsConfig, atomically: true, encoding: .utf8)
+        let wns = try compare(
+            stats: { try control.stats(config.wns.origin) }, dispatcher: dispatcher,
+            hub: { try broadcast(tag: "wnsbench", counter: "pushWns", message: message, devices: devices, publish: publish, dispatcher: dispatcher) },
+            reference: curl.map { curl in { try runCurl(curl, config: wnsConfig, requests: devices, parallel: wnsConnections) } })
+
         let appleReference = "APNs N=\(n): curl, 1 h2 connection"
         let webReference = "Web Push N=\(n): curl, 1 h2 connection"
+        let wnsReference = "WNS N=\(n): curl, \(wnsConnections) HTTP/1.1 connections"
         let noCurl = "no curl command on this machine"
         return [
             apple.hub.result(
@@ -131,6 +165,11 @@ enum PushBench {
                 name: webReference, devices: devices,
                 note: "bodies encrypted beforehand (\(String(format: "%.2f", encryptSeconds)) s, not counted)")
                 ?? BenchResult(name: webReference, unit: "push/s", count: 0, seconds: 0, note: noCurl),
+            wns.hub.result(
+                name: "WNS N=\(n): hub broadcast delivered", devices: devices, baseline: wnsReference,
+                note: "toasts rendered from the template, escaped as XML; WNS speaks HTTP/1.1, one request a connection at a time"),
+            wns.reference?.result(name: wnsReference, devices: devices, note: "the same \(n) requests and headers, one token")
+                ?? BenchResult(name: wnsReference, unit: "push/s", count: 0, seconds: 0, note: noCurl),
         ]
     }
 
@@ -198,14 +237,14 @@ enum PushBench {
 
     /// One run of curl sending the requests of `config` over one connection (it waits to multiplex,
     /// since --parallel-immediate is not given), timed from start to exit.
-    static func runCurl(_ curl: String, config: URL, requests: Int) throws -> (Round, CurlLines) {
+    static func runCurl(_ curl: String, config: URL, requests: Int, parallel: Int = curlStreams) throws -> (Round, CurlLines) {
         let output = config.appendingPathExtension("out")
         let errors = config.appendingPathExtension("err")
         try Data().write(to: output)
         try Data().write(to: errors)
         let process = Process()
         process.executableURL = URL(fileURLWithPath: curl)
-        process.arguments = ["--no-progress-meter", "--parallel", "--parallel-max", String(curlStreams), "--config", config.path]
+        process.arguments = ["--no-progress-meter", "--parallel", "--parallel-max", String(parallel), "--config", config.path]
         process.standardOutput = try FileHandle(forWritingTo: output)
         process.standardError = try FileHandle(forWritingTo: errors)
         let start = ContinuousClock.now
@@ -274,9 +313,13 @@ final class StandInProcess {
         struct WebPush: Decodable {
             var origin, subscribe: String
         }
+        struct Wns: Decodable {
+            var origin, tenantId, clientId, secret, entraTokenEndpoint, channelDomain: String
+        }
         var caFile: String
         var apple: Apple
         var webpush: WebPush
+        var wns: Wns
     }
 
     let folder: URL
@@ -367,6 +410,18 @@ final class StandInClient {
         return stats
     }
 
+    /// An OAuth access token for client credentials posted as a form to `url`.
+    func token(at url: String, form: [(String, String)]) throws -> String {
+        let body = form.map { "\($0.0)=\($0.1.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? $0.1)" }.joined(separator: "&")
+        let response = try send([PushHTTPRequest(url: url, headers: [("content-type", "application/x-www-form-urlencoded")], body: Data(body.utf8))])[0]
+        guard response.status == 200, let object = try? JSONSerialization.jsonObject(with: response.body) as? [String: Any],
+            let token = object["access_token"] as? String
+        else {
+            throw BenchError("\(url) answered \(response.status) \(response.transportError ?? ""), not a token")
+        }
+        return token
+    }
+
     func subscribe(_ count: Int, at url: String) throws -> [Subscription] {
         try send(Array(repeating: PushHTTPRequest(url: url, headers: [], body: Data()), count: count)).map { response in
             guard response.status == 201, let object = try? JSONSerialization.jsonObject(with: response.body) as? [String: String],
@@ -412,11 +467,13 @@ enum CurlConfig {
         requests.map { $0.map(line).joined(separator: "\n") + "\n" }.joined(separator: "next\n")
     }
 
-    /// One POST over HTTP/2 with these headers and body, trusting `caFile`, its answer's body
-    /// dropped and a line written instead: status, connections opened for it, HTTP version. No
-    /// User-Agent, as the hub sends none.
-    static func request(url: String, headers: [(String, String)], body: Body, caFile: String) -> [Option] {
-        var options: [Option] = [("url", url), ("cacert", caFile), ("http2", nil), ("output", "/dev/null"), ("user-agent", "")]
+    /// One POST over HTTP/2 (or HTTP/1.1) with these headers and body, trusting `caFile`, its
+    /// answer's body dropped and a line written instead: status, connections opened for it, HTTP
+    /// version. No User-Agent, as the hub sends none; no Expect, as the hub sends none.
+    static func request(url: String, headers: [(String, String)], body: Body, caFile: String, http2: Bool = true) -> [Option] {
+        var options: [Option] = [("url", url), ("cacert", caFile), (http2 ? "http2" : "http1.1", nil), ("output", "/dev/null"), ("user-agent", "")]
+        // HTTP/1.1 asks before a body of more than a kilobyte (Expect: 100-continue), as the hub does not.
+        if !http2 { options.append(("header", "Expect:")) }
         options.append(("write-out", "%{response_code} %{num_connects} %{http_version}\n"))
         options += headers.map { ("header", "\($0.0): \($0.1)") }
         switch body {

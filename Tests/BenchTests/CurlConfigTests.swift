@@ -37,6 +37,16 @@ struct CurlConfigTests {
         #expect(file.last?.name == "data-binary" && file.last?.value == "@/tmp/b 1")
     }
 
+    @Test("an HTTP/1.1 request asks for HTTP/1.1 and sends no Expect header, as the hub sends none; HTTP/2 needs no such line")
+    func http11() {
+        let wns = CurlConfig.request(url: "https://wns.localhost/w/?token=1", headers: [("X-WNS-Type", "wns/toast")], body: .raw("<toast/>"), caFile: "/tmp/ca.pem", http2: false)
+        #expect(wns.contains { $0.name == "http1.1" && $0.value == nil })
+        #expect(!wns.contains { $0.name == "http2" })
+        #expect(wns.filter { $0.name == "header" }.map(\.value) == ["Expect:", "X-WNS-Type: wns/toast"])
+        let apns = CurlConfig.request(url: "https://h/3/device/ab", headers: [], body: .raw("{}"), caFile: "/tmp/ca.pem")
+        #expect(!apns.contains { $0.name == "header" && $0.value == "Expect:" })
+    }
+
     @Test(
         "curl reads the file back: each request's own output, at a path with quotes, a backslash, a tab and a newline",
         .enabled(if: RepositoryFile.executable(named: "curl") != nil, "needs the curl command"))
