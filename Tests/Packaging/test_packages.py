@@ -251,7 +251,12 @@ def test_completions_offer_every_command_the_usage_names(unpacked):
         lines = re.findall(rf"^  {command} (.*)$", section, re.M)
         subcommands = {line.split()[0] for line in lines} | {s for line in lines for s in re.findall(r"\| ([a-z]+) ", line)}
         assert subcommands <= completions(script, "_nhctl", ["nhctl", command, ""]), (command, subcommands)
-    assert completions(script, "_nhctl", ["nhctl", "pns", "set", ""]) == {"apple", "fcm", "browser"}
+    services = set(re.findall(r"^  pns set ([a-z]+) ", section, re.M))
+    assert services == {"apple", "fcm", "browser", "wns", "adm", "baidu"}, services
+    assert completions(script, "_nhctl", ["nhctl", "pns", "set", ""]) == services
+    for service, option in (("apple", "--key-file"), ("fcm", "--service-account"), ("wns", "--secret-file"), ("adm", "--secret-file")):
+        # The option's value is a file: offered by name from the working directory, never as words.
+        assert completions(script, "_nhctl", ["nhctl", "pns", "set", service, option, "/etc/host"]) >= {"/etc/hostname"}
     assert "--title" in completions(script, "_nhctl", ["nhctl", "user", "post", "--t"])
 
     agent = os.path.join(unpacked["nh-agent"], "usr")
