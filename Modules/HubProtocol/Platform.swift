@@ -63,9 +63,34 @@ public enum Platform: String, CaseIterable, Codable, Sendable {
 
     public static let wnsTypes = ["wns/toast", "wns/tile", "wns/badge", "wns/raw"]
 
+    /// Headers a send or template hands a push service: each name an HTTP token and each value
+    /// visible text (RFC 9110 §5.5), at most 1,024 bytes; a CR or LF in one would start another
+    /// header, or another request, on the service's connection. `what` names them in the error.
+    public static func checkHeaders(_ headers: [String: String], what: String = "header") throws(HubError) {
+        for (name, value) in headers.sorted(by: { $0.key < $1.key }) {
+            guard !name.isEmpty, name.utf8.allSatisfy(isTokenByte) else {
+                throw HubError(.invalidArgument, "\(what) name '\(name.prefix(64))' must be letters, digits and !#$%&'*+-.^_`|~")
+            }
+            guard value.utf8.allSatisfy({ $0 == 0x09 || ($0 >= 0x20 && $0 != 0x7F) }) else {
+                throw HubError(.invalidArgument, "\(what) '\(name)' holds a control character (such as a line break); a header value is one line of text")
+            }
+            guard value.utf8.count <= 1_024 else {
+                throw HubError(.invalidArgument, "\(what) '\(name)' is \(value.utf8.count) bytes; a header value takes at most 1,024")
+            }
+        }
+    }
+
+    static func isTokenByte(_ byte: UInt8) -> Bool {
+        switch byte {
+        case UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"): true
+        default: "!#$%&'*+-.^_`|~".utf8.contains(byte)
+        }
+    }
+
     /// Checks a native payload, with the headers it came with (lowercased names), as the platform's
     /// push service would, so that a send it would refuse is refused when it is made.
     public func check(payload: String, headers: [String: String] = [:]) throws(HubError) {
+        try Platform.checkHeaders(headers)
         let size = payload.utf8.count
         guard size > 0 else { throw HubError(.invalidPayload, "a native \(format) notification needs a body") }
         guard size <= maxPayloadBytes else {
@@ -101,8 +126,10 @@ public enum Platform: String, CaseIterable, Codable, Sendable {
         case .gcm, .baidu:
             _ = try object()
         case .adm:
-            guard try object()["data"] is [String: Any] else {
-                throw HubError(.invalidPayload, "an adm payload needs a 'data' object, such as {\"data\":{\"message\":\"…\"}}")
+            let message = try object()
+            guard message["data"] is [String: Any] || message["notification"] is [String: Any] else {
+                throw HubError(
+                    .invalidPayload, "an adm payload needs a 'data' or 'notification' object, such as {\"data\":{\"message\":\"…\"}}")
             }
         case .wns:
             guard let type = headers["x-wns-type"] else {

@@ -4,7 +4,7 @@ import HubProtocol
 /// Amazon Device Messaging. The security profile's client id and secret are traded at Login with
 /// Amazon for an access token of scope `messaging:push`, kept until a minute before it expires.
 /// Each delivery is one `POST /messaging/registrations/{registrationId}/messages` with the
-/// message's `data` (and `notification`, `priority`, `consolidationKey` where a send gives them),
+/// message's `data` or `notification`, or both (and `priority`, `consolidationKey` where a send gives them),
 /// and `expiresAfter` from the notification's time to live. An answer naming another registration
 /// id (the canonical one) moves the installation's channel there.
 final class ADMSender: PushSender {
@@ -15,8 +15,8 @@ final class ADMSender: PushSender {
     private let clientSecret: String
     /// An hour when the answer does not say.
     private let accessToken = AccessTokenKeeper(defaultLifetime: 3_600)
-    /// ADM takes at most 6 KB of message.
-    static let maxBodyBytes = 6_144
+    /// ADM takes at most 6 KB of payload.
+    static let maxPayloadBytes = 6_144
     /// ADM keeps a message for an offline device from a minute to 31 days.
     static let expiry = 60...2_678_400
     /// The members of a message the hub passes on.
@@ -48,13 +48,27 @@ final class ADMSender: PushSender {
     func request(for message: PushMessage, now: Date) throws(PushRequestError) -> PushHTTPRequest {
         guard !message.pushChannel.isEmpty else { throw PushRequestError(outcome: "BadChannel", reason: "the ADM registration id is empty") }
         guard var object = JSONValue.parse(message.payload)?.objectValue else {
-            throw PushRequestError(outcome: "PnsInterfaceError", reason: "an adm payload is a JSON object with 'data'")
+            throw PushRequestError(outcome: "PnsInterfaceError", reason: "an adm payload is a JSON object with 'data' or 'notification'")
         }
         if let unknown = object.keys.sorted().first(where: { !Self.members.contains($0) }) {
             throw PushRequestError(outcome: "PnsInterfaceError", reason: "an adm message has no member '\(unknown)'")
         }
-        guard let data = object["data"]?.objectValue, data.values.allSatisfy({ $0.stringValue != nil }) else {
-            throw PushRequestError(outcome: "PnsInterfaceError", reason: "an adm message's 'data' is an object of strings")
+        // A data message (the app's own key-value pairs), a notification message (ADM's preset
+        // ones, shown for the app), or both; either is an object of strings.
+        let parts = ["data", "notification"].compactMap { name in object[name].map { (name, $0) } }
+        guard !parts.isEmpty else {
+            throw PushRequestError(outcome: "PnsInterfaceError", reason: "an adm message has 'data' or 'notification'")
+        }
+        var payloadBytes = 0
+        for (name, part) in parts {
+            guard let fields = part.objectValue, fields.values.allSatisfy({ $0.stringValue != nil }) else {
+                throw PushRequestError(outcome: "PnsInterfaceError", reason: "an adm message's '\(name)' is an object of strings")
+            }
+            payloadBytes += (try? part.encoded().count) ?? 0
+        }
+        // ADM's 6 KB is the payload's: the key-value pairs the device gets.
+        guard payloadBytes <= Self.maxPayloadBytes else {
+            throw PushRequestError(outcome: "InvalidNotificationSize", reason: "the payload is \(payloadBytes) bytes; ADM takes at most 6 KB")
         }
         if object["expiresAfter"] == nil {
             let seconds = Int(message.expiresAt.timeIntervalSince(now).rounded(.down))
@@ -63,9 +77,6 @@ final class ADMSender: PushSender {
         if object["consolidationKey"] == nil, let key = message.headers["x-amzn-consolidation-key"] { object["consolidationKey"] = .string(key) }
         guard let body = try? JSONValue.object(object).encoded() else {
             throw PushRequestError(outcome: "PnsInterfaceError", reason: "the adm payload cannot be written back as JSON")
-        }
-        guard body.count <= Self.maxBodyBytes else {
-            throw PushRequestError(outcome: "InvalidNotificationSize", reason: "the message is \(body.count) bytes; ADM takes at most 6 KB")
         }
         let registration = FormEncoding.component(message.pushChannel)
         return PushHTTPRequest(

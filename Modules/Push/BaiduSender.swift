@@ -76,7 +76,7 @@ final class BaiduSender: PushSender {
     /// too old, signed again with a fresh timestamp) are tried again; the rest refuse the message.
     func classify(_ response: PushHTTPResponse, now: Date) -> PushResult {
         let object = response.json
-        let code = object?["error_code"]?.doubleValue.map { Int($0) }
+        let code = object?["error_code"]?.doubleValue.flatMap { Int(exactly: $0) }
         let reason = code.map { "\($0) \(object?["error_msg"]?.plainText ?? "")".trimmingCharacters(in: .whitespaces) }
         if response.status == 200, code == nil, object?["response_params"] != nil { return .delivered }
         switch code {

@@ -191,7 +191,13 @@ public final class PushCenter: @unchecked Sendable {
         if let browser = request.browser { saved.browser = browser }
         // Endpoints left out keep the ones in force, as for APNs and FCM.
         if var wns = request.wns {
-            wns.tokenEndpoint = wns.tokenEndpoint ?? (saved0.wns ?? configured.wns).flatMap { $0.tokenEndpoint }
+            // Only for the same form of credentials (and tenant): a Package SID's token comes from
+            // the Microsoft account service, an Entra application's from its tenant.
+            if wns.tokenEndpoint == nil, let previous = saved0.wns ?? configured.wns,
+                (previous.packageSid == nil) == (wns.packageSid == nil), previous.tenantId == wns.tenantId
+            {
+                wns.tokenEndpoint = previous.tokenEndpoint
+            }
             saved.wns = wns
         }
         if var adm = request.adm {
@@ -247,6 +253,7 @@ public final class PushCenter: @unchecked Sendable {
                 let id = message.deliveryId
                 do {
                     let request = try sender.request(for: message, now: now)
+                    try request.checkHeaders()
                     client.send(request) { response in self.post { self.answered(id, service, response) } }
                 } catch {
                     carryOut(queue.unsendable(id, error), now: now)

@@ -21,6 +21,21 @@ public struct PushHTTPRequest: Sendable {
         self.headers = headers
         self.body = body
     }
+
+    /// Refuses a header whose name or value could not go out as one header line: a line break in
+    /// a value passed on from a send or template would write another header, or another request,
+    /// onto a connection that carries other deliveries and the hub's token. Registration and
+    /// publish refuse such headers first (`Platform.checkHeaders`); this holds for what a store
+    /// already holds.
+    public func checkHeaders() throws(PushRequestError) {
+        for (name, value) in headers {
+            guard !name.isEmpty, name.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7F && $0 != UInt8(ascii: ":") }),
+                value.utf8.allSatisfy({ $0 == 0x09 || ($0 >= 0x20 && $0 != 0x7F) })
+            else {
+                throw PushRequestError(outcome: "PnsInterfaceError", reason: "header '\(name.prefix(64))' holds a control character; it is not sent")
+            }
+        }
+    }
 }
 
 /// A push service's answer, or why there was none.

@@ -35,6 +35,8 @@ struct PushQueue {
         var service: PushService
         /// Its service's token was renewed after a refusal of this delivery.
         var renewed = false
+        /// When it last went out.
+        var sentAt: Date?
     }
 
     private(set) var counters: [PushService: PushCounters] = [:]
@@ -42,6 +44,8 @@ struct PushQueue {
     private var retries = DueQueue<String>()
     private var waitingForToken: [PushService: [String]] = [:]
     private var pausedUntil: [PushService: Date] = [:]
+    /// When each service's token was last dropped after a refusal.
+    private var renewedAt: [PushService: Date] = [:]
     /// Seconds before the next attempt after `attempts` tries; jittered by default.
     var backoff: (Int) -> TimeInterval = { PushQueue.backoff(attempts: $0) }
 
@@ -87,6 +91,12 @@ struct PushQueue {
             // Refused once more with a token fetched after the first refusal: the credentials are wrong.
             guard !entry.renewed else { return finish(id, .failed(outcome: "InvalidCredentials", reason: reason)) }
             entries[id]?.renewed = true
+            // A refusal of a token already dropped since this delivery went out (others sent with
+            // it came back first) is not a reason to drop the new one: it is tried with that.
+            if let renewed = renewedAt[service], let sentAt = entry.sentAt, renewed >= sentAt {
+                return attempt(id, now: now, gates: gates)
+            }
+            renewedAt[service] = now
             gates.renew(service, now: now)
             return attempt(id, now: now, gates: gates)
         }
@@ -133,6 +143,7 @@ struct PushQueue {
         switch authorization {
         case .ready:
             entries[id]?.attempts += 1
+            entries[id]?.sentAt = now
             counters[service, default: PushCounters()].sent += 1
             return [.send(entry.message, service)]
         case .waiting:
@@ -150,12 +161,12 @@ struct PushQueue {
         var counter = counters[entry.service, default: PushCounters()]
         switch result {
         case .delivered, .channelMoved: counter.delivered += 1
-        case .channelExpired(let reason, _):
+        case .channelExpired(let reason, let outcome):
             counter.expiredChannels += 1
-            counter.errors[Self.code(reason), default: 0] += 1
-        case .failed(_, let reason):
+            counter.errors[Self.code(reason, otherwise: outcome), default: 0] += 1
+        case .failed(let outcome, let reason):
             counter.failed += 1
-            counter.errors[Self.code(reason), default: 0] += 1
+            counter.errors[Self.code(reason, otherwise: outcome), default: 0] += 1
         case .retry, .renewCredentials: break
         }
         counters[entry.service] = counter
@@ -176,11 +187,13 @@ struct PushQueue {
     }
 
     /// The service's error code from a reason such as "HTTP 410 Unregistered": the word after the
-    /// status when it is a name, else the status.
-    static func code(_ reason: String) -> String {
+    /// status when it is a name, else the status. A reason that is no answer of a service (a
+    /// request that could not be made, whose text may quote a send) counts under `otherwise`, the
+    /// outcome's name, so that the codes counted are the services' and the hub's own words.
+    static func code(_ reason: String, otherwise: String = "RequestError") -> String {
         if reason.hasPrefix("no answer") { return "NoAnswer" }
         let words = reason.split(separator: " ")
-        guard words.count >= 2, words[0] == "HTTP" else { return reason }
+        guard words.count >= 2, words[0] == "HTTP" else { return otherwise }
         if words.count >= 3, words[2].allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "_") }) { return String(words[2]) }
         return String(words[1])
     }

@@ -72,7 +72,9 @@ final class AccessTokenKeeper {
             let error = object?.objectValue.map { "\($0["error"]?.plainText ?? "") \($0["error_description"]?.plainText ?? "")" }
             return "the token endpoint answered \(response.describe(error))"
         }
-        let lifetime = object?["expires_in"]?.doubleValue ?? object?["expires_in"]?.stringValue.flatMap(Double.init) ?? defaultLifetime
+        let given = object?["expires_in"]?.doubleValue ?? object?["expires_in"]?.stringValue.flatMap(Double.init)
+        // A lifetime that is no number, or none a token has (a second to a week), is not believed.
+        let lifetime = given.flatMap { $0.isFinite && $0 >= 1 && $0 <= 604_800 ? $0 : nil } ?? defaultLifetime
         self.token = token
         expiresAt = now.addingTimeInterval(lifetime)
         return nil

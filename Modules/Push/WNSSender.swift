@@ -91,11 +91,26 @@ final class WNSSender: PushSender {
     }
 
     /// The kind a send or template named, or, for a template registered without one, the kind its
-    /// XML's root says (a body that is not XML goes raw).
+    /// XML's root element says, after any XML declaration, processing instruction or comment (a
+    /// body that is not XML goes raw).
     static func kind(of message: PushMessage) -> String {
-        if let type = message.headers["x-wns-type"] { return type }
-        let trimmed = message.payload.drop { $0.isWhitespace || $0 == "\u{FEFF}" }
-        for root in ["toast", "tile", "badge"] where trimmed.hasPrefix("<\(root)") { return "wns/\(root)" }
+        if let type = message.headers["x-wns-type"] { return type.trimmingCharacters(in: .whitespaces).lowercased() }
+        var rest = Substring(message.payload)
+        while true {
+            rest = rest.drop { $0.isWhitespace || $0 == "\u{FEFF}" }
+            if rest.hasPrefix("<?"), let end = rest.range(of: "?>") {
+                rest = rest[end.upperBound...]
+            } else if rest.hasPrefix("<!--"), let end = rest.range(of: "-->") {
+                rest = rest[end.upperBound...]
+            } else {
+                break
+            }
+        }
+        for root in ["toast", "tile", "badge"] where rest.hasPrefix("<\(root)") {
+            // <toast>, <toast …> or <toast/>, not <toaster>.
+            let next = rest.dropFirst(root.count + 1).first
+            if next == nil || next == ">" || next == "/" || next!.isWhitespace { return "wns/\(root)" }
+        }
         return "wns/raw"
     }
 
@@ -151,9 +166,10 @@ final class WNSSender: PushSender {
 
     /// Statuses as WNS documents them, named as Notification Hubs counts them: 404 BadChannel and
     /// 410 ExpiredChannel (the channel is gone), 406 or `channelthrottled` Throttled (sent again
-    /// after Retry-After), 401 and 403 a token refused (fetched again once), 413
-    /// InvalidNotificationSize; a notification WNS took but dropped counts as Dropped, or as
-    /// ChannelDisconnected when the device was not connected.
+    /// after Retry-After), 401 a token refused (fetched again once), 403 WrongToken (the channel
+    /// belongs to another app than the credentials': a new token cannot help, so none is fetched
+    /// and the channel is kept), 413 InvalidNotificationSize; a notification WNS took but dropped
+    /// counts as Dropped, or as ChannelDisconnected when the device was not connected.
     func classify(_ response: PushHTTPResponse, now: Date) -> PushResult {
         let status = Self.status(response)
         if status == "channelthrottled" || response.status == 406 {
@@ -169,7 +185,8 @@ final class WNSSender: PushSender {
             return common
         }
         switch response.status {
-        case 401, 403: return .renewCredentials(reason: reason(response, response.status == 401 ? "InvalidToken" : "WrongToken"))
+        case 401: return .renewCredentials(reason: reason(response, "InvalidToken"))
+        case 403: return .failed(outcome: "WrongToken", reason: reason(response, "WrongToken"))
         case 404: return .channelExpired(reason: reason(response, "BadChannel"), outcome: "BadChannel")
         case 410: return .channelExpired(reason: reason(response, "ExpiredChannel"), outcome: "ExpiredChannel")
         default: return .failed(outcome: "PnsInterfaceError", reason: reason(response))

@@ -137,6 +137,11 @@ enum InstallationRules {
             throw HubError(.invalidTemplate, "template name '\(name)' must be 1 to 64 characters of A–Z a–z 0–9 _ @ # . : -")
         }
         do {
+            try Platform.checkHeaders(template.headers ?? [:], what: "template '\(name)' header")
+        } catch {
+            throw HubError(.invalidTemplate, error.message)
+        }
+        do {
             _ = try Template(template.body, markup: Template.markup(platform: platform, headers: template.headers))
         } catch {
             throw HubError(.invalidTemplate, "template '\(name)': \(error.message)")

@@ -640,6 +640,63 @@ def test_an_expired_access_token_is_fetched_again_once(hub, standins, platform):
     assert statuses == [("send", 401), ("token", 200), ("send", 200)], statuses
 
 
+def test_a_windows_channel_of_another_app_is_wrong_token_kept_and_costs_no_token(hub, standins):
+    """WNS 403: the channel belongs to another app than the credentials'. A new token cannot help:
+    none is fetched, the delivery counts as WrongToken, and the installation stays."""
+    before = int(dispatcher(hub).get("installations", 0))
+    channel = register_windows(hub, standins, "windows-other-app", ["OtherApp"])
+    wait_indexed(hub, before, 1)
+    seen = len(standins.wns.records())
+    standins.wns.script(channel_token(channel), 403, b"", headers={"X-WNS-Error-Description": "channel of another app"})
+    response = send(hub, "OtherApp", {"message": "not for this app"})
+    settled(hub, response, "wns", "WrongToken")
+    assert [(r["kind"], r["status"]) for r in standins.wns.records()[seen:]] == [("send", 403)]
+    assert requests.get(f"{hub.base}/hub/installations/windows-other-app?{API}", headers=headers(hub)).status_code == 200
+
+
+def test_an_unknown_windows_channel_is_a_bad_channel_and_its_installation_goes(hub, standins):
+    before = int(dispatcher(hub).get("installations", 0))
+    channel = register_windows(hub, standins, "windows-unknown", ["UnknownChannel"])
+    wait_indexed(hub, before, 1)
+    standins.wns.script(channel_token(channel), 404, b"")
+    response = send(hub, "UnknownChannel", {"message": "to a channel WNS never made"})
+    settled(hub, response, "wns", "BadChannel")
+    assert wait_until(lambda: requests.get(f"{hub.base}/hub/installations/windows-unknown?{API}",
+                                           headers=headers(hub)).status_code == 404, timeout=15)
+
+
+def test_a_windows_template_with_an_xml_declaration_and_no_type_goes_as_its_root_says(hub, standins):
+    before = int(dispatcher(hub).get("installations", 0))
+    template = '<?xml version="1.0" encoding="utf-8"?>\n<!-- the morning tile --><tile><visual><binding template="TileMedium"><text>$(message)</text></binding></visual></tile>'
+    channel = standins.wns.channel()
+    register(hub, "windows-declared", "wns", channel, template, ["Declared"])
+    wait_indexed(hub, before, 1)
+    response = send(hub, "Declared", {"message": "Markets <up> & away"})
+    settled(hub, response, "wns", "Success")
+    record = standins.wns.wait_for(lambda r: r["kind"] == "send" and r["channel"] == channel, timeout=5)[0]
+    assert record["verified"] and record["type"] == "wns/tile" and record["xml_root"] == "tile", record
+    assert [t.text for t in ElementTree.fromstring(record["body"]).iter("text")] == ["Markets <up> & away"]
+
+
+def test_a_header_with_a_line_break_is_refused_at_registration_and_at_send(hub):
+    body = {"installationId": "windows-injected", "platform": "wns", "pushChannel": "https://db5.wns.localhost/w/?token=x",
+            "tags": ["World"], "templates": {"t": {"body": WNS_TEMPLATE, "headers": {**WNS_HEADERS, "X-WNS-Tag": "a\r\nX-Injected: 1"}}}}
+    r = requests.put(f"{hub.base}/hub/installations/windows-injected?{API}", headers=headers(hub), json=body)
+    assert r.status_code == 400 and "control character" in r.text and "X-WNS-Tag" in r.text, r.text
+    assert requests.get(f"{hub.base}/hub/installations/windows-injected?{API}", headers=headers(hub)).status_code == 404
+
+
+def test_an_amazon_notification_message_needs_no_data(hub, standins):
+    before = int(dispatcher(hub).get("installations", 0))
+    registration = "amzn1.adm-registration.v3.shown"
+    register(hub, "kindle-shown", "adm", registration, '{"notification":{"title":"News","body":"$(message)"}}', ["Shown"])
+    wait_indexed(hub, before, 1)
+    response = send(hub, "Shown", {"message": "shown by ADM"})
+    settled(hub, response, "adm", "Success")
+    record = standins.adm.wait_for(lambda r: r["registration"] == registration, timeout=5)[0]
+    assert record["verified"] and record["message"]["notification"] == {"title": "News", "body": "shown by ADM"}, record
+
+
 def test_adm_names_a_device_anew_and_its_installation_follows(hub, standins):
     before = int(dispatcher(hub).get("installations", 0))
     old, new = "amzn1.adm-registration.v3.old", "amzn1.adm-registration.v3.canonical"
@@ -673,6 +730,12 @@ def test_classic_windows_credentials_set_over_rest_are_used_and_kept(hub, standi
         tokens = [r for r in standins.wns.records()[seen:] if r["kind"] == "token"]
         assert [t["form"]["scope"] for t in tokens] == ["notify.windows.com"] and tokens[0]["status"] == 200
         assert standins.wns.wait_for(lambda r: r["channel"] == channel and r["status"] == 200, timeout=5)
+        # Switched to an Entra application without an endpoint: its tenant's, never the classic one kept.
+        r = requests.put(f"{hub.base}/hub/pns/wns", headers=headers(hub), json={
+            "tenantId": config["tenantId"], "clientId": config["clientId"], "secret": config["secret"]})
+        assert r.status_code == 200, r.text
+        wns = {s["service"]: s for s in r.json()["services"]}["wns"]
+        assert wns["settings"]["tokenEndpoint"] == f"https://login.microsoftonline.com/{config['tenantId']}/oauth2/v2.0/token", wns
     finally:
         assert requests.delete(f"{hub.base}/hub/pns/wns", headers=headers(hub)).status_code == 200
 

@@ -573,11 +573,16 @@ def test_adm_gives_tokens_for_messaging_push_and_takes_data_of_strings(standins,
     assert sent.status_code == 200 and sent.json() == {"registrationID": "amzn1.adm-registration.v3.a"}
     standins.adm.canonical["amzn1.adm-registration.v3.old"] = "amzn1.adm-registration.v3.new"
     assert adm_send(config, "amzn1.adm-registration.v3.old", token, {"data": {}}).json()["registrationID"] == "amzn1.adm-registration.v3.new"
+    # A notification message, ADM's preset keys, needs no data; 6 KB is the payload's, not the whole message's.
+    assert adm_send(config, "amzn1.adm-registration.v3.a", token, {"notification": {"title": "t", "body": "b"}}).status_code == 200
+    assert adm_send(config, "amzn1.adm-registration.v3.a", token,
+                    {"data": {"m": "x" * 6000}, "consolidationKey": "k" * 64, "md5": "x" * 200}).status_code == 200
 
 
 @pytest.mark.parametrize("message,headers,status,reason", [
     ({"data": {"m": 1}}, {}, 400, "InvalidData"),
-    ({"notification": {"title": "t"}}, {}, 400, "InvalidData"),
+    ({"notification": {"title": 1}}, {}, 400, "InvalidData"),
+    ({"consolidationKey": "k"}, {}, 400, "InvalidData"),
     ({"data": {"m": "x"}, "expiresAfter": 10}, {}, 400, "InvalidExpiration"),
     ({"data": {"m": "x" * 6200}}, {}, 413, "MessageTooLarge"),
     ({"data": {"m": "x"}}, {"x-amzn-type-version": "com.amazon.device.messaging.ADMMessage@2.0"}, 400, "InvalidType"),

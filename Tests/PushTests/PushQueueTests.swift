@@ -148,16 +148,40 @@ import Testing
         let gates = Gates()
         _ = queue.submit(Self.message("a"), now: Self.now, gates: gates)
         _ = queue.submit(Self.message("b"), now: Self.now, gates: gates)
-        // Both were refused with the old token: each is sent again once with a new one.
+        // Both were refused with the old token: each is sent again once with a new one, and the
+        // token is dropped once: b's refusal is of the token a's already dropped.
         #expect(Self.sent(queue.answered("a", .renewCredentials(reason: "HTTP 403 ExpiredProviderToken"), now: Self.now, gates: gates)) == ["a"])
         #expect(Self.sent(queue.answered("b", .renewCredentials(reason: "HTTP 403 ExpiredProviderToken"), now: Self.now, gates: gates)) == ["b"])
-        #expect(gates.renewed == [.apple, .apple])
+        #expect(gates.renewed == [.apple])
         #expect(Self.reports(queue.answered("b", .delivered, now: Self.now, gates: gates)) == ["b": .delivered])
         // The new token is refused too: the credentials are wrong, and the delivery says so.
         let failed = queue.answered("a", .renewCredentials(reason: "HTTP 403 InvalidProviderToken"), now: Self.now, gates: gates)
         #expect(Self.reports(failed) == ["a": .failed(outcome: "InvalidCredentials", reason: "HTTP 403 InvalidProviderToken")])
-        #expect(gates.renewed.count == 2)
+        #expect(gates.renewed.count == 1)
         #expect(queue.counters[.apple]?.errors["ExpiredProviderToken"] == 2 && queue.counters[.apple]?.failed == 1)
+    }
+
+    @Test func aDeliverySentAfterARenewalAndRefusedDropsTheNewTokenToo() {
+        var queue = Self.queue()
+        let gates = Gates()
+        let later = Self.now.addingTimeInterval(60)
+        _ = queue.submit(Self.message("a"), now: Self.now, gates: gates)
+        _ = queue.answered("a", .renewCredentials(reason: "HTTP 401 InvalidToken"), now: Self.now.addingTimeInterval(1), gates: gates)
+        #expect(gates.renewed == [.apple])
+        // c goes out with the token fetched after a's refusal; when that one is refused in turn,
+        // it is dropped: it is not the one a's refusal already dropped.
+        _ = queue.submit(Self.message("c"), now: later, gates: gates)
+        #expect(Self.sent(queue.answered("c", .renewCredentials(reason: "HTTP 401 InvalidToken"), now: later.addingTimeInterval(1), gates: gates)) == ["c"])
+        #expect(gates.renewed == [.apple, .apple])
+    }
+
+    @Test func aRequestThatCouldNotBeMadeIsCountedByItsOutcomeNeverByItsText() {
+        var queue = Self.queue()
+        let gates = Gates()
+        _ = queue.submit(Self.message("a"), now: Self.now, gates: gates)
+        _ = queue.unsendable("a", PushRequestError(outcome: "PnsInterfaceError", reason: "an adm message has no member 'x1'"))
+        #expect(queue.counters[.apple]?.errors == ["PnsInterfaceError": 1])
+        #expect(PushQueue.code("the body is 5001 bytes") == "RequestError")
     }
 
     @Test func anExpiredChannelAndAFailureAreCountedByTheServicesCode() {

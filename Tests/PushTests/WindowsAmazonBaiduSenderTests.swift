@@ -58,6 +58,19 @@ import Testing
         }
     }
 
+    @Test func aTemplateWithoutAKindIsKnownByItsRootElement() {
+        func kind(_ payload: String, _ headers: [String: String] = [:]) -> String {
+            WNSSender.kind(of: Base.message(.wns, channel: Self.channel, payload: payload, headers: headers))
+        }
+        #expect(kind("<toast><visual/></toast>") == "wns/toast")
+        #expect(kind(#"<?xml version="1.0" encoding="utf-8"?>\#n<!-- news --><tile><visual/></tile>"#) == "wns/tile")
+        #expect(kind("\u{FEFF} <badge value=\"3\"/>") == "wns/badge")
+        #expect(kind("<toaster/>") == "wns/raw")
+        #expect(kind("plain bytes") == "wns/raw")
+        #expect(kind("<?xml version=\"1.0\"") == "wns/raw")
+        #expect(kind("<toast/>", ["x-wns-type": " WNS/Toast "]) == "wns/toast")
+    }
+
     @Test func wnsPostsToTheChannelWithItsKindTimeToLiveAndHeaders() throws {
         let sender = Self.ready(try Self.wns())
         let toast = #"<toast><visual><binding template="ToastGeneric"><text>hi</text></binding></visual></toast>"#
@@ -101,7 +114,8 @@ import Testing
         #expect(answer(406, ["retry-after": "7"]) == .retry(reason: "HTTP 406 Throttled", after: 7))
         #expect(answer(200, ["x-wns-status": "channelThrottled"]) == .retry(reason: "HTTP 200 Throttled status=channelthrottled", after: nil))
         #expect(answer(401) == .renewCredentials(reason: "HTTP 401 InvalidToken"))
-        #expect(answer(403) == .renewCredentials(reason: "HTTP 403 WrongToken"))
+        // The channel is another app's: a new token cannot help, and the channel is kept.
+        #expect(answer(403) == .failed(outcome: "WrongToken", reason: "HTTP 403 WrongToken"))
         #expect(answer(413) == .failed(outcome: "InvalidNotificationSize", reason: "HTTP 413 PayloadTooLarge"))
         #expect(answer(503, ["retry-after": "2"]) == .retry(reason: "HTTP 503", after: 2))
         #expect(answer(400, ["x-wns-error-description": "bad header"]) == .failed(outcome: "PnsInterfaceError", reason: "HTTP 400 bad header"))
@@ -130,7 +144,14 @@ import Testing
         let body = try JSONSerialization.jsonObject(with: request.body) as? [String: Any]
         #expect((body?["data"] as? [String: String]) == ["message": "hi"])
         #expect((body?["expiresAfter"] as? NSNumber)?.intValue == 600 && body?["consolidationKey"] as? String == "scores")
+        // A notification message (ADM's preset keys) needs no data.
+        let shown = try sender.request(for: Base.message(.adm, channel: "r", payload: #"{"notification":{"title":"T","body":"B"}}"#), now: Self.now)
+        #expect((try JSONSerialization.jsonObject(with: shown.body) as? [String: Any])?["notification"] as? [String: String] == ["title": "T", "body": "B"])
+        // 6 KB of payload is taken, whatever the rest of the message adds.
+        let full = #"{"data":{"m":"\#(String(repeating: "x", count: 6_000))"},"consolidationKey":"\#(String(repeating: "k", count: 200))"}"#
+        #expect(throws: Never.self) { try sender.request(for: Base.message(.adm, channel: "r", payload: full), now: Self.now) }
         for (payload, outcome) in [(#"{"data":{"n":1}}"#, "PnsInterfaceError"), (#"{"alert":"x"}"#, "PnsInterfaceError"),
+                                   (#"{"notification":{"title":1}}"#, "PnsInterfaceError"), (#"{"consolidationKey":"k"}"#, "PnsInterfaceError"),
                                    (#"{"data":{"m":"\#(String(repeating: "x", count: 6_200))"}}"#, "InvalidNotificationSize")] {
             let refused = #expect(throws: PushRequestError.self) {
                 try sender.request(for: Base.message(.adm, channel: "r", payload: payload), now: Self.now)
@@ -205,5 +226,40 @@ import Testing
         #expect(answer(400, #"{"error_code":30602,"error_msg":"Request Params Not Valid"}"#)
                 == .failed(outcome: "PnsInterfaceError", reason: "HTTP 400 30602 Request Params Not Valid"))
         #expect(answer(503, "") == .retry(reason: "HTTP 503", after: nil))
+        // A code no integer holds is no code Baidu has: the answer is a failure, not a trap.
+        #expect(answer(400, #"{"error_code":1e400,"error_msg":"?"}"#) == .failed(outcome: "PnsInterfaceError", reason: "HTTP 400"))
+        #expect(answer(400, #"{"error_code":30607.5}"#) == .failed(outcome: "PnsInterfaceError", reason: "HTTP 400"))
+    }
+
+    // MARK: All three
+
+    @Test func aTokenLifetimeThatIsNoNumberATokenHasIsNotBelieved() throws {
+        for lifetime in [#""nan""#, #""inf""#, "-5", "0", "1e12"] {
+            let sender = try Self.wns()
+            guard case .fetch = sender.authorization(now: Self.now) else { Issue.record("no token request"); return }
+            #expect(sender.tokenAnswered(PushHTTPResponse(status: 200, body: Data(#"{"access_token":"a","expires_in":\#(lifetime)}"#.utf8)), now: Self.now) == nil)
+            // Kept for the default day (less a minute), neither renewed at once nor kept for ever.
+            guard case .ready = sender.authorization(now: Self.now.addingTimeInterval(3_000)) else { Issue.record("\(lifetime): not kept"); continue }
+            guard case .fetch = sender.authorization(now: Self.now.addingTimeInterval(8 * 86_400)) else { Issue.record("\(lifetime): never renewed"); continue }
+        }
+    }
+
+    @Test func aHeaderWithALineBreakNeverGoesOut() throws {
+        let sender = Self.ready(try Self.wns())
+        let request = try sender.request(
+            for: Base.message(.wns, channel: Self.channel, payload: "<toast/>", headers: ["x-wns-type": "wns/toast", "x-wns-tag": "a\r\nX-Injected: 1"]),
+            now: Self.now)
+        let refused = #expect(throws: PushRequestError.self) { try request.checkHeaders() }
+        #expect(refused?.outcome == "PnsInterfaceError")
+        var clean = request
+        clean.headers.removeAll { $0.0 == "x-wns-tag" }
+        #expect(throws: Never.self) { try clean.checkHeaders() }
+        // Registration and publish refuse such a header first, naming it.
+        for (headers, word) in [(["x-wns-tag": "a\nb"], "control character"), (["x-wns tag": "a"], "must be letters"),
+                                (["x-wns-tag": String(repeating: "t", count: 1_025)], "1,024")] {
+            let error = #expect(throws: HubError.self) { try Platform.wns.check(payload: "<toast/>", headers: headers.merging(["x-wns-type": "wns/toast"]) { a, _ in a }) }
+            #expect(error?.code == .invalidArgument && error?.message.contains(word) == true, "\(headers)")
+        }
+        #expect(throws: Never.self) { try Platform.wns.check(payload: "<toast/>", headers: ["x-wns-type": "wns/toast", "x-wns-tag": "news\t1 é"]) }
     }
 }

@@ -919,12 +919,17 @@ class Adm(IssuesTokens, Service):
             raise Refuse(400, {"reason": "InvalidType"}, "X-Amzn-Type-Version or X-Amzn-Accept-Type is not ADM's")
         if not headers.get("content-type", "").startswith("application/json"):
             raise Refuse(400, {"reason": "InvalidData"}, f"Content-Type {headers.get('content-type')!r}")
-        if len(request.body) > 6144:
-            raise Refuse(413, {"reason": "MessageTooLarge"}, f"message of {len(request.body)} bytes")
         message = record["message"] = parse_json(request.body)
-        data = message.get("data") if isinstance(message, dict) else None
-        if not isinstance(data, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in data.items()):
-            raise Refuse(400, {"reason": "InvalidData"}, "data is not an object of strings")
+        # A data message (the app's key-value pairs), a notification message (ADM's preset ones), or both.
+        parts = {name: message[name] for name in ("data", "notification") if isinstance(message, dict) and name in message}
+        if not parts:
+            raise Refuse(400, {"reason": "InvalidData"}, "neither data nor notification")
+        for name, part in parts.items():
+            if not isinstance(part, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in part.items()):
+                raise Refuse(400, {"reason": "InvalidData"}, f"{name} is not an object of strings")
+        payload = sum(len(json.dumps(part, separators=(",", ":"), ensure_ascii=False).encode()) for part in parts.values())
+        if payload > 6144:
+            raise Refuse(413, {"reason": "MessageTooLarge"}, f"payload of {payload} bytes")
         expires = message.get("expiresAfter")
         if expires is not None and (type(expires) is not int or not 60 <= expires <= 2678400):
             raise Refuse(400, {"reason": "InvalidExpiration"}, f"expiresAfter {expires!r}")
