@@ -68,10 +68,10 @@ public enum Platform: String, CaseIterable, Codable, Sendable {
     /// header, or another request, on the service's connection. `what` names them in the error.
     public static func checkHeaders(_ headers: [String: String], what: String = "header") throws(HubError) {
         for (name, value) in headers.sorted(by: { $0.key < $1.key }) {
-            guard !name.isEmpty, name.utf8.allSatisfy(isTokenByte) else {
+            guard isHeaderName(name) else {
                 throw HubError(.invalidArgument, "\(what) name '\(name.prefix(64))' must be letters, digits and !#$%&'*+-.^_`|~")
             }
-            guard value.utf8.allSatisfy({ $0 == 0x09 || ($0 >= 0x20 && $0 != 0x7F) }) else {
+            guard isHeaderValue(value) else {
                 throw HubError(.invalidArgument, "\(what) '\(name)' holds a control character (such as a line break); a header value is one line of text")
             }
             guard value.utf8.count <= 1_024 else {
@@ -80,11 +80,25 @@ public enum Platform: String, CaseIterable, Codable, Sendable {
         }
     }
 
+    /// A header name: an HTTP token.
+    public static func isHeaderName(_ name: String) -> Bool { !name.isEmpty && name.utf8.allSatisfy(isTokenByte) }
+
+    /// A header value: visible text, spaces and tabs, and no control character.
+    public static func isHeaderValue(_ value: String) -> Bool { value.utf8.allSatisfy { $0 == 0x09 || ($0 >= 0x20 && $0 != 0x7F) } }
+
     static func isTokenByte(_ byte: UInt8) -> Bool {
         switch byte {
         case UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"): true
         default: "!#$%&'*+-.^_`|~".utf8.contains(byte)
         }
+    }
+
+    /// Whether `channel` is a WNS channel URI under `domain` (such as notify.windows.com): an
+    /// https URL on a host beneath it, as Windows hands them out, never an address a client chose.
+    public static func isWNSChannel(_ channel: String, domain: String) -> Bool {
+        let domain = domain.lowercased().trimmingCharacters(in: CharacterSet(charactersIn: "."))
+        guard let url = URL(string: channel), url.scheme?.lowercased() == "https", let host = url.host?.lowercased() else { return false }
+        return host.hasSuffix("." + domain)
     }
 
     /// Checks a native payload, with the headers it came with (lowercased names), as the platform's

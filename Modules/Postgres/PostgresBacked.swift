@@ -13,14 +13,5 @@ extension PostgresBacked {
         try connection.check(position, of: counter, latest: latest)
     }
 
-    /// Asked between requests: a connection found broken is opened again first, so that health
-    /// says where the store is now.
-    public func replicationDetails() -> [String: String] {
-        if !connection.isInTransaction { _ = connection.reconnectIfNeeded() }
-        do {
-            return try connection.replication().details
-        } catch {
-            return ["storeRole": "unknown", "storeError": error.message]
-        }
-    }
+    public func replicationDetails() -> [String: String] { connection.replicationDetails() }
 }

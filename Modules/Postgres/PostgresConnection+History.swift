@@ -23,6 +23,12 @@ extension PostgresConnection {
         try prepareSession()
     }
 
+    /// Follows the server's history for a store numbered by one counter (the row of `table`, also
+    /// its name among the marks): each session moves it into the history before it writes (`enter`).
+    public func followHistory(counter table: String) throws {
+        try followHistory { [unowned self] in try enter($0, counter: table) }
+    }
+
     /// What the sessions set up since the last call found: a renewed session, or a history that
     /// changed; the caller acts on them in order.
     public func takeSessionEvents() -> [StoreSessionEvent] {
@@ -55,11 +61,7 @@ extension PostgresConnection {
 
     /// The server's timeline, refusing a standby: a store writes only on the primary.
     private func timeline() throws(PostgresError) -> UInt64 {
-        let row = try queryOne("""
-            SELECT pg_is_in_recovery(),
-                   CASE WHEN pg_is_in_recovery() THEN 0
-                        ELSE ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint END
-            """)
+        let row = try queryOne("SELECT pg_is_in_recovery(), CASE WHEN pg_is_in_recovery() THEN 0 ELSE \(Self.timelineSQL) END")
         if row?[0].bool == true {
             throw PostgresError(
                 sqlState: "25006",
@@ -68,6 +70,9 @@ extension PostgresConnection {
         }
         return UInt64(row?[1].int64 ?? 0)
     }
+
+    /// The server's timeline, as an expression: the first eight hex digits of the current WAL file's name.
+    static let timelineSQL = "('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint"
 
     /// The history this session's server is on, beginning the next one when its timeline is new.
     func establishHistory() throws(PostgresError) -> StoreHistory {
@@ -85,7 +90,7 @@ extension PostgresConnection {
             return try transaction {
                 // Made once, by the first session that finds them missing: a role that may not create
                 // schemas still begins a history on tables made before.
-                guard try queryOne("SELECT to_regclass('store_history.marks') IS NULL")?[0].bool == true else { return try begin() }
+                guard try queryOne("SELECT to_regclass('store_history.marks') IS NULL")?[0].bool == true else { return try begin(timeline: timeline) }
                 try execute("""
                     CREATE SCHEMA IF NOT EXISTS store_history;
                     CREATE TABLE IF NOT EXISTS store_history.histories (
@@ -93,7 +98,7 @@ extension PostgresConnection {
                     CREATE TABLE IF NOT EXISTS store_history.marks (
                         counter TEXT NOT NULL, epoch BIGINT NOT NULL, previous BIGINT NOT NULL, PRIMARY KEY (counter, epoch));
                     """)
-                return try begin()
+                return try begin(timeline: timeline)
             }
         } catch let error as PostgresError {
             throw error
@@ -104,8 +109,7 @@ extension PostgresConnection {
 
     /// The history this session's server is on, beginning it in the open transaction when its
     /// timeline is new (`StoreHistory.epoch(after:timeline:)`).
-    private func begin() throws -> StoreHistory {
-        let timeline = try self.timeline()
+    private func begin(timeline: UInt64) throws -> StoreHistory {
         // Another process may have begun it meanwhile, under the lock.
         let newest = history(try queryOne(Self.latestHistory))
         if let newest, newest.timeline == timeline { return newest }

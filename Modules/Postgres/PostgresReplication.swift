@@ -84,8 +84,7 @@ extension PostgresConnection {
     /// standbys' state (it needs pg_monitor) sees that they are there, and no more.
     public func replication() throws(PostgresError) -> PostgresReplication {
         let settings = try queryOne("""
-            SELECT ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint,
-                   current_setting('synchronous_standby_names'), current_setting('synchronous_commit')
+            SELECT \(Self.timelineSQL), current_setting('synchronous_standby_names'), current_setting('synchronous_commit')
             """)
         let standbys = try query("""
             SELECT coalesce(application_name, ''), coalesce(state, 'unknown'), coalesce(sync_state, 'unknown'),
@@ -99,5 +98,19 @@ extension PostgresConnection {
         return PostgresReplication(
             timeline: UInt64(settings?[0].int64 ?? 0), synchronousStandbyNames: settings?[1].string ?? "",
             synchronousCommit: settings?[2].string ?? "", standbys: standbys)
+    }
+
+    /// Health details of the replication (`PostgresReplication.details`, changed by `adjust`), or
+    /// a note of why they cannot be read. Asked between requests: a connection found broken is
+    /// opened again first, so that health says where the store is now.
+    public func replicationDetails(adjust: (inout [String: String]) -> Void = { _ in }) -> [String: String] {
+        if !isInTransaction { _ = reconnectIfNeeded() }
+        do {
+            var details = try replication().details
+            adjust(&details)
+            return details
+        } catch {
+            return ["storeRole": "unknown", "storeError": error.message]
+        }
     }
 }

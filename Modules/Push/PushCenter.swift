@@ -92,32 +92,24 @@ public final class PushCenter: @unchecked Sendable {
     ) throws(PushConfigurationError) -> ([PushService: any PushSender], [PushService: String]) {
         var senders: [PushService: any PushSender] = [:]
         var sources: [PushService: String] = [:]
+        /// The service's sender from the credentials set over the bus, else the configured ones.
+        func add<Settings>(
+            _ service: PushService, _ path: KeyPath<PushSettings, Settings?>,
+            _ make: (Settings) throws(PushConfigurationError) -> any PushSender
+        ) throws(PushConfigurationError) {
+            guard let settings = saved[keyPath: path] ?? configured[keyPath: path] else { return }
+            senders[service] = try make(settings)
+            sources[service] = saved[keyPath: path] == nil ? "config" : "set"
+        }
         let read = Self.readFile
-        if let apple = saved.apple ?? configured.apple {
-            senders[.apple] = try AppleSender(apple, readFile: read)
-            sources[.apple] = saved.apple == nil ? "config" : "set"
+        try add(.apple, \.apple) { settings throws(PushConfigurationError) in try AppleSender(settings, readFile: read) }
+        try add(.fcm, \.fcm) { settings throws(PushConfigurationError) in try FCMSender(settings, readFile: read) }
+        try add(.browser, \.browser) { settings throws(PushConfigurationError) in
+            try WebPushSender(settings, key: try vapidKey(settings, dataDir: dataDir, create: create) ?? P256Key.generate())
         }
-        if let fcm = saved.fcm ?? configured.fcm {
-            senders[.fcm] = try FCMSender(fcm, readFile: read)
-            sources[.fcm] = saved.fcm == nil ? "config" : "set"
-        }
-        if let browser = saved.browser ?? configured.browser {
-            let key = try vapidKey(browser, dataDir: dataDir, create: create) ?? P256Key.generate()
-            senders[.browser] = try WebPushSender(browser, key: key)
-            sources[.browser] = saved.browser == nil ? "config" : "set"
-        }
-        if let wns = saved.wns ?? configured.wns {
-            senders[.wns] = try WNSSender(wns, channelDomain: configured.wnsChannelDomain)
-            sources[.wns] = saved.wns == nil ? "config" : "set"
-        }
-        if let adm = saved.adm ?? configured.adm {
-            senders[.adm] = try ADMSender(adm)
-            sources[.adm] = saved.adm == nil ? "config" : "set"
-        }
-        if let baidu = saved.baidu ?? configured.baidu {
-            senders[.baidu] = try BaiduSender(baidu)
-            sources[.baidu] = saved.baidu == nil ? "config" : "set"
-        }
+        try add(.wns, \.wns) { settings throws(PushConfigurationError) in try WNSSender(settings, channelDomain: configured.wnsChannelDomain) }
+        try add(.adm, \.adm) { settings throws(PushConfigurationError) in try ADMSender(settings) }
+        try add(.baidu, \.baidu) { settings throws(PushConfigurationError) in try BaiduSender(settings) }
         return (senders, sources)
     }
 

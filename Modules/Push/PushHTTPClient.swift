@@ -2,6 +2,7 @@ import CCurl
 import Dispatch
 import DispatchCore
 import Foundation
+import HubProtocol
 import Synchronization
 
 /// One request to a push service.
@@ -29,9 +30,7 @@ public struct PushHTTPRequest: Sendable {
     /// already holds.
     public func checkHeaders() throws(PushRequestError) {
         for (name, value) in headers {
-            guard !name.isEmpty, name.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7F && $0 != UInt8(ascii: ":") }),
-                value.utf8.allSatisfy({ $0 == 0x09 || ($0 >= 0x20 && $0 != 0x7F) })
-            else {
+            guard Platform.isHeaderName(name), Platform.isHeaderValue(value) else {
                 throw PushRequestError(outcome: "PnsInterfaceError", reason: "header '\(name.prefix(64))' holds a control character; it is not sent")
             }
         }
@@ -108,15 +107,19 @@ public final class PushHTTPClient: @unchecked Sendable {
     fileprivate final class Transfer {
         let completion: @Sendable (PushHTTPResponse) -> Void
         let host: String
-        var url = ""
+        /// Where the request goes, as its answer carries it back (`PushHTTPResponse.requestURL`).
+        let url: String
         let book: SocketBook
         let startedAt: ContinuousClock.Instant
         var headerList: UnsafeMutablePointer<curl_slist>?
         var headers: [String: String] = [:]
         var body = Data()
-        init(completion: @escaping @Sendable (PushHTTPResponse) -> Void, host: String, book: SocketBook, startedAt: ContinuousClock.Instant) {
+        init(
+            completion: @escaping @Sendable (PushHTTPResponse) -> Void, host: String, url: String, book: SocketBook, startedAt: ContinuousClock.Instant
+        ) {
             self.completion = completion
             self.host = host
+            self.url = url
             self.book = book
             self.startedAt = startedAt
         }
@@ -331,9 +334,8 @@ public final class PushHTTPClient: @unchecked Sendable {
 
     private func start(_ submission: Submission, host: String) {
         let easy = idle.popLast() ?? curl_easy_init()!
-        let transfer = Transfer(completion: submission.completion, host: host, book: sockets, startedAt: clock.now)
         let request = submission.request
-        transfer.url = request.url
+        let transfer = Transfer(completion: submission.completion, host: host, url: request.url, book: sockets, startedAt: clock.now)
         _ = nh_curl_easy_setopt_string(easy, CURLOPT_URL, request.url)
         _ = nh_curl_easy_setopt_long(easy, CURLOPT_NOSIGNAL, 1)
         _ = nh_curl_easy_setopt_long(easy, CURLOPT_HTTP_VERSION, CURL_HTTP_VERSION_2TLS)

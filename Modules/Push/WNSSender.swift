@@ -1,3 +1,4 @@
+import Auth
 import Foundation
 import HubProtocol
 
@@ -85,10 +86,7 @@ final class WNSSender: PushSender {
     func renew(now: Date) { accessToken.renew() }
 
     /// Whether `channel` is an https URL on a host under the channel domain.
-    func accepts(channel: String) -> Bool {
-        guard let url = URL(string: channel), url.scheme?.lowercased() == "https", let host = url.host?.lowercased() else { return false }
-        return host.hasSuffix("." + channelDomain)
-    }
+    func accepts(channel: String) -> Bool { Platform.isWNSChannel(channel, domain: channelDomain) }
 
     /// The kind a send or template named, or, for a template registered without one, the kind its
     /// XML's root element says, after any XML declaration, processing instruction or comment (a
@@ -214,26 +212,11 @@ enum FormEncoding {
         return text.addingPercentEncoding(withAllowedCharacters: allowed.intersection(CharacterSet(charactersIn: Unicode.Scalar(0)...Unicode.Scalar(127)))) ?? text
     }
 
+    /// A form's fields, each name and value form-encoded (a space as `+`).
     static func body(_ pairs: [(String, String)]) -> String {
-        pairs.map { component($0.0) + "=" + component($0.1) }.joined(separator: "&")
+        pairs.map { SharedAccessSignature.urlEncode($0.0) + "=" + SharedAccessSignature.urlEncode($0.1) }.joined(separator: "&")
     }
 
-    /// PHP's `urlencode`, which Baidu's signatures are made with: letters, digits and `-_.` as they
-    /// are, a space as `+`, every other byte of the UTF-8 as `%XX` in upper-case hex.
-    static func php(_ text: String) -> String {
-        var out = ""
-        out.reserveCapacity(text.utf8.count * 3)
-        for byte in text.utf8 {
-            switch byte {
-            case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "0")...UInt8(ascii: "9"),
-                UInt8(ascii: "-"), UInt8(ascii: "_"), UInt8(ascii: "."):
-                out.unicodeScalars.append(Unicode.Scalar(byte))
-            case UInt8(ascii: " "):
-                out.append("+")
-            default:
-                out += String(format: "%%%02X", byte)
-            }
-        }
-        return out
-    }
+    /// PHP's `urlencode`, which Baidu's signatures are made with: form encoding, `~` encoded too.
+    static func php(_ text: String) -> String { SharedAccessSignature.urlEncode(text).replacingOccurrences(of: "~", with: "%7E") }
 }

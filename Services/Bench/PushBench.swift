@@ -412,7 +412,7 @@ final class StandInClient {
 
     /// An OAuth access token for client credentials posted as a form to `url`.
     func token(at url: String, form: [(String, String)]) throws -> String {
-        let body = form.map { "\($0.0)=\($0.1.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? $0.1)" }.joined(separator: "&")
+        let body = form.map { SharedAccessSignature.urlEncode($0.0) + "=" + SharedAccessSignature.urlEncode($0.1) }.joined(separator: "&")
         let response = try send([PushHTTPRequest(url: url, headers: [("content-type", "application/x-www-form-urlencoded")], body: Data(body.utf8))])[0]
         guard response.status == 200, let object = try? JSONSerialization.jsonObject(with: response.body) as? [String: Any],
             let token = object["access_token"] as? String

@@ -503,10 +503,8 @@ final class DispatchShell {
     /// the old history had that the new one lost.
     func storeSessions() {
         guard shared else { return }
-        /// `below`: what the old history was planned to is under the new one's numbers (some of
-        /// which may have been planned in memory already).
-        func again(below: UInt64 = .max) -> [(String, CustomStringConvertible)] {
-            let planned = plannedTo.filter { $0.key < HistoryNumbering.epoch(of: below) || below == .max }.values.max() ?? 0
+        /// `planned`: how far this dispatcher had planned, for the log line.
+        func again(planned: UInt64) -> [(String, CustomStringConvertible)] {
             let dropped = turn
             turn = DispatchTurn()
             turn.retry(dropped)
@@ -523,10 +521,12 @@ final class DispatchShell {
             let from = pullCursor().map(String.init) ?? "the store's cursors once the leases are read"
             return [("plannedTo", planned), ("plannedAgainAfter", from)]
         }
-        history.check(renewed: { _ in again() }) { _, to in
+        history.check(renewed: { _ in again(planned: plannedTo.values.max() ?? 0) }) { _, to in
             streamFloor = max(streamFloor, to.base)
-            var fields = again(below: to.base)
-            let before = fields.first.flatMap { UInt64("\($0.1)") } ?? 0
+            // How far the older histories were planned: the new one's numbers are above it (and
+            // some of them may have been planned in memory already).
+            let before = plannedTo.filter { $0.key < to.epoch }.values.max() ?? 0
+            var fields = again(planned: before)
             if let lost = try? history.lost(upTo: before, of: "publish.stream", latest: .max) {
                 fields.append(("lost", "publish numbers \(StoreHistoryWatch.describe(lost)), planned before the failover and absent now"))
             }

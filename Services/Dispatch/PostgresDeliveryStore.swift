@@ -328,14 +328,9 @@ final class PostgresDeliveryStore: DeliveryEngine, PostgresBacked {
     /// The replication as the other services see it: this session's own commits do not wait for a
     /// standby (synchronous_commit off), so whether theirs do is not this session's to say.
     func replicationDetails() -> [String: String] {
-        if !connection.isInTransaction { _ = connection.reconnectIfNeeded() }
-        do {
-            var details = try connection.replication().details
-            details["storeSynchronous"] = "see the other services (this service's own commits wait for no standby)"
-            details["storeRisk"] = nil
-            return details
-        } catch {
-            return ["storeRole": "unknown", "storeError": error.message]
+        connection.replicationDetails {
+            $0["storeSynchronous"] = "see the other services (this service's own commits wait for no standby)"
+            $0["storeRisk"] = nil
         }
     }
 

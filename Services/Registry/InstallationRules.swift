@@ -53,13 +53,10 @@ enum InstallationRules {
     static func validateChannel(_ installation: Installation, wnsChannelDomain: String) throws(HubError) {
         guard Platform(name: installation.platform) == .wns else { return }
         let channel = installation.pushChannel
+        guard !Platform.isWNSChannel(channel, domain: wnsChannelDomain) else { return }
         let domain = wnsChannelDomain.lowercased().trimmingCharacters(in: CharacterSet(charactersIn: "."))
-        guard let url = URL(string: channel), url.scheme?.lowercased() == "https", let host = url.host?.lowercased(), host.hasSuffix("." + domain)
-        else {
-            throw HubError(
-                .invalidArgument,
-                "a wns pushChannel is the channel URI Windows handed the app: https://<host>.\(domain)/…, not '\(channel.prefix(100))'")
-        }
+        throw HubError(
+            .invalidArgument, "a wns pushChannel is the channel URI Windows handed the app: https://<host>.\(domain)/…, not '\(channel.prefix(100))'")
     }
 
     static let maxEndpoints = 100

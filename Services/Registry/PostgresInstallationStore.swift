@@ -52,7 +52,7 @@ final class PostgresInstallationStore: InstallationEngine, PostgresBacked {
     init(url: String) throws {
         connection = try PostgresConnection(url: url)
         try connection.migrate(Self.migrations, name: Self.schema)
-        try connection.followHistory { [unowned connection] in try connection.enter($0, counter: Self.counter) }
+        try connection.followHistory(counter: Self.counter)
     }
 
     /// The sequence's row, and its name among the store's counters (`store_history.marks`).

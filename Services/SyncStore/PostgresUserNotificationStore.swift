@@ -70,7 +70,7 @@ final class PostgresUserNotificationStore: UserNotificationEngine, PostgresBacke
     init(url: String) throws {
         connection = try PostgresConnection(url: url)
         try connection.migrate(Self.migrations, name: Self.schema)
-        try connection.followHistory { [unowned connection] in try connection.enter($0, counter: Self.counter) }
+        try connection.followHistory(counter: Self.counter)
     }
 
     /// The stream's sequence row, and its name among the store's counters (`store_history.marks`).
