@@ -11,10 +11,11 @@ import HubProtocol
 /// them there. Deliveries stay in the dispatcher's store until they are reported, so a restart
 /// hands them in again and nothing is lost.
 public final class PushCenter: @unchecked Sendable {
-    /// A delivery reported done: delivered, its channel expired, or failed for good.
-    public var report: (PushMessage, PushResult) -> Void = { _, _ in }
+    /// Deliveries reported done (delivered, their channel expired, or failed for good), in order,
+    /// until the owner takes them (`takeReports`).
+    private var reports: [(PushMessage, PushResult)] = []
     /// Something worth a log line.
-    public var note: (String, [(String, String)]) -> Void = { _, _ in }
+    private let note: (String, [(String, String)]) -> Void
 
     /// Each service's counts of requests and answers.
     public var counters: [PushService: PushCounters] { queue.counters }
@@ -32,7 +33,12 @@ public final class PushCenter: @unchecked Sendable {
 
     /// Loads every push service's credentials: the configuration's, then those set over the bus.
     /// A service whose credentials do not load is refused here, with what to fix.
-    public init(settings: PushSettings, dataDir: String, post: @escaping (@escaping @Sendable () -> Void) -> Void) throws(PushConfigurationError) {
+    /// Answers come back through `post`, which runs them on the owner's loop; after `submit`,
+    /// `tick` and each batch posted, `takeReports` has what they decided.
+    public init(
+        settings: PushSettings, dataDir: String, post: @escaping (@escaping @Sendable () -> Void) -> Void,
+        note: @escaping (String, [(String, String)]) -> Void = { _, _ in }
+    ) throws(PushConfigurationError) {
         var clientSettings = PushHTTPClient.Settings()
         clientSettings.maxConnectionsPerHost = settings.connectionsPerHost
         clientSettings.streamsPerConnection = settings.streamsPerConnection
@@ -48,6 +54,7 @@ public final class PushCenter: @unchecked Sendable {
         self.dataDir = URL(fileURLWithPath: dataDir)
         self.configured = settings
         self.post = post
+        self.note = note
         client = PushHTTPClient(settings: clientSettings)
         do {
             try apply(configured: settings, saved: try Self.loadSaved(self.dataDir.appendingPathComponent(Self.savedFile)))
@@ -227,6 +234,12 @@ public final class PushCenter: @unchecked Sendable {
 
     // MARK: Deliveries
 
+    /// The deliveries reported done since the last call, in the order they were.
+    public func takeReports() -> [(PushMessage, PushResult)] {
+        defer { reports = [] }
+        return reports
+    }
+
     /// Takes a delivery; one already taken is not taken twice.
     public func submit(_ message: PushMessage, now: Date = Date()) {
         carryOut(queue.submit(message, now: now, gates: self), now: now)
@@ -253,7 +266,7 @@ public final class PushCenter: @unchecked Sendable {
             case .fetchToken(let service, let request):
                 client.send(request) { response in self.post { self.tokenAnswered(service, response) } }
             case .report(let message, let result):
-                report(message, result)
+                reports.append((message, result))
             case .note(let message, let fields):
                 note(message, fields)
             }

@@ -44,15 +44,13 @@ public final class EventLoop {
         poller.replace(watch, fileDescriptor: fileDescriptor)
     }
 
-    /// A way for other threads to run work on this loop, in the order it was posted; `then` runs
-    /// after each batch of it.
-    public func mailbox(then: @escaping () -> Void = {}) throws -> LoopMailbox {
-        let mailbox = try LoopMailbox()
+    /// Runs the work other threads post to `mailbox` on this loop, in the order it was posted;
+    /// `then` runs after each batch of it.
+    public func watch(_ mailbox: LoopMailbox, then: @escaping () -> Void = {}) {
         watch(fileDescriptor: mailbox.fileDescriptor) {
             mailbox.drain()
             then()
         }
-        return mailbox
     }
 
     /// Calls `task` every `milliseconds`, first after one interval.

@@ -12,7 +12,8 @@ public final class LoopMailbox: Sendable {
     private let writeEnd: Int32
     private let queue = Mutex<[@Sendable () -> Void]>([])
 
-    init() throws {
+    /// A mailbox no loop reads yet: `EventLoop.watch(_:then:)` makes a loop read it.
+    public init() throws {
         var fds: [Int32] = [0, 0]
         guard pipe(&fds) == 0 else { throw ConfigError("cannot make a pipe: \(String(cString: strerror(errno)))") }
         for fd in fds { _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) }

@@ -6,32 +6,85 @@ import Postgres
 import Push
 import Storage
 
-/// What an engine's store keeps in memory for the bookkeeping `DeliveryEngine` shares.
+/// What an engine's store keeps in memory for the bookkeeping `DeliveryEngine` shares, between
+/// writes. What a write changes is gathered in its own `WriteScope`, and comes here only once the
+/// write has committed (`settle`): a write that fails leaves nothing to take back but its changes
+/// to the held deliveries, which are journaled.
 final class DeliveryLedger {
     /// Test sends whose targets' results are still kept; every other notification's acks skip them.
     var testNotifications: Set<String> = []
-    var tally = OutcomeTally()
-    /// Whether a write is under way: a write inside it joins it.
-    var writing = false
     var fence: LeaseFence?
-    /// The shards the write under way wrote for, where it is fenced.
-    var touched: Set<Int> = []
     /// Deliveries to agents recorded in the open group of writes and not written yet.
     var unwritten = UnwrittenDeliveries()
     /// The one dispatcher's cursor as last read or moved: a notification past it was never recorded.
     var knownCursor: UInt64?
-    /// The shards' cursors as read in the write under way, and moved by it: a notification past
-    /// its shard's cursor was never recorded for that shard's installations. Read again by each
-    /// write, since other dispatchers move the cursors of their shards.
-    var shardCursors: [Int: UInt64]?
-    /// Where the write under way moves the one dispatcher's cursor, and the shards' cursors: each
-    /// moved once, as the write ends, however many notifications it recorded.
-    var cursorTo: UInt64?
-    var shardCursorsTo: [Int: UInt64] = [:]
     /// Deliveries acknowledged while held, so never written, since the store opened.
     var acknowledgedUnwritten = 0
+    /// The write under way, if any: a write inside it joins it.
+    var open: WriteScope?
     let encoder = HubCodec.makeEncoder()
     let decoder = HubCodec.makeDecoder()
+
+    /// What the write under way has gathered. Only inside a write.
+    var scope: WriteScope {
+        get { open! }
+        _modify { yield &open! }
+    }
+
+    /// Takes in what a write that committed changed.
+    func settle(_ scope: WriteScope) {
+        if let moved = scope.knownCursor { knownCursor = moved }
+        acknowledgedUnwritten += scope.acknowledgedUnwritten
+        unwritten.settle()
+    }
+}
+
+/// What one write gathers as it runs, written as it ends (the cursors' moves, the outcome counts,
+/// the fence's check) and taken in by the ledger once it commits; dropped whole when it fails.
+struct WriteScope {
+    var tally = OutcomeTally()
+    /// The shards the write wrote for, where it is fenced.
+    var touched: Set<Int> = []
+    /// The one dispatcher's cursor as the write has moved it (from the ledger's as it began).
+    var knownCursor: UInt64?
+    /// The shards' cursors as read in this write, and moved by it: a notification past its shard's
+    /// cursor was never recorded for that shard's installations. Read again by each write, since
+    /// other dispatchers move the cursors of their shards.
+    var shardCursors: [Int: UInt64]?
+    /// Where the write moves the one dispatcher's cursor, and the shards' cursors: each moved once,
+    /// as the write ends, however many notifications it recorded.
+    var cursorTo: UInt64?
+    var shardCursorsTo: [Int: UInt64] = [:]
+    /// Deliveries acknowledged while held in this write.
+    var acknowledgedUnwritten = 0
+    /// Where the held deliveries' journal stood as the write began.
+    let mark: Int
+
+    init(mark: Int, knownCursor: UInt64?) {
+        self.mark = mark
+        self.knownCursor = knownCursor
+    }
+}
+
+/// How an engine commits the dispatcher's turns, one value per engine: read by the store's shared
+/// behaviour (`DeliveryEngine`) and by the write path (`WritePath`).
+struct CommitStrategy: Equatable, Sendable {
+    /// Whether the dispatcher keeps its turns in memory until their group is due, and then writes
+    /// them together as one turn (PostgreSQL, where a transaction left open across turns would hold
+    /// locks other dispatchers wait on); else each turn is written at once into the open group of
+    /// writes, which commits when due (SQLite). Either way a delivery acknowledged before its
+    /// group is written is never written.
+    var gathersTurns: Bool
+    /// Agents' deliveries inserted, or acknowledged ones removed, in one statement: 1 where each
+    /// statement runs in process (SQLite); many where each is a round trip to a server.
+    var rowsPerStatement: Int
+
+    var batchesRows: Bool { rowsPerStatement > 1 }
+
+    /// SQLite: a group of writes left open across turns, each turn a savepoint of it.
+    static let openGroup = CommitStrategy(gathersTurns: false, rowsPerStatement: 1)
+    /// PostgreSQL: turns gathered in memory, a group written as one transaction, 2,000 rows a statement.
+    static let gatheredTurns = CommitStrategy(gathersTurns: true, rowsPerStatement: 2_000)
 }
 
 /// One engine: its SQL, its connection, and its way of committing (`writeTurn`, `flush`). The
@@ -39,20 +92,15 @@ final class DeliveryLedger {
 protocol DeliveryEngine: DeliveryStore, EngineBacked {
     static var sql: DeliverySQL { get }
     var ledger: DeliveryLedger { get }
-    /// Whether deliveries to agents are held in memory (`UnwrittenDeliveries`): on SQLite while a
-    /// group of writes is open, until it commits; on PostgreSQL while a write runs, until its end,
-    /// since there a write is a whole group of turns (`turnsWaitForGroup`): each outermost write
-    /// then writes what it holds before it commits.
-    var holdsDeliveries: Bool { get }
-    /// Whether many rows go in one statement (`insertAgentDeliveries(_:)`,
-    /// `removeDeliveries`): where each statement is a round trip to a server. SQLite, in process,
-    /// runs a statement per row.
-    var batchesRows: Bool { get }
+    /// Whether a group of writes is open whose end writes the agents' deliveries held in memory
+    /// (`UnwrittenDeliveries`): on SQLite the group left open across turns, until it commits; on
+    /// PostgreSQL the write under way, since there a write is a whole group of turns.
+    var groupOpen: Bool { get }
     /// Inserts agents' deliveries of one notification, each under its id, in one statement, unless
-    /// stored before; returns the ids it inserted. Only where `batchesRows`.
+    /// stored before; returns the ids it inserted. Only where the strategy batches rows.
     func insertAgentDeliveries(_ rows: ArraySlice<(String, UnwrittenDeliveries.Delivery)>) throws -> Set<String>
     /// Removes the unacknowledged deliveries of (delivery id, installation id) in one statement;
-    /// returns each removed one's (delivery id, notification id). Only where `batchesRows`.
+    /// returns each removed one's (delivery id, notification id). Only where the strategy batches rows.
     func removeDeliveries(_ pairs: ArraySlice<(String, String)>) throws -> [(String, String)]
     /// Throws `StoreSessionChanged` while a new session of the store's server has not been acted on
     /// by the dispatcher: what it planned before may be ahead of the store, or of another history.
@@ -76,7 +124,7 @@ extension DeliveryEngine {
 
     private var sql: DeliverySQL { Self.sql }
 
-    var batchesRows: Bool { false }
+    private var batchesRows: Bool { commits.batchesRows }
     func insertAgentDeliveries(_ rows: ArraySlice<(String, UnwrittenDeliveries.Delivery)>) throws -> Set<String> {
         preconditionFailure("\(Self.self) inserts a statement per row")
     }
@@ -84,8 +132,6 @@ extension DeliveryEngine {
         preconditionFailure("\(Self.self) removes a statement per row")
     }
 
-    /// Pairs per statement where rows are batched.
-    static var rowsPerBatch: Int { 2_000 }
 
     /// Rows of (key, value), each read with its function, as a dictionary.
     private func dictionary<Key: Hashable, Item>(
@@ -97,41 +143,29 @@ extension DeliveryEngine {
     /// Runs `body` in a transaction; the outermost writes the outcome counts gathered meanwhile
     /// before it commits. A write inside another joins it with no savepoint of its own (a
     /// statement each on SQLite, a round trip each on PostgreSQL): no caller goes on after a part
-    /// fails, so the parts stand or fall with the outermost, whose failure takes back the counts,
-    /// the held deliveries and the known cursor as they were when it began. Where the store is
-    /// fenced, the outermost also checks the leases of every shard written for, last, so that a
-    /// claim made meanwhile rolls the whole write back.
+    /// fails, so the parts stand or fall with the outermost. What the parts change is gathered in
+    /// the outermost's `WriteScope`, which the ledger takes in once it commits and drops when it
+    /// fails, with the held deliveries' changes undone. Where the store is fenced, the outermost
+    /// also checks the leases of every shard written for, last, so that a claim made meanwhile
+    /// rolls the whole write back.
     func write<T>(_ body: () throws -> T) throws -> T {
-        guard !ledger.writing else { return try body() }
-        let saved = ledger.tally
-        let savedTouched = ledger.touched
-        let savedCursor = ledger.knownCursor
-        let savedUnwritten = ledger.acknowledgedUnwritten
+        guard ledger.open == nil else { return try body() }
         let mark = ledger.unwritten.mark
-        ledger.writing = true
-        defer {
-            ledger.writing = false
-            ledger.shardCursors = nil
-        }
+        ledger.open = WriteScope(mark: mark, knownCursor: ledger.knownCursor)
+        defer { ledger.open = nil }
         do {
             let result = try transaction {
                 try checkSession()
                 let result = try body()
                 try writeCursors()
-                if turnsWaitForGroup { try writeHeld() }
+                if commits.gathersTurns { try writeHeld() }
                 try writeTally()
                 try checkFence()
                 return result
             }
-            ledger.unwritten.settle()
+            ledger.settle(ledger.scope)
             return result
         } catch {
-            ledger.cursorTo = nil
-            ledger.shardCursorsTo = [:]
-            ledger.tally = saved
-            ledger.touched = savedTouched
-            ledger.knownCursor = savedCursor
-            ledger.acknowledgedUnwritten = savedUnwritten
             ledger.unwritten.revert(to: mark)
             throw error
         }
@@ -150,7 +184,7 @@ extension DeliveryEngine {
                     let notificationId = held[start].1.notificationId
                     var end = start + 1
                     while end < held.endIndex, held[end].1.notificationId == notificationId { end += 1 }
-                    for rows in held[start..<end].slices(of: Self.rowsPerBatch) {
+                    for rows in held[start..<end].slices(of: commits.rowsPerStatement) {
                         for (_, delivery) in rows { touch(delivery.shard) }
                         _ = try insertAgentDeliveries(rows)
                     }
@@ -178,15 +212,15 @@ extension DeliveryEngine {
 
     /// Whether `sequence` is past every notification this store has recorded (with one dispatcher).
     private func pastCursor(_ sequence: UInt64) throws -> Bool {
-        let known = try ledger.knownCursor ?? cursor()
-        ledger.knownCursor = known
+        let known = try ledger.scope.knownCursor ?? cursor()
+        ledger.scope.knownCursor = known
         return sequence > known
     }
 
     /// Whether `sequence` is past every notification recorded for `shard`'s installations.
     private func pastCursor(_ sequence: UInt64, shard: Int) throws -> Bool {
-        let cursors = try ledger.shardCursors ?? shardCursors()
-        ledger.shardCursors = cursors
+        let cursors = try ledger.scope.shardCursors ?? shardCursors()
+        ledger.scope.shardCursors = cursors
         return sequence > cursors[shard] ?? 0
     }
 
@@ -197,14 +231,13 @@ extension DeliveryEngine {
 
     /// Notes that the write under way writes for `shard`.
     private func touch(_ shard: @autoclosure () -> Int) {
-        if ledger.fence != nil { ledger.touched.insert(shard()) }
+        if ledger.fence != nil { ledger.scope.touched.insert(shard()) }
     }
 
     /// Throws `LeaseLost` unless the fence's owner holds every shard written for at its epoch; the
     /// lease rows stay locked until the transaction ends, so none changes hands before it commits.
     private func checkFence() throws {
-        let touched = ledger.touched
-        ledger.touched = []
+        let touched = ledger.scope.touched
         guard let fence = ledger.fence, !touched.isEmpty else { return }
         var lost = touched.filter { fence.epochs[$0] == nil }
         let asked = touched.subtracting(lost).sorted().map { "\($0):\(fence.epochs[$0] ?? 0)" }
@@ -216,8 +249,7 @@ extension DeliveryEngine {
     }
 
     private func writeTally() throws {
-        let tally = ledger.tally
-        ledger.tally = OutcomeTally()
+        let tally = ledger.scope.tally
         for step in tally.outcomeSteps(rowsPerStatement: Self.rowsPerInsert) {
             switch step {
             case .open(let adds, let ids):
@@ -249,30 +281,26 @@ extension DeliveryEngine {
 
     /// The one dispatcher's cursor, with where the write under way moves it.
     func cursor() throws -> UInt64 {
-        max(UInt64(try one(sql.cursor)?[0].int64 ?? 0), ledger.cursorTo ?? 0)
+        max(UInt64(try one(sql.cursor)?[0].int64 ?? 0), ledger.open?.cursorTo ?? 0)
     }
 
     /// The shards' cursors, with where the write under way moves them.
     func shardCursors() throws -> [Int: UInt64] {
         var cursors = try dictionary(sql.shardCursors, [], { $0.int ?? 0 }, { UInt64($0.int64 ?? 0) })
         // A shard's cursor reads as no less than the one dispatcher's (`sql.shardCursors`).
-        let one = ledger.cursorTo ?? 0
-        for (shard, cursor) in cursors { cursors[shard] = max(cursor, ledger.shardCursorsTo[shard] ?? 0, one) }
+        let one = ledger.open?.cursorTo ?? 0
+        let moving = ledger.open?.shardCursorsTo ?? [:]
+        for (shard, cursor) in cursors { cursors[shard] = max(cursor, moving[shard] ?? 0, one) }
         return cursors
     }
 
     /// Moves the cursors where the write under way recorded to: the one dispatcher's, and each
     /// shard's, in a statement per distinct place.
     private func writeCursors() throws {
-        if let to = ledger.cursorTo {
-            try run(sql.advanceCursor, [Int64(to)])
-            ledger.cursorTo = nil
-        }
-        guard !ledger.shardCursorsTo.isEmpty else { return }
-        for (to, moves) in Dictionary(grouping: ledger.shardCursorsTo, by: \.value).sorted(by: { $0.key < $1.key }) {
+        if let to = ledger.scope.cursorTo { try run(sql.advanceCursor, [Int64(to)]) }
+        for (to, moves) in Dictionary(grouping: ledger.scope.shardCursorsTo, by: \.value).sorted(by: { $0.key < $1.key }) {
             try run(sql.advanceShardCursors, [Int64(to), sql.shards(Set(moves.map(\.key)))])
         }
-        ledger.shardCursorsTo = [:]
     }
 
     // MARK: Writes
@@ -289,21 +317,21 @@ extension DeliveryEngine {
             // recorded for an installation: its agents' deliveries can be held in memory until the
             // group commits. Any other is checked against the rows written (held ones are written
             // first, where an agent's delivery is).
-            let holds = try holdsDeliveries && notification.send.test != true && (shards != nil || pastCursor(notification.sequence))
+            let holds = try groupOpen && notification.send.test != true && (shards != nil || pastCursor(notification.sequence))
             let targets = expired
                 ? 0 : try recordDeliveries(notification, plans: plans, sent: sent, now: now, adds: adds, holds: holds, byShard: shards != nil)
-            ledger.tally.open(id, OutcomeOpening(
+            ledger.scope.tally.open(id, OutcomeOpening(
                 state: state, enqueuedAt: notification.enqueuedAt, at: now, targets: targets, expired: expired ? 1 : 0, adds: adds))
-            if shards == nil, let known = ledger.knownCursor { ledger.knownCursor = max(known, notification.sequence) }
+            if shards == nil, let known = ledger.scope.knownCursor { ledger.scope.knownCursor = max(known, notification.sequence) }
             // The cursors move as the write ends (`writeCursors`).
             if let shards {
                 for shard in shards {
                     touch(shard)
-                    if let cursor = ledger.shardCursors?[shard] { ledger.shardCursors?[shard] = max(cursor, notification.sequence) }
-                    ledger.shardCursorsTo[shard] = max(ledger.shardCursorsTo[shard] ?? 0, notification.sequence)
+                    if let cursor = ledger.scope.shardCursors?[shard] { ledger.scope.shardCursors?[shard] = max(cursor, notification.sequence) }
+                    ledger.scope.shardCursorsTo[shard] = max(ledger.scope.shardCursorsTo[shard] ?? 0, notification.sequence)
                 }
             } else {
-                ledger.cursorTo = max(ledger.cursorTo ?? 0, notification.sequence)
+                ledger.scope.cursorTo = max(ledger.scope.cursorTo ?? 0, notification.sequence)
             }
         }
     }
@@ -347,7 +375,7 @@ extension DeliveryEngine {
                     stored += 1
                     targets[plan.platform, default: 0] += 1
                     platformCounts[PlatformCountKey(notificationId: id, platform: plan.platform, outcome: outcome), default: 0] += 1
-                    ledger.tally.add(id) { $0.failed += 1 }
+                    ledger.scope.tally.add(id) { $0.failed += 1 }
                 }
                 continue
             }
@@ -405,7 +433,7 @@ extension DeliveryEngine {
         }
         // After those held, which were recorded first, and checked against them.
         if !batch.isEmpty { try writeHeld() }
-        for rows in batch.slices(of: Self.rowsPerBatch) {
+        for rows in batch.slices(of: commits.rowsPerStatement) {
             let inserted = try insertAgentDeliveries(rows)
             stored += inserted.count
             targets[Platform.linux.rawValue, default: 0] += inserted.count
@@ -414,8 +442,8 @@ extension DeliveryEngine {
         for (platform, count) in targets {
             platformCounts[PlatformCountKey(notificationId: id, platform: platform, outcome: "Targets"), default: 0] += count
         }
-        if delivered > 0 { ledger.tally.add(id) { $0.delivered += delivered } }
-        for (key, count) in platformCounts { ledger.tally.openPlatform(key, count: count, adds: adds) }
+        if delivered > 0 { ledger.scope.tally.add(id) { $0.delivered += delivered } }
+        for (key, count) in platformCounts { ledger.scope.tally.openPlatform(key, count: count, adds: adds) }
         return stored
     }
 
@@ -444,11 +472,11 @@ extension DeliveryEngine {
                 touch(Shards.of(delivery.installationId))
                 let key = DeliveryKey(delivery.deliveryId)
                 if ledger.unwritten[key] != nil {
-                    if ledger.unwritten.markSent(key, at: now) { ledger.tally.add(delivery.notificationId) { $0.delivered += 1 } }
+                    if ledger.unwritten.markSent(key, at: now) { ledger.scope.tally.add(delivery.notificationId) { $0.delivered += 1 } }
                     continue
                 }
                 guard try run(sql.markDelivered, [now.timeIntervalSince1970, delivery.deliveryId]) > 0 else { continue }
-                ledger.tally.add(delivery.notificationId) { $0.delivered += 1 }
+                ledger.scope.tally.add(delivery.notificationId) { $0.delivered += 1 }
             }
         }
     }
@@ -465,7 +493,7 @@ extension DeliveryEngine {
                 if let current = run, current.notificationId == notificationId {
                     run?.count += 1
                 } else {
-                    if let current = run { ledger.tally.add(current.notificationId) { $0.acknowledged += current.count } }
+                    if let current = run { ledger.scope.tally.add(current.notificationId) { $0.acknowledged += current.count } }
                     run = (notificationId, 1)
                 }
             }
@@ -476,7 +504,7 @@ extension DeliveryEngine {
                     // Held and acknowledged before its group commits: never written.
                     if let held = ledger.unwritten.remove(id, installationId: installationId) {
                         fresh += 1
-                        ledger.acknowledgedUnwritten += 1
+                        ledger.scope.acknowledgedUnwritten += 1
                         count(held.notificationId)
                     } else {
                         written.append((id.id, installationId))
@@ -485,7 +513,7 @@ extension DeliveryEngine {
             }
             var removed: [(String, String)] = []
             if batchesRows {
-                for pairs in written.slices(of: Self.rowsPerBatch) { removed += try removeDeliveries(pairs) }
+                for pairs in written.slices(of: commits.rowsPerStatement) { removed += try removeDeliveries(pairs) }
             } else {
                 for (id, installationId) in written {
                     if let notification = try removeDelivery(id, installationId: installationId) { removed.append((id, notification)) }
@@ -496,7 +524,7 @@ extension DeliveryEngine {
                 count(notification)
                 try testOutcome(notification, deliveryId: id, Self.successText, success: true)
             }
-            if let run { ledger.tally.add(run.notificationId) { $0.acknowledged += run.count } }
+            if let run { ledger.scope.tally.add(run.notificationId) { $0.acknowledged += run.count } }
             return fresh
         }
     }
@@ -508,7 +536,7 @@ extension DeliveryEngine {
             for failure in failures {
                 guard let notification = try closeDelivery(failure.deliveryId, installationId: installationId, reason: failure.reason, now: now)
                 else { continue }
-                ledger.tally.add(notification) { $0.failed += 1 }
+                ledger.scope.tally.add(notification) { $0.failed += 1 }
                 try testOutcome(notification, deliveryId: failure.deliveryId, failure.reason, success: false)
             }
         }
@@ -523,7 +551,7 @@ extension DeliveryEngine {
                 switch result {
                 case .delivered, .channelMoved:
                     guard let notification = try removeDelivery(message.deliveryId, installationId: message.installationId) else { continue }
-                    ledger.tally.add(notification) {
+                    ledger.scope.tally.add(notification) {
                         $0.delivered += 1
                         $0.acknowledged += 1
                     }
@@ -534,7 +562,7 @@ extension DeliveryEngine {
                     let text = "\(outcome): \(reason)"
                     guard try closeDelivery(message.deliveryId, installationId: message.installationId, reason: text, now: now) != nil
                     else { continue }
-                    ledger.tally.add(message.notificationId) { $0.failed += 1 }
+                    ledger.scope.tally.add(message.notificationId) { $0.failed += 1 }
                     try testOutcome(
                         message.notificationId, deliveryId: message.deliveryId,
                         result.isChannelGone ? "The Push Notification System handle for the registration is invalid (\(reason))" : text,
@@ -542,7 +570,7 @@ extension DeliveryEngine {
                 case .retry, .renewCredentials:
                     continue
                 }
-                ledger.tally.countPlatform(message.notificationId, message.platform.rawValue, outcome)
+                ledger.scope.tally.countPlatform(message.notificationId, message.platform.rawValue, outcome)
             }
         }
     }
@@ -552,7 +580,7 @@ extension DeliveryEngine {
         return try write {
             // Held ones past their expiry go from memory; agents' deliveries have no platform count.
             let expiredHeld = ledger.unwritten.removeExpired(at: now)
-            for (_, delivery) in expiredHeld { ledger.tally.add(delivery.notificationId) { $0.expired += 1 } }
+            for (_, delivery) in expiredHeld { ledger.scope.tally.add(delivery.notificationId) { $0.expired += 1 } }
             let removed: [Row]
             if let shards {
                 for shard in shards { touch(shard) }
@@ -562,8 +590,8 @@ extension DeliveryEngine {
             }
             for row in removed {
                 let (deliveryId, notificationId) = (row[0].string ?? "", row[1].string ?? "")
-                ledger.tally.add(notificationId) { $0.expired += 1 }
-                if let platform = row[2].string { ledger.tally.countPlatform(notificationId, platform, "Expired") }
+                ledger.scope.tally.add(notificationId) { $0.expired += 1 }
+                if let platform = row[2].string { ledger.scope.tally.countPlatform(notificationId, platform, "Expired") }
                 try testOutcome(notificationId, deliveryId: deliveryId, "Expired before the device acknowledged it", success: false)
             }
             return removed.count + expiredHeld.count

@@ -28,16 +28,14 @@ protocol DeliveryStore: LeaseStore {
     /// Commits what the turns wrote since the last call, on an engine that keeps a group of writes
     /// open (SQLite); where each write commits on its own (PostgreSQL) there is nothing to do.
     func flush() throws
-    /// Commits what is open and lets go of the database.
-    func close()
+    /// Commits what is open and lets go of the database. When the last group of writes cannot be
+    /// committed it is rolled back whole, as a crash would lose it, and the error says why: what it
+    /// held is planned again from the publish service's log at the next start.
+    func close() throws
     /// Deliveries held in memory until the open group of writes commits (`UnwrittenDeliveries`).
     var held: Int { get }
-    /// Whether the dispatcher keeps its turns in memory until their group is due, and then writes
-    /// them together as one turn (PostgreSQL, where a transaction left open across turns would
-    /// hold locks other dispatchers wait on); where false, each turn is written at once into the
-    /// open group of writes (SQLite). Either way a delivery acknowledged before its group is
-    /// written is never written.
-    var turnsWaitForGroup: Bool { get }
+    /// How this engine commits the dispatcher's turns.
+    var commits: CommitStrategy { get }
 
     /// The sequence of the last notification planned, with one dispatcher.
     func cursor() throws -> UInt64
@@ -87,8 +85,6 @@ protocol DeliveryStore: LeaseStore {
 }
 
 extension DeliveryStore {
-    var turnsWaitForGroup: Bool { false }
-
     /// Records with one dispatcher, which plans every shard.
     func record(_ notification: AcceptedNotification, plans: [PlannedDelivery], sent: Set<DeliveryKey>, now: Date) throws {
         try record(notification, plans: plans, sent: sent, shards: nil, now: now)

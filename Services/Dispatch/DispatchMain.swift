@@ -19,11 +19,16 @@ public enum DispatchMain {
             try context.prepareKeys()
             var settings = DispatcherSettings(agentHeartbeat: Double(config.agentHeartbeatMs) / 1000, maxAgents: config.limits.agents)
             // Phones and browsers: each platform's push service, on a thread of its own for HTTP, with
-            // its answers handled on this loop after the writes of the turn they come in.
-            var shell: DispatchShell?
-            let mailbox = try context.loop.mailbox { shell?.commit() }
+            // its answers handled on this loop, through the mailbox, after the writes of the turn they come in.
+            let mailbox = try LoopMailbox()
             let push: PushCenter
-            do { push = try PushCenter(settings: config.push, dataDir: config.dataDir, post: { mailbox.post($0) }) } catch { throw ConfigError("\(error)") }
+            do {
+                push = try PushCenter(
+                    settings: config.push, dataDir: config.dataDir, post: { mailbox.post($0) },
+                    note: { message, fields in context.logger.log(.warning, message, fields.map { ($0.0, $0.1) }) })
+            } catch {
+                throw ConfigError("\(error)")
+            }
             context.onShutdown { push.stop() }
             settings.platforms.formUnion(push.platforms.map(\.rawValue))
             if !push.platforms.isEmpty { context.logger.info("push services", ("platforms", push.platforms.map(\.rawValue).sorted().joined(separator: ","))) }
@@ -35,27 +40,26 @@ public enum DispatchMain {
             let store = try DispatchShell.openStore(context, advertise: advertise, leasePeriod: leasePeriod)
             let publish = try context.bus.forwarder(config.publish.requests)
             let registryWrites = try context.bus.forwarder(config.registry.requests)
+            // The registry's change stream keeps the index current; a gap or a late start takes a snapshot.
+            let registry = try RegistryFeed(
+                registry: try context.bus.client(config.registry.requests, policy: RetryPolicy(timeout: 2_000, attempts: 1)),
+                connect: config.registry.events ?? "tcp://127.0.0.1:7702", curve: context.bus.security?.client)
+            context.onShutdown { registry.close() }
             let dispatch = DispatchShell(
                 context: context, settings: settings, inbox: AgentInbox(messagesPerSecond: config.limits.agentMessagesPerSecond), store: store,
                 leases: ShardLeaseKeeper(store: store, id: advertise, period: leasePeriod), push: push, agents: agents,
-                publish: publish, registryWrites: registryWrites, shared: config.storeIsPostgres)
-            shell = dispatch
+                publish: publish, registryWrites: registryWrites, registry: registry, shared: config.storeIsPostgres)
             // Before the store closes (closers run newest first): turns gathered in memory are written.
             context.onShutdown { dispatch.writeGathered() }
-            // Before anything is handed to the push services: a delivery can be reported as it is taken.
-            push.note = { message, fields in context.logger.log(.warning, message, fields.map { ($0.0, $0.1) }) }
-            push.report = { dispatch.pushAnswered($0, $1) }
+            context.loop.watch(mailbox) {
+                dispatch.pushAnswered()
+                dispatch.commit()
+            }
             context.loop.every(milliseconds: 50) { dispatch.commitGroupIfDue() }
-
-            // The registry's change stream keeps the index current; a gap or a late start takes a snapshot.
-            let registry = try context.bus.client(config.registry.requests, policy: RetryPolicy(timeout: 2_000, attempts: 1))
-            let replica = try CloneReplica(
-                connect: config.registry.events ?? "tcp://127.0.0.1:7702", curve: context.bus.security?.client,
-                snapshot: { let snapshot = try registry.call(RegistrySnapshotRequest()); dispatch.registrySnapshot(snapshot); return snapshot.sequence },
-                apply: { dispatch.handle(.installationChanged(try HubCodec.decode(InstallationChanged.self, from: $0.body).payload)) })
-            dispatch.replica = replica
-            context.onShutdown { replica.close() }
-            context.loop.watch(replica.socket) { try replica.pump(); dispatch.commit() }
+            context.loop.watch(registry.socket) {
+                try dispatch.readRegistry()
+                dispatch.commit()
+            }
             if !dispatch.shared {
                 dispatch.handle(.backlog(try store.backlog(now: Date())))
                 try dispatch.resumePush()

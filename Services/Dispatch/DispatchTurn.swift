@@ -94,7 +94,7 @@ struct GroupCommitPolicy {
         return held == 0 || awaited == 0 || age >= Self.longest
     }
 
-    /// Where the dispatcher's turns wait in memory for their group (`DeliveryStore.turnsWaitForGroup`):
+    /// Where the dispatcher's turns wait in memory for their group (`CommitStrategy.gathersTurns`):
     /// whether `turn`, gathered from the turns since the last write, is written now. It is at once
     /// when it hands deliveries to push services (they go once their rows are in the store) or
     /// carries their answers (a phone shows a push sent again, where an agent shows a delivery

@@ -8,7 +8,7 @@ import Storage
 /// The dispatcher's store on PostgreSQL, which several dispatchers can share, each serving the
 /// shards it holds leases on. Its tables live in the schema `dispatch`, named in full in every
 /// statement. The dispatcher keeps its turns in memory until their group is due and writes them
-/// as one (`turnsWaitForGroup`), so no transaction stays open between writes, and a delivery
+/// as one (`CommitStrategy.gatheredTurns`), so no transaction stays open between writes, and a delivery
 /// acknowledged in the same group is never written. Each write commits without waiting for the
 /// server's disk (synchronous_commit off, set in the connection's options so that a reconnected
 /// session has it too): like the SQLite store, it may lose its last group, which the publish
@@ -370,16 +370,14 @@ final class PostgresDeliveryStore: DeliveryEngine, PostgresBacked {
     /// Each write has committed already.
     func flush() throws {}
 
-    /// The dispatcher writes a group of turns as one.
-    var turnsWaitForGroup: Bool { true }
+    /// The dispatcher writes a group of turns as one; each statement is a round trip to the server,
+    /// so a broadcast's deliveries go in, and a turn's acknowledgements come out, a few thousand
+    /// rows to a statement.
+    var commits: CommitStrategy { .gatheredTurns }
 
     /// Agents' deliveries recorded in a write are held until its end, so that those acknowledged
     /// in the same write (the same group of turns) are never written.
-    var holdsDeliveries: Bool { ledger.writing }
-
-    /// Each statement is a round trip to the server: a broadcast's deliveries go in, and a turn's
-    /// acknowledgements come out, a few thousand rows to a statement.
-    var batchesRows: Bool { true }
+    var groupOpen: Bool { ledger.open != nil }
 
     func insertAgentDeliveries(_ rows: ArraySlice<(String, UnwrittenDeliveries.Delivery)>) throws -> Set<String> {
         guard let notificationId = rows.first?.1.notificationId else { return [] }

@@ -310,10 +310,12 @@ final class SQLiteDeliveryStore: DeliveryEngine {
         }
     }
 
-    var holdsDeliveries: Bool { database.groupOpen }
+    var commits: CommitStrategy { .openGroup }
 
-    func close() {
-        try? flush()
+    var groupOpen: Bool { database.groupOpen }
+
+    func close() throws {
+        try flush()
     }
 
     var engine: SQLiteEngine { SQLiteEngine(database) }

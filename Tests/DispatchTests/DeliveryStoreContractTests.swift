@@ -83,7 +83,7 @@ struct DeliveryStoreContractTests {
         try store.record(Fixture.notification("n", sequence: 1), plans: plans, sent: [], shards: all, now: now)
         outcome = try #require(try store.outcome("n"))
         #expect(outcome.targets == 2_501 && outcome.delivered == 1_000)
-        if let postgres = store as? PostgresDeliveryStore { #expect(postgres.batchesRows) }
+        if let postgres = store as? PostgresDeliveryStore { #expect(postgres.commits.batchesRows) }
     }
 
     @Test("a notification past its expiry is abandoned: counted expired once, with no deliveries", arguments: StoreEngine.available)
@@ -563,7 +563,7 @@ struct DeliveryStoreContractTests {
         #expect(try reopened.cursor() == 2)
         let outcome = try #require(try reopened.outcome("kept"))
         #expect(outcome.delivered == 1 && outcome.acknowledged == 1)
-        store.close()
+        try store.close()
     }
 
     /// A second store on the same database.

@@ -113,7 +113,8 @@ final class GroupedStore: DeliveryStore {
     func writeTurn(_ body: () throws -> Void) throws { try inner.writeTurn(body) }
     func flush() throws { try inner.flush() }
     var held: Int { inner.held }
-    func close() { inner.close() }
+    func close() throws { try inner.close() }
+    var commits: CommitStrategy { inner.commits }
     func cursor() throws -> UInt64 { try inner.cursor() }
 
     func record(_ notification: AcceptedNotification, plans: [PlannedDelivery], sent: Set<DeliveryKey>, shards: Set<Int>?, now: Date) throws {
