@@ -37,6 +37,18 @@ struct SQLiteDeliveryStoreTests {
         try store.database.query("SELECT delivery_id FROM deliveries ORDER BY rowid").map { $0[0].string ?? "" }
     }
 
+    @Test("a last group that cannot be written at close says so, and is rolled back whole as a crash would lose it")
+    func closeFails() throws {
+        let store = try SQLiteDeliveryStore(database: try StoreEngine.sqliteDatabase())
+        let plan = Fixture.plan("n1", "a")
+        try store.writeTurn { try store.record(Fixture.notification("n1", sequence: 1), plans: [plan], sent: [], now: now) }
+        #expect(store.held == 1)
+        try store.database.execute("CREATE TRIGGER refuse BEFORE INSERT ON deliveries BEGIN SELECT RAISE(ABORT, 'the disk is full'); END")
+        #expect(throws: StorageError.self) { try store.close() }
+        #expect(try store.cursor() == 0, "the cursor's move went with the group")
+        #expect(store.held == 0)
+    }
+
     @Test("a delivery acknowledged before its group commits is never written; the rest are written at the commit, oldest first")
     func heldUntilCommit() throws {
         let store = try SQLiteDeliveryStore(database: try StoreEngine.sqliteDatabase())
