@@ -1,9 +1,6 @@
 import Bus
-import DispatchCore
 import Foundation
 import HubProtocol
-import Push
-import ServiceKit
 
 /// Pulling accepted notifications from the publish service: one request in flight at a time, and
 /// a page size that adapts so that one turn stays short. Plain logic; the shell sends the requests.
@@ -104,105 +101,5 @@ struct PullControl: Equatable {
     static func hinted(latest: UInt64, cursor: UInt64?) -> Bool {
         guard let cursor else { return false }
         return latest > cursor
-    }
-}
-
-/// Resuming what push services had not taken when the dispatcher stopped, a page at a time: the
-/// next page once most of the last one is done (the push center takes each delivery once,
-/// however often it is handed in).
-struct PushResume: Equatable {
-    static let page = 100_000
-    private(set) var resuming = true
-
-    /// The page to read now, or nil.
-    func limit(pushPending: Int) -> Int? {
-        resuming && pushPending < Self.page / 2 ? Self.page : nil
-    }
-
-    /// A page of `count` was read: a full page means there may be more.
-    mutating func read(_ count: Int) { resuming = count == Self.page }
-}
-
-/// What comes in on the agent channel, read: a hello, an acknowledgement or a goodbye for the core, or a
-/// refusal to send back. Agents are rate limited per connection, except for acknowledgements: each
-/// answers a delivery this dispatcher sent, and a busy agent sends as many as it receives.
-struct AgentInbox {
-    enum Input {
-        case event(DispatchEvent)
-        /// Frames to send back on the route, the message unread.
-        case refuse([Data])
-    }
-
-    let rate: RateLimiter
-    let rateSetting: Int
-
-    init(messagesPerSecond: Int) {
-        rate = RateLimiter(perSecond: messagesPerSecond)
-        rateSetting = messagesPerSecond
-    }
-
-    /// `frames`: the route, then the message's frames; `peer`: the connection's CURVE key.
-    func read(_ frames: [Data], peer: String?, now: TimeInterval = ProcessInfo.processInfo.systemUptime) -> Input? {
-        guard frames.count >= 2 else { return nil }
-        let route = frames[0]
-        let body = Array(frames.dropFirst())
-        let isAck = body.count == 1 && body[0].starts(with: Data("ack\n".utf8))
-        guard isAck || rate.allow(peer ?? route.base64EncodedString(), now: now) else {
-            return refusal(HubError(.rateLimited, "more than \(rateSetting) messages a second from this agent (limits.agentMessagesPerSecond)"))
-        }
-        if body[0].isEmpty {
-            // A JSON envelope behind a delimiter: a client of the older protocol.
-            let error = HubError(.unsupportedVersion, "the agent channel speaks compact frames (see HubProtocol's README); upgrade the agent")
-            return .refuse([Data(), HubCodec.encodeError(error, id: "")])
-        }
-        do {
-            guard body.count == 1 else {
-                throw HubError(.malformedFrames, "the message has \(body.count) frames; each agent-channel message is one frame")
-            }
-            switch try AgentWire.decode(body[0]) {
-            case .hello(let hello):
-                return .event(.hello(route: route, peerKey: peer, installationId: hello.installationId))
-            case .ack(let ack):
-                return .event(.ack(route: route, ack))
-            case .bye(let bye):
-                return .event(.bye(route: route, installationId: bye.installationId))
-            case .welcome, .deliver, .signal, .error, .redirect:
-                throw HubError(.unknownType, "agents send only 'hello', 'ack' and 'bye' on this channel")
-            }
-        } catch let error as HubError {
-            return refusal(error)
-        } catch {
-            return refusal(HubError(.malformedFrames, "\(error)"))
-        }
-    }
-
-    private func refusal(_ error: HubError) -> Input {
-        .refuse([AgentWire.encode(.error(ErrorReply(code: error.code, message: error.message)))])
-    }
-}
-
-/// A push service said a device's channel is gone: its installation goes, as Notification Hubs
-/// removes registrations with expired channels, unless the device has registered another channel
-/// since (the delete is conditional on the version that had the old one).
-enum ChannelExpiry {
-    static func deletion(for message: PushMessage, _ result: PushResult, index: InstallationIndex) -> InstallationDelete? {
-        guard case .channelExpired = result, let installation = index.installation(message.installationId),
-            installation.pushChannel == message.pushChannel
-        else { return nil }
-        return InstallationDelete(installationId: message.installationId, ifMatch: installation.etag)
-    }
-}
-
-/// A push service named a device's channel anew (ADM's canonical registration id): the
-/// installation's channel moves there, unless the device has registered another channel since
-/// (the write is conditional on the version that had the old one).
-enum ChannelMove {
-    static func upsert(for message: PushMessage, _ result: PushResult, index: InstallationIndex) -> InstallationUpsert? {
-        guard case .channelMoved(let channel) = result, var installation = index.installation(message.installationId),
-            installation.pushChannel == message.pushChannel, channel != message.pushChannel
-        else { return nil }
-        let etag = installation.etag
-        installation.pushChannel = channel
-        return InstallationUpsert(installation: installation, ifMatch: etag)
     }
 }

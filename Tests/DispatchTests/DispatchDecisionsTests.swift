@@ -9,8 +9,8 @@ import Testing
 
 /// The dispatcher shell's decisions, in plain types: pulling, resuming push deliveries, reading
 /// the agent channel, and health.
-@Suite("Dispatcher flow")
-struct DispatchFlowTests {
+@Suite("Dispatcher decisions")
+struct DispatchDecisionsTests {
     @Test("one pull at a time, from the cursor, once the registry is read; the page shrinks for large fan-outs and grows back")
     func pulls() {
         var pulls = PullControl()
