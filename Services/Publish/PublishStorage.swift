@@ -3,7 +3,7 @@ import Postgres
 import ServiceKit
 
 /// The publish service's stores on the configured engine, and the group its requests commit in.
-enum PublishStores {
+enum PublishStorage {
     /// Sends waiting at once share one commit, on either engine (`PublishStore.group`); hints go
     /// out, and replies back, only after it. (On PostgreSQL the sequence row stays locked until the
     /// group commits, so another publish process's sends wait for it, and numbers still commit in order.)
