@@ -80,6 +80,7 @@ final class GatewayRoutes: @unchecked Sendable {
         guard request.method == "POST", request.query["test"] == nil, request.query["direct"] == nil else { return false }
         do {
             guard case .route(let route, _) = try resolve(request), let scheduled = route.forwardedSend else { return false }
+            try route.admit(self, request)
             let send = try makeSend(request, scheduled: scheduled)
             publish.forward(send) { [self] result in
                 switch result {
@@ -100,7 +101,7 @@ final class GatewayRoutes: @unchecked Sendable {
         case page(HTTPResponse)
         case metrics
         case pushEndpoint([String])
-        case route(GatewayRoute, [String])
+        case route(Route, [String])
     }
 
     private func route(_ request: HTTPRequest) throws -> HTTPResponse {
@@ -108,7 +109,7 @@ final class GatewayRoutes: @unchecked Sendable {
         case .page(let page): return page
         case .metrics: return metrics()
         case .pushEndpoint(let segments): return pushEndpoint(request, segments)
-        case .route(let route, let parameters): return try route.handle(self, request, parameters)
+        case .route(let route, let parameters): return try route.run(self, request, parameters)
         }
     }
 
@@ -125,28 +126,26 @@ final class GatewayRoutes: @unchecked Sendable {
         // The hub's own resources (users, health, expressions) take api-version but do not need it;
         // Notification Hubs' resources need it, as Azure does.
         if request.query["api-version"] != nil || !Self.ownResources.contains(rest.first ?? "") { try checkVersion(request) }
-        switch GatewayRoute.match(request.method, rest) {
+        switch RouteTable.match(request.method, rest) {
         case .found(let route, let parameters):
             return .route(route, parameters)
         case .wrongMethod:
             throw HubError(.invalidArgument, "\(request.method) is not supported on \(request.path)")
-        case .none where GatewayRoute.table.contains(where: { $0.pattern.first?.lowercased() == rest.first?.lowercased() }):
+        case .none where RouteTable.routes.contains(where: { $0.pattern.first?.lowercased() == rest.first?.lowercased() }):
             throw HubError(.invalidArgument, "\(request.method) is not supported on \(request.path)")
         case .none:
             throw HubError(.notFound, "no resource at \(request.path)")
         }
     }
 
-    // MARK: The handlers of the route table (GatewayRoute.table)
+    // MARK: The handlers of the route table (RouteTable)
 
     func getInstallation(_ request: HTTPRequest, _ id: String) throws -> HTTPResponse {
-        try authorize(request, .listen)
         let reply = try registry.call(InstallationGet(installationId: id))
         return GatewayResponse.json(200, try InstallationJSON.encode(reply.installation))
     }
 
-    func patchInstallation(_ request: HTTPRequest, _ id: String) throws -> HTTPResponse {
-        let key = try authorize(request, .listen)
+    func patchInstallation(_ request: HTTPRequest, _ id: String, key: AccessKey) throws -> HTTPResponse {
         let operations = try InstallationJSON.patch(request.body)
         // Signed with the caller's own key, so the registry grants exactly the caller's rights.
         _ = try registry.call(
@@ -158,7 +157,6 @@ final class GatewayRoutes: @unchecked Sendable {
 
     /// Deleting what is not there succeeds, as the service does: 204 for an installation, 200 for a registration.
     func delete(_ request: HTTPRequest, _ id: String, status: Int) throws -> HTTPResponse {
-        try authorize(request, .listen)
         do {
             _ = try registry.call(InstallationDelete(installationId: id, ifMatch: request.header("if-match")))
         } catch let error as HubError where error.code == .notFound {}
@@ -166,7 +164,6 @@ final class GatewayRoutes: @unchecked Sendable {
     }
 
     func newRegistrationId(_ request: HTTPRequest) throws -> HTTPResponse {
-        try authorize(request, .listen)
         let id = Self.newRegistrationId()
         return GatewayResponse.empty(201, headers: [
             ("Location", "\(baseURL(request))/\(hub)/registrationids/\(id)?api-version=2020-06"),
@@ -175,19 +172,16 @@ final class GatewayRoutes: @unchecked Sendable {
     }
 
     func getRegistration(_ request: HTTPRequest, _ id: String) throws -> HTTPResponse {
-        try authorize(request, .listen)
         let reply = try registry.call(InstallationGet(installationId: id))
         return RegistrationFeed.entry(reply.installation, base: baseURL(request) + "/" + hub)
     }
 
     func sendBatch(_ request: HTTPRequest) throws -> HTTPResponse {
-        try authorize(request, .send)
         guard request.query["direct"] != nil else { throw HubError(.invalidArgument, "a batch send is POST /\(hub)/messages/$batch?direct") }
         return try sendMessage(request, scheduled: false, batch: try BatchBody.parse(request.body, contentType: request.header("content-type")))
     }
 
     func cancelScheduled(_ request: HTTPRequest, _ id: String) throws -> HTTPResponse {
-        try authorize(request, .send)
         _ = try publish.call(CancelScheduledNotification(notificationId: id))
         return GatewayResponse.empty(200)
     }
@@ -197,28 +191,28 @@ final class GatewayRoutes: @unchecked Sendable {
         return GatewayResponse.json(200, HubCodec.encodePayload(try sync.call(UserTokenRequest(credential: body.credential))))
     }
 
-    func userChanges(_ request: HTTPRequest) throws -> HTTPResponse {
+    func userChanges(_ request: HTTPRequest, token: String) throws -> HTTPResponse {
         let limit = request.query["limit"].flatMap(Int.init)
         let cursor = UInt64(request.query["cursor"] ?? "0") ?? 0
         return GatewayResponse.json(200, HubCodec.encodePayload(
-            try sync.call(UserChangesRequest(cursor: cursor, limit: limit), auth: try bearer(request))))
+            try sync.call(UserChangesRequest(cursor: cursor, limit: limit), auth: token)))
     }
 
-    func userHistory(_ request: HTTPRequest) throws -> HTTPResponse {
-        GatewayResponse.json(200, HubCodec.encodePayload(try sync.call(UserHistoryRequest(), auth: try bearer(request))))
+    func userHistory(token: String) throws -> HTTPResponse {
+        GatewayResponse.json(200, HubCodec.encodePayload(try sync.call(UserHistoryRequest(), auth: token)))
     }
 
-    func userState(_ request: HTTPRequest, _ id: String) throws -> HTTPResponse {
+    func userState(_ request: HTTPRequest, _ id: String, token: String) throws -> HTTPResponse {
         let body = try GatewayJSON.decode(GatewayJSON.StateChange.self, request.body, "a JSON object with readState and/or userActionState")
         let (read, action) = try body.states()
         let reply = try sync.call(
             UpdateUserNotificationState(id: id, readState: read, userActionState: action, device: request.header("x-device")),
-            auth: try bearer(request))
+            auth: token)
         return GatewayResponse.json(200, HubCodec.encodePayload(reply))
     }
 
-    func userDelete(_ request: HTTPRequest, _ id: String) throws -> HTTPResponse {
-        _ = try sync.call(DeleteUserNotification(id: id, device: request.header("x-device")), auth: try bearer(request))
+    func userDelete(_ request: HTTPRequest, _ id: String, token: String) throws -> HTTPResponse {
+        _ = try sync.call(DeleteUserNotification(id: id, device: request.header("x-device")), auth: token)
         return GatewayResponse.empty(204)
     }
 
@@ -275,24 +269,6 @@ final class GatewayRoutes: @unchecked Sendable {
         "\(request.isTLS ? "https" : "http")://\(request.header("host") ?? context.config.gatewayListen)"
     }
 
-    /// The request's shared-access signature must cover its URL and carry the right.
-    @discardableResult
-    func authorize(_ request: HTTPRequest, _ needs: AccessRights) throws -> AccessKey {
-        guard let header = request.header("authorization") else {
-            throw HubError(.unauthorized, "no Authorization header; send SharedAccessSignature sr=…&sig=…&se=…&skn=…")
-        }
-        let key: AccessKey
-        do {
-            key = try context.keys.authorize(header, resource: baseURL(request) + request.path, needs: needs)
-        } catch {
-            // As Azure answers: a signature without the claim the request needs is 401, like any
-            // other authorization failure; 403 is kept for what a valid caller may not do.
-            throw HubError(.unauthorized, error.message)
-        }
-        try context.takeRate(of: key)
-        return key
-    }
-
     // MARK: Registrations
 
     /// Registration ids in the shape Azure gives them: two random numbers and a counter.
@@ -302,8 +278,7 @@ final class GatewayRoutes: @unchecked Sendable {
 
     /// Creates or replaces the registration (an installation) from an Atom entry; with If-Match,
     /// only when the stored one still has that ETag. The user an installation has stays its user.
-    func saveRegistration(_ id: String, _ request: HTTPRequest) throws -> HTTPResponse {
-        let key = try authorize(request, .listen)
+    func saveRegistration(_ id: String, _ request: HTTPRequest, key: AccessKey) throws -> HTTPResponse {
         var installation = try RegistrationXML.installation(RegistrationXML.parse(request.body), id: id)
         // Only a registration that is not there has no user to keep; a failed read fails the save.
         do {
@@ -317,7 +292,6 @@ final class GatewayRoutes: @unchecked Sendable {
     /// A page of registrations as Atom, with `$top` (default 100, at most 1,000), the continuation
     /// token in `X-MS-ContinuationToken` or `?ContinuationToken=`, and an optional `$filter`.
     func listRegistrations(_ request: HTTPRequest, tag: String?) throws -> HTTPResponse {
-        try authorize(request, .manage)
         var top = 100
         if let text = request.query["$top"] {
             guard let value = Int(text), (1...1000).contains(value) else {
@@ -346,8 +320,7 @@ final class GatewayRoutes: @unchecked Sendable {
 
     // MARK: Installations
 
-    func putInstallation(_ id: String, _ request: HTTPRequest) throws -> HTTPResponse {
-        let key = try authorize(request, .listen)
+    func putInstallation(_ id: String, _ request: HTTPRequest, key: AccessKey) throws -> HTTPResponse {
         var installation = try InstallationJSON.decode(request.body)
         guard installation.installationId == id else {
             throw HubError(.invalidArgument, "the body's installationId '\(installation.installationId)' is not the URL's '\(id)'")
@@ -384,10 +357,9 @@ final class GatewayRoutes: @unchecked Sendable {
         return GatewayResponse.empty(201, headers: [("Location", location), ("TrackingId", accepted.notificationId)])
     }
 
-    /// The send a request asks for, checked: its key's right, its headers and body. A direct send
+    /// The send a request asks for, checked: its headers and body. A direct send
     /// or a batch looks up its device handles in the registry.
     private func makeSend(_ request: HTTPRequest, scheduled: Bool, batch: BatchBody? = nil) throws -> SendNotification {
-        if batch == nil { try authorize(request, .send) }
         let payload = batch?.notification ?? request.body
         guard !request.bodyTooLarge, payload.count <= Self.maxMessageBytes else {
             throw HubError(.payloadTooLarge, "the notification body is over \(Self.maxMessageBytes) bytes")
@@ -491,7 +463,6 @@ final class GatewayRoutes: @unchecked Sendable {
 
     /// `<NotificationDetails>` as Azure answers, or JSON for a client that asks for it with `Accept`.
     func outcome(_ id: String, _ request: HTTPRequest) throws -> HTTPResponse {
-        try authorize(request, .send)
         let outcome = try OutcomeLookup.find(id, dispatch: outcomes, publish: publish)
         guard OutcomeXML.wantsJSON(request) else {
             return OutcomeXML.details(outcome, location: "\(baseURL(request))/\(hub)/messages/\(id)?api-version=2015-04")
@@ -506,7 +477,6 @@ final class GatewayRoutes: @unchecked Sendable {
     /// `GET /{hub}/messages?$top=N`: the latest accepted notifications, newest first, each with its
     /// outcome and what it targeted (not its content).
     func recentMessages(_ request: HTTPRequest) throws -> HTTPResponse {
-        try authorize(request, .send)
         let top = min(max(request.query["$top"].flatMap(Int.init) ?? 20, 1), 100)
         let latest = try publish.call(PendingNotificationsRequest(after: UInt64(Int64.max), limit: 1)).latest
         let page = try publish.call(PendingNotificationsRequest(after: latest > UInt64(top) ? latest - UInt64(top) : 0, limit: top))
@@ -571,7 +541,6 @@ final class GatewayRoutes: @unchecked Sendable {
     /// `GET /{hub}/health`: each service up or down, with its uptime, version and figures (queue
     /// depths among them), and the gateway's own.
     func health(_ request: HTTPRequest) throws -> HTTPResponse {
-        try authorize(request, .manage)
         func row(_ service: String, _ reply: HealthReply?) -> GatewayJSON.ServiceHealth {
             guard let reply else { return GatewayJSON.ServiceHealth(service: service, up: false, status: "down") }
             return GatewayJSON.ServiceHealth(
@@ -589,14 +558,12 @@ final class GatewayRoutes: @unchecked Sendable {
 
     /// `GET /{hub}/pns`: the push services the dispatcher delivers to, without their secrets.
     func pushCredentials(_ request: HTTPRequest) throws -> HTTPResponse {
-        try authorize(request, .manage)
         return GatewayJSON.response(200, try dispatch.call(PushCredentialsRequest(), auth: nil))
     }
 
     /// `GET /{hub}/pns/browser/key`: the VAPID public key a web app subscribes with
     /// (`applicationServerKey`). A Listen key may read it, as a device registers with one.
     func vapidKey(_ request: HTTPRequest) throws -> HTTPResponse {
-        try authorize(request, .listen)
         let reply = try dispatch.call(PushCredentialsRequest(), auth: nil)
         guard let key = reply.services.first(where: { $0.service == PushServiceName.browser })?.publicKey else {
             throw HubError(.notFound, "Web Push is not configured; set push.browser.subject, or PUT /\(hub)/pns/browser")
@@ -607,7 +574,6 @@ final class GatewayRoutes: @unchecked Sendable {
     /// `PUT /{hub}/pns/{apple|fcm|browser}`: one push service's credentials, checked by the
     /// dispatcher before they are kept. A key travels as its text (`key`, `serviceAccount`).
     func setPushCredentials(_ request: HTTPRequest, _ service: String) throws -> HTTPResponse {
-        try authorize(request, .manage)
         guard PushServiceName.all.contains(service) else {
             throw HubError(.notFound, "'\(service)' is not a push service; use \(PushServiceName.all.joined(separator: ", "))")
         }
@@ -625,7 +591,6 @@ final class GatewayRoutes: @unchecked Sendable {
 
     /// `DELETE /{hub}/pns/{service}`: removes credentials set over the bus or REST.
     func removePushCredentials(_ request: HTTPRequest, _ service: String) throws -> HTTPResponse {
-        try authorize(request, .manage)
         guard PushServiceName.all.contains(service) else {
             throw HubError(.notFound, "'\(service)' is not a push service; use \(PushServiceName.all.joined(separator: ", "))")
         }
@@ -635,7 +600,6 @@ final class GatewayRoutes: @unchecked Sendable {
     /// `GET /{hub}/expressions/check?expression=…`: parses a tag expression as the publish service
     /// will, so a form can show the error and where it is before anything is sent.
     func checkExpression(_ request: HTTPRequest) throws -> HTTPResponse {
-        try authorize(request, .send)
         guard let text = request.query["expression"] else {
             throw HubError(.invalidArgument, "give the tag expression as ?expression=, such as World && !Sports")
         }
@@ -654,13 +618,9 @@ final class GatewayRoutes: @unchecked Sendable {
     }
 
     /// `GET /{hub}/users/me/notifications/stream`: server-sent events of the user's changes from the
-    /// cursor in `Last-Event-ID` or `?cursor=` (absent: from now). The user token comes as
-    /// `Authorization: Bearer`, or as `?access_token=` for clients that cannot set headers.
-    func openStream(_ request: HTTPRequest) throws -> HTTPResponse {
-        guard let token = bearerToken(request) ?? request.query["access_token"] else {
-            throw HubError(.unauthorized, "send the user token as Authorization: Bearer <token> or ?access_token=; get one at POST /\(hub)/users/tokens")
-        }
-        let user = try context.authorizeUser(token)
+    /// cursor in `Last-Event-ID` or `?cursor=` (absent: from now).
+    func openStream(_ request: HTTPRequest, _ caller: StreamUser) throws -> HTTPResponse {
+        let token = caller.token
         let given = request.header("last-event-id") ?? request.query["cursor"]
         var cursor: UInt64
         if let given {
@@ -672,7 +632,7 @@ final class GatewayRoutes: @unchecked Sendable {
             cursor = try sync.call(UserHistoryRequest(), auth: token).cursor
         }
         guard let streams else { throw HubError(.unavailable, "this gateway serves no event streams") }
-        let stream = try streams.open(user: user, token: token, cursor: cursor)
+        let stream = try streams.open(user: caller.user, token: token, cursor: cursor)
         return HTTPResponse(
             status: 200,
             headers: [("Content-Type", "text/event-stream; charset=utf-8"), ("Cache-Control", "no-cache"), ("X-Accel-Buffering", "no")],
@@ -681,22 +641,7 @@ final class GatewayRoutes: @unchecked Sendable {
 
     // MARK: User notifications
 
-    /// A user's own requests carry `Authorization: Bearer <user token>`.
-    private func bearer(_ request: HTTPRequest) throws -> String {
-        guard let token = bearerToken(request) else {
-            throw HubError(.unauthorized, "send the user token as Authorization: Bearer <token>; get one at POST /\(hub)/users/tokens")
-        }
-        return token
-    }
-
-    /// The token of an `Authorization: Bearer` header; nil without one.
-    private func bearerToken(_ request: HTTPRequest) -> String? {
-        guard let header = request.header("authorization"), header.hasPrefix("Bearer ") else { return nil }
-        return String(header.dropFirst(7))
-    }
-
     func postUserNotification(_ user: String, _ request: HTTPRequest) throws -> HTTPResponse {
-        try authorize(request, .send)
         guard var object = JSONValue.parse(request.body)?.objectValue else {
             throw HubError(.invalidPayload, "the body must be a JSON object with appNotificationId and visual and/or raw content")
         }

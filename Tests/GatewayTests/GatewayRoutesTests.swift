@@ -76,18 +76,18 @@ struct GatewayRoutesTests {
 
     @Test("every route in the table is reached by its method and path, and only by them")
     func table() {
-        for route in GatewayRoute.table {
+        for route in RouteTable.routes {
             let segments = route.pattern.map { $0 == "{}" ? "x-1" : $0 }
-            guard case .found(let found, let parameters) = GatewayRoute.match(route.method, segments) else {
+            guard case .found(let found, let parameters) = RouteTable.match(route.method, segments) else {
                 Issue.record("\(route.method) \(route.pattern) is not reached")
                 continue
             }
             #expect(found.pattern == route.pattern && found.method == route.method)
             #expect(parameters.count == route.pattern.filter { $0 == "{}" }.count)
         }
-        guard case .wrongMethod = GatewayRoute.match("PUT", ["messages"]) else { Issue.record("PUT messages"); return }
-        guard case .none = GatewayRoute.match("GET", ["nothing"]) else { Issue.record("GET nothing"); return }
-        guard case .found(_, let id) = GatewayRoute.match("POST", ["RegistrationIds"]), id.isEmpty else { Issue.record("case"); return }
+        guard case .wrongMethod = RouteTable.match("PUT", ["messages"]) else { Issue.record("PUT messages"); return }
+        guard case .none = RouteTable.match("GET", ["nothing"]) else { Issue.record("GET nothing"); return }
+        guard case .found(_, let id) = RouteTable.match("POST", ["RegistrationIds"]), id.isEmpty else { Issue.record("case"); return }
     }
 
     @Test("a path, method, version or signature that does not fit gets its status and code")
