@@ -24,7 +24,7 @@ public enum GatewayMain {
             let workers = try (0..<config.limits.httpThreads).map { _ in
                 let dispatch = try context.bus.client(config.dispatch.requests, policy: policy)
                 let peers = try config.outcomeEndpoints.dropFirst().map { try context.bus.client($0, policy: policy) }
-                return GatewayRoutes(
+                return GatewayRouter(
                     context: context, registry: try context.bus.client(config.registry.requests, policy: policy),
                     publish: try context.bus.client(config.publish.requests, policy: policy),
                     dispatch: dispatch, outcomes: FirstAnswering([dispatch] + peers),

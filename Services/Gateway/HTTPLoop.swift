@@ -5,7 +5,7 @@ import ServiceKit
 
 /// The gateway's HTTP thread: a loop of its own that reads and writes every connection of the
 /// HTTP server and answers sends itself, passing each to the publish service without waiting and
-/// answering when the publish service does (`GatewayRoutes.forward`). Every other request goes
+/// answering when the publish service does (`GatewayRouter.forward`). Every other request goes
 /// to the server's worker threads.
 ///
 /// It runs apart from the service's loop, so that nothing that loop waits on (the user streams'

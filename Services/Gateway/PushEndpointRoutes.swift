@@ -9,14 +9,19 @@ import ServiceKit
 /// `/up/{installation}/{secret}`: an application server POSTs an encrypted message there, and it
 /// becomes a durable delivery to that installation's agent, which hands it to the app.
 /// The secret is the capability: the hub keeps only its SHA-256, in the installation's `endpoints`.
-extension GatewayRoutes {
+struct PushEndpointRoutes {
+    let services: GatewayServices
+    /// Pushes per apps' endpoint, shared by every worker's routes.
+    let pushRate: RateLimiter
+    /// Counts each answer by status, shared by every worker's routes.
+    let counts: HTTPCounts
     /// The most a push message may carry (UnifiedPush; the Web Push record size).
     static let pushMessageBytes = 4_096
     /// The longest a topic may be (RFC 8030 §5.4).
     static let pushTopicLength = 32
 
     /// Answers a request under `/up`; `segments` follow it.
-    func pushEndpoint(_ request: HTTPRequest, _ segments: [String]) -> HTTPResponse {
+    func handle(_ request: HTTPRequest, _ segments: [String]) -> HTTPResponse {
         let response: HTTPResponse
         do {
             response = try routePush(request, segments)
@@ -60,7 +65,7 @@ extension GatewayRoutes {
         guard !request.body.isEmpty else {
             throw PushRefusal(400, ErrorCode.invalidPayload.rawValue, "a push message carries 1 to \(Self.pushMessageBytes) bytes, encrypted for the app (RFC 8291); this one is empty")
         }
-        let timeToLive = try Self.timeToLive(request.header("ttl"), default: context.config.defaultTimeToLive)
+        let timeToLive = try Self.timeToLive(request.header("ttl"), default: services.context.config.defaultTimeToLive)
         var urgency: PushUrgency?
         if let text = request.header("urgency") {
             guard let value = PushUrgency(rawValue: text.trimmingCharacters(in: .whitespaces).lowercased()) else {
@@ -72,7 +77,7 @@ extension GatewayRoutes {
         guard pushRate.allow(endpointId) else {
             throw PushRefusal(
                 429, ErrorCode.rateLimited.rawValue,
-                "this endpoint takes \(context.config.limits.pushesPerSecondPerEndpoint) pushes a second (limits.pushesPerSecondPerEndpoint); retry after a second",
+                "this endpoint takes \(services.context.config.limits.pushesPerSecondPerEndpoint) pushes a second (limits.pushesPerSecondPerEndpoint); retry after a second",
                 retryAfter: 1)
         }
         let registered = try endpoint(installationId, endpointId)
@@ -88,9 +93,9 @@ extension GatewayRoutes {
         let message = AppPushMessage(endpoint: endpointId, message: request.body, urgency: urgency, topic: topic)
         var send = SendNotification(format: .native, body: message.payload, installationId: installationId, timeToLive: timeToLive)
         if let topic { send.headers = [AppPushMessage.topicHeader: "\(endpointId):\(topic)"] }
-        let accepted = try publish.call(send)
+        let accepted = try services.publish.call(send)
         return GatewayResponse.empty(201, headers: [
-            ("Location", "\(context.config.hubResource)/messages/\(accepted.notificationId)"), ("TTL", String(timeToLive)),
+            ("Location", "\(services.context.config.hubResource)/messages/\(accepted.notificationId)"), ("TTL", String(timeToLive)),
         ])
     }
 
@@ -100,7 +105,7 @@ extension GatewayRoutes {
         let gone = PushRefusal(410, ErrorCode.notFound.rawValue, "this push endpoint is not registered (any more); its app must register again for a new one")
         let installation: Installation
         do {
-            installation = try registry.call(InstallationGet(installationId: installationId)).installation
+            installation = try services.registry.call(InstallationGet(installationId: installationId)).installation
         } catch let error as HubError where error.code == .notFound || error.code == .invalidArgument {
             throw gone
         }
@@ -110,7 +115,7 @@ extension GatewayRoutes {
 
     /// The origins a VAPID token may be for: the namespace's, and the one the request came to.
     private func audiences(_ request: HTTPRequest) -> [String] {
-        [VAPID.origin(of: context.config.namespace), VAPID.origin(of: baseURL(request))].compactMap { $0 }
+        [VAPID.origin(of: services.context.config.namespace), VAPID.origin(of: services.baseURL(request))].compactMap { $0 }
     }
 
     /// Seconds to keep the message, from `TTL`: 0 keeps it a second (for an agent connected now),

@@ -22,10 +22,10 @@ enum RouteRight: String, Sendable, CaseIterable {
 /// How a route's right is checked, and what the check hands the route's handler (`Proof`): the
 /// key that signed the request, the user token, or nothing. These are the only checks of a
 /// caller's credential on the hub's routes; each route runs its own before its handler
-/// (`Route.init`), and the HTTP loop runs it before forwarding a send (`GatewayRoutes.forward`).
+/// (`Route.init`), and the HTTP loop runs it before forwarding a send (`GatewayRouter.forward`).
 struct RightCheck<Proof>: Sendable {
     let right: RouteRight
-    let check: @Sendable (GatewayRoutes, HTTPRequest) throws -> Proof
+    let check: @Sendable (GatewayServices, HTTPRequest) throws -> Proof
 }
 
 extension RightCheck where Proof == AccessKey {
@@ -34,33 +34,33 @@ extension RightCheck where Proof == AccessKey {
     static var manage: Self { signed(.manage, needs: .manage) }
 
     private static func signed(_ right: RouteRight, needs: AccessRights) -> Self {
-        Self(right: right) { routes, request in try signature(routes, request, needs: needs) }
+        Self(right: right) { services, request in try signature(services, request, needs: needs) }
     }
 
     /// The request's shared-access signature must cover its URL and carry the right; the key's
     /// rate is taken.
-    private static func signature(_ routes: GatewayRoutes, _ request: HTTPRequest, needs: AccessRights) throws -> AccessKey {
+    private static func signature(_ services: GatewayServices, _ request: HTTPRequest, needs: AccessRights) throws -> AccessKey {
         guard let header = request.header("authorization") else {
             throw HubError(.unauthorized, "no Authorization header; send SharedAccessSignature sr=…&sig=…&se=…&skn=…")
         }
         let key: AccessKey
         do {
-            key = try routes.context.keys.authorize(header, resource: routes.baseURL(request) + request.path, needs: needs)
+            key = try services.context.keys.authorize(header, resource: services.baseURL(request) + request.path, needs: needs)
         } catch {
             // As Azure answers: a signature without the claim the request needs is 401, like any
             // other authorization failure; 403 is kept for what a valid caller may not do.
             throw HubError(.unauthorized, error.message)
         }
-        try routes.context.takeRate(of: key)
+        try services.context.takeRate(of: key)
         return key
     }
 }
 
 extension RightCheck where Proof == String {
     static var userToken: Self {
-        Self(right: .userToken) { routes, request in
+        Self(right: .userToken) { services, request in
             guard let token = bearerToken(request) else {
-                throw HubError(.unauthorized, "send the user token as Authorization: Bearer <token>; get one at POST /\(routes.hub)/users/tokens")
+                throw HubError(.unauthorized, "send the user token as Authorization: Bearer <token>; get one at POST /\(services.hub)/users/tokens")
             }
             return token
         }
@@ -75,12 +75,12 @@ struct StreamUser {
 
 extension RightCheck where Proof == StreamUser {
     static var streamToken: Self {
-        Self(right: .streamToken) { routes, request in
+        Self(right: .streamToken) { services, request in
             guard let token = bearerToken(request) ?? request.query["access_token"] else {
                 throw HubError(
-                    .unauthorized, "send the user token as Authorization: Bearer <token> or ?access_token=; get one at POST /\(routes.hub)/users/tokens")
+                    .unauthorized, "send the user token as Authorization: Bearer <token> or ?access_token=; get one at POST /\(services.hub)/users/tokens")
             }
-            return StreamUser(user: try routes.context.authorizeUser(token), token: token)
+            return StreamUser(user: try services.context.authorizeUser(token), token: token)
         }
     }
 }

@@ -11,25 +11,25 @@ struct Route: Sendable {
     private let literals: [String?]
     let right: RouteRight
     /// Checks the right alone, for a send the HTTP loop forwards without its handler.
-    let admit: @Sendable (GatewayRoutes, HTTPRequest) throws -> Void
+    let admit: @Sendable (GatewayServices, HTTPRequest) throws -> Void
     /// Checks the right, then answers.
-    let run: @Sendable (GatewayRoutes, HTTPRequest, [String]) throws -> HTTPResponse
-    /// For a send the HTTP loop may forward without a worker (`GatewayRoutes.forward`): whether it
+    let run: @Sendable (GatewayRouter, HTTPRequest, [String]) throws -> HTTPResponse
+    /// For a send the HTTP loop may forward without a worker (`GatewayRouter.forward`): whether it
     /// is scheduled. Nil for every other route.
     let forwardedSend: Bool?
 
     /// The handler runs only once `right` has let the request through, and gets what it found.
     init<Proof>(
         _ method: String, _ path: String, _ right: RightCheck<Proof>, forwardedSend: Bool? = nil,
-        _ handle: @escaping @Sendable (GatewayRoutes, HTTPRequest, [String], Proof) throws -> HTTPResponse
+        _ handle: @escaping @Sendable (GatewayRouter, HTTPRequest, [String], Proof) throws -> HTTPResponse
     ) {
         self.method = method
         pattern = path.split(separator: "/").map(String.init)
         literals = pattern.map { $0 == "{}" ? nil : $0.lowercased() }
         self.right = right.right
         self.forwardedSend = forwardedSend
-        admit = { routes, request in _ = try right.check(routes, request) }
-        run = { routes, request, parameters in try handle(routes, request, parameters, try right.check(routes, request)) }
+        admit = { services, request in _ = try right.check(services, request) }
+        run = { router, request, parameters in try handle(router, request, parameters, try right.check(router.services, request)) }
     }
 
     /// The parameters, when `segments` fit the pattern.
@@ -52,50 +52,50 @@ enum RouteTable {
     static let routes: [Route] = [
         // Installations. Listen may write one; the registry, called with the caller's own key,
         // decides what only Manage or the user's token may set (its user).
-        Route("PUT", "installations/{}", .listen) { routes, request, p, key in try routes.putInstallation(p[0], request, key: key) },
-        Route("GET", "installations/{}", .listen) { routes, request, p, _ in try routes.getInstallation(request, p[0]) },
-        Route("PATCH", "installations/{}", .listen) { routes, request, p, key in try routes.patchInstallation(request, p[0], key: key) },
-        Route("DELETE", "installations/{}", .listen) { routes, request, p, _ in try routes.delete(request, p[0], status: 204) },
+        Route("PUT", "installations/{}", .listen) { gateway, request, p, key in try gateway.installations.put(p[0], request, key: key) },
+        Route("GET", "installations/{}", .listen) { gateway, _, p, _ in try gateway.installations.get(p[0]) },
+        Route("PATCH", "installations/{}", .listen) { gateway, request, p, key in try gateway.installations.patch(p[0], request, key: key) },
+        Route("DELETE", "installations/{}", .listen) { gateway, request, p, _ in try gateway.installations.delete(p[0], request, status: 204) },
         // Registrations: installations in Azure's older shape.
-        Route("POST", "registrations", .listen) { routes, request, _, key in
-            try routes.saveRegistration(GatewayRoutes.newRegistrationId(), request, key: key)
+        Route("POST", "registrations", .listen) { gateway, request, _, key in
+            try gateway.registrations.save(RegistrationRoutes.newRegistrationId(), request, key: key)
         },
-        Route("POST", "registrationIDs", .listen) { routes, request, _, _ in try routes.newRegistrationId(request) },
-        Route("GET", "registrations", .manage) { routes, request, _, _ in try routes.listRegistrations(request, tag: nil) },
-        Route("GET", "registrations/{}", .listen) { routes, request, p, _ in try routes.getRegistration(request, p[0]) },
-        Route("PUT", "registrations/{}", .listen) { routes, request, p, key in try routes.saveRegistration(p[0], request, key: key) },
-        Route("DELETE", "registrations/{}", .listen) { routes, request, p, _ in try routes.delete(request, p[0], status: 200) },
-        Route("GET", "tags/{}/registrations", .manage) { routes, request, p, _ in try routes.listRegistrations(request, tag: p[0]) },
+        Route("POST", "registrationIDs", .listen) { gateway, request, _, _ in try gateway.registrations.newRegistrationId(request) },
+        Route("GET", "registrations", .manage) { gateway, request, _, _ in try gateway.registrations.list(request, tag: nil) },
+        Route("GET", "registrations/{}", .listen) { gateway, request, p, _ in try gateway.registrations.get(p[0], request) },
+        Route("PUT", "registrations/{}", .listen) { gateway, request, p, key in try gateway.registrations.save(p[0], request, key: key) },
+        Route("DELETE", "registrations/{}", .listen) { gateway, request, p, _ in try gateway.installations.delete(p[0], request, status: 200) },
+        Route("GET", "tags/{}/registrations", .manage) { gateway, request, p, _ in try gateway.registrations.list(request, tag: p[0]) },
         // Sends and outcomes
-        Route("POST", "messages", .send, forwardedSend: false) { routes, request, _, _ in try routes.sendMessage(request, scheduled: false) },
-        Route("POST", "messages/$batch", .send) { routes, request, _, _ in try routes.sendBatch(request) },
-        Route("GET", "messages", .send) { routes, request, _, _ in try routes.recentMessages(request) },
-        Route("GET", "messages/{}", .send) { routes, request, p, _ in try routes.outcome(p[0], request) },
-        Route("POST", "schedulednotifications", .send, forwardedSend: true) { routes, request, _, _ in
-            try routes.sendMessage(request, scheduled: true)
+        Route("POST", "messages", .send, forwardedSend: false) { gateway, request, _, _ in try gateway.messages.sendMessage(request, scheduled: false) },
+        Route("POST", "messages/$batch", .send) { gateway, request, _, _ in try gateway.messages.sendBatch(request) },
+        Route("GET", "messages", .send) { gateway, request, _, _ in try gateway.messages.recentMessages(request) },
+        Route("GET", "messages/{}", .send) { gateway, request, p, _ in try gateway.messages.outcome(p[0], request) },
+        Route("POST", "schedulednotifications", .send, forwardedSend: true) { gateway, request, _, _ in
+            try gateway.messages.sendMessage(request, scheduled: true)
         },
-        Route("DELETE", "schedulednotifications/{}", .send) { routes, request, p, _ in try routes.cancelScheduled(request, p[0]) },
+        Route("DELETE", "schedulednotifications/{}", .send) { gateway, request, p, _ in try gateway.messages.cancelScheduled(request, p[0]) },
         // The hub's own resources
-        Route("GET", "health", .manage) { routes, request, _, _ in try routes.health(request) },
-        Route("POST", "signatures", .keyItself) { routes, request, _, _ in try routes.signature(request) },
-        Route("GET", "expressions/check", .send) { routes, request, _, _ in try routes.checkExpression(request) },
-        Route("GET", "pns", .manage) { routes, request, _, _ in try routes.pushCredentials(request) },
-        // Listen, as a device or a web app subscribes with it.
-        Route("GET", "pns/browser/key", .listen) { routes, request, _, _ in try routes.vapidKey(request) },
-        Route("PUT", "pns/{}", .manage) { routes, request, p, _ in try routes.setPushCredentials(request, p[0]) },
-        Route("DELETE", "pns/{}", .manage) { routes, request, p, _ in try routes.removePushCredentials(request, p[0]) },
+        Route("GET", "health", .manage) { gateway, _, _, _ in try gateway.hubResources.health() },
+        Route("POST", "signatures", .keyItself) { gateway, request, _, _ in try gateway.hubResources.signature(request) },
+        Route("GET", "expressions/check", .send) { gateway, request, _, _ in try gateway.hubResources.checkExpression(request) },
+        // Push services. The VAPID key needs only Listen, as the device or web app that subscribes with it has.
+        Route("GET", "pns", .manage) { gateway, _, _, _ in try gateway.pushServices.credentials() },
+        Route("GET", "pns/browser/key", .listen) { gateway, _, _, _ in try gateway.pushServices.vapidKey() },
+        Route("PUT", "pns/{}", .manage) { gateway, request, p, _ in try gateway.pushServices.setCredentials(p[0], request) },
+        Route("DELETE", "pns/{}", .manage) { gateway, _, p, _ in try gateway.pushServices.removeCredentials(p[0]) },
         // Users
-        Route("POST", "users/tokens", .userCredential) { routes, request, _, _ in try routes.userToken(request) },
-        Route("GET", "users/me/notifications", .userToken) { routes, request, _, token in try routes.userChanges(request, token: token) },
-        Route("GET", "users/me/notifications/history", .userToken) { routes, _, _, token in try routes.userHistory(token: token) },
-        Route("GET", "users/me/notifications/stream", .streamToken) { routes, request, _, user in try routes.openStream(request, user) },
-        Route("PATCH", "users/me/notifications/{}", .userToken) { routes, request, p, token in
-            try routes.userState(request, p[0], token: token)
+        Route("POST", "users/tokens", .userCredential) { gateway, request, _, _ in try gateway.users.token(request) },
+        Route("GET", "users/me/notifications", .userToken) { gateway, request, _, token in try gateway.users.changes(request, token: token) },
+        Route("GET", "users/me/notifications/history", .userToken) { gateway, _, _, token in try gateway.users.history(token: token) },
+        Route("GET", "users/me/notifications/stream", .streamToken) { gateway, request, _, user in try gateway.users.openStream(request, user) },
+        Route("PATCH", "users/me/notifications/{}", .userToken) { gateway, request, p, token in
+            try gateway.users.setState(p[0], request, token: token)
         },
-        Route("DELETE", "users/me/notifications/{}", .userToken) { routes, request, p, token in
-            try routes.userDelete(request, p[0], token: token)
+        Route("DELETE", "users/me/notifications/{}", .userToken) { gateway, request, p, token in
+            try gateway.users.delete(p[0], request, token: token)
         },
-        Route("POST", "users/{}/notifications", .send) { routes, request, p, _ in try routes.postUserNotification(p[0], request) },
+        Route("POST", "users/{}/notifications", .send) { gateway, request, p, _ in try gateway.users.post(to: p[0], request) },
     ]
 
     enum Match {

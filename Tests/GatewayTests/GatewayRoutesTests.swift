@@ -30,7 +30,7 @@ final class StandIn: ServiceCalling, @unchecked Sendable {
 /// The gateway's routes in process, without sockets: each request goes through the route table,
 /// the checks and the handlers, and the services are stand-ins.
 struct Gateway {
-    let routes: GatewayRoutes
+    let routes: GatewayRouter
     let registry = StandIn(), publish = StandIn(), dispatch = StandIn(), sync = StandIn()
     let keys: KeyStore
     static let host = "127.0.0.1:7780"
@@ -42,7 +42,7 @@ struct Gateway {
         let context = try ServiceContext.detached(name: "nh-gateway", config: config)
         keys = context.keys
         let web = WebPages(folder: URL(fileURLWithPath: config.dataDir).appendingPathComponent("no-pages"), hub: config.hub)
-        routes = GatewayRoutes(
+        routes = GatewayRouter(
             context: context, registry: registry, publish: publish, dispatch: dispatch, sync: sync, counts: HTTPCounts(), web: web,
             streams: nil)
     }

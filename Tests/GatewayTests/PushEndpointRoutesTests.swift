@@ -15,7 +15,7 @@ struct PushEndpointRoutesTests {
     static let secret = PushEndpointSecret.make()
     static let signed = PushEndpointSecret.make()
     let vapidKey = P256Key.generate()
-    let routes: GatewayRoutes
+    let routes: GatewayRouter
     let registry = StandIn(), publish = StandIn()
     let counts = HTTPCounts()
 
@@ -25,7 +25,7 @@ struct PushEndpointRoutesTests {
         try FileManager.default.createDirectory(atPath: config.dataDir, withIntermediateDirectories: true)
         let context = try ServiceContext.detached(name: "nh-gateway", config: config)
         let web = WebPages(folder: URL(fileURLWithPath: config.dataDir).appendingPathComponent("no-pages"), hub: config.hub)
-        routes = GatewayRoutes(
+        routes = GatewayRouter(
             context: context, registry: registry, publish: publish, dispatch: StandIn(), sync: StandIn(), counts: counts, web: web,
             streams: nil, pushRate: RateLimiter(perSecond: 1, burst: 3))
         let installation = Installation(
