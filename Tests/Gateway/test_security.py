@@ -35,6 +35,13 @@ def test_listen_key_matrix(hub):
     # A key without the claim is refused with 401, as Azure documents; the detail names the claim.
     r = requests.post(f"{hub.base}/hub/messages?{API}", data='{"messageParam":"x"}', headers=send, timeout=10)
     assert r.status_code == 401 and "Send" in r.text, r.text
+    # Sends the HTTP loop forwards itself are checked as a worker checks them.
+    scheduled = {**send, "ServiceBusNotification-ScheduleTime": "2099-01-01T00:00:00Z"}
+    r = requests.post(f"{hub.base}/hub/schedulednotifications?{API}", data='{"messageParam":"x"}', headers=scheduled, timeout=10)
+    assert r.status_code == 401 and "Send" in r.text, r.text
+    unsigned = {name: value for name, value in send.items() if name != "Authorization"}
+    r = requests.post(f"{hub.base}/hub/messages?{API}", data='{"messageParam":"x"}', headers=unsigned, timeout=10)
+    assert r.status_code == 401 and "no Authorization header" in r.text, r.text
     r = requests.get(f"{hub.base}/hub/registrations?{API}", headers={"Authorization": listen}, timeout=10)
     assert r.status_code == 401 and "Manage" in r.text, r.text
     r = requests.post(f"{hub.base}/hub/users/alice/notifications?{API}", data='{"appNotificationId":"a","raw":"r"}',

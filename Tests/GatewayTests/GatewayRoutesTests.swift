@@ -32,25 +32,35 @@ final class StandIn: ServiceCalling, @unchecked Sendable {
 struct Gateway {
     let routes: GatewayRouter
     let registry = StandIn(), publish = StandIn(), dispatch = StandIn(), sync = StandIn()
-    let keys: KeyStore
+    let context: ServiceContext
+    var keys: KeyStore { context.keys }
     static let host = "127.0.0.1:7780"
+    /// A key with Send alone, beside the two default keys.
+    static let sendName = "SendOnly"
 
     init() throws {
         var config = HubConfig()
         config.dataDir = FileManager.default.temporaryDirectory.appendingPathComponent("nh-gateway-tests-\(UUID().uuidString)").path
         try FileManager.default.createDirectory(atPath: config.dataDir, withIntermediateDirectories: true)
-        let context = try ServiceContext.detached(name: "nh-gateway", config: config)
-        keys = context.keys
+        // Where nothing listens, so that a request that asks every service (health, metrics) reaches no hub running here.
+        let nowhere = "ipc://\(config.dataDir)/nowhere.sock"
+        (config.registry.requests, config.sync.requests, config.dispatch.requests, config.publish.requests) = (nowhere, nowhere, nowhere, nowhere)
+        struct KeyFile: Encodable { let keys: [AccessKey] }
+        let keys = [
+            AccessKey.generate(name: AccessKey.defaultListenName, rights: .listen), AccessKey.generate(name: Self.sendName, rights: .send),
+            AccessKey.generate(name: AccessKey.defaultFullName, rights: .all),
+        ]
+        try JSONEncoder().encode(KeyFile(keys: keys)).write(to: URL(fileURLWithPath: config.dataDir).appendingPathComponent(KeyStore.fileName))
+        context = try ServiceContext.detached(name: "nh-gateway", config: config)
         let web = WebPages(folder: URL(fileURLWithPath: config.dataDir).appendingPathComponent("no-pages"), hub: config.hub)
         routes = GatewayRouter(
             context: context, registry: registry, publish: publish, dispatch: dispatch, sync: sync, counts: HTTPCounts(), web: web,
             streams: nil)
     }
 
-    func token(_ name: String = AccessKey.defaultFullName) -> String {
+    func token(_ name: String = AccessKey.defaultFullName, resource: String = "http://\(Self.host)/hub", lifetime: Int = 600) -> String {
         let key = keys.key(named: name)!
-        return SharedAccessSignature.sign(
-            resource: "http://\(Self.host)/hub", keyName: key.name, key: key.key, expiry: Int(Date().timeIntervalSince1970) + 600)
+        return SharedAccessSignature.sign(resource: resource, keyName: key.name, key: key.key, expiry: Int(Date().timeIntervalSince1970) + lifetime)
     }
 
     func request(
