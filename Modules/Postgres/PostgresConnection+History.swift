@@ -1,4 +1,5 @@
 import Foundation
+import HubProtocol
 import Storage
 
 /// The store's history on PostgreSQL (see `StoreHistory`), in the schema `store_history` (not named
@@ -61,14 +62,18 @@ extension PostgresConnection {
 
     /// The server's timeline, refusing a standby: a store writes only on the primary.
     private func timeline() throws(PostgresError) -> UInt64 {
-        let row = try queryOne("SELECT pg_is_in_recovery(), CASE WHEN pg_is_in_recovery() THEN 0 ELSE \(Self.timelineSQL) END")
-        if row?[0].bool == true {
+        let (inRecovery, timeline) = try queryRow(
+            "SELECT pg_is_in_recovery() AS in_recovery, CASE WHEN pg_is_in_recovery() THEN 0 ELSE \(Self.timelineSQL) END AS timeline"
+        ) { row throws(HubError) in
+            (try row.bool("in_recovery", of: "pg_is_in_recovery"), try row.int64("timeline", of: "pg_current_wal_lsn"))
+        }
+        if inRecovery {
             throw PostgresError(
                 sqlState: "25006",
                 message: "the server is a standby (in recovery); the hub's store must be the primary: give every host in the URL and target_session_attrs=read-write",
                 operation: "learn the store's history on \(target)")
         }
-        return UInt64(row?[1].int64 ?? 0)
+        return UInt64(timeline)
     }
 
     /// The server's timeline, as an expression: the first eight hex digits of the current WAL file's name.
@@ -77,8 +82,7 @@ extension PostgresConnection {
     /// The history this session's server is on, beginning the next one when its timeline is new.
     func establishHistory() throws(PostgresError) -> StoreHistory {
         let timeline = try timeline()
-        if try queryOne("SELECT to_regclass('store_history.histories') IS NOT NULL")?[0].bool == true,
-            let known = history(try queryOne(Self.latestHistory)), known.timeline == timeline
+        if try exists("store_history.histories"), let known = try history(try queryOne(Self.latestHistory)), known.timeline == timeline
         {
             return known
         }
@@ -90,7 +94,7 @@ extension PostgresConnection {
             return try transaction {
                 // Made once, by the first session that finds them missing: a role that may not create
                 // schemas still begins a history on tables made before.
-                guard try queryOne("SELECT to_regclass('store_history.marks') IS NULL")?[0].bool == true else { return try begin(timeline: timeline) }
+                guard try !exists("store_history.marks") else { return try begin(timeline: timeline) }
                 try execute("""
                     CREATE SCHEMA IF NOT EXISTS store_history;
                     CREATE TABLE IF NOT EXISTS store_history.histories (
@@ -111,7 +115,7 @@ extension PostgresConnection {
     /// timeline is new (`StoreHistory.epoch(after:timeline:)`).
     private func begin(timeline: UInt64) throws -> StoreHistory {
         // Another process may have begun it meanwhile, under the lock.
-        let newest = history(try queryOne(Self.latestHistory))
+        let newest = try history(try queryOne(Self.latestHistory))
         if let newest, newest.timeline == timeline { return newest }
         // The time as the table keeps it, so that every process reads the same history.
         let begun = StoreHistory(
@@ -125,11 +129,13 @@ extension PostgresConnection {
 
     static let latestHistory = "SELECT epoch, id, timeline, began_at FROM store_history.histories ORDER BY epoch DESC LIMIT 1"
 
-    private func history(_ row: PostgresRow?) -> StoreHistory? {
-        guard let row, let epoch = row[0].int64 else { return nil }
-        return StoreHistory(
-            epoch: UInt64(epoch), id: row[1].string ?? "", timeline: UInt64(row[2].int64 ?? 0),
-            beganAt: Date(timeIntervalSince1970: row[3].double ?? 0))
+    private func history(_ row: PostgresRow?) throws(PostgresError) -> StoreHistory? {
+        try row?.reading(Self.latestHistory) { row throws(HubError) in
+            let table = "store_history.histories"
+            return StoreHistory(
+                epoch: try row.sequence("epoch", of: table), id: try row.string("id", of: table), timeline: try row.sequence("timeline", of: table),
+                beganAt: try row.date("began_at", of: table))
+        }
     }
 
     /// Moves the counter in `table` (a row with id 1 and a column `sequence`) into `history`: a
@@ -138,11 +144,12 @@ extension PostgresConnection {
     public func enter(_ history: StoreHistory, counter table: String) throws {
         guard history.epoch > 0 else { return }
         try transaction {
-            guard let current = try queryOne("SELECT sequence FROM \(table) WHERE id = 1 FOR UPDATE")?[0].int64,
-                UInt64(current) < history.base
-            else { return }
+            let sql = "SELECT sequence FROM \(table) WHERE id = 1 FOR UPDATE"
+            guard let row = try queryOne(sql) else { return }
+            let current = try row.reading(sql) { row throws(HubError) in try row.sequence("sequence", of: table) }
+            guard current < history.base else { return }
             try run("UPDATE \(table) SET sequence = $1 WHERE id = 1", [Int64(history.base)])
-            try mark(table, epoch: history.epoch, previous: UInt64(current))
+            try mark(table, epoch: history.epoch, previous: current)
         }
     }
 
@@ -155,9 +162,10 @@ extension PostgresConnection {
 
     /// Where `counter` stood when it first moved into an epoch after `epoch`; nil when it has not.
     public func nextMark(_ counter: String, after epoch: UInt64) throws(PostgresError) -> UInt64? {
-        try queryOne(
-            "SELECT previous FROM store_history.marks WHERE counter = $1 AND epoch > $2 ORDER BY epoch LIMIT 1", [counter, Int64(epoch)]
-        )?[0].int64.map { UInt64($0) }
+        let sql = "SELECT previous FROM store_history.marks WHERE counter = $1 AND epoch > $2 ORDER BY epoch LIMIT 1"
+        return try queryOne(sql, [counter, Int64(epoch)])?.reading(sql) { row throws(HubError) in
+            try row.sequence("previous", of: "store_history.marks")
+        }
     }
 
     /// What `position`, a number of `counter` (which stands at `latest` now), means in the current history.

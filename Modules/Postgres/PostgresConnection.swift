@@ -1,5 +1,6 @@
 import CLibPQ
 import Foundation
+import HubProtocol
 import Storage
 
 /// One connection to a PostgreSQL server through libpq. Statements with parameters are prepared
@@ -115,6 +116,14 @@ public final class PostgresConnection {
     /// Runs a query and returns its first row, if any.
     public func queryOne(_ sql: String, _ values: [PostgresBindable?] = []) throws(PostgresError) -> PostgresRow? {
         try query(sql, values).first
+    }
+
+    /// Runs a query that always returns a row, such as an aggregate, and reads its first with `read`.
+    public func queryRow<T>(
+        _ sql: String, _ values: [PostgresBindable?] = [], _ read: (PostgresRow) throws(HubError) -> T
+    ) throws(PostgresError) -> T {
+        guard let row = try queryOne(sql, values) else { throw PostgresError(message: "the statement returned no row", operation: sql) }
+        return try row.reading(sql, read)
     }
 
     /// Runs one statement, prepared once per SQL text and parameter types, and reads its result.

@@ -1,3 +1,4 @@
+import HubProtocol
 import Storage
 
 extension PostgresConnection {
@@ -43,7 +44,13 @@ extension PostgresConnection {
 
     /// The version the migrations called `name` reached; 0 before the first.
     public func schemaVersion(name: String) throws(PostgresError) -> Int {
-        guard try queryOne("SELECT to_regclass('nh_migrations') IS NOT NULL")?[0].bool == true else { return 0 }
-        return try queryOne("SELECT version FROM nh_migrations WHERE name = $1", [name])?[0].int ?? 0
+        let sql = "SELECT version FROM nh_migrations WHERE name = $1"
+        guard try exists("nh_migrations"), let row = try queryOne(sql, [name]) else { return 0 }
+        return try row.reading(sql) { row throws(HubError) in try row.int("version", of: "nh_migrations") }
+    }
+
+    /// Whether the table `name` (schema-qualified, or else on the search path) exists.
+    func exists(_ name: String) throws(PostgresError) -> Bool {
+        try queryRow("SELECT to_regclass($1) IS NOT NULL AS present", [name]) { row throws(HubError) in try row.bool("present", of: name) }
     }
 }

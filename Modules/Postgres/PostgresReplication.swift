@@ -1,4 +1,5 @@
 import Foundation
+import HubProtocol
 import Storage
 
 /// The store's replication as its primary sees it, for health: whether commits wait for a standby,
@@ -83,21 +84,29 @@ extension PostgresConnection {
     /// The replication as the primary this session is on sees it. A role that may not read the
     /// standbys' state (it needs pg_monitor) sees that they are there, and no more.
     public func replication() throws(PostgresError) -> PostgresReplication {
-        let settings = try queryOne("""
-            SELECT \(Self.timelineSQL), current_setting('synchronous_standby_names'), current_setting('synchronous_commit')
-            """)
-        let standbys = try query("""
-            SELECT coalesce(application_name, ''), coalesce(state, 'unknown'), coalesce(sync_state, 'unknown'),
-                   pg_wal_lsn_diff(pg_current_wal_lsn(), replay_lsn)::bigint, extract(epoch FROM replay_lag)::float8
+        let settings = try queryRow("""
+            SELECT \(Self.timelineSQL) AS timeline, current_setting('synchronous_standby_names') AS synchronous_standby_names,
+                   current_setting('synchronous_commit') AS synchronous_commit
+            """) { row throws(HubError) in
+            (timeline: try row.sequence("timeline", of: "pg_settings"), names: try row.string("synchronous_standby_names", of: "pg_settings"),
+             commit: try row.string("synchronous_commit", of: "pg_settings"))
+        }
+        let sql = """
+            SELECT coalesce(application_name, '') AS name, coalesce(state, 'unknown') AS state, coalesce(sync_state, 'unknown') AS sync_state,
+                   pg_wal_lsn_diff(pg_current_wal_lsn(), replay_lsn)::bigint AS lag_bytes, extract(epoch FROM replay_lag)::float8 AS replay_lag
             FROM pg_stat_replication ORDER BY application_name
-            """).map { row in
-            PostgresReplication.Standby(
-                name: row[0].string ?? "", state: row[1].string ?? "", syncState: row[2].string ?? "", lagBytes: row[3].int64,
-                replayLagSeconds: row[4].double)
+            """
+        let table = "pg_stat_replication"
+        let standbys = try query(sql).map { row throws(PostgresError) in
+            try row.reading(sql) { row throws(HubError) in
+                PostgresReplication.Standby(
+                    name: try row.string("name", of: table), state: try row.string("state", of: table),
+                    syncState: try row.string("sync_state", of: table), lagBytes: try row.optionalInt64("lag_bytes", of: table),
+                    replayLagSeconds: try row.optionalDouble("replay_lag", of: table))
+            }
         }
         return PostgresReplication(
-            timeline: UInt64(settings?[0].int64 ?? 0), synchronousStandbyNames: settings?[1].string ?? "",
-            synchronousCommit: settings?[2].string ?? "", standbys: standbys)
+            timeline: settings.timeline, synchronousStandbyNames: settings.names, synchronousCommit: settings.commit, standbys: standbys)
     }
 
     /// Health details of the replication (`PostgresReplication.details`, changed by `adjust`), or

@@ -1,8 +1,10 @@
+import HubProtocol
+
 extension PostgresConnection {
     /// The number a sequence row holds: `table` (schema-qualified) has one row, id 1, whose column
     /// `sequence` the writers of every process count up.
     public func sequence(in table: String) throws(PostgresError) -> UInt64 {
-        UInt64(try queryOne("SELECT sequence FROM \(table) WHERE id = 1")?[0].int64 ?? 0)
+        try queryRow("SELECT sequence FROM \(table) WHERE id = 1") { row throws(HubError) in try row.sequence("sequence", of: table) }
     }
 
     /// Counts the sequence row in `table` up by one and returns the new number. The row stays
@@ -11,6 +13,8 @@ extension PostgresConnection {
     /// transaction that rolls back gives its number back): a reader never sees a number before
     /// the ones below it.
     public func nextSequence(in table: String) throws(PostgresError) -> UInt64 {
-        UInt64(try queryOne("UPDATE \(table) SET sequence = sequence + 1 WHERE id = 1 RETURNING sequence")?[0].int64 ?? 0)
+        try queryRow("UPDATE \(table) SET sequence = sequence + 1 WHERE id = 1 RETURNING sequence") { row throws(HubError) in
+            try row.sequence("sequence", of: table)
+        }
     }
 }

@@ -1,4 +1,5 @@
 import Foundation
+import HubProtocol
 import Storage
 
 /// How a parameter travels to the server: as text, which the server parses as the type the
@@ -172,3 +173,14 @@ public struct PostgresRow: Sendable, Equatable {
 
 extension PostgresCell: StoredValue {}
 extension PostgresRow: StoredRow {}
+
+extension PostgresRow {
+    /// What `read` reads from the row by name; a column that does not read fails as `operation` did.
+    func reading<T>(_ operation: String, _ read: (PostgresRow) throws(HubError) -> T) throws(PostgresError) -> T {
+        do {
+            return try read(self)
+        } catch {
+            throw PostgresError(message: error.message, operation: operation)
+        }
+    }
+}

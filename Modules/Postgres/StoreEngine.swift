@@ -1,4 +1,5 @@
 import Foundation
+import HubProtocol
 import Storage
 
 /// A value both engines bind.
@@ -36,6 +37,12 @@ extension EngineBacked {
 extension StoreEngine {
     /// The statement's first row, if any.
     public func one(_ sql: String, _ values: [(any StoreValue)?] = []) throws -> Row? { try query(sql, values).first }
+
+    /// The first row of a statement that always returns one, such as an aggregate or a counter's row.
+    public func oneRow(_ sql: String, _ values: [(any StoreValue)?] = []) throws -> Row {
+        guard let row = try one(sql, values) else { throw HubError(.internal, "the statement returned no row: \(sql)") }
+        return row
+    }
 }
 
 /// SQL written once with PostgreSQL's numbered parameters (`$1`, a number used as often as

@@ -6,6 +6,8 @@ public final class PreparedStatement {
     private var handle: OpaquePointer?
     private unowned let database: SQLiteDatabase
     public let sql: String
+    /// The column names, read once: every row of the statement shares the array.
+    private var columns: [String] = []
 
     init(database: SQLiteDatabase, sql: String) throws(StorageError) {
         self.database = database
@@ -70,8 +72,11 @@ public final class PreparedStatement {
 
     /// The current row's values.
     func row() -> Row {
-        guard let handle else { return Row(values: []) }
+        guard let handle else { return Row(values: [], columns: []) }
         let count = sqlite3_column_count(handle)
+        if columns.count != Int(count) {
+            columns = (0..<count).map { sqlite3_column_name(handle, $0).map { String(cString: $0) } ?? "" }
+        }
         var values: [SQLiteValue] = []
         values.reserveCapacity(Int(count))
         for column in 0..<count {
@@ -90,13 +95,14 @@ public final class PreparedStatement {
             default: values.append(.null)
             }
         }
-        return Row(values: values)
+        return Row(values: values, columns: columns)
     }
 }
 
-/// One result row, read by column index.
+/// One result row, read by column name (`StoredRow`) or index.
 public struct Row: Sendable, Equatable {
     public let values: [SQLiteValue]
+    public let columns: [String]
     public subscript(_ column: Int) -> SQLiteValue {
         column < values.count ? values[column] : .null
     }

@@ -50,7 +50,7 @@ public final class SQLiteDatabase {
         try execute("PRAGMA synchronous=\(options.synchronous == "NORMAL" ? "NORMAL" : "FULL")")
         try execute("PRAGMA foreign_keys=ON")
         if options.maxBytes > 0 {
-            let pageSize = try queryOne("PRAGMA page_size")?[0].int ?? 4_096
+            let pageSize = try pragma("page_size")
             _ = try queryOne("PRAGMA max_page_count=\(max(options.maxBytes / max(pageSize, 512), 1))")
         }
     }
@@ -224,7 +224,20 @@ public final class SQLiteDatabase {
 
     /// PRAGMA user_version: the schema version the migrations reached.
     public var schemaVersion: Int {
-        get throws(StorageError) { try queryOne("PRAGMA user_version")?[0].int ?? 0 }
+        get throws(StorageError) { try pragma("user_version") }
+    }
+
+    /// An integer setting's value, read by its name.
+    private func pragma(_ name: String) throws(StorageError) -> Int {
+        let operation = "PRAGMA \(name)"
+        guard let row = try queryOne(operation) else {
+            throw StorageError(code: SQLITE_MISMATCH, message: "no value", operation: operation)
+        }
+        do {
+            return try row.int(name, of: "PRAGMA")
+        } catch {
+            throw StorageError(code: SQLITE_MISMATCH, message: error.message, operation: operation)
+        }
     }
 
     public static var libraryVersion: String { String(cString: sqlite3_libversion()) }
