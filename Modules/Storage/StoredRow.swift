@@ -24,9 +24,6 @@ public protocol StoredRow {
 }
 
 extension StoredValue {
-    /// A sequence number: a non-negative integer, 0 for NULL.
-    public var sequence: UInt64 { UInt64(int64 ?? 0) }
-
     public var int: Int? { int64.map { Int($0) } }
 }
 

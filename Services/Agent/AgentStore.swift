@@ -19,7 +19,7 @@ final class AgentStore {
     }
 
     func setting(_ key: String) throws -> String? {
-        try database.queryOne("SELECT value FROM settings WHERE key = ?", [key])?[0].string
+        try database.queryOne("SELECT value FROM settings WHERE key = ?", [key]).map { try $0.string("value", of: "settings") }
     }
 
     func set(_ key: String, _ value: String) throws {

@@ -65,10 +65,11 @@ struct AppStore {
         ).map(Self.app)
     }
 
-    private static func app(_ row: Row) -> RegisteredApp {
+    private static func app(_ row: Row) throws -> RegisteredApp {
         RegisteredApp(
-            token: row[0].string ?? "", service: row[1].string ?? "", description: row[2].string, vapid: row[3].string,
-            connector: row[4].int ?? 2, secret: row[5].string ?? "")
+            token: try row.string("token", of: "apps"), service: try row.string("service", of: "apps"),
+            description: try row.optionalString("description", of: "apps"), vapid: try row.optionalString("vapid", of: "apps"),
+            connector: try row.int("connector", of: "apps"), secret: try row.string("secret", of: "apps"))
     }
 
     func save(_ app: RegisteredApp, now: Date) throws {
@@ -123,11 +124,13 @@ struct AppStore {
 
     static func rank(_ urgency: PushUrgency) -> Int { PushUrgency.allCases.firstIndex(of: urgency) ?? 2 }
 
-    private static func message(_ row: Row) -> AppMessage {
-        AppMessage(
-            deliveryId: row[0].string ?? "", notificationId: row[1].string ?? "", endpointId: row[2].string ?? "",
-            message: row[3].data ?? Data(), expiresAt: Date(timeIntervalSince1970: row[4].double ?? 0), held: (row[5].int ?? 0) != 0,
-            urgency: PushUrgency.allCases[max(0, min(3, row[6].int ?? 2))])
+    private static func message(_ row: Row) throws -> AppMessage {
+        let table = "app_messages"
+        return AppMessage(
+            deliveryId: try row.string("delivery_id", of: table), notificationId: try row.string("notification_id", of: table),
+            endpointId: try row.string("endpoint_id", of: table), message: try row.data("message", of: table),
+            expiresAt: try row.date("expires_at", of: table), held: try row.bool("held", of: table),
+            urgency: PushUrgency.allCases[max(0, min(3, try row.int("urgency", of: table)))])
     }
 
     /// The app has it: forgotten, and the delivery noted as shown, so a resend is acknowledged without a second hand-over.
@@ -147,21 +150,22 @@ struct AppStore {
             let ids = try database.query(
                 "SELECT delivery_id FROM app_messages WHERE endpoint_id = ? AND held = 0 AND urgency < ? ORDER BY seq",
                 [endpointId, urgency.map(Self.rank) ?? 4]
-            ).compactMap { $0[0].string }.filter { !except.contains($0) }
+            ).map { try $0.string("delivery_id", of: "app_messages") }.filter { !except.contains($0) }
             for id in ids { try database.run("UPDATE app_messages SET held = 1 WHERE delivery_id = ?", [id]) }
             return ids
         }
     }
 
     func waiting(endpointId: String) throws -> Int {
-        try database.queryOne("SELECT count(*) FROM app_messages WHERE endpoint_id = ?", [endpointId])?[0].int ?? 0
+        guard let row = try database.queryOne("SELECT count(*) AS n FROM app_messages WHERE endpoint_id = ?", [endpointId]) else { return 0 }
+        return try row.int("n", of: "app_messages")
     }
 
     /// Forgets messages past their time to live; returns the delivery ids not acknowledged yet, to report.
     func purge(now: Date) throws -> [String] {
         try database.transaction {
             let open = try database.query("SELECT delivery_id FROM app_messages WHERE expires_at <= ? AND held = 0", [now.timeIntervalSince1970])
-                .compactMap { $0[0].string }
+                .map { try $0.string("delivery_id", of: "app_messages") }
             try database.run("DELETE FROM app_messages WHERE expires_at <= ?", [now.timeIntervalSince1970])
             return open
         }

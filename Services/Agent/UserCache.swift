@@ -22,18 +22,24 @@ final class UserCache {
 
     var cursor: UInt64 {
         get throws {
-            UInt64(try database.queryOne("SELECT value FROM settings WHERE key = 'userCursor'")?[0].string.flatMap { UInt64($0) } ?? 0)
+            // No cursor yet: the cache starts from the beginning.
+            guard let row = try database.queryOne("SELECT value FROM settings WHERE key = 'userCursor'") else { return 0 }
+            let text = try row.string("value", of: "settings")
+            guard let cursor = UInt64(text) else { throw HubError(.internal, "settings.value of userCursor cannot be read: '\(text)' is not a cursor") }
+            return cursor
         }
     }
 
     func notification(_ id: String) throws -> UserNotification? {
-        try database.queryOne("SELECT document FROM user_cache WHERE id = ?", [id])?[0].data
-            .map { try decoder.decode(UserNotification.self, from: $0) }
+        try database.queryOne("SELECT document FROM user_cache WHERE id = ?", [id]).map(decode)
     }
 
     func all() throws -> [UserNotification] {
-        try database.query("SELECT document FROM user_cache").compactMap { try $0[0].data.map { try decoder.decode(UserNotification.self, from: $0) } }
-            .sorted { ($0.createdAt, $0.id) < ($1.createdAt, $1.id) }
+        try database.query("SELECT document FROM user_cache").map(decode).sorted { ($0.createdAt, $0.id) < ($1.createdAt, $1.id) }
+    }
+
+    private func decode(_ row: Row) throws -> UserNotification {
+        try decoder.decode(UserNotification.self, from: try row.data("document", of: "user_cache"))
     }
 
     /// Applies a batch of changes and moves the cursor, in one transaction. Changes that leave a
@@ -75,7 +81,7 @@ final class UserCache {
 
     /// The notifications this device changed whose change it has not fetched back yet.
     var changedHereUnseen: Set<String> {
-        get throws { Set(try database.query("SELECT id FROM own_changes").compactMap { $0[0].string }) }
+        get throws { Set(try database.query("SELECT id FROM own_changes").map { try $0.string("id", of: "own_changes") }) }
     }
 
     /// Takes a state the agent itself just set, so its own output shows it at once.
@@ -128,7 +134,7 @@ final class UserCache {
     /// The notification's popup: the server instance it was shown on, and its id there while it is up.
     func popup(_ id: String) throws -> (id: UInt32?, owner: String?) {
         guard let row = try database.queryOne("SELECT desktop_id, desktop_owner FROM user_cache WHERE id = ?", [id]) else { return (nil, nil) }
-        return (row[0].int.map { UInt32(truncatingIfNeeded: $0) }, row[1].string)
+        return (try row.optionalInt("desktop_id", of: "user_cache").map { UInt32(truncatingIfNeeded: $0) }, try row.optionalString("desktop_owner", of: "user_cache"))
     }
 
     /// Notes the popup shown (or, with a nil id, gone) on the server `owner`.

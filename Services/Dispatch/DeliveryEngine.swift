@@ -133,11 +133,16 @@ extension DeliveryEngine {
     }
 
 
-    /// Rows of (key, value), each read with its function, as a dictionary.
+    /// Rows, each read as a (key, value) by `entry`, as a dictionary.
     private func dictionary<Key: Hashable, Item>(
-        _ sql: String, _ values: [(any StoreValue)?], _ key: (Row.Value) -> Key, _ value: (Row.Value) -> Item
+        _ sql: String, _ values: [(any StoreValue)?], _ entry: (Row) throws -> (Key, Item)
     ) throws -> [Key: Item] {
-        Dictionary(try query(sql, values).map { (key($0[0]), value($0[1])) }, uniquingKeysWith: { $1 })
+        Dictionary(try query(sql, values).map(entry), uniquingKeysWith: { $1 })
+    }
+
+    /// A lease row's (shard, epoch).
+    private static func leaseEpoch(_ row: Row) throws -> (Int, UInt64) {
+        (try row.int("shard", of: "leases"), try row.sequence("epoch", of: "leases"))
     }
 
     /// Runs `body` in a transaction; the outermost writes the outcome counts gathered meanwhile
@@ -242,7 +247,7 @@ extension DeliveryEngine {
         var lost = touched.filter { fence.epochs[$0] == nil }
         let asked = touched.subtracting(lost).sorted().map { "\($0):\(fence.epochs[$0] ?? 0)" }
         if !asked.isEmpty {
-            let held = Set(try query(sql.fenceCheck, [fence.owner, sql.fencedShards(asked)]).compactMap { $0[0].int })
+            let held = Set(try query(sql.fenceCheck, [fence.owner, sql.fencedShards(asked)]).map { try $0.int("shard", of: "leases") })
             lost.formUnion(touched.subtracting(lost).subtracting(held))
         }
         if !lost.isEmpty { throw LeaseLost(shards: lost) }
@@ -281,12 +286,12 @@ extension DeliveryEngine {
 
     /// The one dispatcher's cursor, with where the write under way moves it.
     func cursor() throws -> UInt64 {
-        max(UInt64(try one(sql.cursor)?[0].int64 ?? 0), ledger.open?.cursorTo ?? 0)
+        max(try oneRow(sql.cursor).sequence("after", of: "cursor"), ledger.open?.cursorTo ?? 0)
     }
 
     /// The shards' cursors, with where the write under way moves them.
     func shardCursors() throws -> [Int: UInt64] {
-        var cursors = try dictionary(sql.shardCursors, [], { $0.int ?? 0 }, { UInt64($0.int64 ?? 0) })
+        var cursors = try dictionary(sql.shardCursors, []) { (try $0.int("shard", of: "shard_cursors"), try $0.sequence("after", of: "shard_cursors")) }
         // A shard's cursor reads as no less than the one dispatcher's (`sql.shardCursors`).
         let one = ledger.open?.cursorTo ?? 0
         let moving = ledger.open?.shardCursorsTo ?? [:]
@@ -385,7 +390,7 @@ extension DeliveryEngine {
             } else if let known = payloadIds[plan.payload] {
                 payloadId = known
             } else {
-                payloadId = try one(sql.insertPayload, [id, plan.payload])?[0].int64 ?? 0
+                payloadId = try oneRow(sql.insertPayload, [id, plan.payload]).int64("id", of: "payloads")
                 payloadIds[plan.payload] = payloadId
             }
             lastPayload = (plan.payload, payloadId)
@@ -458,11 +463,13 @@ extension DeliveryEngine {
     }
 
     private func removeDelivery(_ deliveryId: String, installationId: String) throws -> String? {
-        try one(sql.removeDelivery, [deliveryId, installationId])?[0].string
+        try one(sql.removeDelivery, [deliveryId, installationId]).map { try $0.string("notification_id", of: "deliveries") }
     }
 
     private func closeDelivery(_ deliveryId: String, installationId: String, reason: String, now: Date) throws -> String? {
-        try one(sql.closeDelivery, [now.timeIntervalSince1970, reason, deliveryId, installationId])?[0].string
+        try one(sql.closeDelivery, [now.timeIntervalSince1970, reason, deliveryId, installationId]).map {
+            try $0.string("notification_id", of: "deliveries")
+        }
     }
 
     func markSent(_ deliveries: [AgentDelivery], now: Date) throws {
@@ -589,9 +596,9 @@ extension DeliveryEngine {
                 removed = try query(sql.removeExpired, [now.timeIntervalSince1970])
             }
             for row in removed {
-                let (deliveryId, notificationId) = (row[0].string ?? "", row[1].string ?? "")
+                let (deliveryId, notificationId) = (try row.string("delivery_id", of: "deliveries"), try row.string("notification_id", of: "deliveries"))
                 ledger.scope.tally.add(notificationId) { $0.expired += 1 }
-                if let platform = row[2].string { ledger.scope.tally.countPlatform(notificationId, platform, "Expired") }
+                if let platform = try row.optionalString("platform", of: "deliveries") { ledger.scope.tally.countPlatform(notificationId, platform, "Expired") }
                 try testOutcome(notificationId, deliveryId: deliveryId, "Expired before the device acknowledged it", success: false)
             }
             return removed.count + expiredHeld.count
@@ -611,13 +618,15 @@ extension DeliveryEngine {
     // MARK: Reads
 
     func testNotificationIds() throws -> Set<String> {
-        Set(try query(sql.testNotifications, []).compactMap { $0[0].string })
+        Set(try query(sql.testNotifications, []).map { try $0.string("notification_id", of: "test_results") })
     }
 
     func testResults(_ notificationId: String) throws -> TestResults? {
+        let table = "test_results"
         let results = try query(sql.testResults, [notificationId]).map {
-            TestResult(installationId: $0[0].string ?? "", platform: $0[1].string ?? "", pushChannel: $0[2].string ?? "",
-                       outcome: $0[3].string, success: ($0[4].int ?? 0) != 0)
+            TestResult(installationId: try $0.string("installation_id", of: table), platform: try $0.string("platform", of: table),
+                       pushChannel: try $0.string("push_channel", of: table), outcome: try $0.optionalString("outcome", of: table),
+                       success: try $0.bool("success", of: table))
         }
         guard !results.isEmpty || ledger.testNotifications.contains(notificationId) else { return nil }
         return TestResults(results: results)
@@ -630,19 +639,21 @@ extension DeliveryEngine {
         } else {
             try query(sql.backlog, [now.timeIntervalSince1970])
         }
-        return Set(rows.compactMap { $0[0].string })
+        return Set(try rows.map { try $0.string("installation_id", of: "deliveries") })
     }
 
     func unacknowledged(for installationId: String, now: Date, limit: Int) throws -> (deliveries: [AgentDelivery], sentBefore: Set<String>) {
         try writeHeld()
         var sentBefore: Set<String> = []
+        let table = "deliveries"
         let deliveries = try query(sql.pending, [installationId, now.timeIntervalSince1970, limit]).map { row in
-            let id = row[0].string ?? ""
-            if (row[6].int ?? 0) != 0 { sentBefore.insert(id) }
+            let id = try row.string("delivery_id", of: table)
+            if try row.bool("sent", of: table) { sentBefore.insert(id) }
             return AgentDelivery(
-                deliveryId: id, notificationId: row[1].string ?? "", installationId: installationId,
-                template: row[2].string, payload: row[3].string ?? "", expiresAt: Date(timeIntervalSince1970: row[4].double ?? 0),
-                rich: try row[5].data.map { try ledger.decoder.decode(RichReference.self, from: $0) })
+                deliveryId: id, notificationId: try row.string("notification_id", of: table), installationId: installationId,
+                template: try row.optionalString("template", of: table), payload: try row.string("body", of: table),
+                expiresAt: try row.date("expires_at", of: table),
+                rich: try row.optionalData("rich", of: table).map { try ledger.decoder.decode(RichReference.self, from: $0) })
         }
         return (deliveries, sentBefore)
     }
@@ -654,40 +665,47 @@ extension DeliveryEngine {
             try query(sql.pendingPush, [now.timeIntervalSince1970, limit])
         }
         // A platform this build does not know is left out.
+        let table = "deliveries"
         return try rows.compactMap { row in
-            guard let platform = Platform(name: row[3].string ?? "") else { return nil }
+            guard let platform = Platform(name: try row.string("platform", of: table)) else { return nil }
             return PushMessage(
-                deliveryId: row[0].string ?? "", notificationId: row[1].string ?? "", installationId: row[2].string ?? "",
-                platform: platform, pushChannel: row[4].string ?? "", payload: row[5].string ?? "",
-                headers: try row[6].string.map { try ledger.decoder.decode([String: String].self, from: Data($0.utf8)) } ?? [:],
-                expiresAt: Date(timeIntervalSince1970: row[7].double ?? 0))
+                deliveryId: try row.string("delivery_id", of: table), notificationId: try row.string("notification_id", of: table),
+                installationId: try row.string("installation_id", of: table), platform: platform,
+                pushChannel: try row.string("push_channel", of: table), payload: try row.string("body", of: table),
+                headers: try row.optionalString("headers", of: table).map { try ledger.decoder.decode([String: String].self, from: Data($0.utf8)) }
+                    ?? [:],
+                expiresAt: try row.date("expires_at", of: table))
         }
     }
 
     func totals() throws -> [String: String] {
-        let row = try one(sql.outcomeTotals)
-        let names = ["notifications", "targets", "delivered", "acknowledged", "expired", "failed"]
-        var totals = ["pendingDeliveries": String((try one(sql.openDeliveries)?[0].int ?? 0) + ledger.unwritten.count)]
-        for (index, name) in names.enumerated() { totals[name + "Total"] = String(row?[index].int ?? 0) }
+        let row = try oneRow(sql.outcomeTotals)
+        var totals = ["pendingDeliveries": String(try oneRow(sql.openDeliveries).int("n", of: "deliveries") + ledger.unwritten.count)]
+        for name in ["notifications", "targets", "delivered", "acknowledged", "expired", "failed"] {
+            totals[name + "Total"] = String(try row.int(name, of: "outcomes"))
+        }
         totals["acknowledgedUnwrittenTotal"] = String(ledger.acknowledgedUnwritten)
         return totals
     }
 
     func outcome(_ notificationId: String, now: Date) throws -> NotificationOutcome? {
         guard let row = try one(sql.outcome, [notificationId]) else { return nil }
-        func date(_ index: Int) -> Date? { row[index].double.map { Date(timeIntervalSince1970: $0) } }
+        let table = "outcomes"
         var outcome = NotificationOutcome(
-            notificationId: notificationId, state: NotificationState(rawValue: row[0].string ?? "") ?? .completed,
-            enqueuedAt: date(1) ?? Date(), startedAt: date(2), endedAt: date(3), targets: row[4].int ?? 0,
-            delivered: row[5].int ?? 0, acknowledged: row[6].int ?? 0, expired: row[7].int ?? 0, failed: row[8].int ?? 0)
+            notificationId: notificationId, state: try row.string("state", of: table, as: NotificationState.self),
+            enqueuedAt: try row.date("enqueued_at", of: table), startedAt: try row.optionalDate("started_at", of: table),
+            endedAt: try row.optionalDate("ended_at", of: table), targets: try row.int("targets", of: table),
+            delivered: try row.int("delivered", of: table), acknowledged: try row.int("acknowledged", of: table),
+            expired: try row.int("expired", of: table), failed: try row.int("failed", of: table))
         // A push service that has not answered yet (its delivery waits for a retry): not done.
-        if outcome.state == .completed, (try one(sql.waitingPush, [notificationId, now.timeIntervalSince1970])?[0].int ?? 0) > 0 {
+        if outcome.state == .completed, try oneRow(sql.waitingPush, [notificationId, now.timeIntervalSince1970]).int("n", of: "deliveries") > 0 {
             outcome.state = .processing
             outcome.endedAt = nil
         }
         var platforms: [String: [String: Int]] = [:]
         for row in try query(sql.platformOutcomes, [notificationId]) {
-            platforms[row[0].string ?? "", default: [:]][row[1].string ?? ""] = row[2].int ?? 0
+            let table = "platform_outcomes"
+            platforms[try row.string("platform", of: table), default: [:]][try row.string("outcome", of: table)] = try row.int("count", of: table)
         }
         // The other platforms' counts are kept as their push services answer; what the aggregate
         // counts say beyond them is the Linux agents'.
@@ -713,18 +731,17 @@ extension DeliveryEngine {
     }
 
     func liveDispatchers(now: Date, within: TimeInterval) throws -> Int {
-        try one(sql.liveDispatchers, [now.timeIntervalSince1970 - within])?[0].int ?? 0
+        try oneRow(sql.liveDispatchers, [now.timeIntervalSince1970 - within]).int("n", of: "dispatchers")
     }
 
     func renewLeases(owner: String, until: Date) throws -> [Int: UInt64] {
-        try dictionary(sql.renewLeases, [until.timeIntervalSince1970, owner], { $0.int ?? 0 }, { UInt64($0.int64 ?? 0) })
+        try dictionary(sql.renewLeases, [until.timeIntervalSince1970, owner], Self.leaseEpoch)
     }
 
     func claimLeases(owner: String, endpoint: String, count: Int, now: Date, until: Date) throws -> [Int: UInt64] {
         guard count > 0 else { return [:] }
         let claimed = try dictionary(
-            sql.claimLeases, [owner, endpoint, until.timeIntervalSince1970, now.timeIntervalSince1970, count], { $0.int ?? 0 },
-            { UInt64($0.int64 ?? 0) })
+            sql.claimLeases, [owner, endpoint, until.timeIntervalSince1970, now.timeIntervalSince1970, count], Self.leaseEpoch)
         // Test sends the shards' last owner recorded: their results are kept here from now on.
         if !claimed.isEmpty { ledger.testNotifications = try testNotificationIds() }
         return claimed
@@ -735,7 +752,7 @@ extension DeliveryEngine {
     }
 
     func leaseOwners(now: Date) throws -> [Int: String] {
-        try dictionary(sql.leaseOwners, [now.timeIntervalSince1970], { $0.int ?? 0 }, { $0.string ?? "" })
+        try dictionary(sql.leaseOwners, [now.timeIntervalSince1970]) { (try $0.int("shard", of: "leases"), try $0.string("endpoint", of: "leases")) }
     }
 }
 

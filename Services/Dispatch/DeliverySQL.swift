@@ -60,7 +60,8 @@ struct DeliverySQL: Sendable {
     var backlog: String
     /// …(now, shards), of those shards.
     var backlogOfShards: String
-    /// (installation_id, now, limit) → (delivery_id, notification_id, template, body, expires_at, rich), oldest first.
+    /// (installation_id, now, limit) → (delivery_id, notification_id, template, body, expires_at, rich, sent: whether it
+    /// went out before), oldest first.
     var pending: String
     /// (now, limit) → (delivery_id, notification_id, installation_id, platform, push_channel, body, headers,
     /// expires_at): open push deliveries, oldest first…
@@ -71,17 +72,17 @@ struct DeliverySQL: Sendable {
     var outcome: String
     /// (notification_id) → (platform, outcome, count).
     var platformOutcomes: String
-    /// (notification_id, now) → count of its deliveries to push services with no answer yet, unexpired.
+    /// (notification_id, now) → n: how many of its deliveries to push services have no answer yet, unexpired.
     var waitingPush: String
-    /// () → count of deliveries waiting for an acknowledgement.
+    /// () → n: how many deliveries wait for an acknowledgement.
     var openDeliveries: String
-    /// () → (count, targets, delivered, acknowledged, expired, failed) over the outcomes.
+    /// () → (notifications, targets, delivered, acknowledged, expired, failed) over the outcomes.
     var outcomeTotals: String
     /// Purging, in order: each statement with (cutoff) when it has an age (rows older go), else ().
     var purge: [(sql: String, age: TimeInterval?)]
     /// (id, endpoint, now).
     var heartbeat: String
-    /// (since) → how many dispatchers were seen since.
+    /// (since) → n: how many dispatchers were seen since.
     var liveDispatchers: String
     /// (until, owner) → (shard, epoch).
     var renewLeases: String

@@ -104,7 +104,7 @@ final class PostgresDeliveryStore: DeliveryEngine, PostgresBacked {
     /// that its plan uses deliveries_by_shard.
     static let sql = DeliverySQL(
         cursor: "SELECT after FROM dispatch.cursor WHERE id = 1",
-        shardCursors: "SELECT s.shard, greatest(s.after, c.after) FROM dispatch.shard_cursors s, dispatch.cursor c WHERE c.id = 1",
+        shardCursors: "SELECT s.shard, greatest(s.after, c.after) AS after FROM dispatch.shard_cursors s, dispatch.cursor c WHERE c.id = 1",
         advanceCursor: "UPDATE dispatch.cursor SET after = $1 WHERE id = 1 AND after < $1",
         advanceShardCursors: "UPDATE dispatch.shard_cursors SET after = $1 WHERE shard = ANY($2::int[]) AND after < $1",
         insertPayload: "INSERT INTO dispatch.payloads (notification_id, body) VALUES ($1, $2) RETURNING id",
@@ -196,20 +196,20 @@ final class PostgresDeliveryStore: DeliveryEngine, PostgresBacked {
             WHERE acked_at IS NULL AND expires_at > $1 AND platform IS NULL AND shard = ANY($2::int[])
             """,
         pending: """
-            SELECT d.delivery_id, d.notification_id, d.template, coalesce(p.body, ''), d.expires_at, d.rich,
-                   CASE WHEN d.delivered_at IS NULL THEN 0 ELSE 1 END
+            SELECT d.delivery_id, d.notification_id, d.template, coalesce(p.body, '') AS body, d.expires_at, d.rich,
+                   CASE WHEN d.delivered_at IS NULL THEN 0 ELSE 1 END AS sent
             FROM dispatch.deliveries d LEFT JOIN dispatch.payloads p ON p.id = d.payload_id
             WHERE d.installation_id = $1 AND d.acked_at IS NULL AND d.expires_at > $2
             ORDER BY d.seq LIMIT $3
             """,
         pendingPush: """
-            SELECT d.delivery_id, d.notification_id, d.installation_id, d.platform, d.push_channel, coalesce(p.body, ''), d.headers, d.expires_at
+            SELECT d.delivery_id, d.notification_id, d.installation_id, d.platform, d.push_channel, coalesce(p.body, '') AS body, d.headers, d.expires_at
             FROM dispatch.deliveries d LEFT JOIN dispatch.payloads p ON p.id = d.payload_id
             WHERE d.platform IS NOT NULL AND d.acked_at IS NULL AND d.expires_at > $1
             ORDER BY d.seq LIMIT $2
             """,
         pendingPushOfShards: """
-            SELECT d.delivery_id, d.notification_id, d.installation_id, d.platform, d.push_channel, coalesce(p.body, ''), d.headers, d.expires_at
+            SELECT d.delivery_id, d.notification_id, d.installation_id, d.platform, d.push_channel, coalesce(p.body, '') AS body, d.headers, d.expires_at
             FROM dispatch.deliveries d LEFT JOIN dispatch.payloads p ON p.id = d.payload_id
             WHERE d.platform IS NOT NULL AND d.acked_at IS NULL AND d.expires_at > $1 AND d.shard = ANY($3::int[])
             ORDER BY d.seq LIMIT $2
@@ -220,13 +220,13 @@ final class PostgresDeliveryStore: DeliveryEngine, PostgresBacked {
             """,
         platformOutcomes: "SELECT platform, outcome, count FROM dispatch.platform_outcomes WHERE notification_id = $1",
         waitingPush: """
-            SELECT count(*) FROM dispatch.deliveries
+            SELECT count(*) AS n FROM dispatch.deliveries
             WHERE notification_id = $1 AND platform IS NOT NULL AND acked_at IS NULL AND expires_at > $2
             """,
-        openDeliveries: "SELECT count(*) FROM dispatch.deliveries WHERE acked_at IS NULL",
+        openDeliveries: "SELECT count(*) AS n FROM dispatch.deliveries WHERE acked_at IS NULL",
         outcomeTotals: """
-            SELECT count(*), coalesce(sum(targets),0), coalesce(sum(delivered),0), coalesce(sum(acknowledged),0),
-                   coalesce(sum(expired),0), coalesce(sum(failed),0)
+            SELECT count(*) AS notifications, coalesce(sum(targets),0) AS targets, coalesce(sum(delivered),0) AS delivered,
+                   coalesce(sum(acknowledged),0) AS acknowledged, coalesce(sum(expired),0) AS expired, coalesce(sum(failed),0) AS failed
             FROM dispatch.outcomes
             """,
         purge: [
@@ -255,7 +255,7 @@ final class PostgresDeliveryStore: DeliveryEngine, PostgresBacked {
             INSERT INTO dispatch.dispatchers (id, endpoint, seen_at) VALUES ($1, $2, $3)
             ON CONFLICT (id) DO UPDATE SET endpoint = excluded.endpoint, seen_at = excluded.seen_at
             """,
-        liveDispatchers: "SELECT count(*) FROM dispatch.dispatchers WHERE seen_at > $1",
+        liveDispatchers: "SELECT count(*) AS n FROM dispatch.dispatchers WHERE seen_at > $1",
         renewLeases: "UPDATE dispatch.leases SET expires_at = $1 WHERE owner = $2 RETURNING shard, epoch",
         // Rows another claimer has locked are skipped, not waited for; one it has just taken no
         // longer matches once its claim commits.
@@ -388,12 +388,12 @@ final class PostgresDeliveryStore: DeliveryEngine, PostgresBacked {
             PostgresValue.textArray(rows.map { String($0.1.expiresAt.timeIntervalSince1970) }), PostgresValue.byteaArray(rows.map(\.1.rich)),
             PostgresValue.textArray(rows.map { $0.1.deliveredAt.map { String($0.timeIntervalSince1970) } }),
         ])
-        return Set(inserted.compactMap { $0[0].string })
+        return Set(try inserted.map { try $0.string("delivery_id", of: "deliveries") })
     }
 
     func removeDeliveries(_ pairs: ArraySlice<(String, String)>) throws -> [(String, String)] {
         try connection.query(Self.removeDeliveryArrays, [PostgresValue.textArray(pairs.map(\.0)), PostgresValue.textArray(pairs.map(\.1))])
-            .map { ($0[0].string ?? "", $0[1].string ?? "") }
+            .map { (try $0.string("delivery_id", of: "deliveries"), try $0.string("notification_id", of: "deliveries")) }
     }
 
     /// (notification id, then arrays of: delivery ids, installation ids, shards, templates, payload

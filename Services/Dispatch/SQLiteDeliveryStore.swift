@@ -125,7 +125,7 @@ final class SQLiteDeliveryStore: DeliveryEngine {
     /// Lists of shards are JSON arrays, read with json_each.
     static let sql = DeliverySQL(
         cursor: "SELECT after FROM cursor WHERE id = 1",
-        shardCursors: "SELECT s.shard, max(s.after, c.after) FROM shard_cursors s, cursor c WHERE c.id = 1",
+        shardCursors: "SELECT s.shard, max(s.after, c.after) AS after FROM shard_cursors s, cursor c WHERE c.id = 1",
         advanceCursor: "UPDATE cursor SET after = ?1 WHERE id = 1 AND after < ?1",
         advanceShardCursors: "UPDATE shard_cursors SET after = ?1 WHERE shard IN (SELECT value FROM json_each(?2)) AND after < ?1",
         insertPayload: "INSERT INTO payloads (notification_id, body) VALUES (?1, ?2) RETURNING id",
@@ -203,22 +203,22 @@ final class SQLiteDeliveryStore: DeliveryEngine {
             """,
         pending: """
             SELECT delivery_id, notification_id, template,
-                   coalesce((SELECT body FROM payloads p WHERE p.id = deliveries.payload_id), payload), expires_at, rich,
-                   delivered_at IS NOT NULL
+                   coalesce((SELECT body FROM payloads p WHERE p.id = deliveries.payload_id), payload) AS body, expires_at, rich,
+                   delivered_at IS NOT NULL AS sent
             FROM deliveries
             WHERE installation_id = ?1 AND acked_at IS NULL AND expires_at > ?2
             ORDER BY rowid LIMIT ?3
             """,
         pendingPush: """
             SELECT delivery_id, notification_id, installation_id, platform, push_channel,
-                   coalesce((SELECT body FROM payloads p WHERE p.id = deliveries.payload_id), payload), headers, expires_at
+                   coalesce((SELECT body FROM payloads p WHERE p.id = deliveries.payload_id), payload) AS body, headers, expires_at
             FROM deliveries
             WHERE platform IS NOT NULL AND acked_at IS NULL AND expires_at > ?1
             ORDER BY rowid LIMIT ?2
             """,
         pendingPushOfShards: """
             SELECT delivery_id, notification_id, installation_id, platform, push_channel,
-                   coalesce((SELECT body FROM payloads p WHERE p.id = deliveries.payload_id), payload), headers, expires_at
+                   coalesce((SELECT body FROM payloads p WHERE p.id = deliveries.payload_id), payload) AS body, headers, expires_at
             FROM deliveries
             WHERE platform IS NOT NULL AND acked_at IS NULL AND expires_at > ?1 AND shard IN (SELECT value FROM json_each(?3))
             ORDER BY rowid LIMIT ?2
@@ -229,13 +229,13 @@ final class SQLiteDeliveryStore: DeliveryEngine {
             """,
         platformOutcomes: "SELECT platform, outcome, count FROM platform_outcomes WHERE notification_id = ?1",
         waitingPush: """
-            SELECT count(*) FROM deliveries
+            SELECT count(*) AS n FROM deliveries
             WHERE notification_id = ?1 AND platform IS NOT NULL AND acked_at IS NULL AND expires_at > ?2
             """,
-        openDeliveries: "SELECT count(*) FROM deliveries WHERE acked_at IS NULL",
+        openDeliveries: "SELECT count(*) AS n FROM deliveries WHERE acked_at IS NULL",
         outcomeTotals: """
-            SELECT count(*), coalesce(sum(targets),0), coalesce(sum(delivered),0), coalesce(sum(acknowledged),0),
-                   coalesce(sum(expired),0), coalesce(sum(failed),0)
+            SELECT count(*) AS notifications, coalesce(sum(targets),0) AS targets, coalesce(sum(delivered),0) AS delivered,
+                   coalesce(sum(acknowledged),0) AS acknowledged, coalesce(sum(expired),0) AS expired, coalesce(sum(failed),0) AS failed
             FROM outcomes
             """,
         purge: [
@@ -251,7 +251,7 @@ final class SQLiteDeliveryStore: DeliveryEngine {
             INSERT INTO dispatchers (id, endpoint, seen_at) VALUES (?1, ?2, ?3)
             ON CONFLICT (id) DO UPDATE SET endpoint = excluded.endpoint, seen_at = excluded.seen_at
             """,
-        liveDispatchers: "SELECT count(*) FROM dispatchers WHERE seen_at > ?1",
+        liveDispatchers: "SELECT count(*) AS n FROM dispatchers WHERE seen_at > ?1",
         renewLeases: "UPDATE leases SET expires_at = ?1 WHERE owner = ?2 RETURNING shard, epoch",
         // One process holds a SQLite store: its transactions alone keep claims apart.
         claimLeases: """
@@ -284,7 +284,8 @@ final class SQLiteDeliveryStore: DeliveryEngine {
         guard try database.queryOne("SELECT 1 FROM sqlite_master WHERE type = 'index' AND name = 'deliveries_unsharded'") != nil else { return }
         try database.transaction {
             for row in try database.query("SELECT delivery_id, installation_id FROM deliveries WHERE shard IS NULL") {
-                try database.run("UPDATE deliveries SET shard = ? WHERE delivery_id = ?", [Shards.of(row[1].string ?? ""), row[0].string ?? ""])
+                let (id, installationId) = (try row.string("delivery_id", of: "deliveries"), try row.string("installation_id", of: "deliveries"))
+                try database.run("UPDATE deliveries SET shard = ? WHERE delivery_id = ?", [Shards.of(installationId), id])
             }
             try database.execute("DROP INDEX deliveries_unsharded")
         }

@@ -124,10 +124,11 @@ final class PostgresPublishStore: PublishEngine, PostgresBacked {
         let row = try connection.queryOne(
             Self.insertAlone,
             [id, try encoded ?? encoder.encode(send), NotificationState.enqueued.rawValue, now.timeIntervalSince1970, expiresAt.timeIntervalSince1970])
-        guard let sequence = row?[0].int64 else {
+        guard let row else {
             throw PostgresError(message: "the sequence row publish.stream is missing", operation: "accept a send")
         }
-        return AcceptedNotification(sequence: UInt64(sequence), notificationId: id, send: send, enqueuedAt: now, expiresAt: expiresAt)
+        let sequence = try row.sequence("sequence", of: "notifications")
+        return AcceptedNotification(sequence: sequence, notificationId: id, send: send, enqueuedAt: now, expiresAt: expiresAt)
     }
 
     /// Inserts the sends held so far in the open group.
@@ -199,7 +200,8 @@ final class PostgresPublishStore: PublishEngine, PostgresBacked {
     func schedule(_ send: SendNotification, fireAt: Date, now: Date) throws -> String {
         func existing() throws -> String? {
             guard let key = send.idempotencyKey else { return nil }
-            return try connection.queryOne("SELECT notification_id FROM publish.scheduled WHERE idempotency_key = $1", [key])?[0].string
+            return try connection.queryOne("SELECT notification_id FROM publish.scheduled WHERE idempotency_key = $1", [key])
+                .map { try $0.string("notification_id", of: "scheduled") }
         }
         if let id = try existing() { return id }
         let id = RandomID.timeOrdered(at: now)
@@ -228,8 +230,8 @@ final class PostgresPublishStore: PublishEngine, PostgresBacked {
                     ORDER BY fire_at LIMIT 1 FOR UPDATE SKIP LOCKED
                     """, [NotificationState.scheduled.rawValue, now.timeIntervalSince1970])
                 else { return nil }
-                let id = row[0].string ?? ""
-                var send = try decoder.decode(SendNotification.self, from: row[1].data ?? Data())
+                let id = try row.string("notification_id", of: "scheduled")
+                var send = try decoder.decode(SendNotification.self, from: try row.data("send", of: "scheduled"))
                 send.scheduledAt = nil
                 send.idempotencyKey = nil
                 try connection.run("UPDATE publish.scheduled SET state = 'Fired' WHERE notification_id = $1", [id])
@@ -248,7 +250,8 @@ final class PostgresPublishStore: PublishEngine, PostgresBacked {
             "UPDATE publish.scheduled SET state = $1 WHERE notification_id = $2 AND state = $3",
             [NotificationState.canceled.rawValue, id, NotificationState.scheduled.rawValue])
         guard canceled == 0 else { return }
-        let state = try connection.queryOne("SELECT state FROM publish.scheduled WHERE notification_id = $1", [id])?[0].string
+        let state = try connection.queryOne("SELECT state FROM publish.scheduled WHERE notification_id = $1", [id])
+            .map { try $0.string("state", of: "scheduled") }
         throw HubError.cannotCancel(id, state: state)
     }
 }

@@ -30,13 +30,15 @@ final class PostgresRichStore: RichStore {
             [sha256, now.timeIntervalSince1970])
         else { return nil }
         return RichPayload(
-            richId: sha256, contentType: row[0].string ?? "application/octet-stream", data: row[2].data ?? Data(),
-            expiresAt: Date(timeIntervalSince1970: row[1].double ?? 0))
+            richId: sha256, contentType: try row.string("content_type", of: "rich_blobs"), data: try row.data("data", of: "rich_blobs"),
+            expiresAt: try row.date("expires_at", of: "rich_blobs"))
     }
 
     func purge(now: Date) throws -> Int {
         try connection.run("DELETE FROM publish.rich_blobs WHERE expires_at <= $1", [now.timeIntervalSince1970])
     }
 
-    var count: Int { (try? connection.queryOne("SELECT count(*) FROM publish.rich_blobs")?[0].int) ?? 0 }
+    var count: Int {
+        get throws { try connection.queryRow("SELECT count(*) AS n FROM publish.rich_blobs") { row throws(HubError) in try row.int("n", of: "rich_blobs") } }
+    }
 }

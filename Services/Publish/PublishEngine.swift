@@ -41,11 +41,11 @@ protocol PublishEngine: PublishStore, EngineBacked {
 extension PublishEngine {
     private var sql: PublishSQL { Self.sql }
 
-    func latestSequence() throws -> UInt64 { try one(sql.latestSequence)?[0].sequence ?? 0 }
+    func latestSequence() throws -> UInt64 { try oneRow(sql.latestSequence).sequence("sequence", of: "notifications") }
 
     func scheduledState(_ id: String) throws -> (NotificationState, Date)? {
-        guard let row = try one(sql.scheduledState, [id]), let state = NotificationState(rawValue: row[0].string ?? "") else { return nil }
-        return (state, Date(timeIntervalSince1970: row[1].double ?? 0))
+        guard let row = try one(sql.scheduledState, [id]) else { return nil }
+        return (try row.string("state", of: "scheduled", as: NotificationState.self), try row.date("enqueued_at", of: "scheduled"))
     }
 
     func pending(after: UInt64, limit: Int) throws -> [AcceptedNotification] {
@@ -53,11 +53,12 @@ extension PublishEngine {
     }
 
     func stream(after: UInt64, limit: Int) throws -> [(sequence: UInt64, body: Data)] {
-        try query(sql.pending, [Int64(clamping: after), limit]).map { row in
-            let sequence = row[0].sequence
+        let table = "notifications"
+        return try query(sql.pending, [Int64(clamping: after), limit]).map { row in
+            let sequence = try row.sequence("sequence", of: table)
             return (sequence, NotificationStream.body(
-                sequence: sequence, notificationId: row[1].string ?? "", send: row[2].data ?? Data(),
-                enqueuedAt: Date(timeIntervalSince1970: row[3].double ?? 0), expiresAt: Date(timeIntervalSince1970: row[4].double ?? 0)))
+                sequence: sequence, notificationId: try row.string("notification_id", of: table), send: try row.data("send", of: table),
+                enqueuedAt: try row.date("enqueued_at", of: table), expiresAt: try row.date("expires_at", of: table)))
         }
     }
 
@@ -68,10 +69,10 @@ extension PublishEngine {
 
     /// An accepted notification from a row of `PublishSQL.columns`.
     func accepted(_ row: Row) throws -> AcceptedNotification {
-        AcceptedNotification(
-            sequence: row[0].sequence, notificationId: row[1].string ?? "",
-            send: try decoder.decode(SendNotification.self, from: row[2].data ?? Data()),
-            enqueuedAt: Date(timeIntervalSince1970: row[3].double ?? 0),
-            expiresAt: Date(timeIntervalSince1970: row[4].double ?? 0))
+        let table = "notifications"
+        return AcceptedNotification(
+            sequence: try row.sequence("sequence", of: table), notificationId: try row.string("notification_id", of: table),
+            send: try decoder.decode(SendNotification.self, from: try row.data("send", of: table)),
+            enqueuedAt: try row.date("enqueued_at", of: table), expiresAt: try row.date("expires_at", of: table))
     }
 }

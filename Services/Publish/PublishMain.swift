@@ -21,7 +21,13 @@ public enum PublishMain {
                 config.publish.requests, group: group, maxMessageBytes: config.publishRequestBytes,
                 endpoints: { endpoints }
             ) {
-                ["latest": String(events.sequence), "richPayloads": String(rich.count)].merging(history.details) { $1 }
+                var details = ["latest": String(events.sequence)]
+                do {
+                    details["richPayloads"] = String(try rich.count)
+                } catch {
+                    details["richPayloadsError"] = "\(error)"
+                }
+                return details.merging(history.details) { $1 }
             }
             endpoints["requests"] = server.endpoint
             server.sizeHint = "a rich payload may be at most \(config.maxRichBytes) bytes (maxRichBytes), which travel base64-encoded"

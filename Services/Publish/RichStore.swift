@@ -12,5 +12,5 @@ protocol RichStore: AnyObject {
     func fetch(_ sha256: String, now: Date) throws -> RichPayload?
     /// Removes expired payloads; returns how many.
     func purge(now: Date) throws -> Int
-    var count: Int { get }
+    var count: Int { get throws }
 }

@@ -7,7 +7,8 @@ import Storage
 /// `PublishSchema`). The sequence is the row's: SQLite has one writer at a time, so rows commit in
 /// sequence order. Its statements join the commit group the request runs in.
 final class SQLitePublishStore: PublishEngine {
-    static let sql = PublishSQL(prefix: "", latestSequence: "SELECT coalesce(max(sequence), 0) FROM notifications", spell: NumberedParameters.sqlite)
+    static let sql = PublishSQL(
+        prefix: "", latestSequence: "SELECT coalesce(max(sequence), 0) AS sequence FROM notifications", spell: NumberedParameters.sqlite)
 
     let database: SQLiteDatabase
     private let encoder = HubCodec.makeEncoder()
@@ -65,7 +66,7 @@ final class SQLitePublishStore: PublishEngine {
             if let key = send.idempotencyKey,
                 let row = try database.queryOne("SELECT notification_id FROM scheduled WHERE idempotency_key = ?", [key])
             {
-                return row[0].string ?? ""
+                return try row.string("notification_id", of: "scheduled")
             }
             let id = RandomID.timeOrdered(at: now)
             try database.run(
@@ -82,8 +83,8 @@ final class SQLitePublishStore: PublishEngine {
             [NotificationState.scheduled.rawValue, now.timeIntervalSince1970])
         var fired: [AcceptedNotification] = []
         for row in due {
-            let id = row[0].string ?? ""
-            var send = try decoder.decode(SendNotification.self, from: row[1].data ?? Data())
+            let id = try row.string("notification_id", of: "scheduled")
+            var send = try decoder.decode(SendNotification.self, from: try row.data("send", of: "scheduled"))
             send.scheduledAt = nil
             send.idempotencyKey = nil
             let accepted = try database.transaction {
@@ -96,7 +97,7 @@ final class SQLitePublishStore: PublishEngine {
     }
 
     func cancel(_ id: String) throws {
-        let state = try database.queryOne("SELECT state FROM scheduled WHERE notification_id = ?", [id])?[0].string
+        let state = try database.queryOne("SELECT state FROM scheduled WHERE notification_id = ?", [id]).map { try $0.string("state", of: "scheduled") }
         guard state == NotificationState.scheduled.rawValue else { throw HubError.cannotCancel(id, state: state) }
         try database.run("UPDATE scheduled SET state = ? WHERE notification_id = ?", [NotificationState.canceled.rawValue, id])
     }

@@ -48,14 +48,14 @@ final class SQLiteRichStore: RichStore {
             let data = FileManager.default.contents(atPath: path(sha256).path)
         else { return nil }
         return RichPayload(
-            richId: sha256, contentType: row[0].string ?? "application/octet-stream", data: data,
-            expiresAt: Date(timeIntervalSince1970: row[1].double ?? 0))
+            richId: sha256, contentType: try row.string("content_type", of: "rich_blobs"), data: data,
+            expiresAt: try row.date("expires_at", of: "rich_blobs"))
     }
 
     /// Removes expired payloads from disk and from the store.
     func purge(now: Date) throws -> Int {
         let expired = try database.query("SELECT sha256 FROM rich_blobs WHERE expires_at <= ?", [now.timeIntervalSince1970])
-            .compactMap { $0[0].string }
+            .map { try $0.string("sha256", of: "rich_blobs") }
         for sha256 in expired {
             try database.run("DELETE FROM rich_blobs WHERE sha256 = ?", [sha256])
             unlink(path(sha256).path)
@@ -63,5 +63,10 @@ final class SQLiteRichStore: RichStore {
         return expired.count
     }
 
-    var count: Int { (try? database.queryOne("SELECT count(*) FROM rich_blobs")?[0].int) ?? 0 }
+    var count: Int {
+        get throws {
+            guard let row = try database.queryOne("SELECT count(*) AS n FROM rich_blobs") else { return 0 }
+            return try row.int("n", of: "rich_blobs")
+        }
+    }
 }

@@ -31,7 +31,7 @@ struct InstallationSQL: Sendable {
     var deleteTags: String
     /// (now) → id, of those expired.
     var expired: String
-    /// (now) → count.
+    /// (now) → n: how many are live.
     var count: String
     /// (now) → document, of every live installation in id order.
     var snapshot: String
@@ -62,7 +62,7 @@ struct InstallationSQL: Sendable {
         delete = spell("DELETE FROM \(p)installations WHERE installation_id = $1")
         deleteTags = spell("DELETE FROM \(p)installation_tags WHERE installation_id = $1")
         expired = spell("SELECT installation_id FROM \(p)installations WHERE expires_at IS NOT NULL AND expires_at <= $1 ORDER BY installation_id\(byteOrder)")
-        count = spell("SELECT count(*) FROM \(p)installations WHERE expires_at IS NULL OR expires_at > $1")
+        count = spell("SELECT count(*) AS n FROM \(p)installations WHERE expires_at IS NULL OR expires_at > $1")
         snapshot = spell("SELECT document FROM \(p)installations WHERE expires_at IS NULL OR expires_at > $1 ORDER BY installation_id\(byteOrder)")
         log = spell("INSERT INTO \(p)changes (sequence, installation_id, document) VALUES ($1, $2, $3)")
         changesAfter = spell("SELECT sequence, installation_id, document FROM \(p)changes WHERE sequence > $1 ORDER BY sequence LIMIT $2")
@@ -86,21 +86,21 @@ protocol InstallationEngine: InstallationStore, EngineBacked {
 extension InstallationEngine {
     private var sql: InstallationSQL { Self.sql }
 
-    func sequence() throws -> UInt64 { try one(sql.sequence)?[0].sequence ?? 0 }
+    func sequence() throws -> UInt64 { try oneRow(sql.sequence).sequence("sequence", of: "stream") }
 
     /// Takes the next sequence; the first statement of every write, so that writers in every
     /// process sharing a store commit in the order of their numbers.
-    private func nextSequence() throws -> UInt64 { try one(sql.nextSequence)?[0].sequence ?? 0 }
+    private func nextSequence() throws -> UInt64 { try oneRow(sql.nextSequence).sequence("sequence", of: "stream") }
 
     func get(_ id: String, now: Date) throws -> Installation? {
-        try one(sql.get, [id, now]).map { try decode($0[0].data) }
+        try one(sql.get, [id, now]).map(decode)
     }
 
     func upsert(_ installation: Installation, now: Date) throws -> (Installation, UInt64) {
         try transaction {
             let sequence = try nextSequence()
             var stored = installation
-            stored.createdAt = try one(sql.stored, [installation.installationId]).map { try decode($0[0].data).createdAt } ?? now
+            stored.createdAt = try one(sql.stored, [installation.installationId]).map { try decode($0).createdAt } ?? now
             stored.lastSeen = now
             stored.version = sequence
             // A tag given twice is kept once, where it first appears.
@@ -132,7 +132,7 @@ extension InstallationEngine {
     func purgeExpired(now: Date) throws -> [(String, UInt64)] {
         try transaction {
             var purged: [(String, UInt64)] = []
-            for id in try query(sql.expired, [now]).compactMap({ $0[0].string }) {
+            for id in try query(sql.expired, [now]).map({ try $0.string("installation_id", of: "installations") }) {
                 let sequence = try nextSequence()
                 try run(sql.delete, [id])
                 try log(sequence, id, nil)
@@ -157,16 +157,16 @@ extension InstallationEngine {
         }
         values.append(limit + 1)
         statement += " ORDER BY i.installation_id\(sql.byteOrder) LIMIT $\(values.count)"
-        return InstallationPage(fetched: try query(sql.spell(statement), values).map { try decode($0[0].data) }, limit: limit)
+        return InstallationPage(fetched: try query(sql.spell(statement), values).map(decode), limit: limit)
     }
 
-    func count(now: Date) throws -> Int { try one(sql.count, [now])?[0].int ?? 0 }
+    func count(now: Date) throws -> Int { try oneRow(sql.count, [now]).int("n", of: "installations") }
 
     func snapshot(now: Date) throws -> RegistrySnapshot {
         try snapshot {
             let sequence = try sequence()
             let rows = try query(sql.snapshot, [now])
-            return RegistrySnapshot(sequence: sequence, installations: try rows.map { try decode($0[0].data) })
+            return RegistrySnapshot(sequence: sequence, installations: try rows.map(decode))
         }
     }
 
@@ -177,14 +177,17 @@ extension InstallationEngine {
 
     func changes(after sequence: UInt64, limit: Int) throws -> [InstallationChange] {
         try query(sql.changesAfter, [Int64(clamping: sequence), limit]).map { row in
-            try InstallationChange(sequence: row[0].int64, installationId: row[1].string, document: row[2].data, decoder: decoder)
+            InstallationChange(
+                sequence: try row.sequence("sequence", of: "changes"), installationId: try row.string("installation_id", of: "changes"),
+                installation: try row.optionalData("document", of: "changes").map { try decoder.decode(Installation.self, from: $0) })
         }
     }
 
     func pruneChanges(keeping count: Int) throws { try run(sql.prune, [count]) }
 
-    private func decode(_ data: Data?) throws -> Installation {
-        try decoder.decode(Installation.self, from: data ?? Data())
+    /// The installation a row's document holds.
+    private func decode(_ row: Row) throws -> Installation {
+        try decoder.decode(Installation.self, from: try row.data("document", of: "installations"))
     }
 }
 

@@ -34,13 +34,6 @@ struct InstallationChange: Equatable {
     var installationId: String
     var installation: Installation?
 
-    /// A change as either engine's log row holds it: the document is the installation as stored.
-    init(sequence: Int64?, installationId: String?, document: Data?, decoder: JSONDecoder) throws {
-        self.init(
-            sequence: UInt64(sequence ?? 0), installationId: installationId ?? "",
-            installation: try document.map { try decoder.decode(Installation.self, from: $0) })
-    }
-
     init(sequence: UInt64, installationId: String, installation: Installation?) {
         self.sequence = sequence
         self.installationId = installationId

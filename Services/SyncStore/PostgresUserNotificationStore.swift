@@ -79,13 +79,13 @@ final class PostgresUserNotificationStore: UserNotificationEngine, PostgresBacke
     /// A user's sequence's name among the store's counters.
     static func counter(user: String) -> String { "sync.users/" + user }
 
-    /// (user, the history's base) → (the user's next sequence, where it stood before; NULL for a new
-    /// user). A user's sequence still in an older history moves to the history's base first.
+    /// (user, the history's base) → (sequence: the user's next, prior: where it stood before, 0 for a
+    /// new user). A user's sequence still in an older history moves to the history's base first.
     static let nextUserSequence = """
         WITH prior AS (SELECT sequence FROM sync.users WHERE user_id = $1)
         INSERT INTO sync.users AS u (user_id, sequence) VALUES ($1, $2::bigint + 1)
         ON CONFLICT (user_id) DO UPDATE SET sequence = greatest(u.sequence, $2::bigint) + 1
-        RETURNING sequence, (SELECT sequence FROM prior)
+        RETURNING sequence, coalesce((SELECT sequence FROM prior), 0) AS prior
         """
 
     /// Writers take their turns under the stream row's lock, so where the user's sequence stood is
@@ -93,14 +93,14 @@ final class PostgresUserNotificationStore: UserNotificationEngine, PostgresBacke
     func nextUserSequence(_ user: String) throws -> UInt64 {
         let history = connection.history
         let base = history?.base ?? 0
-        let row = try connection.queryOne(Self.nextUserSequence, [user, Int64(base)])
+        let row = try oneRow(Self.nextUserSequence, [user, Int64(base)])
         // A user new to this history is marked at 0: a device whose cursor came from a user the
         // replica never had holds only what was lost.
-        let prior = row?[1].int64.map { UInt64($0) } ?? 0
+        let prior = try row.sequence("prior", of: "users")
         if let history, base > 0, prior < base {
             try connection.mark(Self.counter(user: user), epoch: history.epoch, previous: prior)
         }
-        return row?[0].sequence ?? 0
+        return try row.sequence("sequence", of: "users")
     }
 
     /// A cursor of the current history (or a later one) has no mark to check against.

@@ -74,7 +74,7 @@ struct UserNotificationSQL: Sendable {
         tombstone = spell("UPDATE \(p)user_notifications SET document = NULL, sequence = $1, deleted_at = $2 WHERE id = $3")
         expiryDue = spell("""
             SELECT CASE WHEN EXISTS (SELECT 1 FROM \(p)user_notifications WHERE deleted_at IS NULL AND expires_at <= $1)
-                OR EXISTS (SELECT 1 FROM \(p)user_notifications WHERE deleted_at IS NOT NULL AND deleted_at < $2) THEN 1 ELSE 0 END
+                OR EXISTS (SELECT 1 FROM \(p)user_notifications WHERE deleted_at IS NOT NULL AND deleted_at < $2) THEN 1 ELSE 0 END AS due
             """)
         self.expiring = spell(expiring)
         self.raiseFloors = spell(raiseFloors)
@@ -87,7 +87,7 @@ struct UserNotificationSQL: Sendable {
             SELECT document FROM \(p)user_notifications WHERE user_id = $1 AND deleted_at IS NULL AND expires_at > $2
             ORDER BY sequence
             """)
-        liveCount = spell("SELECT count(*) FROM \(p)user_notifications WHERE deleted_at IS NULL")
+        liveCount = spell("SELECT count(*) AS n FROM \(p)user_notifications WHERE deleted_at IS NULL")
         streamChanges = spell("SELECT sequence, user_id, user_sequence, origin FROM \(p)changes WHERE sequence > $1 ORDER BY sequence LIMIT $2")
         pruneStream = spell("DELETE FROM \(p)changes WHERE sequence < (SELECT sequence FROM \(p)changes ORDER BY sequence DESC LIMIT 1 OFFSET $1 - 1)")
     }
@@ -113,15 +113,15 @@ protocol UserNotificationEngine: UserNotificationStore, EngineBacked {
 extension UserNotificationEngine {
     private var sql: UserNotificationSQL { Self.sql }
 
-    func streamSequence() throws -> UInt64 { try one(sql.streamSequence)?[0].sequence ?? 0 }
+    func streamSequence() throws -> UInt64 { try oneRow(sql.streamSequence).sequence("sequence", of: "stream") }
 
     func userSequence(_ user: String) throws -> (sequence: UInt64, floor: UInt64) {
         guard let row = try one(sql.userSequence, [user]) else { return (0, 0) }
-        return (row[0].sequence, row[1].sequence)
+        return (try row.sequence("sequence", of: "users"), try row.sequence("floor", of: "users"))
     }
 
     /// One history (SQLite): the next number.
-    func nextUserSequence(_ user: String) throws -> UInt64 { try one(sql.nextUserSequence, [user])?[0].sequence ?? 0 }
+    func nextUserSequence(_ user: String) throws -> UInt64 { try oneRow(sql.nextUserSequence, [user]).sequence("sequence", of: "users") }
 
     /// One history (SQLite): a cursor is current unless it is ahead of the user's latest change, as
     /// one kept from a store since restored from a backup is.
@@ -131,7 +131,8 @@ extension UserNotificationEngine {
 
     /// Numbers the change in the stream and logs it, in the caller's transaction.
     private func change(_ user: String, _ sequence: UInt64, origin: String?) throws -> SyncChange {
-        let change = SyncChange(streamSequence: try one(sql.nextStreamSequence)?[0].sequence ?? 0, userId: user, sequence: sequence, origin: origin)
+        let streamSequence = try oneRow(sql.nextStreamSequence).sequence("sequence", of: "stream")
+        let change = SyncChange(streamSequence: streamSequence, userId: user, sequence: sequence, origin: origin)
         try run(sql.logChange, [Int64(change.streamSequence), user, Int64(sequence), origin])
         try logged(change)
         return change
@@ -154,8 +155,8 @@ extension UserNotificationEngine {
     }
 
     func live(_ id: String, user: String) throws -> UserNotification? {
-        guard let data = try one(sql.live, [id, user])?[0].data else { return nil }
-        return try decoder.decode(UserNotification.self, from: data)
+        guard let row = try one(sql.live, [id, user]) else { return nil }
+        return try decoder.decode(UserNotification.self, from: try row.data("document", of: "user_notifications"))
     }
 
     func update(_ id: String, user: String, read: ReadState?, action: UserActionState?, origin: String?, now: Date) throws
@@ -188,11 +189,12 @@ extension UserNotificationEngine {
     func expire(now: Date) throws -> [SyncChange] {
         let cutoff = now.addingTimeInterval(-UserNotificationRecords.tombstoneRetention)
         // Looked at every second, by every process sharing a store: a write is opened only when there is work.
-        guard try one(sql.expiryDue, [now, cutoff])?[0].int == 1 else { return [] }
+        guard try oneRow(sql.expiryDue, [now, cutoff]).bool("due", of: "user_notifications") else { return [] }
         return try write {
             var changes: [SyncChange] = []
             for row in try query(sql.expiring, [now]) {
-                changes.append(try tombstone(row[0].string ?? "", user: row[1].string ?? "", origin: nil, now: now))
+                let (id, user) = (try row.string("id", of: "user_notifications"), try row.string("user_id", of: "user_notifications"))
+                changes.append(try tombstone(id, user: user, origin: nil, now: now))
             }
             try run(sql.raiseFloors, [cutoff])
             try run(sql.dropTombstones, [cutoff])
@@ -216,10 +218,10 @@ extension UserNotificationEngine {
         }
     }
 
-    func liveCount() throws -> Int { try one(sql.liveCount)?[0].int ?? 0 }
+    func liveCount() throws -> Int { try oneRow(sql.liveCount).int("n", of: "user_notifications") }
 
     func streamChanges(after sequence: UInt64, limit: Int) throws -> [SyncChange] {
-        try query(sql.streamChanges, [Int64(clamping: sequence), limit]).map(UserNotificationRecords.loggedChange)
+        try query(sql.streamChanges, [Int64(clamping: sequence), limit]).map { try UserNotificationRecords.loggedChange($0) }
     }
 
     func pruneStream(keeping count: Int) throws { try run(sql.pruneStream, [count]) }

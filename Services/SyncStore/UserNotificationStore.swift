@@ -84,9 +84,10 @@ enum UserNotificationRecords {
     static func posted(
         _ post: PostUserNotification, existing: (some StoredRow)?, expiresAt: Date, now: Date, decoder: JSONDecoder
     ) throws -> UserNotification {
-        let previous = try existing?[1].data.map { try decoder.decode(UserNotification.self, from: $0) }
+        let table = "user_notifications"
+        let previous = try existing?.optionalData("document", of: table).map { try decoder.decode(UserNotification.self, from: $0) }
         return UserNotification(
-            id: existing?[0].string ?? RandomID.timeOrdered(at: now), appNotificationId: post.appNotificationId,
+            id: try existing?.string("id", of: table) ?? RandomID.timeOrdered(at: now), appNotificationId: post.appNotificationId,
             userId: post.userId, visual: post.visual, raw: post.raw, priority: post.priority ?? "normal", group: post.group,
             expiresAt: expiresAt, createdAt: previous?.createdAt ?? now, modifiedAt: now)
     }
@@ -126,25 +127,31 @@ enum UserNotificationRecords {
     static func changes(_ rows: [some StoredRow], after cursor: UInt64, limit: Int) throws -> UserChanges {
         var changes: [UserNotificationChange] = []
         changes.reserveCapacity(min(rows.count, limit))
+        let table = "user_notifications"
         for row in rows.prefix(limit) {
-            let id = row[0].string ?? ""
-            if let data = row[3].data {
-                changes.append(try UserNotificationChange(
-                    kind: row[2].sequence > cursor ? .created : .updated, sequence: row[1].sequence, id: id, written: data))
+            let (id, sequence) = (try row.string("id", of: table), try row.sequence("sequence", of: table))
+            if let data = try row.optionalData("document", of: table) {
+                let created = try row.sequence("created_sequence", of: table)
+                changes.append(try UserNotificationChange(kind: created > cursor ? .created : .updated, sequence: sequence, id: id, written: data))
             } else {
-                changes.append(UserNotificationChange(kind: .deleted, sequence: row[1].sequence, id: id))
+                changes.append(UserNotificationChange(kind: .deleted, sequence: sequence, id: id))
             }
         }
         return UserChanges(changes: changes, cursor: changes.last?.sequence ?? cursor, hasMore: rows.count > limit)
     }
 
-    /// A history of rows whose first column is a document, standing at `cursor`.
+    /// A history of rows of documents (a tombstone's is NULL, and left out), standing at `cursor`.
     static func history(_ rows: [some StoredRow], cursor: UInt64, decoder: JSONDecoder) throws -> UserHistory {
-        UserHistory(notifications: try rows.compactMap { try $0[0].data.map { try decoder.decode(UserNotification.self, from: $0) } }, cursor: cursor)
+        let notifications = try rows.compactMap { row in
+            try row.optionalData("document", of: "user_notifications").map { try decoder.decode(UserNotification.self, from: $0) }
+        }
+        return UserHistory(notifications: notifications, cursor: cursor)
     }
 
-    /// A logged change from its row: stream sequence, user, user's sequence, origin.
-    static func loggedChange(_ row: some StoredRow) -> SyncChange {
-        SyncChange(streamSequence: row[0].sequence, userId: row[1].string ?? "", sequence: row[2].sequence, origin: row[3].string)
+    /// A logged change from its row: sequence (the stream's), user_id, user_sequence, origin.
+    static func loggedChange(_ row: some StoredRow) throws -> SyncChange {
+        SyncChange(
+            streamSequence: try row.sequence("sequence", of: "changes"), userId: try row.string("user_id", of: "changes"),
+            sequence: try row.sequence("user_sequence", of: "changes"), origin: try row.optionalString("origin", of: "changes"))
     }
 }

@@ -188,7 +188,7 @@ struct PublishStoreContractTests {
         #expect(id.count == 64)
         #expect(try rich.store(bytes, contentType: "image/png", expiresAt: Self.now.addingTimeInterval(120)) == id)
         #expect(try rich.store(Data([0, 1, 0]), contentType: "application/octet-stream", expiresAt: Self.now.addingTimeInterval(30)) != id)
-        #expect(rich.count == 2)
+        #expect(try rich.count == 2)
         let payload = try rich.fetch(id, now: Self.now.addingTimeInterval(90))
         #expect(payload?.data == bytes && payload?.contentType == "image/png" && payload?.richId == id)
         #expect(payload?.expiresAt == Self.now.addingTimeInterval(120))
@@ -196,7 +196,7 @@ struct PublishStoreContractTests {
         #expect(try rich.purge(now: Self.now.addingTimeInterval(60)) == 1)
         #expect(try rich.fetch(id, now: Self.now.addingTimeInterval(120)) == nil)
         #expect(try rich.purge(now: Self.now.addingTimeInterval(120)) == 1)
-        #expect(rich.count == 0)
+        #expect(try rich.count == 0)
     }
 }
 
