@@ -100,6 +100,9 @@ public struct NotificationOutcome: HubMessage {
     /// Per platform (apns, linux, …), counts by outcome: Targets, and Success, PnsUnavailable and
     /// the like, as Notification Hubs names them.
     public var platforms: [String: [String: Int]]?
+    /// Why a send ended without going out: a scheduled send abandoned because it no longer
+    /// validated when its time came.
+    public var reason: String?
 
     public init(
         notificationId: String, state: NotificationState, enqueuedAt: Date, startedAt: Date? = nil,

@@ -52,6 +52,8 @@ final class PostgresPublishStore: PublishEngine, PostgresBacked {
             );
             CREATE INDEX rich_blobs_by_expiry ON publish.rich_blobs(expires_at);
             """),
+        // Why a scheduled send was abandoned: it no longer validated when its time came.
+        Migration(version: 2, "ALTER TABLE publish.scheduled ADD COLUMN failed_reason TEXT;"),
     ]
 
     static let sql = PublishSQL(prefix: "publish.", latestSequence: "SELECT sequence FROM publish.stream WHERE id = 1")
@@ -220,27 +222,22 @@ final class PostgresPublishStore: PublishEngine, PostgresBacked {
     /// process firing at the same time takes the next one, or none; a claimed send is marked fired
     /// in the same transaction that accepts it. The claim comes before the sequence; no writer
     /// takes the two locks the other way round.
-    func fireDue(now: Date, timeToLive: (SendNotification) -> Int) throws -> [AcceptedNotification] {
-        var fired: [AcceptedNotification] = []
-        while fired.count < 500 {
-            let next = try connection.transaction { () -> AcceptedNotification? in
+    func fireDue(now: Date, timeToLive: (SendNotification) throws(HubError) -> Int) throws -> FiredSends {
+        var round = FiredSends()
+        while round.count < 500 {
+            let claimed = try connection.transaction { () -> Bool in
                 guard let row = try connection.queryOne(
                     """
                     SELECT notification_id, send FROM publish.scheduled WHERE state = $1 AND fire_at <= $2
                     ORDER BY fire_at LIMIT 1 FOR UPDATE SKIP LOCKED
                     """, [NotificationState.scheduled.rawValue, now.timeIntervalSince1970])
-                else { return nil }
-                let id = try row.string("notification_id", of: "scheduled")
-                var send = try decoder.decode(SendNotification.self, from: try row.data("send", of: "scheduled"))
-                send.scheduledAt = nil
-                send.idempotencyKey = nil
-                try connection.run("UPDATE publish.scheduled SET state = 'Fired' WHERE notification_id = $1", [id])
-                return try insert(send, timeToLive: timeToLive(send), now: now, id: id)
+                else { return false }
+                try fire(row, timeToLive: timeToLive, into: &round) { try insert($0, timeToLive: $1, now: now, id: $2) }
+                return true
             }
-            guard let next else { break }
-            fired.append(next)
+            guard claimed else { break }
         }
-        return fired
+        return round
     }
 
     /// One statement: a send being fired holds its row, so this waits for the fire to commit and

@@ -7,8 +7,12 @@ import Storage
 struct PublishSQL: Sendable {
     /// () → sequence: the last accepted notification's.
     var latestSequence: String
-    /// (id) → (state, enqueued at), of a scheduled send that has not fired.
+    /// (id) → (state, enqueued_at, failed_reason), of a scheduled send that has not fired.
     var scheduledState: String
+    /// (id): a claimed scheduled send fires.
+    var fire: String
+    /// (id, reason): a claimed scheduled send is abandoned, never sent.
+    var abandon: String
     /// (after, limit) → accepted notifications.
     var pending: String
     /// (id) → an accepted notification.
@@ -21,7 +25,9 @@ struct PublishSQL: Sendable {
 
     init(prefix p: String, latestSequence: String, spell: (String) -> String = { $0 }) {
         self.latestSequence = spell(latestSequence)
-        scheduledState = spell("SELECT state, enqueued_at FROM \(p)scheduled WHERE notification_id = $1 AND state != 'Fired'")
+        scheduledState = spell("SELECT state, enqueued_at, failed_reason FROM \(p)scheduled WHERE notification_id = $1 AND state != 'Fired'")
+        fire = spell("UPDATE \(p)scheduled SET state = 'Fired' WHERE notification_id = $1")
+        abandon = spell("UPDATE \(p)scheduled SET state = '\(NotificationState.abandoned.rawValue)', failed_reason = $2 WHERE notification_id = $1")
         pending = spell("SELECT \(Self.columns) FROM \(p)notifications WHERE sequence > $1 ORDER BY sequence LIMIT $2")
         find = spell("SELECT \(Self.columns) FROM \(p)notifications WHERE notification_id = $1")
         purge = spell("DELETE FROM \(p)notifications WHERE expires_at < $1")
@@ -43,9 +49,36 @@ extension PublishEngine {
 
     func latestSequence() throws -> UInt64 { try oneRow(sql.latestSequence).sequence("sequence", of: "notifications") }
 
-    func scheduledState(_ id: String) throws -> (NotificationState, Date)? {
+    func scheduledState(_ id: String) throws -> ScheduledState? {
         guard let row = try one(sql.scheduledState, [id]) else { return nil }
-        return (try row.string("state", of: "scheduled", as: NotificationState.self), try row.date("enqueued_at", of: "scheduled"))
+        return ScheduledState(
+            state: try row.string("state", of: "scheduled", as: NotificationState.self), enqueuedAt: try row.date("enqueued_at", of: "scheduled"),
+            reason: try row.optionalString("failed_reason", of: "scheduled"))
+    }
+
+    /// Fires a claimed scheduled send, from its row (notification_id, send), in the open
+    /// transaction: `accept` takes it (send, time to live, id) when it still validates; else it is
+    /// abandoned, never sent, its row saying why. A send that no longer decodes is abandoned too.
+    func fire(
+        _ row: Row, timeToLive: (SendNotification) throws(HubError) -> Int, into round: inout FiredSends,
+        accept: (SendNotification, Int, String) throws -> AcceptedNotification
+    ) throws {
+        let (id, data) = (try row.string("notification_id", of: "scheduled"), try row.data("send", of: "scheduled"))
+        var send: SendNotification
+        let lifetime: Int
+        do {
+            send = try decoder.decode(SendNotification.self, from: data)
+            send.scheduledAt = nil
+            send.idempotencyKey = nil
+            lifetime = try timeToLive(send)
+        } catch {
+            let reason = (error as? HubError)?.description ?? "the stored send does not decode: \(error)"
+            try run(sql.abandon, [id, reason])
+            round.abandoned.append(AbandonedSend(notificationId: id, reason: reason))
+            return
+        }
+        try run(sql.fire, [id])
+        round.fired.append(try accept(send, lifetime, id))
     }
 
     func pending(after: UInt64, limit: Int) throws -> [AcceptedNotification] {

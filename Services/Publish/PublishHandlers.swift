@@ -101,11 +101,22 @@ struct PublishHandlers {
         return PendingNotifications(notifications: try store.pending(after: request.payload.after, limit: limit), latest: latest())
     }
 
+    /// Fires the scheduled sends whose time has come, each checked again by the rules and limits as
+    /// they stand now: one that no longer passes (they changed since it was scheduled) is
+    /// abandoned, its outcome saying why, rather than sent under rules it does not meet.
+    func fireScheduled(now: Date) throws -> FiredSends {
+        try store.fireDue(now: now) { send throws(HubError) in
+            try SendRules.validate(send, defaultTimeToLive: config.defaultTimeToLive, maxExpressionBytes: config.limits.expressionBytes)
+        }
+    }
+
     /// A send the dispatcher has not planned yet: scheduled, or enqueued.
     func outcome(_ request: Envelope<OutcomeRequest>) throws -> NotificationOutcome {
         try context.authorize(request.auth, needs: .send)
-        if let (state, enqueuedAt) = try store.scheduledState(request.payload.notificationId) {
-            return NotificationOutcome(notificationId: request.payload.notificationId, state: state, enqueuedAt: enqueuedAt)
+        if let scheduled = try store.scheduledState(request.payload.notificationId) {
+            var outcome = NotificationOutcome(notificationId: request.payload.notificationId, state: scheduled.state, enqueuedAt: scheduled.enqueuedAt)
+            outcome.reason = scheduled.reason
+            return outcome
         }
         guard let accepted = try store.find(request.payload.notificationId) else {
             throw HubError(.notFound, "no notification '\(request.payload.notificationId)'")

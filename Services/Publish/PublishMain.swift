@@ -16,12 +16,14 @@ public enum PublishMain {
             let events = try context.bus.bindEvents(config.publish.events ?? "tcp://127.0.0.1:7712", startingAfter: try store.latestSequence())
             var endpoints: [String: String] = ["events": events.endpoints.first ?? ""]
             let history = StoreHistoryWatch(store, logger: context.logger)
+            /// Scheduled sends abandoned since the start, for health and metrics.
+            var abandonedSends = 0
             // Rich payloads travel base64 in the envelope, so this socket takes a third more than the payload limit.
             let server = try context.bus.bindRequests(
                 config.publish.requests, group: group, maxMessageBytes: config.publishRequestBytes,
                 endpoints: { endpoints }
             ) {
-                var details = ["latest": String(events.sequence)]
+                var details = ["latest": String(events.sequence), "scheduledAbandonedTotal": String(abandonedSends)]
                 do {
                     details["richPayloads"] = String(try rich.count)
                 } catch {
@@ -61,15 +63,20 @@ public enum PublishMain {
             let sync = try context.bus.forwarder(config.sync.requests)
             context.loop.watch(sync.socket) { try sync.receive() }
             context.loop.every(milliseconds: 100) { sync.expire() }
-            PublishHandlers(context: context, store: store, rich: rich, accept: accept, latest: { events.sequence }, sync: sync).install(on: server)
+            let handlers = PublishHandlers(context: context, store: store, rich: rich, accept: accept, latest: { events.sequence }, sync: sync)
+            handlers.install(on: server)
 
             // Scheduled sends fire from the store, so one survives any restart and fires once.
             context.loop.every(milliseconds: 500) {
-                let fired = try store.fireDue(now: Date()) {
-                    (try? SendRules.validate($0, defaultTimeToLive: config.defaultTimeToLive)) ?? config.defaultTimeToLive
+                let round = try handlers.fireScheduled(now: Date())
+                for accepted in round.fired { context.logger.info("scheduled send fired", ("id", accepted.notificationId)) }
+                for abandoned in round.abandoned {
+                    context.logger.error(
+                        "scheduled send abandoned: it no longer validates, and was not sent", ("id", abandoned.notificationId),
+                        ("reason", abandoned.reason))
                 }
-                for accepted in fired { context.logger.info("scheduled send fired", ("id", accepted.notificationId)) }
-                if !fired.isEmpty { try log.publish() }
+                abandonedSends += round.abandoned.count
+                if !round.fired.isEmpty { try log.publish() }
             }
 
             // A store that failed over to a replica that was behind has lost the sends it had not passed

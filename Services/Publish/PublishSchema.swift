@@ -42,5 +42,7 @@ public enum PublishSchema {
             );
             CREATE INDEX scheduled_due ON scheduled(fire_at) WHERE state = 'Scheduled';
             """),
+        // Why a scheduled send was abandoned: it no longer validated when its time came.
+        Migration(version: 4, "ALTER TABLE scheduled ADD COLUMN failed_reason TEXT;"),
     ]
 }

@@ -23,13 +23,14 @@ protocol PublishStore: AnyObject {
     func schedule(_ send: SendNotification, fireAt: Date, now: Date) throws -> String
     /// Moves scheduled sends whose time has come into the accepted ones, each in one transaction, so
     /// that a send fires once whatever restarts happen around it and however many processes fire.
-    /// A fired send keeps the id its sender was told.
-    func fireDue(now: Date, timeToLive: (SendNotification) -> Int) throws -> [AcceptedNotification]
+    /// A fired send keeps the id its sender was told. A send that `timeToLive` refuses (it no
+    /// longer validates, as after a change of the rules) is abandoned, never sent, and keeps why.
+    func fireDue(now: Date, timeToLive: (SendNotification) throws(HubError) -> Int) throws -> FiredSends
     /// Cancels a scheduled send that has not fired: `notFound` when there is none, `conflict` when
     /// it has fired or was canceled.
     func cancel(_ id: String) throws
     /// A scheduled send's state and enqueue time, while it has not fired.
-    func scheduledState(_ id: String) throws -> (NotificationState, Date)?
+    func scheduledState(_ id: String) throws -> ScheduledState?
     /// Accepted notifications after `after`, in sequence order, at most `limit`.
     func pending(after: UInt64, limit: Int) throws -> [AcceptedNotification]
     /// The same notifications as the bodies of the publish service's stream (`NotificationStream`),
@@ -38,6 +39,28 @@ protocol PublishStore: AnyObject {
     func find(_ id: String) throws -> AcceptedNotification?
     /// Forgets notifications that expired before `before`; returns how many.
     func purge(before: Date) throws -> Int
+}
+
+/// A scheduled send that has not fired: waiting, canceled, or abandoned (`reason` says why).
+struct ScheduledState: Equatable {
+    var state: NotificationState
+    var enqueuedAt: Date
+    var reason: String?
+}
+
+/// A scheduled send abandoned when its time came, and why.
+struct AbandonedSend: Equatable {
+    var notificationId: String
+    var reason: String
+}
+
+/// What one round of firing scheduled sends did.
+struct FiredSends {
+    var fired: [AcceptedNotification] = []
+    var abandoned: [AbandonedSend] = []
+
+    /// How many sends the round took on, fired or abandoned.
+    var count: Int { fired.count + abandoned.count }
 }
 
 extension PublishStore {
@@ -51,6 +74,11 @@ extension HubError {
     /// has fired or was canceled.
     static func cannotCancel(_ id: String, state: String?) -> HubError {
         guard let state else { return HubError(.notFound, "no scheduled notification '\(id)'") }
-        return HubError(.conflict, "scheduled notification '\(id)' is \(state == "Fired" ? "already sent" : "already canceled")")
+        switch state {
+        case "Fired": return HubError(.conflict, "scheduled notification '\(id)' is already sent")
+        case NotificationState.abandoned.rawValue:
+            return HubError(.conflict, "scheduled notification '\(id)' was abandoned when its time came; its outcome says why")
+        default: return HubError(.conflict, "scheduled notification '\(id)' is already canceled")
+        }
     }
 }

@@ -77,23 +77,17 @@ final class SQLitePublishStore: PublishEngine {
         }
     }
 
-    func fireDue(now: Date, timeToLive: (SendNotification) -> Int) throws -> [AcceptedNotification] {
+    func fireDue(now: Date, timeToLive: (SendNotification) throws(HubError) -> Int) throws -> FiredSends {
         let due = try database.query(
             "SELECT notification_id, send FROM scheduled WHERE state = ? AND fire_at <= ? ORDER BY fire_at LIMIT 500",
             [NotificationState.scheduled.rawValue, now.timeIntervalSince1970])
-        var fired: [AcceptedNotification] = []
+        var round = FiredSends()
         for row in due {
-            let id = try row.string("notification_id", of: "scheduled")
-            var send = try decoder.decode(SendNotification.self, from: try row.data("send", of: "scheduled"))
-            send.scheduledAt = nil
-            send.idempotencyKey = nil
-            let accepted = try database.transaction {
-                try database.run("UPDATE scheduled SET state = 'Fired' WHERE notification_id = ?", [id])
-                return try accept(send, timeToLive: timeToLive(send), now: now, id: id).0
+            try database.transaction {
+                try fire(row, timeToLive: timeToLive, into: &round) { try accept($0, timeToLive: $1, now: now, id: $2).0 }
             }
-            fired.append(accepted)
         }
-        return fired
+        return round
     }
 
     func cancel(_ id: String) throws {

@@ -58,6 +58,24 @@ final class PublishHandlersTests {
         #expect(pulled.notifications.map(\.notificationId) == [accepted.notificationId] && pulled.latest == 42)
     }
 
+    /// The rules are checked again as the send fires: a limit lowered, or a rule added, since it
+    /// was scheduled turns it away then, rather than sending it with a lifetime it never had.
+    @Test("a scheduled send that no longer passes the rules when due is abandoned, and its outcome says why")
+    func scheduledSendNoLongerValid() throws {
+        let full = sas(AccessKey.defaultFullName)
+        let now = Date()
+        var send = SendNotification(format: .template, properties: ["m": "hi"], tagExpression: "World", scheduledAt: now.addingTimeInterval(60))
+        send.timeToLive = SendRules.maxTimeToLive + 1
+        let id = try store.schedule(send, fireAt: now.addingTimeInterval(60), now: now)
+        let round = try handlers.fireScheduled(now: now.addingTimeInterval(61))
+        #expect(round.fired.isEmpty)
+        #expect(round.abandoned.map(\.notificationId) == [id])
+        let outcome = try handlers.outcome(envelope(OutcomeRequest(notificationId: id), auth: full))
+        #expect(outcome.state == .abandoned)
+        #expect(outcome.reason?.contains("timeToLive") == true)
+        #expect(try handlers.pending(envelope(PendingNotificationsRequest(after: 0), auth: full)).notifications.isEmpty)
+    }
+
     @Test("a rich payload is stored, then fetched only with a ticket for it")
     func rich() throws {
         let full = sas(AccessKey.defaultFullName), listen = sas(AccessKey.defaultListenName)

@@ -139,19 +139,39 @@ struct PublishStoreContractTests {
         let fireAt = Self.now.addingTimeInterval(60)
         let id = try store.schedule(Self.send("later", key: "s-1", at: fireAt), fireAt: fireAt, now: Self.now)
         #expect(try store.schedule(Self.send("again", key: "s-1", at: fireAt), fireAt: fireAt, now: Self.now) == id)
-        let state = try store.scheduledState(id)
-        #expect(state?.0 == .scheduled && state?.1 == Self.now)
+        #expect(try store.scheduledState(id) == ScheduledState(state: .scheduled, enqueuedAt: Self.now))
         #expect(try store.find(id) == nil)
         let ttl = { (_: SendNotification) in 30 }
-        #expect(try store.fireDue(now: fireAt.addingTimeInterval(-1), timeToLive: ttl).isEmpty)
-        let fired = try store.fireDue(now: fireAt, timeToLive: ttl)
+        #expect(try store.fireDue(now: fireAt.addingTimeInterval(-1), timeToLive: ttl).count == 0)
+        let fired = try store.fireDue(now: fireAt, timeToLive: ttl).fired
         #expect(fired.map(\.notificationId) == [id] && fired.map(\.sequence) == [1])
         #expect(fired.first?.send.body == "later" && fired.first?.send.scheduledAt == nil && fired.first?.send.idempotencyKey == nil)
         #expect(fired.first?.expiresAt == fireAt.addingTimeInterval(30))
-        #expect(try store.fireDue(now: fireAt.addingTimeInterval(60), timeToLive: ttl).isEmpty)
+        #expect(try store.fireDue(now: fireAt.addingTimeInterval(60), timeToLive: ttl).count == 0)
         #expect(try store.scheduledState(id) == nil)
         #expect(try store.find(id) == fired.first)
         #expect(Self.code { try store.cancel(id) } == .conflict)
+    }
+
+    @Test("a scheduled send that no longer validates when due is abandoned with why, never accepted, and not tried again",
+          arguments: PublishEngine.available)
+    func abandonInvalid(engine: PublishEngine) throws {
+        let (store, _) = try engine.makeStores()
+        let fireAt = Self.now.addingTimeInterval(60)
+        let refused = try store.schedule(Self.send("refused", at: fireAt), fireAt: fireAt, now: Self.now)
+        let kept = try store.schedule(Self.send("kept", at: fireAt.addingTimeInterval(1)), fireAt: fireAt.addingTimeInterval(1), now: Self.now)
+        let rule = HubError(.invalidArgument, "the body may not say refused")
+        let round = try store.fireDue(now: fireAt.addingTimeInterval(1)) { send throws(HubError) in
+            guard send.body != "refused" else { throw rule }
+            return 30
+        }
+        #expect(round.abandoned == [AbandonedSend(notificationId: refused, reason: rule.description)])
+        #expect(round.fired.map(\.notificationId) == [kept])
+        #expect(try store.scheduledState(refused) == ScheduledState(state: .abandoned, enqueuedAt: Self.now, reason: rule.description))
+        #expect(try store.find(refused) == nil)
+        #expect(try store.pending(after: 0, limit: 10).map(\.notificationId) == [kept])
+        #expect(try store.fireDue(now: fireAt.addingTimeInterval(60), timeToLive: { _ in 30 }).count == 0)
+        #expect(Self.code { try store.cancel(refused) } == .conflict)
     }
 
     @Test("a canceled send never fires; an unknown one is not found, and a second cancel conflicts", arguments: PublishEngine.available)
@@ -162,10 +182,10 @@ struct PublishStoreContractTests {
         let kept = try store.schedule(Self.send("kept", at: fireAt), fireAt: fireAt, now: Self.now)
         #expect(canceled != kept)
         try store.cancel(canceled)
-        #expect(try store.scheduledState(canceled)?.0 == .canceled)
+        #expect(try store.scheduledState(canceled)?.state == .canceled)
         #expect(Self.code { try store.cancel(canceled) } == .conflict)
         #expect(Self.code { try store.cancel("nobody") } == .notFound)
-        #expect(try store.fireDue(now: fireAt, timeToLive: { _ in 30 }).map(\.notificationId) == [kept])
+        #expect(try store.fireDue(now: fireAt, timeToLive: { _ in 30 }).fired.map(\.notificationId) == [kept])
     }
 
     @Test("purge forgets notifications that expired before the cut-off", arguments: PublishEngine.available)
@@ -253,7 +273,7 @@ struct SharedPublishStoreTests {
                 if index == 1, round < 10, (try? stores[1].cancel(ids[round * 6])) != nil {
                     _ = canceled.withLock { $0.insert(ids[round * 6]) }
                 }
-                let batch = (try? stores[index].fireDue(now: now.addingTimeInterval(1), timeToLive: { _ in 60 })) ?? []
+                let batch = (try? stores[index].fireDue(now: now.addingTimeInterval(1), timeToLive: { _ in 60 }).fired) ?? []
                 fired.withLock { $0[index] += batch.map(\.notificationId) }
             }
         }
