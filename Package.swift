@@ -123,7 +123,7 @@ let package = Package(
             tests("PublishTests", dependencies: ["NHPublish", "HubProtocol", "Storage", "Postgres", "ServiceKit", "Auth", "TestSupport"]),
             tests("SyncStoreTests", dependencies: ["NHSyncStore", "HubProtocol", "Storage", "Postgres", "ServiceKit", "Auth", "TestSupport"]),
             tests("DispatchTests", dependencies: ["NHDispatch", "DispatchCore", "HubProtocol", "Push", "Storage", "Postgres", "TestSupport"]),
-            tests("AgentTests", dependencies: ["NHAgent", "HubProtocol", "DBus", "Storage"]),
+            tests("AgentTests", dependencies: ["NHAgent", "HubProtocol", "DBus", "Storage", "ServiceKit"]),
             tests("CtlTests", dependencies: ["NHCtl"]),
             tests("BenchTests", dependencies: ["NHBench"]),
             tests("GatewayTests", dependencies: ["NHGateway", "HTTPServer", "HubProtocol", "ServiceKit", "Auth", "Push"]),

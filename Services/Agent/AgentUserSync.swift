@@ -138,7 +138,10 @@ final class AgentUserSync {
     }
 
     var pendingActions: Int {
-        get throws { try cache.database.queryOne("SELECT count(*) FROM pending_actions")?[0].int ?? 0 }
+        get throws {
+            guard let row = try cache.database.queryOne("SELECT count(*) AS n FROM pending_actions") else { return 0 }
+            return try row.int("n", of: "pending_actions")
+        }
     }
 
     /// Sends the queued actions in order until one cannot reach the sync store. One the store
@@ -147,7 +150,12 @@ final class AgentUserSync {
         do {
             let rows = try cache.database.query("SELECT seq, id, action FROM pending_actions ORDER BY seq LIMIT 100")
             for row in rows {
-                guard let seq = row[0].int, let id = row[1].string, let action = row[2].string.flatMap(AgentUserAction.Action.init) else {
+                let (seq, id) = (try row.int("seq", of: "pending_actions"), try row.string("id", of: "pending_actions"))
+                let stored = try row.string("action", of: "pending_actions")
+                guard let action = AgentUserAction.Action(rawValue: stored) else {
+                    // Left in place it would wait at the head of the queue for good.
+                    logger.error("a queued popup action is not one this agent knows; dropped", ("notification", id), ("action", stored))
+                    try cache.database.run("DELETE FROM pending_actions WHERE seq = ?", [seq])
                     continue
                 }
                 do {

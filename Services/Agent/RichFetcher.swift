@@ -43,7 +43,7 @@ final class RichFetcher {
         if try store.isSeen(delivery.deliveryId) { return .acknowledge }
         if let row = try database.queryOne(
             "SELECT last_error FROM rich_pending WHERE delivery_id = ? AND next_at = ?", [delivery.deliveryId, Self.givenUp]),
-            let reason = row[0].string
+            let reason = try row.optionalString("last_error", of: "rich_pending")
         {
             return .fail(DeliveryFailure(deliveryId: delivery.deliveryId, reason: reason))
         }
@@ -64,8 +64,8 @@ final class RichFetcher {
         var shown: [String] = []
         var failed: [DeliveryFailure] = []
         for row in rows {
-            let delivery = try decoder.decode(AgentDelivery.self, from: row[1].data ?? Data())
-            let attempts = (row[2].int ?? 0) + 1
+            guard let delivery = try kept(row) else { continue }
+            let attempts = try row.int("attempts", of: "rich_pending") + 1
             do {
                 let path = try fetch(delivery)
                 // Shown first, then remembered: a crash between the two shows it again, never not at all.
@@ -137,14 +137,30 @@ final class RichFetcher {
     func purge(now: Date) throws {
         let rows = try database.query("SELECT sha256, path FROM rich_cache WHERE expires_at <= ?", [now.timeIntervalSince1970])
         for row in rows {
-            unlink(row[1].string ?? "")
-            try database.run("DELETE FROM rich_cache WHERE sha256 = ?", [row[0].string ?? ""])
+            unlink(try row.string("path", of: "rich_cache"))
+            try database.run("DELETE FROM rich_cache WHERE sha256 = ?", [try row.string("sha256", of: "rich_cache")])
         }
         // Failures are kept to answer repeats until the delivery itself has expired.
         for row in try database.query("SELECT delivery_id, delivery FROM rich_pending WHERE next_at = ?", [Self.givenUp]) {
-            if let data = row[1].data, let delivery = try? decoder.decode(AgentDelivery.self, from: data), delivery.expiresAt <= now {
-                try database.run("DELETE FROM rich_pending WHERE delivery_id = ?", [row[0].string ?? ""])
+            if let delivery = try kept(row), delivery.expiresAt <= now {
+                try database.run("DELETE FROM rich_pending WHERE delivery_id = ?", [delivery.deliveryId])
             }
+        }
+    }
+
+    /// The delivery a rich_pending row keeps. One that no longer decodes could never be fetched
+    /// nor expire: it is dropped, with a log line, and nil returned; the dispatcher sends a
+    /// delivery not acknowledged again.
+    private func kept(_ row: Row) throws -> AgentDelivery? {
+        let id = try row.string("delivery_id", of: "rich_pending")
+        let data = try row.data("delivery", of: "rich_pending")
+        do {
+            return try decoder.decode(AgentDelivery.self, from: data)
+        } catch {
+            logger.error(
+                "a kept rich delivery does not decode; dropped", ("delivery", id), ("bytes", data.count), ("error", "\(error)"))
+            try database.run("DELETE FROM rich_pending WHERE delivery_id = ?", [id])
+            return nil
         }
     }
 
