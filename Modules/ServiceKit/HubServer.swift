@@ -21,6 +21,8 @@ public final class HubServer {
     /// Requests answered with an error, by code; for metrics and tests.
     public private(set) var errorCounts: [ErrorCode: Int] = [:]
     public private(set) var requestCount = 0
+    /// Deferred replies the socket would not take: their clients saw only a timeout.
+    public private(set) var deferredRepliesLost = 0
     /// Requests answered, and the time spent on them, by message type.
     public private(set) var requestsByType: [MessageType: (count: Int, seconds: Double)] = [:]
 
@@ -87,7 +89,14 @@ public final class HubServer {
                     case .success(let message): reply = HubCodec.encode(message, id: id)
                     case .failure(let error): reply = self.fail(error, id: id)
                     }
-                    try? self.server.reply(to: route, [reply])
+                    do {
+                        try self.server.reply(to: route, [reply])
+                    } catch {
+                        self.deferredRepliesLost += 1
+                        self.logger.error(
+                            "a deferred reply could not be sent; the client sees a timeout", ("type", R.messageType.rawValue), ("id", id),
+                            ("error", "\(error)"))
+                    }
                 }
                 return nil
             })
@@ -100,7 +109,9 @@ public final class HubServer {
 
     /// This server's counters as Prometheus samples.
     public var samples: [String: Double] {
-        var samples: [String: Double] = ["nh_requests_received_total": Double(requestCount)]
+        var samples: [String: Double] = [
+            "nh_requests_received_total": Double(requestCount), "nh_deferred_replies_lost_total": Double(deferredRepliesLost),
+        ]
         for (type, figures) in requestsByType {
             samples["nh_requests_total{type=\"\(type)\"}"] = Double(figures.count)
             samples["nh_request_duration_seconds_sum{type=\"\(type)\"}"] = figures.seconds

@@ -42,6 +42,28 @@ struct HubServerTests {
         #expect(server.errorCounts[expected] == 1)
     }
 
+    /// The client of a deferred request hears nothing when its reply is lost: the server says so
+    /// in its log and its metrics, with what the request was.
+    @Test("a deferred reply the socket will not take is logged with its type and correlation id, and counted")
+    func lostDeferredReply() throws {
+        let lines = LineBox()
+        let server = try HubServer(
+            bind: "inproc://deferred-\(UUID().uuidString)", logger: Logger(service: "nh-test", level: .info, sink: { lines.append($0) }),
+            maxMessageBytes: 4096)
+        nonisolated(unsafe) var respond: ((Result<InstallationReply, HubError>) -> Void)?
+        server.onDeferred(InstallationGet.self) { _, later in respond = later }
+        let body = Data(#"{"v":1,"type":"installation.get","id":"late-7","payload":{"installationId":"x"}}"#.utf8)
+        #expect(server.handle([body], route: [Data("peer".utf8)]).isEmpty)
+        server.close()
+        let reply = try #require(respond)
+        reply(.success(InstallationReply(installation: Installation(installationId: "x", pushChannel: "c"))))
+        #expect(server.deferredRepliesLost == 1)
+        #expect(server.samples["nh_deferred_replies_lost_total"] == 1)
+        let logged = lines.all.filter { $0.contains("deferred reply could not be sent") }
+        #expect(logged.count == 1)
+        #expect(logged.first?.contains("type=installation.get") == true && logged.first?.contains("id=late-7") == true)
+    }
+
     @Test("a request over the size limit is refused at once with its own correlation id and the limit")
     func tooLargeKeepsID() throws {
         let server = try makeServer()
