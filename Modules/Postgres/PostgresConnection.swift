@@ -17,6 +17,16 @@ public final class PostgresConnection {
     private var statementCount = 0
     private let nesting = TransactionNesting()
     var channels: Set<String> = []
+    /// Channels a reconnect left this session not listening on: their notices are missed until a
+    /// later try (`listenAgain`) succeeds.
+    var unlistened: Set<String> = []
+    /// Why listening again after a reconnect failed, until a try succeeds; nil while every channel is listened on.
+    public internal(set) var listenFailure: PostgresError?
+    /// Told when listening again after a reconnect fails (once, until it succeeds), and when a later
+    /// try succeeds (nil).
+    public var onListenChange: ((PostgresError?) -> Void)?
+    /// The command that listens, replaced only by tests that make it fail.
+    var listenCommand = "LISTEN"
     /// What a store does in each new session once its history is known (`followHistory`); nil for
     /// a connection that does not follow the history.
     var onSession: ((StoreHistory) throws -> Void)?
@@ -272,22 +282,22 @@ public final class PostgresConnection {
 
     /// Whether the connection is usable, resetting it first when libpq has found it broken. A reset
     /// is a new session: prepared statements are prepared again and channels listened to again.
+    /// A channel it could not listen on again keeps it from counting as usable, and is tried again
+    /// at each call and each read of notifications (`listenAgain`).
     public func reconnectIfNeeded() -> Bool {
         guard let handle else { return false }
-        if PQstatus(handle) == CONNECTION_OK { return true }
+        if PQstatus(handle) == CONNECTION_OK { return listensToAll() }
         PQreset(handle)
         statements.removeAll()
+        unlistened = channels
         guard PQstatus(handle) == CONNECTION_OK else { return false }
         // A new session, maybe on another server: its history is read before anything else runs
-        // (a failure here is tried again at the next statement, the LISTENs' first).
+        // (a failure here is tried again at the next statement, the LISTENs' if there are any).
         if onSession != nil {
             sessionReady = false
             try? prepareSession()
         }
-        for channel in channels {
-            try? execute("LISTEN \(Self.quoteIdentifier(channel))")
-        }
-        return PQstatus(handle) == CONNECTION_OK && sessionReady
+        return PQstatus(handle) == CONNECTION_OK && sessionReady && listensToAll()
     }
 
     /// `name` as a quoted SQL identifier.

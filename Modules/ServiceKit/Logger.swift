@@ -119,3 +119,19 @@ public enum StandardStream {
         }
     }
 }
+
+extension Logger {
+    /// What a listener on the store's notices reports when, reconnected, it cannot listen again
+    /// (an error) and when it can (nil): meanwhile other processes' changes are read only at each heartbeat.
+    public func listening(on channel: String) -> (Error?) -> Void {
+        { failure in
+            if let failure {
+                self.error(
+                    "cannot listen for other processes' changes after reconnecting; they are read at each heartbeat until it can",
+                    ("channel", channel), ("error", "\(failure)"))
+            } else {
+                self.notice("listening again for other processes' changes", ("channel", channel))
+            }
+        }
+    }
+}

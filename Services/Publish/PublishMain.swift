@@ -90,12 +90,12 @@ public enum PublishMain {
             // dispatcher following any one process learns of every send. Every heartbeat announces
             // whatever the store holds beyond the stream, in case a notice was missed.
             if let postgres = store as? PostgresPublishStore, let url = config.store {
-                let listener = try PostgresConnection(url: url)
-                try listener.listen(PostgresPublishStore.notifyChannel)
+                let channel = PostgresPublishStore.notifyChannel
+                let listener = try PostgresListener(url: url, channel: channel, report: context.logger.listening(on: channel))
                 context.onShutdown { listener.close() }
                 // The store's connection too comes back after the server went away.
                 log.follow(
-                    notices: listener.pollNotifications, loop: context.loop, heartbeatMs: config.heartbeatMs,
+                    notices: listener.poll, loop: context.loop, heartbeatMs: config.heartbeatMs,
                     beforeBeat: postgres.connection.reconnectIfNeeded)
             }
 

@@ -35,7 +35,8 @@ public enum RegistryMain {
 
             // Other registry processes sharing the store: PostgreSQL announces their changes (LISTEN/NOTIFY).
             if store is PostgresInstallationStore, let url = config.store {
-                let listener = try PostgresListener(url: url, channel: PostgresInstallationStore.notifyChannel)
+                let channel = PostgresInstallationStore.notifyChannel
+                let listener = try PostgresListener(url: url, channel: channel, report: context.logger.listening(on: channel))
                 context.onShutdown { listener.close() }
                 log.follow(notices: listener.poll, loop: context.loop, heartbeatMs: config.heartbeatMs)
             }

@@ -42,7 +42,8 @@ public enum SyncStoreMain {
 
             // Other sync processes sharing the store: PostgreSQL announces their changes (LISTEN/NOTIFY).
             if store is PostgresUserNotificationStore, let url = config.store {
-                let listener = try PostgresListener(url: url, channel: PostgresUserNotificationStore.notifyChannel)
+                let channel = PostgresUserNotificationStore.notifyChannel
+                let listener = try PostgresListener(url: url, channel: channel, report: context.logger.listening(on: channel))
                 context.onShutdown { listener.close() }
                 log.follow(notices: listener.poll, loop: context.loop, heartbeatMs: config.heartbeatMs)
             }

@@ -1,5 +1,5 @@
 import Foundation
-import Postgres
+@testable import Postgres
 import Storage
 import Synchronization
 import Testing
@@ -392,6 +392,41 @@ struct PostgresConnectionTests {
             #expect(told(), "back after the server ended the session")
             try other.notify(channel, payload: "two")
             #expect(told(), "listening again")
+        }
+    }
+
+    /// Notices from other processes stop for good when a reconnected listener forgets a channel:
+    /// the listener is not back until it listens again, says why once, and tries at every poll.
+    @Test("a listener that cannot listen again after a reconnect says so once, is not back until it can, and tries each poll")
+    func listenAgainFails() throws {
+        try TestServer.withScratch { listener, schema in
+            let channel = "again \(schema)"
+            var reports: [PostgresError?] = []
+            listener.onListenChange = { reports.append($0) }
+            try listener.listen(channel)
+            let other = try TestServer.connect(schema: schema)
+            defer { other.close() }
+            let pid = try #require(try listener.queryOne("SELECT pg_backend_pid()")?[0].int)
+            listener.listenCommand = "LISTEN_REFUSED"
+            #expect(try other.queryOne("SELECT pg_terminate_backend($1)", [pid])?[0].bool == true)
+            let deadline = Date().addingTimeInterval(5)
+            while listener.listenFailure == nil, Date() < deadline {
+                #expect(!listener.pollNotifications())
+                Thread.sleep(forTimeInterval: 0.02)
+            }
+            #expect(listener.listenFailure?.message.contains("LISTEN_REFUSED") == true)
+            #expect(!listener.pollNotifications() && !listener.reconnectIfNeeded(), "not back while a channel is not listened on")
+            #expect(reports.count == 1 && reports.first??.sqlState == "42601", "told once, not at every try")
+            listener.listenCommand = "LISTEN"
+            #expect(listener.pollNotifications(), "listening again: what was sent meanwhile is read")
+            #expect(listener.listenFailure == nil && reports.count == 2 && reports.last! == nil)
+            try other.notify(channel, payload: "heard")
+            var received: [(channel: String, payload: String)] = []
+            while received.isEmpty, Date() < deadline.addingTimeInterval(5) {
+                received += try listener.notifications()
+                Thread.sleep(forTimeInterval: 0.02)
+            }
+            #expect(received.map(\.payload) == ["heard"])
         }
     }
 
