@@ -292,6 +292,10 @@ public final class HubServer {
     /// The error reply for what a request's decoding or handler threw.
     private func reply(to error: Error, id: String, type: MessageType?) -> Data {
         switch error {
+        case let error as HubError where error.code == .internal:
+            // The service's own fault, such as a stored row it cannot read: its operator must hear of it.
+            logger.error("request failed", ("type", type?.rawValue ?? "request"), ("id", id), ("error", error.message))
+            return fail(error, id: id)
         case let error as HubError:
             return fail(error, id: id)
         case let error as StorageError where error.isFull:

@@ -64,6 +64,30 @@ struct HubServerTests {
         #expect(logged.first?.contains("type=installation.get") == true && logged.first?.contains("id=late-7") == true)
     }
 
+    @Test("an internal error a handler throws, such as a stored row that does not read, is logged as an error; a refusal is not")
+    func internalErrorsLogged() throws {
+        let lines = LineBox()
+        let server = try HubServer(
+            bind: "inproc://internal-\(UUID().uuidString)", logger: Logger(service: "nh-test", level: .info, sink: { lines.append($0) }),
+            maxMessageBytes: 4096)
+        defer { server.close() }
+        server.on(InstallationGet.self) { envelope in
+            guard envelope.payload.installationId == "refused" else {
+                throw HubError(.internal, "installations.document cannot be read: it is NULL where a byte string is required")
+            }
+            throw HubError(.notFound, "no installation 'refused'")
+        }
+        func ask(_ id: String) -> ErrorCode? {
+            errorCode(server.handle([Data(#"{"v":1,"type":"installation.get","id":"q-\#(id)","payload":{"installationId":"\#(id)"}}"#.utf8)]))
+        }
+        #expect(ask("refused") == .notFound)
+        #expect(lines.all.isEmpty)
+        #expect(ask("broken") == .internal)
+        #expect(lines.all.count == 1)
+        #expect(lines.all.first?.contains("level=error") == true && lines.all.first?.contains("installations.document") == true)
+        #expect(lines.all.first?.contains("id=q-broken") == true)
+    }
+
     @Test("a request over the size limit is refused at once with its own correlation id and the limit")
     func tooLargeKeepsID() throws {
         let server = try makeServer()
