@@ -49,6 +49,7 @@ public struct UserTokens: Sendable {
     {
         let expiry = Int(now.timeIntervalSince1970) + lifetime
         let claims = Claims(user: user, kind: kind, expiry: expiry, nonce: Crypto.randomBytes(6).base64URL, resource: resource)
+        // Claims of strings and numbers always encode.
         let body = ((try? JSONEncoder().encode(claims)) ?? Data()).base64URL
         let signature = Crypto.hmacSHA256(key: secret, message: Data("\(Self.prefix).\(body)".utf8)).base64URL
         return ("\(Self.prefix).\(body).\(signature)", Date(timeIntervalSince1970: TimeInterval(expiry)))

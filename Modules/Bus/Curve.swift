@@ -15,6 +15,7 @@ public struct CurveKeyPair: Sendable, Equatable, Codable {
 
     /// Whether `key` is a CURVE key in Z85 text, as an agent's public key is.
     public static func isValidKey(_ key: String) -> Bool {
+        // A predicate: the failure is the answer.
         (try? validate(key, "key")) != nil
     }
 

@@ -57,6 +57,7 @@ public final class ZAPHandler: @unchecked Sendable {
             }
             // version, request id, domain, address, routing id, mechanism, credentials…
             guard request.count >= 6 else {
+                // An answer libzmq will not take leaves that handshake to time out, which the peer retries.
                 _ = try? socket.send([Data("1.0".utf8), request.count > 1 ? request[1] : Data(), Data("500".utf8),
                                       Data("malformed ZAP request".utf8), Data(), Data()])
                 continue
@@ -75,6 +76,7 @@ public final class ZAPHandler: @unchecked Sendable {
                 text = "OK"
             }
             counters.withLock { status == "200" ? ($0.accepted += 1) : ($0.refused += 1) }
+            // Likewise: the peer's handshake times out and is tried again.
             _ = try? socket.send([Data("1.0".utf8), request[1], Data(status.utf8), Data(text.utf8), Data(userId.utf8), Data()])
         }
     }

@@ -57,6 +57,7 @@ public final class ZMQSocket {
 
     /// The endpoint last bound, with the real port when bound to `tcp://host:*`.
     public var lastEndpoint: String {
+        // Empty before the first bind, or once closed.
         (try? stringOption(ZMQ_LAST_ENDPOINT, name: "ZMQ_LAST_ENDPOINT")) ?? ""
     }
 

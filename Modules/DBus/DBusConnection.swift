@@ -367,6 +367,7 @@ public final class DBusCall {
     }
 
     deinit {
+        // Best effort for a caller no handler answered; the bus times the call out otherwise.
         if call != nil { try? fail(name: "org.freedesktop.DBus.Error.UnknownMethod", message: "\(message.interface).\(message.member) is not served here") }
     }
 

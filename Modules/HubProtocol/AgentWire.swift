@@ -123,6 +123,7 @@ public enum AgentWire {
 
         /// Each field after the delivery id, after a line break.
         static func tail(_ delivery: AgentDelivery) -> [UInt8] {
+            // A reference of strings and a number always encodes.
             let rich = delivery.rich.flatMap { try? richEncoder.encode($0) }.map { String(decoding: $0, as: UTF8.self) } ?? ""
             return AgentWire.bytes(
                 [delivery.notificationId, delivery.template ?? "", String(milliseconds(delivery.expiresAt)), rich,

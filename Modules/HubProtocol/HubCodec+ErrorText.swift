@@ -10,6 +10,7 @@ extension HubCodec {
         var numbers: [([String], NSNumber)] = []
         collectNumbers(tree, path: [], into: &numbers)
         for (path, number) in numbers.prefix(64) {
+            // A tree that will not serialize is skipped: this only finds which number to name.
             guard let replaced = replacing(path[...], in: tree, with: 0),
                 let data = try? JSONSerialization.data(withJSONObject: replaced)
             else { continue }

@@ -61,6 +61,7 @@ extension HubCodec {
 
     /// The correlation id of a reply, by a scan of its bytes, or by a parse when the scan finds none.
     public static func replyID(_ data: Data) -> String? {
+        // Absent when the reply is not an envelope.
         scanID(data) ?? (try? parse(data))?.header.id
     }
 

@@ -16,6 +16,7 @@ extension HubCodec {
     static func check<M: HubMessage>(_ inputPayload: Any?, against payload: M, in envelope: Data? = nil, reencoded: Data? = nil)
         -> (field: String?, encoded: Data?)
     {
+        // A payload that does not encode again cannot be compared; the decode already passed.
         guard let inputPayload, let object = inputPayload as? [String: Any], !object.isEmpty,
             let reencoded = reencoded ?? (try? encoder.encode(payload))
         else { return (nil, nil) }
@@ -24,6 +25,7 @@ extension HubCodec {
         {
             return (nil, reencoded)
         }
+        // Our own encoding always parses; nil only skips the unknown-field check.
         guard let known = try? JSONSerialization.jsonObject(with: reencoded, options: [.fragmentsAllowed]) else { return (nil, nil) }
         return (firstExtraKey(inputPayload, known, path: ""), reencoded)
     }

@@ -150,6 +150,7 @@ public enum HubCodec {
 
     /// Decodes a payload given without an envelope, as strictly as `decode`.
     public static func decodePayload<M: HubMessage>(_: M.Type, from data: Data) throws(HubError) -> M {
+        // Not a JSON object is refused just below.
         guard let object = try? JSONSerialization.jsonObject(with: data) as? [String: Any] else {
             throw HubError(.invalidPayload, "'\(M.messageType)' must be a JSON object")
         }
@@ -239,6 +240,7 @@ public enum HubCodec {
             decoded = envelope
             // `{}`: no fields at all.
             if range.count == 2 { return (envelope, nil) }
+            // Without the bytes, the full check below runs instead.
             reencoded = envelope.payload.writtenJSON() ?? (try? encoder.encode(envelope.payload))
             if let reencoded, range.count == reencoded.count,
                 data.member(at: range) == reencoded
@@ -302,6 +304,7 @@ public enum HubCodec {
     /// do not decode.
     static func scannedEnvelope<M: HubMessage>(_: M.Type, _ data: Data, _ header: EnvelopeHeader, payload range: Range<Int>) -> Envelope<M>? {
         let bytes = data.member(at: range)
+        // Nil sends the request down the full parse, which says what is wrong.
         guard let payload = bytes.withUnsafeBytes(M.readWritten) ?? (try? payloadDecoder.decode(M.self, from: bytes))
         else { return nil }
         var envelope = Envelope(id: header.id, auth: header.auth, payload: payload)

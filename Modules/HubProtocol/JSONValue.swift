@@ -28,6 +28,7 @@ public enum JSONValue: Codable, Sendable, Equatable, Hashable {
                 codingPath: decoder.codingPath, debugDescription: "JSON nested more than \(JSONValue.maxDecodingDepth) deep"))
         }
         let container = try decoder.singleValueContainer()
+        // Each kind is tried in turn: a failure means the value is of another kind.
         if container.decodeNil() {
             self = .null
         } else if let value = try? container.decode(Bool.self) {
@@ -67,6 +68,7 @@ public enum JSONValue: Codable, Sendable, Equatable, Hashable {
     /// Foundation's parser reads it in time linear in its size; nil too for a value nested deeper
     /// than `maxParseDepth`.
     public static func parse(_ data: Data) -> JSONValue? {
+        // Parse or nil: nil means not JSON, as documented.
         guard let parsed = try? JSONSerialization.jsonObject(with: data, options: [.fragmentsAllowed]) else { return nil }
         return JSONValue(parsed: parsed, depth: 0)
     }
@@ -152,6 +154,7 @@ public enum JSONValue: Codable, Sendable, Equatable, Hashable {
     /// A string as it is, anything else as its JSON text: for messages and popups.
     public var plainText: String {
         if case .string(let value) = self { return value }
+        // A parsed JSON value always encodes again.
         return (try? encoded()).map { String(decoding: $0, as: UTF8.self) } ?? ""
     }
 

@@ -37,12 +37,14 @@ public struct AppPushMessage: Codable, Sendable, Equatable {
     public var payload: String {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        // A message of strings and bytes always encodes.
         return String(decoding: (try? encoder.encode(Envelope(appPush: self))) ?? Data(), as: UTF8.self)
     }
 
     /// The message a delivery payload carries, or nil when it is an ordinary notification.
     public static func from(payload: String) -> AppPushMessage? {
         guard payload.hasPrefix(#"{"appPush":"#) else { return nil }
+        // Absent when the payload is an ordinary notification that happens to start alike.
         return try? JSONDecoder().decode(Envelope.self, from: Data(payload.utf8)).appPush
     }
 

@@ -195,6 +195,7 @@ public enum NotificationStream {
     /// The notification a message carries whole under `sequence`; nil for one that carries only an
     /// id (the dispatcher pulls it), or whose body does not read as the notification of that sequence.
     public static func notification(in body: Data, sequence: UInt64) -> AcceptedNotification? {
+        // Absent when the body is not this notification: the dispatcher pulls it instead.
         guard body.first == UInt8(ascii: "{"),
             let notification = scanned(body) ?? (try? HubCodec.decoder.decode(AcceptedNotification.self, from: body)),
             notification.sequence == sequence
@@ -230,6 +231,7 @@ public enum NotificationStream {
                     expiresAt = value
                 case 4 where key.elementsEqual("send".utf8):
                     // One level below the body's root, as the payload decoder counts depth.
+                    // Nil makes the whole body unreadable here, and the dispatcher pulls the notification.
                     guard send == nil, bytes[value.lowerBound] == 0x7b,
                         let value = SendNotification.readWritten(UnsafeRawBufferPointer(rebasing: raw[value]))
                             ?? (try? HubCodec.payloadDecoder.decode(SendNotification.self, from: body.member(at: value)))

@@ -120,6 +120,7 @@ public struct UserNotificationChange: Codable, Sendable, Equatable {
         get {
             switch stored {
             case .value(let notification): notification
+            // Only the store holds written bytes, checked as it read them; encoding them for a reply throws.
             case .written(let data): try? HubCodec.decodeValue(UserNotification.self, from: data)
             case nil: nil
             }

@@ -111,6 +111,7 @@ public enum Platform: String, CaseIterable, Codable, Sendable {
             throw HubError(.payloadTooLarge, "the \(format) payload is \(size) bytes; \(rawValue) takes at most \(maxPayloadBytes)")
         }
         func object() throws(HubError) -> [String: Any] {
+            // Not JSON is refused just below, with what the platform expects.
             guard let object = (try? JSONSerialization.jsonObject(with: Data(payload.utf8))) as? [String: Any] else {
                 throw HubError(.invalidPayload, "a native \(format) payload must be a JSON object")
             }
@@ -118,6 +119,7 @@ public enum Platform: String, CaseIterable, Codable, Sendable {
         }
         switch self {
         case .linux:
+            // Not JSON is refused just below.
             guard (try? JSONSerialization.jsonObject(with: Data(payload.utf8), options: [.fragmentsAllowed])) != nil else {
                 throw HubError(.invalidPayload, "a native body for linux agents must be JSON")
             }

@@ -71,6 +71,7 @@ public enum WireDate {
 
     public static func parse(_ text: String) -> Date? {
         if let date = parseWritten(text) { return date }
+        // Parse or nil: nil means not a date in either form.
         return (try? withFraction.parse(text)) ?? (try? plain.parse(text))
     }
 

@@ -89,6 +89,7 @@ extension PostgresConnection {
         // The lock is the session's, taken before the transaction: a transaction that waited for
         // it inside would check the catalog as it was before the last holder made the schema.
         try run("SELECT pg_advisory_lock($1)", [Self.historyLock])
+        // Fails only with the session gone, which frees the lock with it.
         defer { _ = try? run("SELECT pg_advisory_unlock($1)", [Self.historyLock]) }
         do {
             return try transaction {

@@ -254,6 +254,8 @@ public final class PostgresConnection {
                 try execute($0.map { "RELEASE SAVEPOINT \($0)" } ?? "COMMIT")
             },
             rollBack: { savepoint in
+                // The body's error is the one reported; a rollback that fails finds the server ended
+                // the transaction or the session, which undoes it.
                 try? execute(savepoint.map { "ROLLBACK TO SAVEPOINT \($0); RELEASE SAVEPOINT \($0)" } ?? "ROLLBACK")
             })
     }

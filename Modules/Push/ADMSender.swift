@@ -64,6 +64,7 @@ final class ADMSender: PushSender {
             guard let fields = part.objectValue, fields.values.allSatisfy({ $0.stringValue != nil }) else {
                 throw PushRequestError(outcome: "PnsInterfaceError", reason: "an adm message's '\(name)' is an object of strings")
             }
+            // Objects of strings always encode; the body is written in full below, where a failure is refused.
             payloadBytes += (try? part.encoded().count) ?? 0
         }
         // ADM's 6 KB is the payload's: the key-value pairs the device gets.
@@ -75,6 +76,7 @@ final class ADMSender: PushSender {
             object["expiresAfter"] = .number(Double(min(max(seconds, Self.expiry.lowerBound), Self.expiry.upperBound)))
         }
         if object["consolidationKey"] == nil, let key = message.headers["x-amzn-consolidation-key"] { object["consolidationKey"] = .string(key) }
+        // Refused just below, as a payload that cannot be written.
         guard let body = try? JSONValue.object(object).encoded() else {
             throw PushRequestError(outcome: "PnsInterfaceError", reason: "the adm payload cannot be written back as JSON")
         }

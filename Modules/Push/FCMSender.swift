@@ -55,6 +55,7 @@ final class FCMSender: PushSender {
     func authorization(now: Date) -> PushAuthorization {
         accessToken.authorization(now: now) {
             let issued = Int(now.timeIntervalSince1970)
+            // No assertion asks for no token: the sends wait, and the credential's failure is reported as the token's.
             guard let assertion = try? JWT.rs256(
                 header: privateKeyId.map { ["kid": $0] } ?? [:],
                 claims: [
@@ -81,6 +82,7 @@ final class FCMSender: PushSender {
         inner["topic"] = nil
         inner["condition"] = nil
         object["message"] = .object(inner)
+        // Refused just below, as a payload that cannot be written.
         guard let body = try? JSONValue.object(object).encoded() else {
             throw PushRequestError(outcome: "PnsInterfaceError", reason: "the fcmv1 payload cannot be written back as JSON")
         }

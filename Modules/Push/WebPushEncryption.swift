@@ -175,14 +175,17 @@ extension VAPID {
         else {
             throw refuse(401, "the VAPID t= is not a JWT (three base64url parts)")
         }
+        // Refused just below, as a VAPID header that is not JSON.
         guard let header = try? JSONDecoder().decode([String: JSONValue].self, from: headerData), header["alg"] == .string("ES256") else {
             throw refuse(401, "the VAPID JWT must be signed with ES256")
         }
+        // Refused just below: a key that does not read cannot verify.
         guard let publicKey = try? P256Key(publicPoint: presented),
             publicKey.verifyES256(signature, for: Data("\(parts[0]).\(parts[1])".utf8))
         else {
             throw refuse(401, "the VAPID JWT's signature does not verify with k=")
         }
+        // Refused just below, as claims that are not JSON.
         guard let claims = try? JSONDecoder().decode([String: JSONValue].self, from: claimsData) else {
             throw refuse(401, "the VAPID JWT's claims are not a JSON object")
         }

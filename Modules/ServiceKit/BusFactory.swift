@@ -65,9 +65,10 @@ public final class BusFactory {
     {
         let socket = try subscriber(endpoint)
         var tracker = SequenceTracker()
+        let logger = runtime.logger
         runtime.loop.watch(socket) {
             while let frames = try socket.receive(wait: false) {
-                guard let message = try? SequencedMessage(frames: frames) else { continue }
+                guard let message = Self.sequenced(frames, on: endpoint, logger: logger) else { continue }
                 if tracker.position == nil { tracker.reset(to: message.isHeartbeat ? message.sequence : message.sequence - 1) }
                 switch tracker.observe(message.sequence, heartbeat: message.isHeartbeat) {
                 case .skip: continue
@@ -84,16 +85,28 @@ public final class BusFactory {
     /// Follows a stream read in batches (the publish service's): each time messages arrive, `batch`
     /// gets those waiting, up to `limit`, heartbeats included, in the order they came; the rest
     /// wait on the socket for the loop's next pass, after its other sockets. Messages in another
-    /// shape are passed over.
+    /// shape are passed over, with a log line.
     public func followBatches(_ endpoint: String, limit: Int = .max, batch: @escaping ([SequencedMessage]) throws -> Void) throws {
         let socket = try subscriber(endpoint)
+        let logger = runtime.logger
         runtime.loop.watch(socket) {
             var messages: [SequencedMessage] = []
             while messages.count < limit, let frames = try socket.receive(wait: false) {
-                guard let message = try? SequencedMessage(frames: frames) else { continue }
+                guard let message = Self.sequenced(frames, on: endpoint, logger: logger) else { continue }
                 messages.append(message)
             }
             try batch(messages)
+        }
+    }
+
+    /// A followed stream's message; one in another shape is passed over with a log line, as one
+    /// missed is (the next one's sequence shows the gap).
+    private static func sequenced(_ frames: [Data], on endpoint: String, logger: Logger) -> SequencedMessage? {
+        do {
+            return try SequencedMessage(frames: frames)
+        } catch {
+            logger.warning("a message on a followed stream is not a stream message; passed over", ("endpoint", endpoint), ("error", "\(error)"))
+            return nil
         }
     }
 

@@ -32,6 +32,7 @@ public enum BusKeys {
 
     /// The hub's public key from the data folder, if the file is there.
     public static func publicKey(directory: URL) -> String? {
+        // Absent until the services have written a whole key file; callers wait for it or say it is missing.
         guard let data = FileManager.default.contents(atPath: directory.appendingPathComponent(fileName).path),
             let file = try? JSONDecoder().decode(File.self, from: data)
         else { return nil }
@@ -48,6 +49,7 @@ public enum BusKeys {
 
     /// The device public key of the agent whose home is `agentHome`, if it has run.
     public static func deviceKey(agentHome: URL) -> String? {
+        // Absent until the agent has run and written it.
         guard let text = try? String(contentsOf: agentHome.appendingPathComponent(deviceFileName), encoding: .utf8) else { return nil }
         return text.trimmingCharacters(in: .whitespacesAndNewlines)
     }

@@ -17,10 +17,12 @@ public enum FaultPoint: String, Sendable, CaseIterable {
     private static let armingFile = ProcessInfo.processInfo.environment["NH_FAULT_PAUSE"]
 
     public static func reach(_ point: FaultPoint) {
+        // No readable arming file: the fault point is not armed.
         guard let file = armingFile,
               let armed = try? String(contentsOfFile: file, encoding: .utf8),
               armed.trimmingCharacters(in: .whitespacesAndNewlines) == point.rawValue
         else { return }
+        // Disarmed by whoever removed it first; either way it fires once.
         try? FileManager.default.removeItem(atPath: file)
         FileHandle.standardError.write(Data("fault point \(point.rawValue): stopping\n".utf8))
         kill(getpid(), SIGSTOP)

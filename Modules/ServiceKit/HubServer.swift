@@ -231,7 +231,8 @@ public final class HubServer {
         }
         let started = ContinuousClock.now
         // The header by a scan of the bytes, as the hub's own clients write it, and the request
-        // decoded for its handler from there.
+        // decoded for its handler from there. A fast path only: a request it cannot decode is
+        // parsed in full below, and what is wrong answered from there.
         if let scanned = HubCodec.scanHeader(data), let handler = handlers[scanned.header.type],
             let value = try? handler.decode(data, scanned)
         {
@@ -320,7 +321,8 @@ public final class HubServer {
 
     /// The correlation id of a request whose envelope did not check out, when one can be read.
     static func bestEffortID(_ data: Data) -> String {
-        // Any envelope Foundation's parser reads, however deep its other members nest.
+        // Any envelope Foundation's parser reads, however deep its other members nest; absent when the
+        // body is not JSON, and the error reply then has no id.
         let object = (try? JSONSerialization.jsonObject(with: data)) as? [String: Any]
         return object?["id"] as? String ?? ""
     }

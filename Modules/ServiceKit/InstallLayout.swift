@@ -20,6 +20,7 @@ public struct InstallLayout: Equatable, Sendable {
     /// The layout of this process's executable, found through /proc/self/exe (so through any link
     /// it was started by), or nil when it is not installed.
     public static let current: InstallLayout? = {
+        // Absent without /proc: the process is taken as not installed.
         guard let path = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe") else { return nil }
         return InstallLayout(executable: URL(fileURLWithPath: path))
     }()

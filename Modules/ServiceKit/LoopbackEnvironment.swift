@@ -64,6 +64,7 @@ public enum LoopbackEnvironment {
 
     /// The first port of the kernel's ephemeral range (32768 when it cannot be read).
     static func ephemeralPortsStart() -> Int {
+        // Absent on a kernel without the file: the usual start is assumed.
         let text = (try? String(contentsOfFile: "/proc/sys/net/ipv4/ip_local_port_range", encoding: .utf8)) ?? ""
         return text.split(whereSeparator: { $0 == " " || $0 == "\t" || $0 == "\n" }).first.flatMap { Int($0) } ?? 32_768
     }

@@ -21,11 +21,14 @@ public enum OutcomeLookup {
         var outcome: NotificationOutcome?
         var results: [TestResult] = []
         while true {
+            // A poll until the deadline: a failed ask keeps what the last one found.
             outcome = (try? find(notificationId, dispatch: dispatch, publish: publish)) ?? outcome
             if let state = outcome?.state, [.completed, .noTargetFound, .abandoned].contains(state) {
+                // Likewise: the results of the last ask that answered stand.
                 results = (try? dispatch.call(TestResultsRequest(notificationId: notificationId), auth: nil).results) ?? results
                 if results.allSatisfy({ $0.outcome != nil }) {
                     // Read again: the counts move in the same commits as the results, so now they agree.
+                    // Likewise: an ask that fails keeps the outcome found before.
                     outcome = (try? find(notificationId, dispatch: dispatch, publish: publish)) ?? outcome
                     break
                 }

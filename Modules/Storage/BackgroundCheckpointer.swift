@@ -29,6 +29,7 @@ public final class BackgroundCheckpointer: @unchecked Sendable {
         let thread = Thread { [self] in
             while !stopping.load(ordering: .acquiring) {
                 // PASSIVE never waits for the writer: pages the writer is still using wait for the next turn.
+                // A checkpoint that fails now is tried at the next turn, and the writer checkpoints a long log itself.
                 _ = try? connection.queryOne("PRAGMA wal_checkpoint(PASSIVE)")
                 var slept = 0.0
                 while slept < interval && !stopping.load(ordering: .acquiring) {

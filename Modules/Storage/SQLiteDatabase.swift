@@ -169,7 +169,8 @@ public final class SQLiteDatabase {
             },
             commit: { try execute($0.map { "RELEASE \($0)" } ?? "COMMIT") },
             rollBack: { savepoint in
-                // SQLite may have rolled the transaction back already.
+                // The body's error is the one reported; a rollback that fails finds SQLite undid the
+                // transaction already, and `refuseIfRolledBack` stops what would follow.
                 try? execute(savepoint.map { "ROLLBACK TO \($0); RELEASE \($0)" } ?? "ROLLBACK")
             })
     }
@@ -207,6 +208,7 @@ public final class SQLiteDatabase {
         do {
             try execute("COMMIT")
         } catch {
+            // The commit's error is thrown; a ROLLBACK that fails finds nothing left to undo.
             try? execute("ROLLBACK")
             throw error
         }
@@ -217,6 +219,8 @@ public final class SQLiteDatabase {
         guard groupOpen else { return }
         groupOpen = false
         nesting.depth = 0
+        // A ROLLBACK fails only where SQLite undid the group already (a full disk, an I/O error):
+        // nothing is left to undo.
         try? execute("ROLLBACK")
     }
 

@@ -69,6 +69,7 @@ enum AgentCommands {
                 print(categories.isEmpty ? "(none)" : categories.joined(separator: "\n"))
                 return 0
             case "health":
+                // A socket that cannot even be made means no agent to ask.
                 guard let client = try? HubClient(
                     connect: config.agentControl(home: identity.home), policy: RetryPolicy(timeout: 3_000, attempts: 1), curve: localCurve(identity, store))
                 else { return fail("no agent runs with home \(identity.home.path); start one with nh-agent") }
@@ -106,6 +107,7 @@ enum AgentCommands {
                 let action = AgentUserAction.Action(rawValue: name)!
                 let id = parsed.positionals[0]
                 // A running agent does it, so its own output shows the change at once.
+                // Without a socket to a running agent, the change is made here.
                 if let client = try? HubClient(
                     connect: config.agentControl(home: identity.home), policy: RetryPolicy(timeout: 3_000, attempts: 1),
                     curve: localCurve(identity, store))
@@ -136,6 +138,7 @@ enum AgentCommands {
     /// one through the running agent, which tells the hub and the app. Without a running agent the
     /// list comes from the store.
     static func apps(_ positionals: [String], config: HubConfig, identity: AgentIdentity, store: AgentStore) -> Int32 {
+        // No socket means no running agent: the list comes from the store.
         let client = try? HubClient(
             connect: config.agentControl(home: identity.home), policy: RetryPolicy(timeout: 5_000, attempts: 1), curve: localCurve(identity, store))
         defer { client?.close() }
@@ -145,12 +148,15 @@ enum AgentCommands {
                 guard let client else { throw HubError(.unavailable, "no agent") }
                 apps = try client.call(AgentAppsRequest()).apps
             } catch {
-                let base = AgentDaemon.endpointBase(
-                    namespace: config.namespace, installationId: (try? store.installationId()) ?? "")
-                let appStore = AppStore(database: store.database)
-                apps = ((try? appStore.apps()) ?? []).map {
-                    AgentApp(service: $0.service, description: $0.description, endpoint: base + $0.secret, connector: String($0.connector),
-                             waiting: (try? appStore.waiting(endpointId: $0.endpointId)) ?? 0, vapid: $0.vapid != nil)
+                do {
+                    let base = AgentDaemon.endpointBase(namespace: config.namespace, installationId: try store.installationId())
+                    let appStore = AppStore(database: store.database)
+                    apps = try appStore.apps().map {
+                        AgentApp(service: $0.service, description: $0.description, endpoint: base + $0.secret, connector: String($0.connector),
+                                 waiting: try appStore.waiting(endpointId: $0.endpointId), vapid: $0.vapid != nil)
+                    }
+                } catch {
+                    return fail("cannot read the registered apps from \(store.database.path): \(error)")
                 }
             }
             if apps.isEmpty { print("(no apps registered)") }
@@ -181,6 +187,7 @@ enum AgentCommands {
     /// The curve settings for the running agent's control socket on this host: the listen key's
     /// bus keys, and the agent's device key as the server's; nil when either is missing.
     static func localCurve(_ identity: AgentIdentity, _ store: AgentStore) -> (keys: CurveKeyPair, serverPublicKey: String)? {
+        // Absent keys mean a plain socket: the commands then reach only an agent without keys either.
         guard let listen = identity.credential, let keys = try? BusSecurity.clientKeys(for: listen),
             let device = try? store.existingChannelKeys()
         else { return nil }
@@ -219,6 +226,7 @@ enum AgentCommands {
     static func notifyRunningAgent(
         _ control: String, _ categories: [String], curve: (keys: CurveKeyPair, serverPublicKey: String)?
     ) -> Notified {
+        // No socket means no running agent to tell.
         guard let client = try? HubClient(connect: control, policy: RetryPolicy(timeout: 3_000, attempts: 1), curve: curve) else {
             return .notRunning
         }

@@ -95,7 +95,9 @@ final class AgentDaemon {
             // Sent whenever there is a connection, welcome read or not: one with no session yet is
             // refused, which costs nothing.
             if self?.core.connected == true {
+                // Best effort at shutdown: without it the dispatcher ends the session after three silent heartbeats.
                 _ = try? channel.send(AgentWire.encode(.bye(AgentBye(installationId: installationId))), wait: false)
+                // Likewise: without it the goodbye may not go out.
                 try? channel.setLinger(500)
             }
             channel.close()
@@ -111,6 +113,7 @@ final class AgentDaemon {
     static func security(listen: ConnectionString, device: CurveKeyPair, serverKey: String, config: HubConfig) throws -> BusSecurity {
         let clientKeys = try BusSecurity.clientKeys(for: listen)
         var admitted: Set<String> = [clientKeys.publicKey]
+        // Absent on a host without the services: only the listen key is admitted.
         if let keys = try? KeyStore.load(directory: URL(fileURLWithPath: config.dataDir, isDirectory: true)) {
             admitted.formUnion(try BusSecurity.admitted(by: keys))
         }
@@ -326,6 +329,7 @@ final class AgentDaemon {
     /// Connects the channel to another dispatcher, leaving the one it was connected to.
     private func move(to endpoint: String) throws {
         guard endpoint != connectedTo else { return }
+        // Not connected there (the first move): nothing to leave.
         try? channel.disconnect(connectedTo)
         try channel.connect(endpoint)
         connectedTo = endpoint

@@ -11,6 +11,8 @@ final class AgentIdentity {
     /// Nil until a key is found; on a host that runs the services too, the key file may appear
     /// only after the agent starts, so it is looked for again on each use.
     private(set) var credential: ConnectionString?
+    /// Why `NH_AGENT_CONNECTION_STRING` is not used: it does not parse. Nil when it is absent or used.
+    private(set) var connectionStringProblem: String?
 
     /// The home folder is `NH_AGENT_HOME`, or `agent/` in the data folder. The credential is the
     /// listen connection string in `NH_AGENT_CONNECTION_STRING`, or, on a host that runs the
@@ -21,16 +23,20 @@ final class AgentIdentity {
         resource = config.hubResource
         namespace = config.namespace
         keyFile = URL(fileURLWithPath: config.dataDir).appendingPathComponent(KeyStore.fileName)
-        if let text = environment["NH_AGENT_CONNECTION_STRING"], let parsed = try? ConnectionString(parsing: text) {
-            credential = parsed
-        } else {
-            credential = localListenKey()
+        if let text = environment["NH_AGENT_CONNECTION_STRING"] {
+            do {
+                credential = try ConnectionString(parsing: text)
+            } catch {
+                connectionStringProblem = "\(error)"
+            }
         }
+        if credential == nil { credential = localListenKey() }
     }
 
     /// The listen key from the hub's key file on this host, if there is one. Only the listen key
     /// is taken: an agent may register and receive, never send.
     private func localListenKey() -> ConnectionString? {
+        // Absent on a host without the services, or until they have written it; looked for again on each use.
         guard let keys = try? KeyStore.load(directory: keyFile.deletingLastPathComponent()),
             let listen = keys.key(named: AccessKey.defaultListenName)
         else { return nil }

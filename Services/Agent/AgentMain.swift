@@ -20,6 +20,9 @@ public enum AgentMain {
                 dataFolder: { AgentIdentity(config: $0, environment: environment).home }
             ) { context in
                 let identity = AgentIdentity(config: context.config, environment: environment)
+                if let problem = identity.connectionStringProblem {
+                    context.logger.error("NH_AGENT_CONNECTION_STRING is not a connection string; the host's listen key is used, if there is one", ("error", problem))
+                }
                 let store = AgentStore(database: try context.stores.open("agent.db", migrations: AgentSchema.migrations))
                 let daemon = try AgentDaemon(context: context, store: store, identity: identity, environment: environment)
                 var endpoints: [String: String] = [:]

@@ -78,6 +78,7 @@ final class AgentOutput {
         do {
             try process.run()
             input.fileHandleForWriting.write(line + Data("\n".utf8))
+            // A hook that exited before reading has closed the pipe already.
             try? input.fileHandleForWriting.close()
             running.append(process)
         } catch {

@@ -21,8 +21,10 @@ struct PowerState: Equatable {
     /// means an external supply.
     static func read(root: URL) -> PowerState {
         func value(_ folder: URL, _ name: String) -> String? {
+            // Absent where a supply does not report this value.
             (try? String(contentsOf: folder.appendingPathComponent(name), encoding: .utf8))?.trimmingCharacters(in: .whitespacesAndNewlines)
         }
+        // No supplies to read (a desktop, a container): taken as on mains.
         guard let names = try? FileManager.default.contentsOfDirectory(atPath: root.path) else { return PowerState(onMains: true) }
         var external = false
         var discharging: [Int?] = []

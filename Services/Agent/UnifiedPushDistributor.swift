@@ -78,11 +78,16 @@ final class UnifiedPushDistributor {
         case (_, _, false?): state = "\(name) is taken by another program"
         default: state = "asking for \(name)"
         }
-        return [
-            "unifiedpush": state, "unifiedpushApps": String((try? store.apps().count) ?? 0),
-            "unifiedpushHanded": String(handed), "unifiedpushUnreachable": String(unreachable.count),
+        var details = [
+            "unifiedpush": state, "unifiedpushHanded": String(handed), "unifiedpushUnreachable": String(unreachable.count),
             "unifiedpushMinimumUrgency": minimumUrgency.rawValue,
         ]
+        do {
+            details["unifiedpushApps"] = String(try store.apps().count)
+        } catch {
+            details["unifiedpushAppsError"] = "\(error)"
+        }
+        return details
     }
 
     /// What `nh-agent apps` lists.
@@ -142,7 +147,15 @@ final class UnifiedPushDistributor {
     private func appeared(_ service: String) {
         // Unique names (":1.42") come and go with every connection; only a waiting app's name matters.
         guard !unreachable.isEmpty, !service.hasPrefix(":") else { return }
-        guard let apps = try? store.apps().filter({ $0.service == service }) else { return }
+        let apps: [RegisteredApp]
+        do {
+            apps = try store.apps().filter { $0.service == service }
+        } catch {
+            logger.warning(
+                "an app came onto the bus, but its messages cannot be looked up; they stay kept until it comes again", ("service", service),
+                ("error", "\(error)"))
+            return
+        }
         for app in apps where unreachable.removeValue(forKey: app.endpointId) != nil { flush(app) }
     }
 
@@ -169,6 +182,7 @@ final class UnifiedPushDistributor {
             }
         } catch {
             logger.warning("could not answer a UnifiedPush call", ("method", call.method), ("error", "\(error)"))
+            // Logged above; a caller gone meanwhile needs no answer.
             try? call.fail(name: "org.freedesktop.DBus.Error.Failed", message: "\(error)")
         }
     }

@@ -198,6 +198,7 @@ enum Ctl {
             let encoder = JSONEncoder()
             encoder.outputFormatting = [.sortedKeys]
             for line in lines {
+                // Lines of strings always encode.
                 print(String(decoding: (try? encoder.encode(line)) ?? Data(), as: UTF8.self))
             }
         } else {

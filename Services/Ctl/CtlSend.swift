@@ -130,6 +130,7 @@ enum CtlSend {
         let failure = (outcome?.targets ?? 0) - success
         if json {
             let encoder = HubCodec.makeEncoder()
+            // Results of strings always encode.
             let list = (try? encoder.encode(results)).map { String(decoding: $0, as: UTF8.self) } ?? "[]"
             print(#"{"notificationId":"\#(id)","state":"\#(outcome?.state.rawValue ?? "Unknown")","success":\#(success),"failure":\#(failure),"results":\#(list)}"#)
         } else {

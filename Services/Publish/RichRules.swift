@@ -33,6 +33,7 @@ enum RichRules {
     }
 
     static func jsonString(_ text: String) -> String {
+        // A string always encodes.
         String(decoding: (try? JSONEncoder().encode(text)) ?? Data("\"\"".utf8), as: UTF8.self)
     }
 }

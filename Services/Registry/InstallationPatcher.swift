@@ -119,6 +119,7 @@ enum InstallationPatcher {
     static func template(from value: JSONValue?, _ where_: String) throws(HubError) -> InstallationTemplate {
         // The SDKs send the template as a JSON string, as the REST reference documents; an object is taken too.
         if case .string(let text)? = value {
+            // Refused just below, as a value that is not a template.
             guard let parsed = try? JSONDecoder().decode(JSONValue.self, from: Data(text.utf8)), case .object = parsed else {
                 throw HubError(.invalidArgument, "\(where_): the value must be a template, as a JSON object or a string holding one, with a body")
             }
