@@ -105,13 +105,13 @@ let package = Package(
                 name: "NHBench", dependencies: serviceDependencies + (extraDependencies["Bench"] ?? []), path: "Services/Bench"),
         ]
         + [
-            .target(name: "TestSupport", dependencies: ["ServiceKit", "HubProtocol", "Auth"], path: "Tests/TestSupport"),
+            .target(name: "TestSupport", dependencies: ["ServiceKit", "HubProtocol", "Auth", "Storage"], path: "Tests/TestSupport"),
             tests("BusTests", dependencies: ["Bus"]),
             tests("HTTPServerTests", dependencies: ["HTTPServer"]),
             tests("DBusTests", dependencies: ["DBus"]),
             tests("HubProtocolTests", dependencies: ["HubProtocol"], exclude: ["Fixtures"]),
-            tests("StorageTests", dependencies: ["Storage", "CSQLite", "HubProtocol"]),
-            tests("PostgresTests", dependencies: ["Postgres", "Storage", "HubProtocol"]),
+            tests("StorageTests", dependencies: ["Storage", "CSQLite", "HubProtocol", "TestSupport"]),
+            tests("PostgresTests", dependencies: ["Postgres", "Storage", "HubProtocol", "TestSupport"]),
             tests("TagsTests", dependencies: ["Tags"]),
             tests("AuthTests", dependencies: ["Auth"]),
             tests("TemplatesTests", dependencies: ["Templates"]),

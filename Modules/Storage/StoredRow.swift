@@ -88,8 +88,6 @@ extension StoredRow {
     }
 
     @inlinable
-    public func double(_ column: String, of table: String) throws(HubError) -> Double { try required(column, table, "a number", { $0.double }) }
-    @inlinable
     public func optionalDouble(_ column: String, of table: String) throws(HubError) -> Double? { try optional(column, table, "a number", { $0.double }) }
 
     /// A time kept as seconds since 1970, as `Date` binds on both engines.

@@ -21,6 +21,13 @@ struct HubServerTests {
         return server
     }
 
+    /// A server with no handlers whose log lines go to `lines`.
+    func loggingServer(_ lines: LineBox) throws -> HubServer {
+        try HubServer(
+            bind: "inproc://logged-\(UUID().uuidString)", logger: Logger(service: "nh-test", level: .info, sink: { lines.append($0) }),
+            maxMessageBytes: 4096)
+    }
+
     func errorCode(_ reply: [Data]) -> ErrorCode? {
         guard reply.count == 1 else { return nil }
         return (try? HubCodec.decode(ErrorReply.self, from: reply[0]))?.payload.code
@@ -47,9 +54,7 @@ struct HubServerTests {
     @Test("a deferred reply the socket will not take is logged with its type and correlation id, and counted")
     func lostDeferredReply() throws {
         let lines = LineBox()
-        let server = try HubServer(
-            bind: "inproc://deferred-\(UUID().uuidString)", logger: Logger(service: "nh-test", level: .info, sink: { lines.append($0) }),
-            maxMessageBytes: 4096)
+        let server = try loggingServer(lines)
         nonisolated(unsafe) var respond: ((Result<InstallationReply, HubError>) -> Void)?
         server.onDeferred(InstallationGet.self) { _, later in respond = later }
         let body = Data(#"{"v":1,"type":"installation.get","id":"late-7","payload":{"installationId":"x"}}"#.utf8)
@@ -67,9 +72,7 @@ struct HubServerTests {
     @Test("an internal error a handler throws, such as a stored row that does not read, is logged as an error; a refusal is not")
     func internalErrorsLogged() throws {
         let lines = LineBox()
-        let server = try HubServer(
-            bind: "inproc://internal-\(UUID().uuidString)", logger: Logger(service: "nh-test", level: .info, sink: { lines.append($0) }),
-            maxMessageBytes: 4096)
+        let server = try loggingServer(lines)
         defer { server.close() }
         server.on(InstallationGet.self) { envelope in
             guard envelope.payload.installationId == "refused" else {
