@@ -57,6 +57,7 @@ final class HTTPLoop: @unchecked Sendable {
         _ = poller.add(sends.socket)
         let deadline = Date().addingTimeInterval(seconds)
         while sends.inFlight > 0 && Date() < deadline {
+            // Stopping: an answer that cannot be read here leaves its send to the 503 below.
             _ = try? poller.poll(timeout: 50)
             try? sends.receive()
             server.run()

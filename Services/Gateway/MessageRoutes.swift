@@ -141,6 +141,7 @@ struct MessageRoutes {
         // An object of strings, as nearly every template send is, decodes in one pass (without the
         // decoder when written compactly, keys in order); anything else is parsed again to say what
         // is wrong with it.
+        // Nil from both: parsed again below, which names what is wrong.
         if let properties = WrittenJSON.stringMap(body) ?? (try? propertyDecoder.decode([String: String].self, from: body)) { return properties }
         guard let object = JSONValue.parse(body)?.objectValue else {
             throw HubError(.invalidPayload, "a template notification's body must be a JSON object of property names to strings")

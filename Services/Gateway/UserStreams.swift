@@ -49,7 +49,15 @@ final class UserStreams: @unchecked Sendable {
         try context.bus.followHints(
             config.sync.events ?? "tcp://127.0.0.1:7732",
             apply: { [unowned self] message in
-                guard let change = try? HubCodec.decode(UserNotificationsChanged.self, from: message.body).payload else { return }
+                let change: UserNotificationsChanged
+                do {
+                    change = try HubCodec.decode(UserNotificationsChanged.self, from: message.body).payload
+                } catch {
+                    // A change that does not read does not say whose it is: every stream reads again, as after a gap.
+                    context.logger.warning("a user change on the sync stream does not read; every stream reads again", ("error", "\(error)"))
+                    for user in byUser.keys { deliver(user) }
+                    return
+                }
                 if let streams = byUser[change.userId], streams.values.contains(where: { $0.cursor < change.sequence }) {
                     deliver(change.userId)
                 }

@@ -31,6 +31,7 @@ struct WebPages: Sendable {
     static func folder(webRoot: String?, layout: InstallLayout? = InstallLayout.current) -> URL {
         if let webRoot { return URL(fileURLWithPath: webRoot, isDirectory: true) }
         if let layout { return layout.webPages }
+        // Without /proc, the path the process was started by.
         let executable = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe"))
             .map { URL(fileURLWithPath: $0) } ?? URL(fileURLWithPath: CommandLine.arguments[0]).resolvingSymlinksInPath()
         return executable.deletingLastPathComponent()
@@ -42,6 +43,7 @@ struct WebPages: Sendable {
     init(folder: URL, hub: String) {
         self.folder = folder
         var files: [String: File] = [:]
+        // No folder means no pages: asking for one then says where to put them.
         let names = (try? FileManager.default.contentsOfDirectory(atPath: folder.path)) ?? []
         for name in names.sorted() {
             let ext = (name as NSString).pathExtension.lowercased()
