@@ -6,87 +6,6 @@ import Postgres
 import Push
 import Storage
 
-/// What an engine's store keeps in memory for the bookkeeping `DeliveryEngine` shares, between
-/// writes. What a write changes is gathered in its own `WriteScope`, and comes here only once the
-/// write has committed (`settle`): a write that fails leaves nothing to take back but its changes
-/// to the held deliveries, which are journaled.
-final class DeliveryLedger {
-    /// Test sends whose targets' results are still kept; every other notification's acks skip them.
-    var testNotifications: Set<String> = []
-    var fence: LeaseFence?
-    /// Deliveries to agents recorded in the open group of writes and not written yet.
-    var unwritten = UnwrittenDeliveries()
-    /// The one dispatcher's cursor as last read or moved: a notification past it was never recorded.
-    var knownCursor: UInt64?
-    /// Deliveries acknowledged while held, so never written, since the store opened.
-    var acknowledgedUnwritten = 0
-    /// The write under way, if any: a write inside it joins it.
-    var open: WriteScope?
-    let encoder = HubCodec.makeEncoder()
-    let decoder = HubCodec.makeDecoder()
-
-    /// What the write under way has gathered. Only inside a write.
-    var scope: WriteScope {
-        get { open! }
-        _modify { yield &open! }
-    }
-
-    /// Takes in what a write that committed changed.
-    func settle(_ scope: WriteScope) {
-        if let moved = scope.knownCursor { knownCursor = moved }
-        acknowledgedUnwritten += scope.acknowledgedUnwritten
-        unwritten.settle()
-    }
-}
-
-/// What one write gathers as it runs, written as it ends (the cursors' moves, the outcome counts,
-/// the fence's check) and taken in by the ledger once it commits; dropped whole when it fails.
-struct WriteScope {
-    var tally = OutcomeTally()
-    /// The shards the write wrote for, where it is fenced.
-    var touched: Set<Int> = []
-    /// The one dispatcher's cursor as the write has moved it (from the ledger's as it began).
-    var knownCursor: UInt64?
-    /// The shards' cursors as read in this write, and moved by it: a notification past its shard's
-    /// cursor was never recorded for that shard's installations. Read again by each write, since
-    /// other dispatchers move the cursors of their shards.
-    var shardCursors: [Int: UInt64]?
-    /// Where the write moves the one dispatcher's cursor, and the shards' cursors: each moved once,
-    /// as the write ends, however many notifications it recorded.
-    var cursorTo: UInt64?
-    var shardCursorsTo: [Int: UInt64] = [:]
-    /// Deliveries acknowledged while held in this write.
-    var acknowledgedUnwritten = 0
-    /// Where the held deliveries' journal stood as the write began.
-    let mark: Int
-
-    init(mark: Int, knownCursor: UInt64?) {
-        self.mark = mark
-        self.knownCursor = knownCursor
-    }
-}
-
-/// How an engine commits the dispatcher's turns, one value per engine: read by the store's shared
-/// behaviour (`DeliveryEngine`) and by the write path (`WritePath`).
-struct CommitStrategy: Equatable, Sendable {
-    /// Whether the dispatcher keeps its turns in memory until their group is due, and then writes
-    /// them together as one turn (PostgreSQL, where a transaction left open across turns would hold
-    /// locks other dispatchers wait on); else each turn is written at once into the open group of
-    /// writes, which commits when due (SQLite). Either way a delivery acknowledged before its
-    /// group is written is never written.
-    var gathersTurns: Bool
-    /// Agents' deliveries inserted, or acknowledged ones removed, in one statement: 1 where each
-    /// statement runs in process (SQLite); many where each is a round trip to a server.
-    var rowsPerStatement: Int
-
-    var batchesRows: Bool { rowsPerStatement > 1 }
-
-    /// SQLite: a group of writes left open across turns, each turn a savepoint of it.
-    static let openGroup = CommitStrategy(gathersTurns: false, rowsPerStatement: 1)
-    /// PostgreSQL: turns gathered in memory, a group written as one transaction, 2,000 rows a statement.
-    static let gatheredTurns = CommitStrategy(gathersTurns: true, rowsPerStatement: 2_000)
-}
-
 /// One engine: its SQL, its connection, and its way of committing (`writeTurn`, `flush`). The
 /// store's behaviour over them lives in this protocol's extension, alike for both engines.
 protocol DeliveryEngine: DeliveryStore, EngineBacked {
@@ -122,7 +41,7 @@ extension DeliveryEngine {
     static var successText: String { "The Notification was successfully sent to the Push Notification System" }
     static var testResultsKept: Int { 10 }
 
-    private var sql: DeliverySQL { Self.sql }
+    var sql: DeliverySQL { Self.sql }
 
     private var batchesRows: Bool { commits.batchesRows }
     func insertAgentDeliveries(_ rows: ArraySlice<(String, UnwrittenDeliveries.Delivery)>) throws -> Set<String> {
@@ -134,14 +53,14 @@ extension DeliveryEngine {
 
 
     /// Rows, each read as a (key, value) by `entry`, as a dictionary.
-    private func dictionary<Key: Hashable, Item>(
+    func dictionary<Key: Hashable, Item>(
         _ sql: String, _ values: [(any StoreValue)?], _ entry: (Row) throws -> (Key, Item)
     ) throws -> [Key: Item] {
         Dictionary(try query(sql, values).map(entry), uniquingKeysWith: { $1 })
     }
 
     /// A lease row's (shard, epoch).
-    private static func leaseEpoch(_ row: Row) throws -> (Int, UInt64) {
+    static func leaseEpoch(_ row: Row) throws -> (Int, UInt64) {
         (try row.int("shard", of: "leases"), try row.sequence("epoch", of: "leases"))
     }
 
@@ -613,146 +532,6 @@ extension DeliveryEngine {
             }
             ledger.testNotifications = try testNotificationIds()
         }
-    }
-
-    // MARK: Reads
-
-    func testNotificationIds() throws -> Set<String> {
-        Set(try query(sql.testNotifications, []).map { try $0.string("notification_id", of: "test_results") })
-    }
-
-    func testResults(_ notificationId: String) throws -> TestResults? {
-        let table = "test_results"
-        let results = try query(sql.testResults, [notificationId]).map {
-            TestResult(installationId: try $0.string("installation_id", of: table), platform: try $0.string("platform", of: table),
-                       pushChannel: try $0.string("push_channel", of: table), outcome: try $0.optionalString("outcome", of: table),
-                       success: try $0.bool("success", of: table))
-        }
-        guard !results.isEmpty || ledger.testNotifications.contains(notificationId) else { return nil }
-        return TestResults(results: results)
-    }
-
-    func backlog(now: Date, shards: Set<Int>?) throws -> Set<String> {
-        try writeHeld()
-        let rows = if let shards {
-            try query(sql.backlogOfShards, [now.timeIntervalSince1970, sql.shards(shards)])
-        } else {
-            try query(sql.backlog, [now.timeIntervalSince1970])
-        }
-        return Set(try rows.map { try $0.string("installation_id", of: "deliveries") })
-    }
-
-    func unacknowledged(for installationId: String, now: Date, limit: Int) throws -> (deliveries: [AgentDelivery], sentBefore: Set<String>) {
-        try writeHeld()
-        var sentBefore: Set<String> = []
-        let table = "deliveries"
-        let deliveries = try query(sql.pending, [installationId, now.timeIntervalSince1970, limit]).map { row in
-            let id = try row.string("delivery_id", of: table)
-            if try row.bool("sent", of: table) { sentBefore.insert(id) }
-            return AgentDelivery(
-                deliveryId: id, notificationId: try row.string("notification_id", of: table), installationId: installationId,
-                template: try row.optionalString("template", of: table), payload: try row.string("body", of: table),
-                expiresAt: try row.date("expires_at", of: table),
-                rich: try row.optionalData("rich", of: table).map { try ledger.decoder.decode(RichReference.self, from: $0) })
-        }
-        return (deliveries, sentBefore)
-    }
-
-    func pendingPush(now: Date, limit: Int, shards: Set<Int>?) throws -> [PushMessage] {
-        let rows = if let shards {
-            try query(sql.pendingPushOfShards, [now.timeIntervalSince1970, limit, sql.shards(shards)])
-        } else {
-            try query(sql.pendingPush, [now.timeIntervalSince1970, limit])
-        }
-        // A platform this build does not know is left out.
-        let table = "deliveries"
-        return try rows.compactMap { row in
-            guard let platform = Platform(name: try row.string("platform", of: table)) else { return nil }
-            return PushMessage(
-                deliveryId: try row.string("delivery_id", of: table), notificationId: try row.string("notification_id", of: table),
-                installationId: try row.string("installation_id", of: table), platform: platform,
-                pushChannel: try row.string("push_channel", of: table), payload: try row.string("body", of: table),
-                headers: try row.optionalString("headers", of: table).map { try ledger.decoder.decode([String: String].self, from: Data($0.utf8)) }
-                    ?? [:],
-                expiresAt: try row.date("expires_at", of: table))
-        }
-    }
-
-    func totals() throws -> [String: String] {
-        let row = try oneRow(sql.outcomeTotals)
-        var totals = ["pendingDeliveries": String(try oneRow(sql.openDeliveries).int("n", of: "deliveries") + ledger.unwritten.count)]
-        for name in ["notifications", "targets", "delivered", "acknowledged", "expired", "failed"] {
-            totals[name + "Total"] = String(try row.int(name, of: "outcomes"))
-        }
-        totals["acknowledgedUnwrittenTotal"] = String(ledger.acknowledgedUnwritten)
-        return totals
-    }
-
-    func outcome(_ notificationId: String, now: Date) throws -> NotificationOutcome? {
-        guard let row = try one(sql.outcome, [notificationId]) else { return nil }
-        let table = "outcomes"
-        var outcome = NotificationOutcome(
-            notificationId: notificationId, state: try row.string("state", of: table, as: NotificationState.self),
-            enqueuedAt: try row.date("enqueued_at", of: table), startedAt: try row.optionalDate("started_at", of: table),
-            endedAt: try row.optionalDate("ended_at", of: table), targets: try row.int("targets", of: table),
-            delivered: try row.int("delivered", of: table), acknowledged: try row.int("acknowledged", of: table),
-            expired: try row.int("expired", of: table), failed: try row.int("failed", of: table))
-        // A push service that has not answered yet (its delivery waits for a retry): not done.
-        if outcome.state == .completed, try oneRow(sql.waitingPush, [notificationId, now.timeIntervalSince1970]).int("n", of: "deliveries") > 0 {
-            outcome.state = .processing
-            outcome.endedAt = nil
-        }
-        var platforms: [String: [String: Int]] = [:]
-        for row in try query(sql.platformOutcomes, [notificationId]) {
-            let table = "platform_outcomes"
-            platforms[try row.string("platform", of: table), default: [:]][try row.string("outcome", of: table)] = try row.int("count", of: table)
-        }
-        // The other platforms' counts are kept as their push services answer; what the aggregate
-        // counts say beyond them is the Linux agents'.
-        if let linux = platforms[Platform.linux.rawValue] {
-            let elsewhere = platforms.filter { $0.key != Platform.linux.rawValue }.values
-            func sum(_ include: (String) -> Bool) -> Int { elsewhere.reduce(0) { $0 + $1.filter { include($0.key) }.values.reduce(0, +) } }
-            let success = sum { $0 == "Success" }
-            let expired = sum { $0 == "Expired" }
-            let failed = sum { !["Targets", "Success", "Expired"].contains($0) }
-            platforms[Platform.linux.rawValue] = [
-                "Targets": linux["Targets"] ?? 0, "Delivered": max(outcome.delivered - success, 0), "Success": max(outcome.acknowledged - success, 0),
-                "Expired": max(outcome.expired - expired, 0), "Failed": max(outcome.failed - failed, 0),
-            ]
-        }
-        outcome.platforms = platforms.isEmpty ? nil : platforms
-        return outcome
-    }
-
-    // MARK: Leases
-
-    func heartbeat(id: String, endpoint: String, now: Date) throws {
-        try run(sql.heartbeat, [id, endpoint, now.timeIntervalSince1970])
-    }
-
-    func liveDispatchers(now: Date, within: TimeInterval) throws -> Int {
-        try oneRow(sql.liveDispatchers, [now.timeIntervalSince1970 - within]).int("n", of: "dispatchers")
-    }
-
-    func renewLeases(owner: String, until: Date) throws -> [Int: UInt64] {
-        try dictionary(sql.renewLeases, [until.timeIntervalSince1970, owner], Self.leaseEpoch)
-    }
-
-    func claimLeases(owner: String, endpoint: String, count: Int, now: Date, until: Date) throws -> [Int: UInt64] {
-        guard count > 0 else { return [:] }
-        let claimed = try dictionary(
-            sql.claimLeases, [owner, endpoint, until.timeIntervalSince1970, now.timeIntervalSince1970, count], Self.leaseEpoch)
-        // Test sends the shards' last owner recorded: their results are kept here from now on.
-        if !claimed.isEmpty { ledger.testNotifications = try testNotificationIds() }
-        return claimed
-    }
-
-    func releaseLeases(owner: String, shards: Set<Int>) throws {
-        try run(sql.releaseLeases, [owner, sql.shards(shards)])
-    }
-
-    func leaseOwners(now: Date) throws -> [Int: String] {
-        try dictionary(sql.leaseOwners, [now.timeIntervalSince1970]) { (try $0.int("shard", of: "leases"), try $0.string("endpoint", of: "leases")) }
     }
 }
 
