@@ -29,8 +29,8 @@ let serviceDependencies: [Target.Dependency] = ["Auth", "Bus", "HubProtocol", "S
 
 /// Extra modules per executable, beside the shared ones.
 let extraDependencies: [String: [Target.Dependency]] = [
-    "Gateway": ["HTTPServer", "Push"], "Registry": ["Postgres"], "Publish": ["Postgres"], "SyncStore": ["Postgres"],
-    "Dispatch": ["DispatchCore", "Push", "Postgres"], "Agent": ["DBus", "DispatchCore"],
+    "Gateway": ["HTTPServer", "Push"], "Registry": ["Postgres", "StoreEngines"], "Publish": ["Postgres", "StoreEngines"], "Sync": ["Postgres", "StoreEngines"],
+    "Dispatch": ["DispatchCore", "Push", "Postgres", "StoreEngines"], "Agent": ["DBus", "DispatchCore"],
     "Bench": ["CLibZMQ", "CMosquitto", "DispatchCore", "Postgres", "Push", "NHPublish"],
 ]
 
@@ -38,7 +38,7 @@ let executables: [(product: String, directory: String)] = [
     ("nh-registry", "Registry"),
     ("nh-publish", "Publish"),
     ("nh-dispatch", "Dispatch"),
-    ("nh-sync", "SyncStore"),
+    ("nh-sync", "Sync"),
     ("nh-agent", "Agent"),
     ("nh-gateway", "Gateway"),
     ("nhctl", "Ctl"),
@@ -46,7 +46,7 @@ let executables: [(product: String, directory: String)] = [
 
 /// The services and nhctl in one executable that dispatches on the name it is started as: what the
 /// `notification-hub` package installs, with a link per service.
-let multicall = ["Registry", "Publish", "Dispatch", "SyncStore", "Gateway", "Ctl"]
+let multicall = ["Registry", "Publish", "Dispatch", "Sync", "Gateway", "Ctl"]
 
 let package = Package(
     name: "NotificationHub",
@@ -85,6 +85,7 @@ let package = Package(
         module("HubProtocol", exclude: ["README.md"]),
         module("Storage", dependencies: ["CSQLite", "HubProtocol"]),
         module("Postgres", dependencies: ["CLibPQ", "HubProtocol", "Storage"]),
+        module("StoreEngines", dependencies: ["Storage", "Postgres"]),
         module("Tags"),
         module("Templates"),
         module("DispatchCore", dependencies: ["HubProtocol", "Tags", "Templates"]),
@@ -121,8 +122,8 @@ let package = Package(
             tests("DispatchCoreTests", dependencies: ["DispatchCore", "HubProtocol"]),
             tests("RegistryTests", dependencies: ["NHRegistry", "HubProtocol", "Storage", "Postgres", "ServiceKit", "Auth", "Bus", "TestSupport"]),
             tests("PublishTests", dependencies: ["NHPublish", "HubProtocol", "Storage", "Postgres", "ServiceKit", "Auth", "TestSupport"]),
-            tests("SyncStoreTests", dependencies: ["NHSyncStore", "HubProtocol", "Storage", "Postgres", "ServiceKit", "Auth", "TestSupport"]),
-            tests("DispatchTests", dependencies: ["NHDispatch", "DispatchCore", "HubProtocol", "Push", "Storage", "Postgres", "TestSupport"]),
+            tests("SyncTests", dependencies: ["NHSync", "HubProtocol", "Storage", "Postgres", "ServiceKit", "Auth", "TestSupport"]),
+            tests("DispatchTests", dependencies: ["NHDispatch", "DispatchCore", "HubProtocol", "Push", "Storage", "Postgres", "StoreEngines", "TestSupport"]),
             tests("AgentTests", dependencies: ["NHAgent", "HubProtocol", "DBus", "Storage", "ServiceKit"]),
             tests("CtlTests", dependencies: ["NHCtl"]),
             tests("BenchTests", dependencies: ["NHBench"]),

@@ -1,5 +1,6 @@
 import DispatchCore
 import Foundation
+import StoreEngines
 import Synchronization
 import HubProtocol
 import Postgres

@@ -4,6 +4,7 @@ import HubProtocol
 import Postgres
 import Push
 import Storage
+import StoreEngines
 
 /// The dispatcher's store on PostgreSQL, which several dispatchers can share, each serving the
 /// shards it holds leases on. Its tables live in the schema `dispatch`, named in full in every

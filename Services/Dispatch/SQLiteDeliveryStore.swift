@@ -4,6 +4,7 @@ import HubProtocol
 import Postgres
 import Push
 import Storage
+import StoreEngines
 
 /// The dispatcher's store on SQLite, the embedded default. Turns write into a group of writes that
 /// `flush` commits (every 50 ms to 2 s in the dispatcher, `GroupCommitPolicy`); deliveries to

@@ -2,6 +2,7 @@ import Foundation
 import HubProtocol
 import Postgres
 import Storage
+import StoreEngines
 
 /// The publish service's store on PostgreSQL, which several publish processes can share. Its
 /// tables live in the schema `publish`, named in full in every statement, so that a reconnected

@@ -2,6 +2,7 @@ import Foundation
 import HubProtocol
 import Postgres
 import Storage
+import StoreEngines
 
 /// One engine's statements for the publish store's reads, written with numbered parameters (`$1`).
 struct PublishSQL: Sendable {

@@ -2,6 +2,7 @@ import Foundation
 import HubProtocol
 import Postgres
 import Storage
+import StoreEngines
 
 /// The publish service's store on SQLite, the embedded default (`publish.db`; the schema is
 /// `PublishSchema`). The sequence is the row's: SQLite has one writer at a time, so rows commit in

@@ -2,6 +2,7 @@ import Foundation
 import HubProtocol
 import Postgres
 import Storage
+import StoreEngines
 
 /// One engine's statements for the registry, written with numbered parameters (`$1`); `list`
 /// builds its statement from the table names and the byte-order collation.

@@ -2,6 +2,7 @@ import Foundation
 import HubProtocol
 import Postgres
 import Storage
+import StoreEngines
 
 /// The registry's store on PostgreSQL, which several registry processes can share. Its tables
 /// live in the schema `registry`, named in full in every statement, so that a reconnected

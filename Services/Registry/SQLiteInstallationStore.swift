@@ -2,6 +2,7 @@ import Foundation
 import HubProtocol
 import Postgres
 import Storage
+import StoreEngines
 
 /// The registry's store on SQLite, the embedded default: installations, their tags, the
 /// change-stream sequence and the log of recent changes. Every change bumps the sequence and is

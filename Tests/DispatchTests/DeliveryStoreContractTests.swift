@@ -4,6 +4,7 @@ import HubProtocol
 import Postgres
 import Push
 import Storage
+import StoreEngines
 import Synchronization
 import Testing
 

@@ -4,7 +4,7 @@ import NHDispatch
 import NHGateway
 import NHPublish
 import NHRegistry
-import NHSyncStore
+import NHSync
 import ServiceKit
 
 // Every service and nhctl in one executable, for the packages: started as `nh-dispatch` (a link to
@@ -12,7 +12,7 @@ import ServiceKit
 // runtime and Foundation serves them all.
 let entries: [(name: String, main: ([String]) -> Never)] = [
     ("nh-registry", RegistryMain.main), ("nh-publish", PublishMain.main), ("nh-dispatch", DispatchMain.main),
-    ("nh-sync", SyncStoreMain.main), ("nh-gateway", GatewayMain.main), ("nhctl", CtlMain.main),
+    ("nh-sync", SyncMain.main), ("nh-gateway", GatewayMain.main), ("nhctl", CtlMain.main),
 ]
 var arguments = CommandLine.arguments
 let called = URL(fileURLWithPath: arguments.removeFirst()).lastPathComponent

@@ -1,3 +1,3 @@
-import NHSyncStore
+import NHSync
 
-SyncStoreMain.main()
+SyncMain.main()

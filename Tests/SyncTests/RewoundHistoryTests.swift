@@ -4,7 +4,7 @@ import Postgres
 import Storage
 import Testing
 
-@testable import NHSyncStore
+@testable import NHSync
 
 /// The sync store on a server that failed over to a replica that was behind: the changes the
 /// replica had not received are gone, later changes are numbered above every number handed out

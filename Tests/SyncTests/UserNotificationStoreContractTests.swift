@@ -4,7 +4,7 @@ import Storage
 import Synchronization
 import Testing
 
-@testable import NHSyncStore
+@testable import NHSync
 @testable import ServiceKit
 
 /// What every engine of the sync store must do alike.

@@ -5,7 +5,7 @@ import ServiceKit
 import TestSupport
 import Testing
 
-@testable import NHSyncStore
+@testable import NHSync
 
 /// The sync store's request handlers in process, on SQLite, with the hub's own keys: who may do
 /// what, each refusal, and an announcement after each change.

@@ -6,7 +6,7 @@ import ServiceKit
 import Storage
 
 /// `nh-sync`'s entry point, called by its executable and by `nh-services` (Services/Executables).
-public enum SyncStoreMain {
+public enum SyncMain {
     public static func main(_ arguments: [String] = Array(CommandLine.arguments.dropFirst())) -> Never {
         ServiceMain.run(name: "nh-sync", summary: "the sync store: per-user notifications and their read and dismiss state", arguments: arguments) { context in
             let config = context.config

@@ -3,6 +3,7 @@ import HubProtocol
 import Postgres
 import ServiceKit
 import Storage
+import StoreEngines
 
 /// The sync store on PostgreSQL, which several sync processes can share. Its tables live in the
 /// schema `sync`, named in full in every statement, so that a reconnected session needs no

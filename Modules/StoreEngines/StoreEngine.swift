@@ -1,5 +1,6 @@
 import Foundation
 import HubProtocol
+import Postgres
 import Storage
 
 /// A value both engines bind.

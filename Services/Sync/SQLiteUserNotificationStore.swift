@@ -3,6 +3,7 @@ import HubProtocol
 import Postgres
 import ServiceKit
 import Storage
+import StoreEngines
 
 /// The sync store on SQLite, the embedded default. Its writes join the service's commit group:
 /// the requests waiting at once share one transaction and one sync to disk, and the stream is

@@ -3,6 +3,7 @@ import HubProtocol
 import Postgres
 import ServiceKit
 import Storage
+import StoreEngines
 
 /// One engine's statements for the sync store, written with numbered parameters (`$1`).
 struct UserNotificationSQL: Sendable {

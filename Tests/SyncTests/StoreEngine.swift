@@ -3,7 +3,7 @@ import Postgres
 import Storage
 import Testing
 
-@testable import NHSyncStore
+@testable import NHSync
 
 /// The engines the sync store runs on. PostgreSQL takes part when `NH_TEST_POSTGRES` names a
 /// server (`make test` starts a throwaway one); each store gets a database of its own.
