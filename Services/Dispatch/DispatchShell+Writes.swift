@@ -42,8 +42,14 @@ extension DispatchShell {
             switch directive {
             case .write(let turn):
                 write(turn)
-            case .flushGroup:
-                do { try store.flush() } catch { logger.error("dispatch commit failed", ("error", "\(error)")) }
+            case .flushGroup(let pushes):
+                do {
+                    try store.flush()
+                } catch {
+                    logger.error("dispatch commit failed", ("error", "\(error)"), ("pushesPlannedAgain", pushes.count))
+                    continue
+                }
+                submit(pushes)
             case .submit(let messages):
                 submit(messages)
             case .reportFailure(let reason):

@@ -73,8 +73,10 @@ struct WritePath {
         /// Write this turn, as of now, in one transaction (`DeliveryStore.writeTurn`), and report
         /// `.written` or `.writeFailed`.
         case write(DispatchTurn)
-        /// Commit the open group of writes (`DeliveryStore.flush`).
-        case flushGroup
+        /// Commit the open group of writes (`DeliveryStore.flush`); once it stands, hand these to the
+        /// push services. When it fails the group is rolled back whole, their rows with it, and
+        /// their notifications are planned again: they are not handed over.
+        case flushGroup(thenSubmit: [PushMessage])
         /// Hand these to the push services: their deliveries are in the store now.
         case submit([PushMessage])
         /// Log that a write failed, and why.
@@ -139,18 +141,16 @@ struct WritePath {
             return commit(force: true, moment)
         case .groupTimer(let moment):
             if commits.gathersTurns { return commit(force: false, moment) }
-            return flushIfDue(moment)
+            return flushIfDue(moment, thenSubmit: [])
         case .written(let moment):
             guard case .writing(let pending, _) = phase else { return [] }
             phase = .idle
-            var directives: [Directive] = []
             if commits.gathersTurns {
                 groups.committed(at: moment.now)
-            } else {
-                directives += flushIfDue(moment)
+            } else if case let flush = flushIfDue(moment, thenSubmit: pending.pushes), !flush.isEmpty {
+                return flush
             }
-            if !pending.pushes.isEmpty { directives.append(.submit(pending.pushes)) }
-            return directives
+            return pending.pushes.isEmpty ? [] : [.submit(pending.pushes)]
         case .writeFailed(let failure):
             return failed(failure)
         case .leaseBeat:
@@ -158,11 +158,12 @@ struct WritePath {
         case .leasesLost(let shards):
             return [.forgetLeases(shards), .readLeases(force: true)]
         case .leasesRead(let change, let held, let planned):
-            var directives = change.map { serve($0, planned: planned) } ?? []
+            let (directives, gained) = change.map { serve($0, planned: planned) } ?? ([], [])
             if case .refencing(var pending) = phase {
-                pending.keep(shards: held)
+                // A shard taken again at a new epoch starts from the store: its work is dropped too.
+                pending.keep(shards: held.subtracting(gained))
                 phase = .writing(pending, fenced: true)
-                directives.append(.write(pending))
+                return directives + [.write(pending)]
             }
             return directives
         case .storeRenewed(let moment):
@@ -194,10 +195,10 @@ struct WritePath {
         return [.write(pending)]
     }
 
-    private mutating func flushIfDue(_ moment: Moment) -> [Directive] {
+    private mutating func flushIfDue(_ moment: Moment, thenSubmit pushes: [PushMessage]) -> [Directive] {
         guard groups.due(at: moment.now, held: moment.held, awaited: moment.awaited) else { return [] }
         groups.committed(at: moment.now)
-        return [.flushGroup]
+        return [.flushGroup(thenSubmit: pushes)]
     }
 
     private mutating func failed(_ failure: Failure) -> [Directive] {
@@ -234,7 +235,8 @@ struct WritePath {
     /// the core's cursor where it is ahead of the store's (turns gathered in memory, not written
     /// yet); work gathered for a shard taken at a new epoch is dropped, as a fenced write drops it,
     /// since the shard starts again from the store's cursor.
-    private mutating func serve(_ read: ShardLeaseKeeper.Change, planned: [Int: UInt64]?) -> [Directive] {
+    /// Also returns the shards gained (taken, taken again at a new epoch, or reloaded).
+    private mutating func serve(_ read: ShardLeaseKeeper.Change, planned: [Int: UInt64]?) -> ([Directive], Set<Int>) {
         var change = read
         if reloading {
             reloading = false
@@ -246,7 +248,7 @@ struct WritePath {
             change.map.cursors = ShardMap.keeping(planned, over: change.map.cursors, except: change.gained)
             if !change.gained.isEmpty, !turn.isEmpty { turn.keep(shards: change.map.owned.subtracting(change.gained)) }
         }
-        guard !change.gained.isEmpty else { return [.serve(change.map)] }
-        return [.serve(change.map), .loadBacklog(change.gained), .pull]
+        guard !change.gained.isEmpty else { return ([.serve(change.map)], []) }
+        return ([.serve(change.map), .loadBacklog(change.gained), .pull], change.gained)
     }
 }

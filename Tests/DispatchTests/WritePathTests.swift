@@ -60,6 +60,17 @@ struct WritePathTests {
         #expect(path.on(.leaseBeat).names == [], "one dispatcher reads no leases")
     }
 
+    @Test("SQLite: a turn's pushes go once its group has committed, when it commits with them, so a group rolled back hands nothing over")
+    func pushesAfterTheGroup() {
+        var path = WritePath(commits: .openGroup, shared: false, now: Self.t0)
+        path.turn = Self.turn(pushes: true)
+        _ = path.on(.commit(force: false, Self.at(10)))
+        #expect(path.on(.written(Self.at(10))).names == ["submit(2)"], "the group stays open: handed over at once")
+        path.turn = Self.turn(pushes: true)
+        _ = path.on(.commit(force: false, Self.at(60)))
+        #expect(path.on(.written(Self.at(60))).names == ["flushGroup(then submit 2)"])
+    }
+
     @Test("PostgreSQL: turns are gathered until their group is due, or something reads the store; pushes go once written")
     func gatheredTurns() {
         var path = WritePath(commits: .gatheredTurns, shared: true, now: Self.t0)
@@ -96,6 +107,19 @@ struct WritePathTests {
         #expect(kept.sent.map(\.installationId) == [Self.b] && kept.acks.map(\.0) == [Self.b])
         #expect(path.on(.written(Self.at(3))).names == ["submit(1)"])
         #expect(!path.isWriting && !path.rewinding)
+    }
+
+    @Test("a fenced write drops the work of a shard taken again at a new epoch meanwhile: it starts from the store")
+    func retakenWhileFenced() {
+        var path = WritePath(commits: .gatheredTurns, shared: true, now: Self.t0)
+        path.turn = Self.turn()
+        _ = path.on(.commit(force: true, Self.at(1)))
+        _ = path.on(.writeFailed(.leaseLost([3])))
+        let directives = path.on(.leasesRead(
+            Self.change(owned: [3, 5], cursors: [3: 0, 5: 1], gained: [3]), held: [3, 5], planned: [3: 1, 5: 1]))
+        #expect(directives.names == ["serve([3, 5])", "loadBacklog([3])", "pull", "write(records:1,sent:1,acks:1)"])
+        guard case .write(let kept) = directives.last else { return }
+        #expect(kept.acks.map(\.0) == [Self.b])
     }
 
     @Test("a fenced write fenced again fails: what is written the same however often is kept, the records are planned again")
@@ -199,7 +223,7 @@ extension WritePath.Directive {
             let parts = ["records:\(turn.records.count)", "sent:\(turn.sent.count)", "acks:\(turn.acks.count)"]
                 + (turn.pushes.isEmpty ? [] : ["pushes:\(turn.pushes.count)"])
             return "write(\(parts.joined(separator: ",")))"
-        case .flushGroup: return "flushGroup"
+        case .flushGroup(let pushes): return pushes.isEmpty ? "flushGroup" : "flushGroup(then submit \(pushes.count))"
         case .submit(let messages): return "submit(\(messages.count))"
         case .reportFailure: return "reportFailure"
         case .forgetLeases(let shards): return "forgetLeases(\(shards.sorted()))"
