@@ -109,7 +109,7 @@ final class GatewayRouter: @unchecked Sendable {
     }
 
     /// The hub's own resources, which take api-version but do not need it.
-    static let ownResources: Set<String> = ["users", "health", "expressions", "pns"]
+    static let ownResources: Set<String> = ["users", "health", "signatures", "expressions", "pns"]
 
     /// The page, metrics or push endpoint a request asks for, or the hub's route that answers it,
     /// once the hub and api-version are checked.

@@ -261,6 +261,18 @@ struct GatewayRoutesTests {
         #expect(ids.first == "dev-1" && ids.count == 2 && ids[1].hasPrefix("unregistered-"))
     }
 
+    @Test("the hub's own resources the README lists take no api-version", arguments: [
+        ("GET", "/hub/health"), ("POST", "/hub/signatures"), ("GET", "/hub/expressions/check"), ("GET", "/hub/pns"),
+        ("PUT", "/hub/pns/apple"), ("DELETE", "/hub/pns/apple"), ("GET", "/hub/pns/browser/key"), ("GET", "/hub/users/me/notifications"),
+    ])
+    func ownResourcesNeedNoVersion(method: String, path: String) throws {
+        let gateway = try Gateway()
+        let answer = gateway.request(method, path, query: [:])
+        #expect(!answer.text.contains("api-version"), "\(method) \(path): \(answer.status) \(answer.text)")
+        // Azure's own resources still need it.
+        #expect(gateway.request("GET", "/hub/messages", query: [:]).text.contains("api-version is required"))
+    }
+
     @Test("user endpoints need no api-version, and their JSON bodies are decoded strictly")
     func users() throws {
         let gateway = try Gateway()
