@@ -154,6 +154,19 @@ enum Ctl {
         lines.allSatisfy { $0.status == "ok" || ($0.service == "nh-agent" && $0.status == absentAgent && !requireAgent) } ? 0 : 1
     }
 
+    /// The lines as a table whose columns are as wide as their widest value: an endpoint is never
+    /// cut (an agent's `ipc://` path runs long), and the columns still line up.
+    static func healthTable(_ lines: [HealthLine]) -> [String] {
+        let rows = lines.map { line in
+            [line.service, line.status, line.endpoint,
+             line.pid.map { "pid \($0), up \(String(format: "%.1f", line.uptimeSeconds ?? 0))s" } ?? (line.error ?? "")]
+        }
+        let widths = (0..<3).map { column in rows.map { $0[column].count }.max() ?? 0 }
+        return rows.map { row in
+            (0..<3).map { row[$0].padding(toLength: widths[$0], withPad: " ", startingAt: 0) }.joined(separator: " ") + " " + row[3]
+        }
+    }
+
     static func health(
         _ config: HubConfig, bus: BusSecurity?, timeout: Int, json: Bool, requireAgent: Bool, environment: [String: String]
     ) -> Int32 {
@@ -202,13 +215,7 @@ enum Ctl {
                 print(String(decoding: (try? encoder.encode(line)) ?? Data(), as: UTF8.self))
             }
         } else {
-            for line in lines {
-                let detail = line.pid.map { "pid \($0), up \(String(format: "%.1f", line.uptimeSeconds ?? 0))s" } ?? (line.error ?? "")
-                print(
-                    line.service.padding(toLength: 12, withPad: " ", startingAt: 0) + " "
-                        + line.status.padding(toLength: 5, withPad: " ", startingAt: 0) + " "
-                        + line.endpoint.padding(toLength: 24, withPad: " ", startingAt: 0) + " " + detail)
-            }
+            for row in healthTable(lines) { print(row) }
             if let store { print(storeLine(store)) }
         }
         return healthExitCode(lines, requireAgent: requireAgent)

@@ -13,6 +13,20 @@ struct CtlTests {
 
     static let services = ["nh-registry", "nh-sync", "nh-dispatch", "nh-publish", "nh-gateway"].map { line($0, "ok") }
 
+    @Test("health lines keep every endpoint whole, however long, in columns that line up")
+    func healthTable() {
+        let long = "ipc:///tmp/nh-agent-1000/data/agent/control.sock"
+        var agent = Ctl.HealthLine(service: "nh-agent", endpoint: long, status: Ctl.absentAgent)
+        agent.error = "no local agent answers"
+        var publish = Ctl.HealthLine(service: "nh-publish", endpoint: "tcp://127.0.0.1:7710", status: "ok")
+        publish.pid = 42
+        publish.uptimeSeconds = 3
+        let rows = Ctl.healthTable([publish, agent])
+        #expect(rows[1].contains(long + " no local agent answers"))
+        #expect(rows[0].hasPrefix("nh-publish ok   tcp://127.0.0.1:7710") && rows[0].hasSuffix(" pid 42, up 3.0s"))
+        #expect(rows[0].range(of: "pid")?.lowerBound.utf16Offset(in: rows[0]) == rows[1].range(of: "no local")?.lowerBound.utf16Offset(in: rows[1]))
+    }
+
     @Test("an absent local agent fails the health check only when asked for")
     func absentAgent() {
         let absent = Self.services + [Self.line("nh-agent", Ctl.absentAgent)]
