@@ -7,12 +7,13 @@ README's)."""
 import json
 import os
 import subprocess
+import time
 
 import pytest
 import requests
 
 import browser as browser_support  # noqa: E402  (Tests/Support, on the path conftest sets)
-from conftest import BIN, ROOT, answers, json_lines, running_hub, wait_until
+from conftest import BIN, ROOT, Hub, answers, json_lines, running_hub, wait_until
 
 selenium = pytest.importorskip("selenium", reason="selenium comes from PyPI; make deps installs it")
 from selenium.webdriver.common.by import By  # noqa: E402
@@ -295,6 +296,33 @@ def test_inbox_syncs_live_with_the_agent_and_resumes(web_hub, agent, browser):
     post_user_notification(hub, "erin", "order-5", "Rate your delivery", "Tell us how it went")
     assert until(lambda: text(driver, "unread") == "1", timeout=10)
     screenshot(driver, "inbox.png")
+
+
+def test_inbox_renews_a_short_lived_token_at_half_its_life(browser):
+    """With userTokenLifetime at 30 s, the page asks for a new token once half of it is gone, not
+    every few seconds."""
+    hub = Hub(prefix="nh-web-short-", settings={"NH_USER_TOKEN_LIFETIME": "30"})
+    try:
+        for name in Hub.SERVICES:
+            hub.start(name)
+        assert wait_until(lambda: answers(hub))
+        driver = browser
+        driver.get(f"{hub.base}/inbox")
+        driver.execute_script("""
+            window.tokenTrades = 0;
+            const original = window.fetch;
+            window.fetch = (url, options) => {
+                if (String(url).includes("users/tokens")) window.tokenTrades += 1;
+                return original(url, options);
+            };""")
+        type_into(driver, "credential", credential(hub, "zoe"))
+        driver.find_element(By.ID, "signin-button").click()
+        assert until(lambda: text(driver, "who") == "signed in as zoe", timeout=10)
+        time.sleep(12)
+        assert driver.execute_script("return window.tokenTrades") == 1
+        assert until(lambda: driver.execute_script("return window.tokenTrades") == 2, timeout=15)
+    finally:
+        hub.stop_all()
 
 
 def test_console_over_plain_http_from_another_machine_signs_in_through_the_gateway(web_hub, remote_browser):

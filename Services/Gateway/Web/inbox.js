@@ -15,10 +15,11 @@
     const issued = await response.json();
     token = issued.token;
     $("who").textContent = `signed in as ${issued.userId}`;
-    // Renewed a minute before it expires (or at half its life when that is shorter).
+    // Renewed at half its life: well before it runs out, and a short-lived token (userTokenLifetime)
+    // is not asked for again every few seconds.
     const left = new Date(issued.expiresAt).getTime() - Date.now();
     clearTimeout(renewTimer);
-    renewTimer = setTimeout(() => trade().catch(() => {}), Math.max(Math.min(left - 60000, left / 2), 5000));
+    renewTimer = setTimeout(() => trade().catch(() => {}), Math.max(left / 2, 1000));
     return issued;
   }
 
