@@ -2,7 +2,7 @@
 # `make run` and `make test` work on a fresh Debian machine: they install what is missing first.
 
 SWIFT        ?= swift
-DATA_DIR     ?= $(CURDIR)/data
+DATA_DIR     ?= $(or $(NH_DATA_DIR),$(CURDIR)/data)
 APT_PACKAGES := libzmq3-dev libsqlite3-dev libssl-dev libcurl4-openssl-dev libmicrohttpd-dev libmosquitto-dev libpq-dev pkg-config openssl curl mosquitto mosquitto-clients postgresql \
                 chromium chromium-driver \
                 libsystemd-dev xvfb dunst libnotify-bin \

@@ -11,7 +11,18 @@ enum CtlSend {
         if let text = parsed[option: "connection-string"] ?? environment["NH_CONNECTION_STRING"] {
             return try ConnectionString(parsing: text)
         }
-        let keys = try KeyStore.loadOrCreate(directory: URL(fileURLWithPath: config.dataDir, isDirectory: true))
+        // A client never writes a key file: the services make the keys, in their data folder.
+        let folder = URL(fileURLWithPath: config.dataDir, isDirectory: true)
+        let file = folder.appendingPathComponent(KeyStore.fileName).path
+        guard let keys = try KeyStore.load(directory: folder) else {
+            if FileManager.default.fileExists(atPath: file) {
+                throw HubError(.unauthorized, "cannot read \(file): run nhctl as a user who may read the hub's keys, or pass --connection-string")
+            }
+            throw HubError(.unauthorized, """
+                no hub keys in \(config.dataDir): nhctl signs with the keys the services keep in their data folder; \
+                set NH_DATA_DIR to that folder (make run keeps it in ./data), or pass --connection-string (nhctl keys prints them where the hub runs)
+                """)
+        }
         guard let key = keys.key(named: AccessKey.defaultFullName) else {
             throw HubError(.unauthorized, "no \(AccessKey.defaultFullName) in \(config.dataDir)/keys.json; pass --connection-string")
         }

@@ -42,3 +42,18 @@ def test_the_hosts_agree():
     assert files["host-c.json"]["dispatch"]["peers"] == files["host-b.json"]["dispatch"]["requests"]
     for f in files.values():
         assert f["registry"] == files["host-a.json"]["registry"] and f["sync"] == files["host-a.json"]["sync"]
+
+
+def test_make_run_keeps_its_data_where_nh_data_dir_says():
+    """`make run` uses an exported NH_DATA_DIR, as nhctl in another terminal then does; DATA_DIR=
+    still wins, and without either it is ./data."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+    def planned(**env):
+        result = subprocess.run(["make", "-n", "-C", root, "run"], env={"PATH": os.environ["PATH"], **env},
+                                capture_output=True, text=True, timeout=60)
+        return next(line for line in result.stdout.splitlines() if "run-local.sh" in line)
+
+    assert 'NH_DATA_DIR="/srv/hub-data"' in planned(NH_DATA_DIR="/srv/hub-data")
+    assert 'NH_DATA_DIR="/srv/other"' in planned(NH_DATA_DIR="/srv/hub-data", DATA_DIR="/srv/other")
+    assert f'NH_DATA_DIR="{root}/data"' in planned()

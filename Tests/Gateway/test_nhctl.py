@@ -133,6 +133,18 @@ def test_health_reports_an_absent_agent_and_fails_on_it_only_when_asked(hub, age
     assert re.search(r"^nh-agent\s+ok\b", text, re.M), text
 
 
+def test_a_data_folder_without_keys_says_what_to_set_and_writes_nothing(tmp_path):
+    """nhctl run where no hub keeps its data (another terminal, NH_DATA_DIR unset) names the
+    setting to fix, and leaves the folder as it was."""
+    folder = tmp_path / "elsewhere"
+    folder.mkdir()
+    result = subprocess.run([os.path.join(BIN, "nhctl"), "health"], env={"PATH": os.environ["PATH"], "NH_DATA_DIR": str(folder)},
+                            capture_output=True, text=True, timeout=30)
+    assert result.returncode != 0
+    assert "NH_DATA_DIR" in result.stderr and "--connection-string" in result.stderr and "cannot write" not in result.stderr, result.stderr
+    assert list(folder.iterdir()) == []
+
+
 def test_errors_and_help(hub):
     bad = nhctl(hub, "send", "--tag", "World &&", "messageParam=x")
     assert bad.returncode == 1 and "invalid_expression" in bad.stderr
