@@ -31,7 +31,8 @@ public final class RequestServer {
     public private(set) var endpoints: [String] = []
 
     public struct Options: Sendable {
-        /// Inbound messages larger than this disconnect the peer. -1: no limit.
+        /// Inbound messages larger than this disconnect the peer. -1: no limit. It is the size a
+        /// client sends: on a CURVE socket the frame's encryption is allowed for.
         public var maxMessageSize: Int = -1
         /// When set, the socket is a CURVE server with these keys.
         public var curve: CurveKeyPair? = nil
@@ -52,7 +53,9 @@ public final class RequestServer {
         try socket.setLinger(0)
         try socket.setSendHighWaterMark(options.sendHighWaterMark)
         try socket.setReceiveHighWaterMark(options.receiveHighWaterMark)
-        if options.maxMessageSize >= 0 { try socket.setMaxMessageSize(options.maxMessageSize) }
+        if options.maxMessageSize >= 0 {
+            try socket.setMaxMessageSize(options.maxMessageSize + (options.curve == nil ? 0 : ZMQSocket.curveFrameOverhead))
+        }
         if let keys = options.curve { try socket.makeCurveServer(keys) }
         if options.ownerOnly { try socket.setIPCFilterUser(getuid()) }
         for endpoint in endpoints {

@@ -30,6 +30,10 @@ extension ZMQSocket {
         try setOption(ZMQ_ROUTING_ID, name: "ZMQ_ROUTING_ID", [UInt8](id))
     }
 
+    /// What CURVE adds to each frame on the wire (the MESSAGE command's name, its nonce, a flags
+    /// byte and the box's MAC), which libzmq counts against `ZMQ_MAXMSGSIZE` before decrypting.
+    public static let curveFrameOverhead = 33
+
     /// The largest inbound message accepted; a peer sending more is disconnected. -1 is no limit.
     public func setMaxMessageSize(_ bytes: Int) throws(ZMQError) {
         try setOption(ZMQ_MAXMSGSIZE, name: "ZMQ_MAXMSGSIZE", Int64(bytes))

@@ -62,7 +62,7 @@ extension ZMQSocket {
         try socket.setRouterMandatory(true)
         try socket.setSendHighWaterMark(4_096)
         try socket.setReceiveHighWaterMark(100_000)
-        try socket.setMaxMessageSize(config.maxMessageBytes + 4_096)
+        try socket.setMaxMessageSize(config.maxMessageBytes + 4_096 + ZMQSocket.curveFrameOverhead)
         try socket.setHandshakeInterval(0)
         try socket.setTCPKeepalive(idle: 60, interval: 10, count: 3)
         try socket.setBacklog(65_535)

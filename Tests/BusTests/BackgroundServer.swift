@@ -17,7 +17,7 @@ final class BackgroundServer: Sendable {
 
     /// - Parameter reply: the reply body for a request body and its 1-based arrival number; nil sends none.
     init(
-        bind: String, context: ZMQContext = .shared, curve: CurveKeyPair? = nil,
+        bind: String, context: ZMQContext = .shared, curve: CurveKeyPair? = nil, maxMessageSize: Int = -1,
         reply: @escaping @Sendable ([Data], Int) -> [Data]?
     ) throws {
         let ready = DispatchSemaphore(value: 0)
@@ -27,7 +27,7 @@ final class BackgroundServer: Sendable {
         let thread = Thread {
             let server: RequestServer
             do {
-                server = try RequestServer(context: context, bind: [bind], options: .init(curve: curve))
+                server = try RequestServer(context: context, bind: [bind], options: .init(maxMessageSize: maxMessageSize, curve: curve))
             } catch {
                 bound.withLock { $0 = .failure(error as! ZMQError) }
                 ready.signal()

@@ -40,4 +40,18 @@ struct CurveTests {
         #expect(throws: BusError.self) { try plain.request([Data("secret".utf8)]) }
         #expect(server.handled == 1)
     }
+
+    @Test("a CURVE server's size limit is what a client may send: a frame of exactly the limit is read, one byte more is not")
+    func limitIsThePlaintext() throws {
+        let serverKeys = try CurveKeyPair.generate()
+        let server = try BackgroundServer(bind: "tcp://127.0.0.1:*", curve: serverKeys, maxMessageSize: 1_000) { body, _ in [Data("ok".utf8)] }
+        defer { server.stop() }
+        func client(_ timeout: Int) throws -> RequestClient {
+            try RequestClient(
+                connect: server.endpoint, policy: RetryPolicy(timeout: timeout, attempts: 1),
+                curve: (keys: try CurveKeyPair.generate(), serverPublicKey: serverKeys.publicKey))
+        }
+        #expect(try client(5_000).request([Data(count: 1_000)]) == [Data("ok".utf8)])
+        #expect(throws: BusError.self) { try client(500).request([Data(count: 1_001)]) }
+    }
 }
