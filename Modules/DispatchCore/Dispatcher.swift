@@ -11,6 +11,9 @@ import HubProtocol
 /// resumes.
 public struct Dispatcher {
     public private(set) var index = InstallationIndex()
+    /// Whether the registry's snapshot has been read: before it, the index cannot say whether an
+    /// installation is registered.
+    public private(set) var registryRead = false
     public private(set) var settings: DispatcherSettings
     public private(set) var counters = DispatcherCounters()
     private var resolver = TargetResolver()
@@ -44,6 +47,7 @@ public struct Dispatcher {
             backlog.formUnion(installations)
         case .snapshot(let snapshot):
             index.replace(with: snapshot)
+            registryRead = true
             for route in sessions.keys.sorted(by: { $0.lexicographicallyPrecedes($1) }) { checkBinding(route, &actions) }
         case .installationChanged(let change):
             index.apply(change)
@@ -116,6 +120,11 @@ public struct Dispatcher {
         }
         guard let peerKey else {
             refuse(route, .unauthorized, "the agent channel needs a CURVE connection whose key is known to the dispatcher", &actions)
+            return
+        }
+        guard registryRead else {
+            // Not knowing yet is not "not registered": the agent says hello again shortly.
+            refuse(route, .unavailable, "the dispatcher is still reading the registry; say hello again shortly", &actions)
             return
         }
         guard let installation = index.installation(installationId) else {

@@ -60,6 +60,9 @@ public enum DispatchMain {
                 try dispatch.readRegistry()
                 dispatch.commit()
             }
+            // The snapshot first, so that agents are told the truth about their installations from
+            // the start; a registry not up yet is asked again as its stream comes.
+            do { try dispatch.readRegistry() } catch { context.logger.warning("registry snapshot not read yet", ("error", "\(error)")) }
             if !dispatch.shared {
                 dispatch.handle(.backlog(try store.backlog(now: Date())))
                 try dispatch.resumePush()

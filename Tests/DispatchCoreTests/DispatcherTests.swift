@@ -70,6 +70,18 @@ struct DispatcherTests {
         actions.compactMap { if case .reply(_, .error(let error)) = $0 { return error.code } else { return nil } }
     }
 
+    @Test("before the registry's snapshot a hello is told to come again, never that its installation is not registered")
+    func helloBeforeTheRegistry() {
+        var dispatcher = Dispatcher(settings: DispatcherSettings())
+        let early = dispatcher.on(.hello(route: Self.routeA, peerKey: Self.keyA, installationId: "a"), now: Self.t0)
+        #expect(Self.refusal(early.first) == .unavailable)
+        #expect(dispatcher.sessionCount == 0)
+        _ = dispatcher.on(.snapshot(RegistrySnapshot(sequence: 1, installations: [Self.installation("a", key: Self.keyA)])), now: Self.t0)
+        let welcomed = dispatcher.on(.hello(route: Self.routeA, peerKey: Self.keyA, installationId: "a"), now: Self.t0)
+        #expect(welcomed.contains(.reply(Self.routeA, .welcome(AgentWelcome(installationId: "a", pending: 0)))))
+        #expect(Self.refusal(dispatcher.on(.hello(route: Self.routeB, peerKey: Self.keyB, installationId: "b"), now: Self.t0).first) == .notFound)
+    }
+
     @Test("a hello with the bound key is welcomed; a planned delivery is recorded, then sent to that session only")
     func helloAndDeliver() {
         var dispatcher = Self.dispatcher([Self.installation("a", key: Self.keyA), Self.installation("b", key: Self.keyB, tags: ["Sports"])])
