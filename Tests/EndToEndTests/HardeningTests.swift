@@ -55,7 +55,7 @@ struct HardeningTests {
 
         // Fill the file system to the last byte.
         let filler = mount.appendingPathComponent("filler")
-        FileManager.default.createFile(atPath: filler.path, contents: nil)
+        _ = FileManager.default.createFile(atPath: filler.path, contents: nil)
         let handle = try FileHandle(forWritingTo: filler)
         let chunk = Data(repeating: 0x5a, count: 1 << 16)
         var filled = 0
