@@ -65,6 +65,13 @@ struct PushEndpointRoutes {
         guard !request.body.isEmpty else {
             throw PushRefusal(400, ErrorCode.invalidPayload.rawValue, "a push message carries 1 to \(Self.pushMessageBytes) bytes, encrypted for the app (RFC 8291); this one is empty")
         }
+        // The older draft's aesgcm keeps its salt and key in the Encryption and Crypto-Key headers,
+        // which the app's D-Bus Message does not carry: the app could not read what it got.
+        if let encoding = request.header("content-encoding"), encoding.trimmingCharacters(in: .whitespaces).lowercased() == "aesgcm" {
+            throw PushRefusal(
+                415, ErrorCode.invalidArgument.rawValue,
+                "Content-Encoding aesgcm keeps its keys in HTTP headers the app is never given; encrypt with aes128gcm (RFC 8291), as current Web Push libraries do")
+        }
         let timeToLive = try Self.timeToLive(request.header("ttl"), default: services.context.config.defaultTimeToLive)
         var urgency: PushUrgency?
         if let text = request.header("urgency") {

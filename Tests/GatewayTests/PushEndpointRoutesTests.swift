@@ -80,6 +80,8 @@ struct PushEndpointRoutesTests {
         #expect(big.status == 413 && error(big)["error"] as? String == "payload_too_large")
         #expect(post("/up/dev-1/\(Self.secret)", Data(count: 10), tooLarge: true).status == 413)
         #expect(post("/up/dev-1/\(Self.secret)", Data()).status == 400)
+        let draft = post("/up/dev-1/\(Self.secret)", headers: ["ttl": "60", "content-encoding": "aesgcm"])
+        #expect(draft.status == 415 && (error(draft)["message"] as? String)?.contains("aes128gcm") == true)
         for (headers, what) in [(["ttl": "-1"], "TTL"), (["urgency": "now"], "Urgency"), (["topic": "has space"], "Topic"),
                                 (["topic": String(repeating: "a", count: 33)], "Topic")] {
             let refused = post("/up/dev-1/\(Self.secret)", headers: headers)

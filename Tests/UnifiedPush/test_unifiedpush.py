@@ -203,6 +203,9 @@ def test_refusals(setup):
     assert requests.post(endpoint, data=b"x" * 4096, headers={"TTL": "60"}, timeout=10).status_code == 401
     too_big = requests.post(endpoint, data=b"x" * 4097, headers={"TTL": "60"}, timeout=10)
     assert too_big.status_code == 413 and too_big.json()["error"] == "payload_too_large"
+    # The older draft's aesgcm: its keys would travel in headers the app never gets.
+    draft = requests.post(endpoint, data=b"x" * 64, headers={"TTL": "60", "Content-Encoding": "aesgcm"}, timeout=10)
+    assert draft.status_code == 415 and "aes128gcm" in draft.json()["message"], draft.text
     # VAPID: none, and another server's key.
     unsigned = app.keys.push(endpoint, b"hello", vapid=False)
     assert unsigned.status_code == 401, unsigned.text
