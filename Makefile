@@ -21,6 +21,7 @@ DATADIR      ?= $(PREFIX)/share
 SYSCONFDIR   ?= $(if $(filter /usr /usr/local,$(PREFIX)),/etc,$(if $(filter %/usr,$(PREFIX)),$(PREFIX:%/usr=%/etc),$(PREFIX)/etc))
 UNITDIR      ?= $(PREFIX)/lib/systemd/system
 USERUNITDIR  ?= $(PREFIX)/lib/systemd/user
+DBUSSERVICEDIR ?= $(PREFIX)/share/dbus-1/services
 SYSUSERSDIR  ?= $(PREFIX)/lib/sysusers.d
 TMPFILESDIR  ?= $(PREFIX)/lib/tmpfiles.d
 COMPLETIONSDIR ?= $(DATADIR)/bash-completion/completions
@@ -109,13 +110,14 @@ install-services: $(INSTALL_NEEDS)
 	$(MAKE) --no-print-directory manual-pages BIN="$(DESTDIR)$(BINDIR)" NAMES="nh-services $(SERVICE_LINKS)"
 
 install-agent: $(INSTALL_NEEDS)
-	install -d "$(DESTDIR)$(BINDIR)" "$(DESTDIR)$(UNITDIR)" "$(DESTDIR)$(USERUNITDIR)" "$(DESTDIR)$(SYSCONFDIR)/nh" "$(DESTDIR)$(COMPLETIONSDIR)"
+	install -d "$(DESTDIR)$(BINDIR)" "$(DESTDIR)$(UNITDIR)" "$(DESTDIR)$(USERUNITDIR)" "$(DESTDIR)$(DBUSSERVICEDIR)" "$(DESTDIR)$(SYSCONFDIR)/nh" "$(DESTDIR)$(COMPLETIONSDIR)"
 	install -m 0755 "$(STATIC_BIN)/nh-agent" "$(DESTDIR)$(BINDIR)/nh-agent"
 	strip --strip-unneeded --remove-section=.comment --remove-section=.note "$(DESTDIR)$(BINDIR)/nh-agent"
 	patchelf --remove-rpath "$(DESTDIR)$(BINDIR)/nh-agent"
 	sed -e 's|/usr/bin/|$(BINDIR)/|g' -e 's|/etc/nh/|$(SYSCONFDIR)/nh/|g' deploy/systemd/nh-agent.service > "$(DESTDIR)$(UNITDIR)/nh-agent.service"
 	sed -e 's|/usr/bin/|$(BINDIR)/|g' -e 's|/etc/nh/|$(SYSCONFDIR)/nh/|g' deploy/systemd/user/nh-agent.service > "$(DESTDIR)$(USERUNITDIR)/nh-agent.service"
-	chmod 0644 "$(DESTDIR)$(UNITDIR)/nh-agent.service" "$(DESTDIR)$(USERUNITDIR)/nh-agent.service"
+	sed -e 's|/usr/bin/|$(BINDIR)/|g' deploy/dbus/org.unifiedpush.Distributor.nh.service > "$(DESTDIR)$(DBUSSERVICEDIR)/org.unifiedpush.Distributor.nh.service"
+	chmod 0644 "$(DESTDIR)$(UNITDIR)/nh-agent.service" "$(DESTDIR)$(USERUNITDIR)/nh-agent.service" "$(DESTDIR)$(DBUSSERVICEDIR)/org.unifiedpush.Distributor.nh.service"
 	[ -e "$(DESTDIR)$(SYSCONFDIR)/nh/agent.json" ] || install -m 0644 deploy/install/agent.json "$(DESTDIR)$(SYSCONFDIR)/nh/agent.json"
 	install -m 0644 deploy/completions/nh-agent.bash "$(DESTDIR)$(COMPLETIONSDIR)/nh-agent"
 	$(MAKE) --no-print-directory manual-pages BIN="$(DESTDIR)$(BINDIR)" NAMES="nh-agent"

@@ -9,6 +9,8 @@ its own keys (http_ece) and compared byte for byte.
 - refusals: unknown and unregistered endpoints 410, oversize 413, no or the wrong VAPID key
   401/403, bad TTL, Urgency and Topic 400;
 - the agent offline, then back: each message once, and of two with one Topic only the newer;
+- the agent not running: a registration starts it through the bus, from the distributor's service
+  file (deploy/dbus);
 - an app not running: started by D-Bus activation; an app that cannot be started: kept, and given
   on its next Register;
 - 1,000 messages to one app: each once, in order;
@@ -19,6 +21,8 @@ Skipped, with the reason, only where dbus-daemon, jeepney, pywebpush or http_ece
 import base64
 import json
 import os
+import shlex
+import signal
 import subprocess
 import sys
 import time
@@ -30,7 +34,7 @@ import requests
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "Support"))
 
 import unifiedpush  # noqa: E402
-from hubharness import BIN, Hub, free_port, wait_until  # noqa: E402
+from hubharness import BIN, ROOT, Hub, free_port, wait_until  # noqa: E402
 
 pytestmark = pytest.mark.skipif(bool(unifiedpush.missing()), reason=f"cannot run UnifiedPush here: missing {', '.join(unifiedpush.missing())}")
 
@@ -257,6 +261,47 @@ def test_urgency_follows_the_power_supply(setup):
     # Back on mains power: what was kept goes, in the order it came.
     app.wait_for("Message", count=5)
     assert [app.keys.decrypt(m) for m in app.messages()][3:] == [b"advert", b"later"]
+
+
+def test_a_registration_starts_the_agent_through_the_bus(setup):
+    """An app that registers while no agent runs gets its endpoint and its messages: the session bus
+    starts the agent from the service file the nh-agent package installs. Here the bus has no systemd
+    manager, so it runs Exec, pointed at the built agent with this hub's settings."""
+    shipped = open(os.path.join(ROOT, "deploy", "dbus", "org.unifiedpush.Distributor.nh.service")).read()
+    assert "Name=org.unifiedpush.Distributor.nh" in shipped and "SystemdService=nh-agent.service" in shipped
+    bus = unifiedpush.SessionBus(root=setup.hub.data)
+    pidfile = os.path.join(bus.dir, "agent.pid")
+    env = {**setup.hub.env, "NH_AGENT_HOME": os.path.join(bus.dir, "agent"), "NH_AGENT_INSTALLATION_ID": "up-activated",
+           "NH_AGENT_DESKTOP": "0", "NH_AGENT_POWER_SUPPLY": setup.power,
+           "NH_AGENT_REQUESTS": f"tcp://127.0.0.1:{free_port()}", **bus.env}
+    wrapper = os.path.join(bus.dir, "nh-agent")
+    with open(wrapper, "w") as f:
+        f.write(f"#!/bin/sh\necho $$ > {shlex.quote(pidfile)}\n"
+                f"exec env {' '.join(shlex.quote(f'{k}={v}') for k, v in env.items())} {shlex.quote(os.path.join(BIN, 'nh-agent'))} "
+                f">> {shlex.quote(os.path.join(bus.dir, 'agent.log'))} 2>&1\n")
+    os.chmod(wrapper, 0o755)
+    with open(os.path.join(bus.services, "org.unifiedpush.Distributor.nh.service"), "w") as f:
+        f.write(shipped.replace("Exec=/usr/bin/nh-agent", f"Exec={wrapper}"))
+    try:
+        app = bus.app(f"org.example.Activated{uuid.uuid4().hex[:8]}")
+        app.keys, app.token = Keys(), str(uuid.uuid4())
+        answer = app.register(app.token, vapid=app.keys.vapid_public)
+        assert answer.get("success") == "REGISTRATION_SUCCEEDED", answer
+        assert os.path.exists(pidfile), "the bus started the agent"
+        endpoint = app.wait_for("NewEndpoint", timeout=60)["endpoint"]
+        assert app.keys.push(endpoint, b"started by the bus").status_code == 201
+        message = app.wait_for("Message", timeout=60)
+        assert app.keys.decrypt(base64.b64decode(message["message"])) == b"started by the bus"
+    finally:
+        if os.path.exists(pidfile):
+            pid = int(open(pidfile).read())
+            try:
+                os.kill(pid, signal.SIGTERM)
+                assert wait_until(lambda: not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z",
+                                  timeout=20)
+            except ProcessLookupError:
+                pass
+        bus.stop()
 
 
 def test_activation_and_an_app_that_cannot_start(setup):
