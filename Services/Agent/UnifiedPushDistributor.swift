@@ -177,6 +177,10 @@ final class UnifiedPushDistributor {
             case .invalid(let why, _):
                 logger.warning("a UnifiedPush call was refused", ("method", call.method), ("from", call.message.sender), ("reason", why))
                 try call.fail(name: "org.freedesktop.DBus.Error.InvalidArgs", message: why)
+            case .invalidRegistration(let why, let connector):
+                // The spec has no reason of its own for arguments that do not follow it: the generic one, and what to fix.
+                logger.warning("a UnifiedPush registration was refused", ("from", call.message.sender), ("reason", why))
+                try call.reply(UnifiedPushRequest.registerReply(failure: "INTERNAL_ERROR", connector: connector, detail: why))
             case .unknown:
                 break
             }

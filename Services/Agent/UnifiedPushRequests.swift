@@ -9,8 +9,11 @@ enum UnifiedPushRequest: Equatable {
     case register(UnifiedPushRegistration)
     case unregister(token: String, connector: Int)
     case introspect
-    /// A call whose arguments do not follow the spec, with what is wrong.
+    /// An Unregister whose arguments do not follow the spec, with what is wrong.
     case invalid(String, connector: Int)
+    /// A Register whose arguments do not follow the spec, with what is wrong: answered as the spec
+    /// answers a registration that failed, which connectors handle.
+    case invalidRegistration(String, connector: Int)
     case unknown
 
     static let distributor2 = "org.unifiedpush.Distributor2"
@@ -23,7 +26,7 @@ enum UnifiedPushRequest: Equatable {
     static func parse(interface: String, member: String, arguments: [DBusValue]) -> UnifiedPushRequest {
         switch (interface, member) {
         case (distributor2, "Register"):
-            guard arguments.count == 1, let args = arguments.first else { return .invalid("Register takes one a{sv}", connector: 2) }
+            guard arguments.count == 1, let args = arguments.first else { return .invalidRegistration("Register takes one a{sv}", connector: 2) }
             return check(
                 service: args["service"]?.string, token: args["token"]?.string, description: args["description"]?.string,
                 vapid: args["vapid"]?.string, connector: 2)
@@ -33,7 +36,7 @@ enum UnifiedPushRequest: Equatable {
             }
             return .unregister(token: token, connector: 2)
         case (distributor1, "Register"):
-            guard arguments.count == 3 else { return .invalid("Register takes serviceName, token, description", connector: 1) }
+            guard arguments.count == 3 else { return .invalidRegistration("Register takes serviceName, token, description", connector: 1) }
             return check(
                 service: arguments[0].string, token: arguments[1].string, description: arguments[2].string, vapid: nil, connector: 1)
         case (distributor1, "Unregister"):
@@ -50,12 +53,12 @@ enum UnifiedPushRequest: Equatable {
 
     private static func check(service: String?, token: String?, description: String?, vapid: String?, connector: Int) -> UnifiedPushRequest {
         guard let service, validServiceName(service) else {
-            return .invalid("service must be the app's D-Bus service name, such as org.example.App", connector: connector)
+            return .invalidRegistration("service must be the app's D-Bus service name, such as org.example.App", connector: connector)
         }
-        guard let token, validToken(token) else { return .invalid("token must be 1 to 100 bytes", connector: connector) }
-        if let description, description.utf8.count > 100 { return .invalid("description is at most 100 bytes", connector: connector) }
+        guard let token, validToken(token) else { return .invalidRegistration("token must be 1 to 100 bytes", connector: connector) }
+        if let description, description.utf8.count > 100 { return .invalidRegistration("description is at most 100 bytes", connector: connector) }
         if let vapid, !validVAPID(vapid) {
-            return .invalid("vapid must be an uncompressed P-256 public key in base64url (87 characters)", connector: connector)
+            return .invalidRegistration("vapid must be an uncompressed P-256 public key in base64url (87 characters)", connector: connector)
         }
         return .register(UnifiedPushRegistration(
             service: service, token: token, description: description?.isEmpty == true ? nil : description,
@@ -81,11 +84,13 @@ enum UnifiedPushRequest: Equatable {
 
     // MARK: Answers and connector calls
 
-    /// Register's answer: success, or failure with one of the spec's reasons.
-    static func registerReply(failure: String?, connector: Int) -> [DBusValue] {
-        if connector == 1 { return [.string(failure == nil ? "NEW_ENDPOINT" : "REGISTRATION_FAILED"), .string(failure ?? "")] }
+    /// Register's answer: success, or failure with one of the spec's reasons; `detail` says what
+    /// to fix (Distributor1's free-text reason, and Distributor2's `message` beside its reason).
+    static func registerReply(failure: String?, connector: Int, detail: String? = nil) -> [DBusValue] {
+        if connector == 1 { return [.string(failure == nil ? "NEW_ENDPOINT" : "REGISTRATION_FAILED"), .string(detail ?? failure ?? "")] }
         var fields: [(String, DBusValue)] = [("success", .string(failure == nil ? "REGISTRATION_SUCCEEDED" : "REGISTRATION_FAILED"))]
         if let failure { fields.append(("reason", .string(failure))) }
+        if let detail { fields.append(("message", .string(detail))) }
         return [.stringVariants(fields)]
     }
 

@@ -36,7 +36,7 @@ struct UnifiedPushTests {
     @Test("arguments that do not follow the spec are refused with what is wrong")
     func refusals() {
         func refused(_ fields: [(String, DBusValue)]) -> Bool {
-            if case .invalid = Self.parse(UnifiedPushRequest.distributor2, "Register", [.stringVariants(fields)]) { return true }
+            if case .invalidRegistration = Self.parse(UnifiedPushRequest.distributor2, "Register", [.stringVariants(fields)]) { return true }
             return false
         }
         #expect(refused([("token", .string("t"))]))
@@ -47,7 +47,7 @@ struct UnifiedPushTests {
         #expect(refused([("service", .string("org.example.App")), ("token", .string("t")), ("description", .string(String(repeating: "d", count: 101)))]))
         #expect(refused([("service", .string("org.example.App")), ("token", .string("t")), ("vapid", .string("not-a-key"))]))
         #expect(refused([("service", .string("org.example.App")), ("token", .string("t")), ("vapid", .string("A" + Self.vapid.dropFirst()))]))
-        if case .invalid = Self.parse(UnifiedPushRequest.distributor1, "Register", [.string("org.example.App")]) {} else {
+        if case .invalidRegistration = Self.parse(UnifiedPushRequest.distributor1, "Register", [.string("org.example.App")]) {} else {
             Issue.record("Distributor1 Register with one argument")
         }
     }
@@ -58,6 +58,10 @@ struct UnifiedPushTests {
         #expect(UnifiedPushRequest.registerReply(failure: "NETWORK", connector: 2)
             == [.stringVariants([("success", .string("REGISTRATION_FAILED")), ("reason", .string("NETWORK"))])])
         #expect(UnifiedPushRequest.registerReply(failure: nil, connector: 1) == [.string("NEW_ENDPOINT"), .string("")])
+        #expect(UnifiedPushRequest.registerReply(failure: "INTERNAL_ERROR", connector: 1, detail: "token must be 1 to 100 bytes")
+            == [.string("REGISTRATION_FAILED"), .string("token must be 1 to 100 bytes")])
+        #expect(UnifiedPushRequest.registerReply(failure: "INTERNAL_ERROR", connector: 2, detail: "why")
+            == [.stringVariants([("success", .string("REGISTRATION_FAILED")), ("reason", .string("INTERNAL_ERROR")), ("message", .string("why"))])])
         let (interface, arguments) = UnifiedPushRequest.message(token: "t", bytes: Data([1, 2]), id: "d1", connector: 2)
         #expect(interface == "org.unifiedpush.Connector2")
         #expect(arguments.first?["message"]?.bytes == [1, 2] && arguments.first?["token"]?.string == "t" && arguments.first?["id"]?.string == "d1")

@@ -198,6 +198,9 @@ def test_connector_v1(setup):
 
 def test_refusals(setup):
     app = setup.app()
+    # A Register whose arguments do not follow the spec fails as the spec says a registration fails.
+    bad = app.register(app.token, vapid="not-a-key")
+    assert bad.get("success") == "REGISTRATION_FAILED" and bad.get("reason") == "INTERNAL_ERROR" and "vapid" in bad.get("message", ""), bad
     endpoint = setup.register(app)
     # Unknown endpoints: another secret, another installation, a malformed path.
     assert requests.post(endpoint[:-4] + "AAAA", data=b"x", timeout=10).status_code == 410
