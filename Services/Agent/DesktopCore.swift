@@ -16,7 +16,7 @@ struct Popup: Equatable {
     var icon: String?
     /// 0 low, 1 normal, 2 critical, as the specification's `urgency` hint.
     var urgency: UInt8
-    /// When the notification ends: the popup's expire timeout counts down to it.
+    /// When the notification ends: past it, the popup is not shown.
     var expiresAt: Date
     /// The `category` hint.
     var category: String
@@ -28,12 +28,12 @@ struct Popup: Equatable {
 
     static let urgencies: [String: UInt8] = ["low": 0, "normal": 1, "high": 2]
 
-    /// The expire timeout in milliseconds at `now`, at most Int32.max (about 24 days); nil once
-    /// the notification has ended, so it is not shown.
+    /// The expire timeout at `now`: -1, the server's own, as desktops expect (a popup goes after a
+    /// few seconds and the notification stays in the desktop's history and the hub's; counting down
+    /// to an expiry a day away kept popups on screen that long); nil once the notification has
+    /// ended, so it is not shown.
     func timeout(now: Date) -> Int32? {
-        let left = expiresAt.timeIntervalSince(now)
-        guard left > 0 else { return nil }
-        return Int32(min(Double(Int32.max), max(1, (left * 1000).rounded(.up))))
+        expiresAt > now ? -1 : nil
     }
 }
 

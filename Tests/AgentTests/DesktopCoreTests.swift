@@ -45,7 +45,7 @@ struct DesktopCoreTests {
         let actions = core.on(.server(Self.dunst), now: Self.t0)
         #expect(actions.last == .reshow(owner: ":1.7"))
         #expect(core.on(.resume, now: Self.t0.addingTimeInterval(10)) == [
-            .notify(token: 1, Self.popup("a", urgency: 2), replaces: 0, actions: Self.buttons, timeout: 50_000)
+            .notify(token: 1, Self.popup("a", urgency: 2), replaces: 0, actions: Self.buttons, timeout: -1)
         ])
     }
 
@@ -53,10 +53,10 @@ struct DesktopCoreTests {
     func noActions() {
         var core = Self.ready(DesktopServer(owner: ":1.9", capabilities: ["body"]))
         #expect(core.on(.show(Self.popup("a")), now: Self.t0) == [
-            .notify(token: 1, Self.popup("a"), replaces: 0, actions: [], timeout: 60_000)
+            .notify(token: 1, Self.popup("a"), replaces: 0, actions: [], timeout: -1)
         ])
         #expect(core.on(.show(Self.popup("b", seconds: -1)), now: Self.t0) == [])
-        #expect(Self.popup("c", seconds: 1e9).timeout(now: Self.t0) == Int32.max)
+        #expect(Self.popup("c", seconds: 1e9).timeout(now: Self.t0) == -1)
     }
 
     @Test("close by the person dismisses; expiry and a close by call change nothing; the default action activates")
@@ -97,7 +97,7 @@ struct DesktopCoreTests {
         var core = Self.ready()
         Self.shown(&core, Self.popup("a"), id: 10)
         let newer = Self.popup("a", title: "Newer")
-        #expect(core.on(.show(newer), now: Self.t0) == [.notify(token: 2, newer, replaces: 10, actions: Self.buttons, timeout: 60_000)])
+        #expect(core.on(.show(newer), now: Self.t0) == [.notify(token: 2, newer, replaces: 10, actions: Self.buttons, timeout: -1)])
         #expect(core.on(.notified(token: 2, .success(10)), now: Self.t0) == [.shown(.user("a"), id: 10, owner: ":1.7")])
         #expect(core.on(.withdraw(.user("a")), now: Self.t0) == [.close(10), .gone(.user("a"), owner: ":1.7")])
         #expect(core.on(.withdraw(.user("a")), now: Self.t0) == [])
@@ -120,7 +120,7 @@ struct DesktopCoreTests {
         let newer = Self.popup("c", title: "Newer")
         #expect(core.on(.show(newer), now: Self.t0) == [])
         #expect(core.on(.notified(token: 3, .success(7)), now: Self.t0) == [
-            .shown(.user("c"), id: 7, owner: ":1.7"), .notify(token: 4, newer, replaces: 7, actions: Self.buttons, timeout: 60_000),
+            .shown(.user("c"), id: 7, owner: ":1.7"), .notify(token: 4, newer, replaces: 7, actions: Self.buttons, timeout: -1),
         ])
     }
 
@@ -136,7 +136,7 @@ struct DesktopCoreTests {
         let next = core.on(.notified(token: 1, .success(1)), now: Self.t0)
         #expect(next.count == 2)
         #expect(next.last == .notify(token: DesktopCore.window + 1, Self.popup("p\(DesktopCore.window)"), replaces: 0,
-                                     actions: Self.buttons, timeout: 60_000))
+                                     actions: Self.buttons, timeout: -1))
     }
 
     @Test("a new server instance: ids are forgotten, kept ones adopted only for that instance, answers from the old one dropped")
@@ -158,9 +158,9 @@ struct DesktopCoreTests {
         // The reshow adopts what this agent opened on this very server, and only that.
         _ = core.on(.adopt(.user("c"), id: 3, owner: ":1.7"), now: Self.t0)
         _ = core.on(.adopt(.user("d"), id: 4, owner: ":1.8"), now: Self.t0)
-        #expect(core.on(.resume, now: Self.t0) == [.notify(token: 3, Self.popup("b"), replaces: 0, actions: Self.buttons, timeout: 60_000)])
-        #expect(core.on(.show(Self.popup("c")), now: Self.t0) == [.notify(token: 4, Self.popup("c"), replaces: 0, actions: Self.buttons, timeout: 60_000)])
-        #expect(core.on(.show(Self.popup("d")), now: Self.t0) == [.notify(token: 5, Self.popup("d"), replaces: 4, actions: Self.buttons, timeout: 60_000)])
+        #expect(core.on(.resume, now: Self.t0) == [.notify(token: 3, Self.popup("b"), replaces: 0, actions: Self.buttons, timeout: -1)])
+        #expect(core.on(.show(Self.popup("c")), now: Self.t0) == [.notify(token: 4, Self.popup("c"), replaces: 0, actions: Self.buttons, timeout: -1)])
+        #expect(core.on(.show(Self.popup("d")), now: Self.t0) == [.notify(token: 5, Self.popup("d"), replaces: 4, actions: Self.buttons, timeout: -1)])
     }
 
     @Test("a call to a server that has gone: its newer content goes to the next server, a withdrawal is kept, and nothing is sent twice")
@@ -175,7 +175,7 @@ struct DesktopCoreTests {
         _ = core.on(.server(next), now: Self.t0)
         // While the old call is unanswered, newer content goes to the new server at once.
         let newer = Self.popup("a", title: "Newer")
-        #expect(core.on(.show(newer), now: Self.t0) == [.notify(token: 3, newer, replaces: 0, actions: Self.buttons, timeout: 60_000)])
+        #expect(core.on(.show(newer), now: Self.t0) == [.notify(token: 3, newer, replaces: 0, actions: Self.buttons, timeout: -1)])
         // The old answers: one whose key is on its way already adds nothing; a withdrawn one stays withdrawn.
         #expect(core.on(.notified(token: 1, .success(40)), now: Self.t0) == [])
         #expect(core.on(.notified(token: 2, .success(41)), now: Self.t0) == [])
