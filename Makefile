@@ -22,6 +22,8 @@ SYSCONFDIR   ?= $(if $(filter /usr /usr/local,$(PREFIX)),/etc,$(if $(filter %/us
 UNITDIR      ?= $(PREFIX)/lib/systemd/system
 USERUNITDIR  ?= $(PREFIX)/lib/systemd/user
 DBUSSERVICEDIR ?= $(PREFIX)/share/dbus-1/services
+APPLICATIONSDIR ?= $(PREFIX)/share/applications
+ICONDIR      ?= $(PREFIX)/share/icons/hicolor/scalable/apps
 SYSUSERSDIR  ?= $(PREFIX)/lib/sysusers.d
 TMPFILESDIR  ?= $(PREFIX)/lib/tmpfiles.d
 COMPLETIONSDIR ?= $(DATADIR)/bash-completion/completions
@@ -110,7 +112,7 @@ install-services: $(INSTALL_NEEDS)
 	$(MAKE) --no-print-directory manual-pages BIN="$(DESTDIR)$(BINDIR)" NAMES="nh-services $(SERVICE_LINKS)"
 
 install-agent: $(INSTALL_NEEDS)
-	install -d "$(DESTDIR)$(BINDIR)" "$(DESTDIR)$(UNITDIR)" "$(DESTDIR)$(USERUNITDIR)" "$(DESTDIR)$(DBUSSERVICEDIR)" "$(DESTDIR)$(SYSCONFDIR)/nh" "$(DESTDIR)$(COMPLETIONSDIR)"
+	install -d "$(DESTDIR)$(BINDIR)" "$(DESTDIR)$(UNITDIR)" "$(DESTDIR)$(USERUNITDIR)" "$(DESTDIR)$(DBUSSERVICEDIR)" "$(DESTDIR)$(APPLICATIONSDIR)" "$(DESTDIR)$(ICONDIR)" "$(DESTDIR)$(SYSCONFDIR)/nh" "$(DESTDIR)$(COMPLETIONSDIR)"
 	install -m 0755 "$(STATIC_BIN)/nh-agent" "$(DESTDIR)$(BINDIR)/nh-agent"
 	strip --strip-unneeded --remove-section=.comment --remove-section=.note "$(DESTDIR)$(BINDIR)/nh-agent"
 	patchelf --remove-rpath "$(DESTDIR)$(BINDIR)/nh-agent"
@@ -118,6 +120,8 @@ install-agent: $(INSTALL_NEEDS)
 	sed -e 's|/usr/bin/|$(BINDIR)/|g' -e 's|/etc/nh/|$(SYSCONFDIR)/nh/|g' deploy/systemd/user/nh-agent.service > "$(DESTDIR)$(USERUNITDIR)/nh-agent.service"
 	sed -e 's|/usr/bin/|$(BINDIR)/|g' deploy/dbus/org.unifiedpush.Distributor.nh.service > "$(DESTDIR)$(DBUSSERVICEDIR)/org.unifiedpush.Distributor.nh.service"
 	chmod 0644 "$(DESTDIR)$(UNITDIR)/nh-agent.service" "$(DESTDIR)$(USERUNITDIR)/nh-agent.service" "$(DESTDIR)$(DBUSSERVICEDIR)/org.unifiedpush.Distributor.nh.service"
+	install -m 0644 deploy/desktop/nh-agent.desktop "$(DESTDIR)$(APPLICATIONSDIR)/nh-agent.desktop"
+	install -m 0644 deploy/desktop/nh-agent.svg "$(DESTDIR)$(ICONDIR)/nh-agent.svg"
 	[ -e "$(DESTDIR)$(SYSCONFDIR)/nh/agent.json" ] || install -m 0644 deploy/install/agent.json "$(DESTDIR)$(SYSCONFDIR)/nh/agent.json"
 	install -m 0644 deploy/completions/nh-agent.bash "$(DESTDIR)$(COMPLETIONSDIR)/nh-agent"
 	$(MAKE) --no-print-directory manual-pages BIN="$(DESTDIR)$(BINDIR)" NAMES="nh-agent"

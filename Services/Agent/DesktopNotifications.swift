@@ -12,6 +12,9 @@ final class DesktopNotifications {
     static let service = "org.freedesktop.Notifications"
     static let path = "/org/freedesktop/Notifications"
     static let appName = "nh-agent"
+    /// The icon's name in the desktop's theme (`nh-agent.svg`, installed with `nh-agent.desktop`,
+    /// which the `desktop-entry` hint names), shown where a popup has no picture of its own.
+    static let appIcon = "nh-agent"
     /// How long a Notify may wait for its answer: long, since a server stopped for a while still
     /// shows what it was sent, and only an answer says under which id.
     static let notifyTimeout = Duration.seconds(300)
@@ -177,7 +180,7 @@ final class DesktopNotifications {
         ]
         if let icon = popup.icon { hints.append(("image-path", .string(icon))) }
         let arguments: [DBusValue] = [
-            .string(Self.appName), .uint32(replaces), .string(popup.icon ?? ""), .string(popup.title), .string(body),
+            .string(Self.appName), .uint32(replaces), .string(popup.icon ?? Self.appIcon), .string(popup.title), .string(body),
             .strings(actions), .stringVariants(hints), .int32(timeout),
         ]
         call("Notify", arguments, to: server.owner, timeout: Self.notifyTimeout) { [unowned self] result in

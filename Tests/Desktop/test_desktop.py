@@ -161,7 +161,7 @@ def test_the_popup_as_shown_and_the_server_in_health(devices):
         assert popup["actions"] == {"default": "Open", "dismiss": "Dismiss", "snooze": "Snooze"}
         assert popup["hints"]["urgency"] == 2, "a high priority is critical urgency"
         assert popup["hints"]["category"] == "x-nh.user"
-        assert popup["hints"]["desktop-entry"] == "nh-agent"
+        assert popup["hints"]["desktop-entry"] == "nh-agent" and popup["icon"] == "nh-agent"
         # The server's own timeout, not the two hours left until the notification's expiry.
         assert popup["timeout"] == -1, popup["timeout"]
     devices.post("shown-2", "Lunch menu", priority="low")

@@ -103,6 +103,7 @@ def test_each_package_installs_its_files_with_their_modes(debs):
     assert {path for path, (mode, _, _) in agent.items() if not mode.startswith("d")} == {
         "/usr/bin/nh-agent", "/etc/nh/agent.json", "/lib/systemd/system/nh-agent.service",
         "/usr/lib/systemd/user/nh-agent.service", "/usr/share/dbus-1/services/org.unifiedpush.Distributor.nh.service",
+        "/usr/share/applications/nh-agent.desktop", "/usr/share/icons/hicolor/scalable/apps/nh-agent.svg",
         "/usr/share/bash-completion/completions/nh-agent",
         "/usr/share/doc/nh-agent/copyright", "/usr/share/doc/nh-agent/changelog.gz", "/usr/share/man/man1/nh-agent.1.gz"}
     for entries in (hub, agent):
@@ -278,7 +279,8 @@ def test_make_install_follows_prefix_and_destdir_and_keeps_a_config(tmp_path):
     assert "ExecStart=/opt/nh/bin/nh-agent" in open(os.path.join(prefix, "lib/systemd/user/nh-agent.service")).read()
     activation = open(os.path.join(prefix, "share/dbus-1/services/org.unifiedpush.Distributor.nh.service")).read()
     assert "Exec=/opt/nh/bin/nh-agent" in activation and "SystemdService=nh-agent.service" in activation
-    for path in ["bin/nh-services", "bin/nhctl", "bin/nh-agent", "share/nh/web/console.html", "lib/sysusers.d/notification-hub.conf",
+    for path in ["bin/nh-services", "bin/nhctl", "bin/nh-agent", "share/nh/web/console.html", "share/applications/nh-agent.desktop",
+                 "share/icons/hicolor/scalable/apps/nh-agent.svg", "lib/sysusers.d/notification-hub.conf",
                  "lib/tmpfiles.d/notification-hub.conf", "etc/nh/hub.json", "etc/nh/agent.json",
                  "share/bash-completion/completions/nhctl", "share/bash-completion/completions/nh-agent", "share/man/man1/nhctl.1.gz"]:
         assert os.path.exists(os.path.join(prefix, path)), path
