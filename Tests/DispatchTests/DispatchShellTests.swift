@@ -48,6 +48,8 @@ final class DispatchShellTests {
 
     deinit { push.stop() }
 
+    /// SQLite, and PostgreSQL where a server is given (`make test` starts one).
+    static let engines: [StoreEngine] = [.sqlite] + (StoreEngine.server == nil ? [] : [.postgresql])
     static let x = Fixture.installation(inShard: 0, "x"), y = Fixture.installation(inShard: 1, "y")
     static let here = "tcp://10.0.0.1:7722", there = "tcp://10.0.0.2:7722"
 
@@ -90,7 +92,7 @@ final class DispatchShellTests {
         #expect(Set(taken.keys) == [0])
     }
 
-    @Test("a write fenced by a shard taken meanwhile is written again without that shard's work", arguments: [StoreEngine.sqlite] + (StoreEngine.server == nil ? [] : [.postgresql]))
+    @Test("a write fenced by a shard taken meanwhile is written again without that shard's work", arguments: DispatchShellTests.engines)
     func fenced(engine: StoreEngine) throws {
         let (store, other) = try stores(engine)
         let shell = shell(store)
@@ -109,7 +111,7 @@ final class DispatchShellTests {
         #expect(try store.outcome("n1")?.targets == 1)
     }
 
-    @Test("a write that fails keeps its acknowledgements, drops its records, and plans them again from the store's cursors", arguments: [StoreEngine.sqlite] + (StoreEngine.server == nil ? [] : [.postgresql]))
+    @Test("a write that fails keeps its acknowledgements, drops its records, and plans them again from the store's cursors", arguments: DispatchShellTests.engines)
     func failed(engine: StoreEngine) throws {
         let (store, _) = try stores(engine)
         let shell = shell(store)
@@ -136,7 +138,7 @@ final class DispatchShellTests {
         #expect(try store.shardCursors()[1] == 2)
     }
 
-    @Test("shards taken bring their waiting deliveries: agents' as a backlog, push services' at once", arguments: [StoreEngine.sqlite] + (StoreEngine.server == nil ? [] : [.postgresql]))
+    @Test("shards taken bring their waiting deliveries: agents' as a backlog, push services' at once", arguments: DispatchShellTests.engines)
     func backlog(engine: StoreEngine) throws {
         let (store, _) = try stores(engine)
         // Written before this dispatcher started: one delivery to an agent, one to a phone.

@@ -40,6 +40,15 @@ struct WritePathTests {
         ShardLeaseKeeper.Change(map: ShardMap(owned: owned, cursors: cursors), gained: gained)
     }
 
+    /// A shared path whose write of `turn()` was fenced by shard 3, waiting for the leases.
+    static func fencedOnShard3() -> WritePath {
+        var path = WritePath(commits: .gatheredTurns, shared: true, now: t0)
+        path.turn = turn()
+        _ = path.on(.commit(force: true, at(1)))
+        _ = path.on(.writeFailed(.leaseLost([3])))
+        return path
+    }
+
     @Test("SQLite: each turn is written at once into the open group, which commits once it is due")
     func openGroup() {
         var path = WritePath(commits: .openGroup, shared: false, now: Self.t0)
@@ -111,10 +120,7 @@ struct WritePathTests {
 
     @Test("a fenced write drops the work of a shard taken again at a new epoch meanwhile: it starts from the store")
     func retakenWhileFenced() {
-        var path = WritePath(commits: .gatheredTurns, shared: true, now: Self.t0)
-        path.turn = Self.turn()
-        _ = path.on(.commit(force: true, Self.at(1)))
-        _ = path.on(.writeFailed(.leaseLost([3])))
+        var path = Self.fencedOnShard3()
         let directives = path.on(.leasesRead(
             Self.change(owned: [3, 5], cursors: [3: 0, 5: 1], gained: [3]), held: [3, 5], planned: [3: 1, 5: 1]))
         #expect(directives.names == ["serve([3, 5])", "loadBacklog([3])", "pull", "write(records:1,sent:1,acks:1)"])
@@ -124,10 +130,7 @@ struct WritePathTests {
 
     @Test("a fenced write fenced again fails: what is written the same however often is kept, the records are planned again")
     func fencedTwice() {
-        var path = WritePath(commits: .gatheredTurns, shared: true, now: Self.t0)
-        path.turn = Self.turn()
-        _ = path.on(.commit(force: true, Self.at(1)))
-        _ = path.on(.writeFailed(.leaseLost([3])))
+        var path = Self.fencedOnShard3()
         _ = path.on(.leasesRead(nil, held: [3, 5], planned: nil))
         #expect(path.on(.writeFailed(.leaseLost([5]))).names == ["reportFailure", "readLeases(force)"])
         #expect(path.rewinding && !path.isWriting)
