@@ -63,6 +63,11 @@ The agent prints it here as one JSON line. Then:
   $BIN/nhctl health                               one line per service
   tail -f $LOGS/*.log                             what the services are doing
 
+This namespace holds one hub, "hub". A second app gets a hub of its own, with its own keys:
+  $BIN/nhctl hub create news                      prints its connection strings (EntityPath=news)
+  $BIN/nhctl --hub news send --tag World messageParam="News for the second app"
+  $BIN/nhctl hub list                             every hub, with its installations
+
 Press Ctrl-C to stop everything.
 TXT
 

@@ -17,14 +17,34 @@ public struct KeyStore: Sendable, Equatable {
 
     struct File: Codable { var keys: [AccessKey] }
 
-    /// Reads `keys.json` from `directory`, creating it with fresh default keys if it is missing.
+    /// The namespace's policies, in `namespace-keys.json` beside `keys.json`: made on the first run
+    /// with `RootManageSharedAccessKey`, which can make hubs and reach every hub.
+    public static let namespaceFileName = "namespace-keys.json"
+
+    /// The two policies a new hub starts with.
+    public static func defaultHubKeys() -> [AccessKey] {
+        [
+            AccessKey.generate(name: AccessKey.defaultListenName, rights: [.listen]),
+            AccessKey.generate(name: AccessKey.defaultFullName, rights: .all),
+        ]
+    }
+
+    /// Reads `keys.json` (the default hub's policies) from `directory`, creating it with fresh
+    /// default keys if it is missing.
     public static func loadOrCreate(directory: URL) throws -> KeyStore {
-        let url = directory.appendingPathComponent(fileName)
+        try loadOrCreate(directory.appendingPathComponent(fileName), fresh: defaultHubKeys)
+    }
+
+    /// Reads `namespace-keys.json` from `directory`, creating it with a fresh root key if it is missing.
+    public static func loadOrCreateNamespace(directory: URL) throws -> KeyStore {
+        try loadOrCreate(directory.appendingPathComponent(namespaceFileName)) {
+            [AccessKey.generate(name: AccessKey.rootManageName, rights: .all)]
+        }
+    }
+
+    static func loadOrCreate(_ url: URL, fresh makeKeys: () -> [AccessKey]) throws -> KeyStore {
         let data = try SecretFile.loadOrCreate(url) {
-            let fresh = [
-                AccessKey.generate(name: AccessKey.defaultListenName, rights: [.listen]),
-                AccessKey.generate(name: AccessKey.defaultFullName, rights: .all),
-            ]
+            let fresh = makeKeys()
             let encoder = JSONEncoder()
             encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
             return try encoder.encode(File(keys: fresh))
@@ -32,8 +52,8 @@ public struct KeyStore: Sendable, Equatable {
         return try decode(data, from: url)
     }
 
-    /// Reads `keys.json` from `directory` without making it; nil when it is not there yet.
-    public static func load(directory: URL) throws -> KeyStore? {
+    /// Reads `keys.json` (or another key file) from `directory` without making it; nil when it is not there yet.
+    public static func load(directory: URL, fileName: String = fileName) throws -> KeyStore? {
         let url = directory.appendingPathComponent(fileName)
         guard let data = FileManager.default.contents(atPath: url.path) else { return nil }
         return try decode(data, from: url)
@@ -58,7 +78,9 @@ public struct KeyStore: Sendable, Equatable {
         }
         let signature: SharedAccessSignature
         let key: AccessKey
-        if let (known, secret) = verified.lookup(token), let current = self.key(named: known.keyName), current.key == secret {
+        if let (known, secret) = verified.lookup(token), let current = self.key(named: known.keyName),
+            current.key == secret || current.secondaryKey == secret
+        {
             signature = known
             key = current
         } else {
@@ -66,11 +88,11 @@ public struct KeyStore: Sendable, Equatable {
             guard let named = self.key(named: signature.keyName) else {
                 throw AuthError(.unauthorized, "unknown key name '\(signature.keyName)'")
             }
-            guard signature.isSigned(with: named.key) else {
+            guard let secret = named.signingKeys.first(where: { signature.isSigned(with: $0) }) else {
                 throw AuthError(.unauthorized, "the signature does not match key '\(named.name)'")
             }
             key = named
-            verified.remember(token, signature, secret: named.key)
+            verified.remember(token, signature, secret: secret)
         }
         guard Double(signature.expiry) > now.timeIntervalSince1970 else {
             throw AuthError(.unauthorized, "the token expired at \(Date(timeIntervalSince1970: Double(signature.expiry)))")

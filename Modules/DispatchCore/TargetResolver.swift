@@ -55,6 +55,8 @@ public struct TargetResolver {
         _ notification: AcceptedNotification, index: InstallationIndex, now: Date, include: ((Installation) -> Bool)? = nil
     ) -> [PlannedDelivery] {
         let send = notification.send
+        // The send's ids, user and tags are its hub's.
+        let scope = HubScope(named: send.hub)
         var expression: TagExpression?
         var candidates: [Installation]
         if let text = send.tagExpression {
@@ -67,16 +69,16 @@ public struct TargetResolver {
                 return []
             }
             expression = parsed
-            candidates = index.candidates(for: parsed)
+            candidates = index.candidates(for: parsed, in: scope)
         } else if let id = send.installationId {
-            candidates = index.installation(id).map { [$0] } ?? []
+            candidates = index.installation(scope.key(id)).map { [$0] } ?? []
         } else if let ids = send.installationIds {
             var seen = Set<String>()
-            candidates = ids.filter { seen.insert($0).inserted }.compactMap { index.installation($0) }
+            candidates = ids.filter { seen.insert($0).inserted }.compactMap { index.installation(scope.key($0)) }
         } else if let user = send.userId {
-            candidates = index.installations(ofUser: user)
+            candidates = index.installations(ofUser: scope.key(user))
         } else {
-            candidates = index.all
+            candidates = index.everyone(in: scope)
         }
         candidates = candidates.filter { ($0.expirationTime ?? .distantFuture) > now && (include?($0) ?? true) }
 
@@ -91,7 +93,7 @@ public struct TargetResolver {
             // The installation's effective tags, and a template's own beside them, asked one at a time.
             func matches(adding extra: [String]?) -> Bool {
                 expression?.matches { tag in
-                    Tag.isEffective(tag, stored: installation.tags, installationId: installation.installationId, userId: installation.userId)
+                    Tag.isEffective(tag, stored: installation.tags, installationId: scope.id(installation.installationId), userId: installation.userId)
                         || (extra?.contains(tag) ?? false)
                 } ?? true
             }

@@ -1,5 +1,5 @@
 /// The one shape of every message on the bus:
-/// `{"v": 1, "type": "...", "id": "...", "auth": "...", "payload": {...}}`.
+/// `{"v": 1, "type": "...", "id": "...", "auth": "...", "hub": "...", "payload": {...}}`.
 public struct Envelope<Payload: HubMessage>: Codable, Sendable, Equatable {
     /// Protocol version.
     public var v: Int
@@ -8,13 +8,17 @@ public struct Envelope<Payload: HubMessage>: Codable, Sendable, Equatable {
     public var id: String
     /// A credential: a shared-access token or a user token. Omitted when the request needs none.
     public var auth: String?
+    /// The hub of the namespace the request is for (`HubName`); omitted for the default hub, the
+    /// one the config names.
+    public var hub: String?
     public var payload: Payload
 
-    public init(id: String, auth: String? = nil, payload: Payload) {
+    public init(id: String, auth: String? = nil, hub: String? = nil, payload: Payload) {
         v = HubProtocolVersion.current
         type = Payload.messageType
         self.id = id
         self.auth = auth
+        self.hub = hub
         self.payload = payload
     }
 }
@@ -25,12 +29,14 @@ public struct EnvelopeHeader: Codable, Sendable, Equatable {
     public var type: MessageType
     public var id: String
     public var auth: String?
+    public var hub: String?
 
-    public init(v: Int = HubProtocolVersion.current, type: MessageType, id: String, auth: String? = nil) {
+    public init(v: Int = HubProtocolVersion.current, type: MessageType, id: String, auth: String? = nil, hub: String? = nil) {
         self.v = v
         self.type = type
         self.id = id
         self.auth = auth
+        self.hub = hub
     }
 }
 

@@ -6,14 +6,14 @@ extension HubCodec {
     /// The header of an envelope as this codec writes it, read in one pass over its bytes without
     /// building the tree. Nil for anything else, which `parse` then reads and checks: a member the
     /// envelope does not have, or one named twice or with an escape; a version that is not plain
-    /// digits or that this build does not read; a type, id or auth that is not a string of
+    /// digits or that this build does not read; a type, id, auth or hub that is not a string of
     /// printable ASCII without escapes; a payload that is not an object; bytes after the object.
     /// The payload itself is not checked here: decoding it is (`decodeChecked`).
     public static func scanHeader(_ data: Data) -> Parsed? {
         data.withUnsafeBytes { (raw: UnsafeRawBufferPointer) -> Parsed? in
             let bytes = raw.bindMemory(to: UInt8.self)
             guard let members = scanMembers(bytes) else { return nil }
-            var v: Int?, type: String?, id: String?, auth: String?, authSeen = false, payload: Range<Int>?
+            var v: Int?, type: String?, id: String?, auth: String?, authSeen = false, hub: String?, hubSeen = false, payload: Range<Int>?
             func plain(_ value: Range<Int>) -> String? { unescapedString(bytes, value, asciiOnly: true) }
             for (name, value) in members {
                 switch (name.count, bytes[name.lowerBound]) {
@@ -32,6 +32,12 @@ extension HubCodec {
                     if value.count == 4, bytes[value].elementsEqual("null".utf8) { continue }
                     guard let text = plain(value) else { return nil }
                     auth = text
+                case (3, 0x68) where bytes[name].elementsEqual("hub".utf8):
+                    guard !hubSeen else { return nil }
+                    hubSeen = true
+                    if value.count == 4, bytes[value].elementsEqual("null".utf8) { continue }
+                    guard let text = plain(value) else { return nil }
+                    hub = text
                 case (7, 0x70) where bytes[name].elementsEqual("payload".utf8):
                     guard payload == nil, bytes[value.lowerBound] == 0x7b else { return nil }
                     payload = value
@@ -40,7 +46,7 @@ extension HubCodec {
                 }
             }
             guard let v, HubProtocolVersion.supported.contains(v), let type, let id else { return nil }
-            return Parsed(header: EnvelopeHeader(v: v, type: MessageType(rawValue: type), id: id, auth: auth), payload: payload)
+            return Parsed(header: EnvelopeHeader(v: v, type: MessageType(rawValue: type), id: id, auth: auth, hub: hub), payload: payload)
         }
     }
 

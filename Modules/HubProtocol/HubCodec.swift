@@ -8,7 +8,7 @@ import Glibc
 /// unsupported version, a missing field or a field the type does not have is a `HubError` that
 /// names the problem, never a crash.
 public enum HubCodec {
-    static let envelopeKeys: Set<String> = ["v", "type", "id", "auth", "payload"]
+    static let envelopeKeys: Set<String> = ["v", "type", "id", "auth", "hub", "payload"]
     static let encoder = makeEncoder()
     static let decoder = makeDecoder()
     /// Decodes a payload alone, from its own bytes: what it holds sits one level deeper in the
@@ -67,8 +67,8 @@ public enum HubCodec {
 
     // MARK: Encoding
 
-    public static func encode<M: HubMessage>(_ message: M, id: String, auth: String? = nil) -> Data {
-        encode(Envelope(id: id, auth: auth, payload: message))
+    public static func encode<M: HubMessage>(_ message: M, id: String, auth: String? = nil, hub: String? = nil) -> Data {
+        encode(Envelope(id: id, auth: auth, hub: hub, payload: message))
     }
 
     public static func encode<M: HubMessage>(_ envelope: Envelope<M>) -> Data {
@@ -80,7 +80,7 @@ public enum HubCodec {
         }
     }
 
-    /// The envelope as `encoder` writes it (compact, keys sorted: auth, id, payload, type, v), with
+    /// The envelope as `encoder` writes it (compact, keys sorted: auth, hub, id, payload, type, v), with
     /// only the payload through the encoder (or written by itself, `writtenJSON`) and the header
     /// written around it. A string of the header that is not printable ASCII without `"` and `\`
     /// is written by the encoder, escaped as it escapes it; the others as they are.
@@ -89,14 +89,20 @@ public enum HubCodec {
         let payload = try envelope.payload.writtenJSON() ?? encoder.encode(envelope.payload)
         // Written into an array and handed over once: Data's generic appends cost more than the bytes.
         var out: [UInt8] = []
-        out.reserveCapacity(payload.count + 40 + envelope.id.utf8.count + (envelope.auth?.utf8.count ?? 0) + type.utf8.count)
+        out.reserveCapacity(
+            payload.count + 48 + envelope.id.utf8.count + (envelope.auth?.utf8.count ?? 0) + (envelope.hub?.utf8.count ?? 0) + type.utf8.count)
+        out.append(UInt8(ascii: "{"))
         if let auth = envelope.auth {
-            out.append(contentsOf: #"{"auth":"#.utf8)
+            out.append(contentsOf: #""auth":"#.utf8)
             appendString(auth, to: &out)
-            out.append(contentsOf: #","id":"#.utf8)
-        } else {
-            out.append(contentsOf: #"{"id":"#.utf8)
+            out.append(UInt8(ascii: ","))
         }
+        if let hub = envelope.hub {
+            out.append(contentsOf: #""hub":"#.utf8)
+            appendString(hub, to: &out)
+            out.append(UInt8(ascii: ","))
+        }
+        out.append(contentsOf: #""id":"#.utf8)
         appendString(envelope.id, to: &out)
         out.append(contentsOf: #","payload":"#.utf8)
         out.append(contentsOf: payload)
@@ -184,7 +190,7 @@ public enum HubCodec {
     public static func parse(_ data: Data) throws(HubError) -> Parsed {
         let object = try jsonObject(data)
         for key in object.keys where !envelopeKeys.contains(key) {
-            throw HubError(.unknownField, "the envelope has no field '\(key)'; its fields are v, type, id, auth and payload")
+            throw HubError(.unknownField, "the envelope has no field '\(key)'; its fields are v, type, id, auth, hub and payload")
         }
         guard let number = object["v"] as? NSNumber, !isBoolean(number), let v = Int(exactly: number.doubleValue) else {
             throw HubError(.malformedEnvelope, "the envelope needs 'v', the protocol version, as an integer")
@@ -199,12 +205,16 @@ public enum HubCodec {
         if let auth, !(auth is String), !(auth is NSNull) {
             throw HubError(.malformedEnvelope, "'auth' must be a string")
         }
+        let hub = object["hub"]
+        if let hub, !(hub is String), !(hub is NSNull) {
+            throw HubError(.malformedEnvelope, "'hub' must be a string: the name of the hub the request is for")
+        }
         guard HubProtocolVersion.supported.contains(v) else {
             throw HubError(
                 .unsupportedVersion,
                 "protocol version \(v) is not supported; this service speaks \(HubProtocolVersion.supported.lowerBound)...\(HubProtocolVersion.supported.upperBound)")
         }
-        return Parsed(header: EnvelopeHeader(v: v, type: MessageType(rawValue: type), id: id, auth: auth as? String), object: object)
+        return Parsed(header: EnvelopeHeader(v: v, type: MessageType(rawValue: type), id: id, auth: auth as? String, hub: hub as? String), object: object)
     }
 
     /// `parsed` when it holds the tree, else the envelope parsed.
@@ -307,7 +317,7 @@ public enum HubCodec {
         // Nil sends the request down the full parse, which says what is wrong.
         guard let payload = bytes.withUnsafeBytes(M.readWritten) ?? (try? payloadDecoder.decode(M.self, from: bytes))
         else { return nil }
-        var envelope = Envelope(id: header.id, auth: header.auth, payload: payload)
+        var envelope = Envelope(id: header.id, auth: header.auth, hub: header.hub, payload: payload)
         envelope.v = header.v
         return envelope
     }

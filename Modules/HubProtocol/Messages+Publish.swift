@@ -35,6 +35,9 @@ public struct SendNotification: HubRequest {
     public var test: Bool?
     /// A batch direct send: these installations, at most 1,000.
     public var installationIds: [String]?
+    /// Set by the publish service: the hub the send is for, in lower case (nil: the default hub).
+    /// Its installation ids, user and tags are that hub's (`HubScope`).
+    public var hub: String?
 
     public init(
         idempotencyKey: String? = nil, format: NotificationFormat, body: String? = nil,

@@ -192,6 +192,7 @@ extension SendNotification {
         writer.string("body", body)
         writer.string("format", format.rawValue)
         writer.map("headers", headers)
+        writer.string("hub", hub)
         writer.string("idempotencyKey", idempotencyKey)
         writer.string("installationId", installationId)
         writer.string("platform", platform?.rawValue)
@@ -213,6 +214,7 @@ extension SendNotification {
             case "body": guard let value = reader.string() else { return nil }; send.body = value
             case "format": guard let value = reader.string().flatMap(NotificationFormat.init(rawValue:)) else { return nil }; format = value
             case "headers": guard let value = reader.map() else { return nil }; send.headers = value
+            case "hub": guard let value = reader.string() else { return nil }; send.hub = value
             case "idempotencyKey": guard let value = reader.string() else { return nil }; send.idempotencyKey = value
             case "installationId": guard let value = reader.string() else { return nil }; send.installationId = value
             case "platform": guard let value = reader.string().flatMap(Platform.init(rawValue:)) else { return nil }; send.platform = value

@@ -141,7 +141,7 @@ public final class BusFactory {
     /// the factory makes takes it from here.
     public private(set) var security: BusSecurity?
     /// What the ZAP handler's thread reads.
-    private let admission = BusAdmission()
+    let admission = BusAdmission()
 
     /// Makes `security` the factory's and starts the ZAP handler that enforces it. Call before
     /// binding any socket.
@@ -153,6 +153,10 @@ public final class BusFactory {
         zap = handler
         runtime.onShutdown { handler.close() }
     }
+
+    /// Admits the bus client keys of the hub catalog's policies (`HubDirectory.busKeys`), beside
+    /// those the factory was secured with.
+    public func admitHubKeys(_ keys: Set<String>) { admission.setHubKeys(keys) }
 
     /// Counts of handshakes the ZAP handler accepted and refused.
     public var handshakes: (accepted: Int, refused: Int) { zap?.counts ?? (0, 0) }

@@ -87,6 +87,9 @@ public struct BusSecurity: Sendable {
     public var clientKeys: CurveKeyPair
     public var serverPublicKey: String
     public var admitted: Set<String>
+    /// The client keys of the policies the hub catalog holds (the namespace's other hubs, and the
+    /// default hub's once changed there), as the catalog was last read.
+    public var hubKeys: Set<String> = []
 
     public init(serverKeys: CurveKeyPair?, clientKeys: CurveKeyPair, serverPublicKey: String, admitted: Set<String>) {
         self.serverKeys = serverKeys
@@ -110,15 +113,15 @@ public struct BusSecurity: Sendable {
         try clientKeys(keyName: credential.keyName, key: credential.key)
     }
 
-    /// The client keys of every access key in `keys`.
-    public static func admitted(by keys: KeyStore) throws -> Set<String> {
-        Set(try keys.keys.map { try clientKeys(keyName: $0.name, key: $0.key).publicKey })
+    /// The client keys of every access key in `keys`, primary and secondary.
+    public static func admitted(by keys: [AccessKey]) throws -> Set<String> {
+        Set(try keys.flatMap { policy in try policy.signingKeys.map { try clientKeys(keyName: policy.name, key: $0).publicKey } })
     }
 
     /// Who may connect to a socket of `domain`: the admitted client keys on the bus; on the agent
     /// socket any key, since a hello is accepted only for an installation bound to the key.
     public func admits(domain: String, key: String) -> Bool {
-        domain == ZAPHandler.agentDomain || admitted.contains(key)
+        domain == ZAPHandler.agentDomain || admitted.contains(key) || hubKeys.contains(key)
     }
 }
 
@@ -127,6 +130,9 @@ final class BusAdmission: Sendable {
     private let security = Mutex<BusSecurity?>(nil)
 
     func set(_ value: BusSecurity) { security.withLock { $0 = value } }
+
+    /// Admits the client keys of the namespace's other hubs as well, as the hub catalog has them now.
+    func setHubKeys(_ keys: Set<String>) { security.withLock { $0?.hubKeys = keys } }
 
     /// Whether a client key may connect to a socket of `domain`; nobody before the bus is secured.
     func admits(domain: String, key: String) -> Bool {

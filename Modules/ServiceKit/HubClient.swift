@@ -16,6 +16,8 @@ public final class HubClient: ServiceCalling {
     /// Makes the envelope's `auth` for every call that passes none of its own; called per call,
     /// so a provider can hand out fresh tokens as old ones expire.
     public var auth: () -> String?
+    /// The hub every call names in its envelope (nil: the default hub); called per call.
+    public var hub: () -> String? = { nil }
     /// The largest request a service of the hub checks (`HubConfig.publishRequestBytes`), when
     /// known: a request too large for any service's socket to read (more than
     /// `HubServer.socketLimit` of it) would close the connection unanswered, so it is refused here
@@ -50,7 +52,7 @@ public final class HubClient: ServiceCalling {
     /// all is thrown as a `HubError` with code `timeout`.
     public func call<R: HubRequest>(_ request: R, auth: String? = nil) throws -> R.Reply {
         let id = HubClient.nextCorrelationID()
-        let data = HubCodec.encode(request, id: id, auth: auth ?? self.auth())
+        let data = HubCodec.encode(request, id: id, auth: auth ?? self.auth(), hub: hub())
         if let maxMessageBytes, data.count > HubServer.socketLimit(maxMessageBytes: maxMessageBytes) {
             throw HubError(
                 .payloadTooLarge,

@@ -37,6 +37,11 @@ public final class HubForwarder {
 
     /// Sends `request`; `completion` runs later on this loop with the reply or the failure.
     public func forward<R: HubRequest>(_ request: R, completion: @escaping (Result<R.Reply, HubError>) -> Void) {
+        forward(request, hub: nil, completion: completion)
+    }
+
+    /// `hub` names the request's hub in its envelope (nil: the default hub).
+    public func forward<R: HubRequest>(_ request: R, hub: String?, completion: @escaping (Result<R.Reply, HubError>) -> Void) {
         let id = HubClient.nextCorrelationID()
         pending[id] = Pending(deadline: Date().addingTimeInterval(timeout)) { data in
             guard let data else {
@@ -50,7 +55,7 @@ public final class HubForwarder {
             }
         }
         do {
-            guard try socket.send([Data(), HubCodec.encode(request, id: id, auth: auth())], wait: false) else {
+            guard try socket.send([Data(), HubCodec.encode(request, id: id, auth: auth(), hub: hub)], wait: false) else {
                 pending.removeValue(forKey: id)?.complete(nil)
                 return
             }

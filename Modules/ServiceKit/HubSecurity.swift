@@ -4,31 +4,35 @@ import Foundation
 import HubProtocol
 import Synchronization
 
-/// What a hub service holds to check and make credentials: the shared-access keys, the secret that
-/// signs user credentials and tokens, and the rate per key. Loaded once at start from the data
-/// folder (made there on the first run); a file that exists but cannot be read is a `ConfigError`,
-/// since new keys made in its place would refuse every client holding the real ones.
+/// What a hub service holds to check and make credentials: the namespace's hubs and their
+/// shared-access keys (`HubDirectory`), the secret that signs user credentials and tokens, and the
+/// rate per key. Loaded once at start from the data folder (made there on the first run); a file
+/// that exists but cannot be read is a `ConfigError`, since new keys made in its place would
+/// refuse every client holding the real ones.
 public final class HubSecurity: Sendable {
-    /// The hub's shared-access keys, from `keys.json`.
+    /// The default hub's shared-access keys, from `keys.json`.
     public let keys: KeyStore
+    /// Every hub's keys, as the registry's catalog has them.
+    public let hubs: HubDirectory
     /// The secret of `user-token.key`.
     public let userTokens: UserTokens
     /// Requests per access key, when `limits.requestsPerSecondPerKey` is set.
     private let keyRate: RateLimiter?
-    /// The key the services use between themselves: the full key, or else the first with Manage.
-    private let manageKey: AccessKey?
+    /// The key the services use between themselves: the namespace's root key, which reaches every hub.
+    private let serviceKey: AccessKey?
     private let service: String
     private let namespace: String
-    private let hubResource: String
     private let perSecond: Int
-    /// Tokens signed here, by key, with when: HTTP workers sign from several threads.
+    /// Tokens signed here, by key and resource, with when: HTTP workers sign from several threads.
     private let signedTokens = Mutex<[String: (String, TimeInterval)]>([:])
 
     public static func load(config: HubConfig, service: String) throws(ConfigError) -> HubSecurity {
         let directory = URL(fileURLWithPath: config.dataDir, isDirectory: true)
         let keys: KeyStore
+        let namespaceKeys: KeyStore
         do {
             keys = try KeyStore.loadOrCreate(directory: directory)
+            namespaceKeys = try KeyStore.loadOrCreateNamespace(directory: directory)
         } catch {
             throw ConfigError("cannot load the hub's keys: \(error)")
         }
@@ -38,42 +42,54 @@ public final class HubSecurity: Sendable {
         } catch {
             throw ConfigError("cannot load the user-token secret: \(error)")
         }
-        return HubSecurity(keys: keys, userTokens: userTokens, config: config, service: service)
+        return HubSecurity(keys: keys, namespaceKeys: namespaceKeys, userTokens: userTokens, config: config, service: service)
     }
 
-    init(keys: KeyStore, userTokens: UserTokens, config: HubConfig, service: String) {
+    init(keys: KeyStore, namespaceKeys: KeyStore, userTokens: UserTokens, config: HubConfig, service: String) {
         self.keys = keys
+        hubs = HubDirectory(defaultHub: config.hub, fileKeys: keys, namespaceKeys: namespaceKeys)
         self.userTokens = userTokens
         self.service = service
         namespace = config.namespace
-        hubResource = config.hubResource
         perSecond = config.limits.requestsPerSecondPerKey
         keyRate = perSecond > 0 ? RateLimiter(perSecond: perSecond) : nil
-        manageKey = keys.key(named: AccessKey.defaultFullName) ?? keys.keys.first(where: { $0.rights.contains(.manage) })
+        serviceKey = namespaceKeys.key(named: AccessKey.rootManageName) ?? namespaceKeys.keys.first(where: { $0.rights.contains(.manage) })
+    }
+
+    /// The scope of a request's hub (nil: the default hub).
+    public func scope(_ hub: String?) -> HubScope { hubs.scope(hub) }
+
+    /// The resource a token for `scope`'s hub is signed for: the namespace's URL and the hub.
+    public func resource(of scope: HubScope) -> String {
+        (namespace.hasSuffix("/") ? namespace : namespace + "/") + scope.name
     }
 
     /// The bus's security for a service: the hub's key pair from `bus.key` (made on the first run),
-    /// a client key derived from the first Manage key, and every access key's client key admitted.
+    /// a client key derived from the namespace's root key, and the client keys of the default
+    /// hub's and the namespace's policies admitted (the catalog's are added as it is read).
     public func bus(directory: URL) throws(ConfigError) -> BusSecurity {
-        guard let own = manageKey else {
-            throw ConfigError("\(KeyStore.fileName) has no key with Manage rights, which the services use between themselves")
+        guard let own = serviceKey else {
+            throw ConfigError("\(KeyStore.namespaceFileName) has no key with Manage rights, which the services use between themselves")
         }
         do {
             let server = try BusKeys.loadOrCreate(directory: directory)
             return BusSecurity(
                 serverKeys: server, clientKeys: try BusSecurity.clientKeys(keyName: own.name, key: own.key),
-                serverPublicKey: server.publicKey, admitted: try BusSecurity.admitted(by: keys))
+                serverPublicKey: server.publicKey, admitted: try BusSecurity.admitted(by: keys.keys + hubs.namespaceKeys.keys))
         } catch {
             throw ConfigError("cannot load the hub's bus key: \(error)")
         }
     }
 
-    /// Checks a request's credential for a right, as a `HubError` the caller gets back; then the
-    /// key's rate, counted for `peer` when the key has Listen alone.
-    public func authorize(_ token: String?, needs: AccessRights, peer: Data? = nil) throws(HubError) -> AccessKey {
+    /// Checks a request's credential for a right on the hub it names (nil: the default hub), as a
+    /// `HubError` the caller gets back; then the key's rate, counted for `peer` when the key has
+    /// Listen alone. A key of another hub is refused as unknown (401); a namespace key signs for every hub.
+    public func authorize(_ token: String?, hub: String? = nil, needs: AccessRights, peer: Data? = nil) throws(HubError) -> AccessKey {
+        let scope = scope(hub)
+        let store = try hubs.keys(for: scope)
         let key: AccessKey
         do {
-            key = try keys.authorize(token, resource: hubResource, needs: needs)
+            key = try store.authorize(token, resource: resource(of: scope), needs: needs)
         } catch {
             throw HubError(error.kind == .forbidden ? .forbidden : .unauthorized, error.message)
         }
@@ -81,6 +97,17 @@ public final class HubSecurity: Sendable {
         return key
     }
 
+    /// Checks a credential of the namespace itself (`namespace-keys.json`), for making and
+    /// changing hubs.
+    public func authorizeNamespace(_ token: String?, needs: AccessRights) throws(HubError) -> AccessKey {
+        do {
+            return try hubs.namespaceKeys.authorize(token, resource: namespace, needs: needs)
+        } catch {
+            throw HubError(
+                error.kind == .forbidden ? .forbidden : .unauthorized,
+                error.message + " (this needs a key of the namespace, not of a hub: \(AccessKey.rootManageName) in \(KeyStore.namespaceFileName), as nhctl keys prints it)")
+        }
+    }
     /// Takes one request of `key`'s rate (`limits.requestsPerSecondPerKey`), throwing
     /// `rate_limited` when it has none left. Manage keys, which the services use between
     /// themselves, are not limited. A key with Listen alone is the one every device holds, so its
@@ -94,26 +121,41 @@ public final class HubSecurity: Sendable {
             "key '\(key.name)' sent more than \(perSecond) requests a second to \(service) (limits.requestsPerSecondPerKey); retry in a second")
     }
 
-    /// The user a request's user token names, as a `HubError` the caller gets back when it does not check out.
-    public func authorizeUser(_ token: String?) throws(HubError) -> String {
+    /// The user a request's user token names, as its hub's stores key it (`hub/user`; bare for the
+    /// default hub), with the hub's scope: a user token is of one hub's user, and a request must
+    /// name that hub (`hub`; nil names the default hub). Failures are `HubError`s the caller gets back.
+    public func authorizeUser(_ token: String?, hub: String?) throws(HubError) -> (key: String, scope: HubScope) {
+        let user: String
         do {
-            return try userTokens.verify(token, kind: .token).user
+            user = try userTokens.verify(token, kind: .token).user
         } catch {
             throw HubError(.unauthorized, error.message)
         }
+        let owner = HubScope.of(key: user)
+        guard scope(hub) == owner else {
+            throw HubError(.unauthorized, "the user token is of a user of hub '\(owner)', not of hub '\(scope(hub))'")
+        }
+        guard hubs.has(owner) else { throw HubError(.unauthorized, "the user token's hub '\(owner.name)' is gone") }
+        return (user, owner)
     }
 
-    /// A token signed with `key` for this hub: for acting for a client with exactly its rights.
-    /// Tokens last an hour; one is reused for ten minutes, so that a busy caller signs rarely.
-    public func token(for key: AccessKey) -> String {
+    /// A token signed with `key` for `hub` (nil: the default hub): for acting for a client with
+    /// exactly its rights. Tokens last an hour; one is reused for ten minutes, so that a busy
+    /// caller signs rarely.
+    public func token(for key: AccessKey, hub: String? = nil) -> String {
+        token(for: key, resource: resource(of: scope(hub)))
+    }
+
+    func token(for key: AccessKey, resource: String) -> String {
         let now = Date().timeIntervalSince1970
-        let cacheKey = key.name + "\n" + key.key
+        let cacheKey = key.name + "\n" + key.key + "\n" + resource
         if let (token, madeAt) = signedTokens.withLock({ $0[cacheKey] }), now - madeAt < 600 { return token }
-        let token = ConnectionString(endpoint: namespace, keyName: key.name, key: key.key).token(for: hubResource)
+        let token = ConnectionString(endpoint: namespace, keyName: key.name, key: key.key).token(for: resource)
         signedTokens.withLock { $0[cacheKey] = (token, now) }
         return token
     }
 
-    /// A token with every right, for calls between services that share the key file.
-    public func serviceToken() -> String? { manageKey.map(token(for:)) }
+    /// A token of the namespace's root key, for calls between services that share the key files:
+    /// it reaches every hub.
+    public func serviceToken() -> String? { serviceKey.map { token(for: $0, resource: namespace) } }
 }

@@ -63,21 +63,54 @@ public final class ServiceContext {
         try bus.secure(try security.bus(directory: URL(fileURLWithPath: config.dataDir, isDirectory: true)))
     }
 
-    /// Checks a request's credential for a right, and the key's rate, counted for the connection
-    /// the request came on (see `HubSecurity.authorize`).
+    /// Checks a request's credential for a right on the hub it names (nil: the default hub), and
+    /// the key's rate, counted for the connection the request came on (see `HubSecurity.authorize`).
     @discardableResult
-    public func authorize(_ token: String?, needs: AccessRights) throws(HubError) -> AccessKey {
-        try loaded.authorize(token, needs: needs, peer: bus.currentPeer)
+    public func authorize(_ token: String?, hub: String? = nil, needs: AccessRights) throws(HubError) -> AccessKey {
+        try loaded.authorize(token, hub: hub, needs: needs, peer: bus.currentPeer)
     }
+
+    /// Checks a request's credential for a right on the hub its envelope names, and returns the
+    /// hub's scope, which keys what the request reads and writes.
+    @discardableResult
+    public func authorize<R: HubMessage>(_ request: Envelope<R>, needs: AccessRights) throws(HubError) -> HubScope {
+        try loaded.authorize(request.auth, hub: request.hub, needs: needs, peer: bus.currentPeer)
+        return loaded.scope(request.hub)
+    }
+
+    /// Checks a credential of the namespace itself, for making and changing hubs.
+    @discardableResult
+    public func authorizeNamespace(_ token: String?, needs: AccessRights) throws(HubError) -> AccessKey {
+        try loaded.authorizeNamespace(token, needs: needs)
+    }
+
+    /// The namespace's hubs and their keys (see `HubDirectory`).
+    public var hubs: HubDirectory { loaded.hubs }
+
+    /// The address tokens for `scope`'s hub are signed for: the namespace's and the hub's name.
+    public func resource(of scope: HubScope) -> String { loaded.resource(of: scope) }
+
+    /// The scope of a hub a request names (nil: the default hub).
+    public func scope(_ hub: String?) -> HubScope { loaded.scope(hub) }
 
     /// Takes one request of `key`'s rate (see `HubSecurity.takeRate`).
     public func takeRate(of key: AccessKey, peer: Data? = nil) throws(HubError) { try loaded.takeRate(of: key, peer: peer) }
 
-    /// The user a request's user token names, as a `HubError` the caller gets back when it does not check out.
-    public func authorizeUser(_ token: String?) throws(HubError) -> String { try loaded.authorizeUser(token) }
+    /// The user a request's user token names, as its hub's stores key it, and the hub's scope (see
+    /// `HubSecurity.authorizeUser`).
+    public func authorizeUser(_ token: String?, hub: String?) throws(HubError) -> (key: String, scope: HubScope) {
+        try loaded.authorizeUser(token, hub: hub)
+    }
 
-    /// A token signed with `key` for this hub (see `HubSecurity.token`).
-    public func token(for key: AccessKey) -> String { loaded.token(for: key) }
+    /// The user a user token names, as `scope`'s clients know it; a token of another hub's user is refused.
+    public func authorizeUser(_ token: String?, in scope: HubScope) throws(HubError) -> String {
+        let (key, owner) = try loaded.authorizeUser(token, hub: scope.envelopeHub)
+        guard owner == scope else { throw HubError(.unauthorized, "the user token is of a user of hub '\(owner.name)'") }
+        return scope.id(key)
+    }
+
+    /// A token signed with `key` for `hub` (see `HubSecurity.token`).
+    public func token(for key: AccessKey, hub: String? = nil) -> String { loaded.token(for: key, hub: hub) }
 
     /// A token with every right, for calls between services that share the key file; nil where
     /// there are no keys (the agent).

@@ -14,6 +14,8 @@ final class AgentDaemon {
     let identity: AgentIdentity
     let output: AgentOutput
     let installationId: String
+    /// The installation as the dispatchers know it among every hub's: its hub's key (`HubScope`).
+    let channelId: String
     let template: String
     let userSync: AgentUserSync?
     let rich: RichFetcher
@@ -36,6 +38,7 @@ final class AgentDaemon {
         self.store = store
         self.identity = identity
         installationId = try environment["NH_AGENT_INSTALLATION_ID"] ?? store.installationId()
+        channelId = identity.scope.key(installationId)
         template = environment["NH_AGENT_TEMPLATE"] ?? #"{"title":"$(title)","message":"$(messageParam)"}"#
         output = AgentOutput(hook: environment["NH_AGENT_HOOK"], logger: context.logger)
         bus = SessionBus(environment: environment, logger: context.logger, loop: context.loop)
@@ -43,7 +46,7 @@ final class AgentDaemon {
         output.desktop = desktop
         distributor = UnifiedPushDistributor(
             environment: environment, bus: bus, store: AppStore(database: store.database),
-            endpointBase: Self.endpointBase(namespace: context.config.namespace, installationId: installationId), logger: context.logger)
+            endpointBase: Self.endpointBase(namespace: context.config.namespace, installationId: channelId), logger: context.logger)
         // Every socket of the agent is CURVE: to the services with a key derived from its listen
         // key, and its own control socket with its device key, admitting the same listen key.
         keys = try store.channelKeys()
@@ -54,6 +57,7 @@ final class AgentDaemon {
         if let credential = try environment["NH_AGENT_USER_CREDENTIAL"] ?? store.setting("userCredential") {
             let cache = UserCache(database: store.database)
             let sync = try context.bus.client(context.config.sync.requests, policy: RetryPolicy(timeout: 2_000, attempts: 1))
+            sync.hub = { [identity] in identity.envelopeHub }
             userSync = AgentUserSync(
                 cache: cache, credential: credential, device: installationId, logger: context.logger, output: output, client: sync)
             userSync?.desktop = desktop
@@ -62,9 +66,11 @@ final class AgentDaemon {
         }
         registry = try context.bus.client(context.config.registry.requests, policy: RetryPolicy(timeout: 1_000, attempts: 1))
         registry.auth = { [identity] in identity.token() }
+        registry.hub = { [identity] in identity.envelopeHub }
 
         let publish = try context.bus.client(context.config.publish.requests, policy: RetryPolicy(timeout: 2_000, attempts: 1))
         publish.auth = { [identity] in identity.token() }
+        publish.hub = { [identity] in identity.envelopeHub }
         rich = try RichFetcher(
             store: store, home: context.dataDirectory, client: publish, output: output, logger: context.logger,
             maxAttempts: Int(environment["NH_AGENT_RICH_ATTEMPTS"] ?? "") ?? 8)
@@ -88,7 +94,7 @@ final class AgentDaemon {
         connectedTo = dispatchers[0]
         monitor = try SocketMonitor(
             watching: channel, events: [.handshakeSucceeded, .disconnected, .connectRetried], context: channelContext)
-        context.onShutdown { [weak self, channel, monitor, installationId] in
+        context.onShutdown { [weak self, channel, monitor, channelId] in
             monitor.close()
             // A goodbye ends the session at once; without one the dispatcher waits out three
             // heartbeats of silence. Ending the context waits for it to go out, half a second at most.
@@ -96,7 +102,7 @@ final class AgentDaemon {
             // refused, which costs nothing.
             if self?.core.connected == true {
                 // Best effort at shutdown: without it the dispatcher ends the session after three silent heartbeats.
-                _ = try? channel.send(AgentWire.encode(.bye(AgentBye(installationId: installationId))), wait: false)
+                _ = try? channel.send(AgentWire.encode(.bye(AgentBye(installationId: channelId))), wait: false)
                 // Likewise: without it the goodbye may not go out.
                 try? channel.setLinger(500)
             }
@@ -114,13 +120,17 @@ final class AgentDaemon {
         let clientKeys = try BusSecurity.clientKeys(for: listen)
         var admitted: Set<String> = [clientKeys.publicKey]
         // Absent on a host without the services: only the listen key is admitted.
-        if let keys = try? KeyStore.load(directory: URL(fileURLWithPath: config.dataDir, isDirectory: true)) {
-            admitted.formUnion(try BusSecurity.admitted(by: keys))
+        let directory = URL(fileURLWithPath: config.dataDir, isDirectory: true)
+        for file in [KeyStore.fileName, KeyStore.namespaceFileName] {
+            if let keys = try? KeyStore.load(directory: directory, fileName: file) {
+                admitted.formUnion(try BusSecurity.admitted(by: keys.keys))
+            }
         }
         return BusSecurity(serverKeys: device, clientKeys: clientKeys, serverPublicKey: serverKey, admitted: admitted)
     }
 
-    /// Apps' push endpoints start with the gateway's address, then `up/` and the installation id.
+    /// Apps' push endpoints start with the gateway's address, then `up/` and the installation's
+    /// key among every hub's (its hub and id: `hub%2Fid` for a hub other than the default).
     static func endpointBase(namespace: String, installationId: String) -> String {
         var allowed = CharacterSet.alphanumerics
         allowed.insert(charactersIn: "-._~")
@@ -130,7 +140,7 @@ final class AgentDaemon {
 
     /// Where this installation is served: its shard, and the dispatcher the channel is connected to.
     var placement: [String: String] {
-        ["shard": String(Shards.of(installationId)), "dispatcher": connectedTo, "dispatcherWelcomed": String(core.welcomed)]
+        ["shard": String(Shards.of(channelId)), "dispatcher": connectedTo, "dispatcherWelcomed": String(core.welcomed)]
     }
 
     /// The user this agent signs in as: the one its credential names, once a token confirmed it.
@@ -286,7 +296,7 @@ final class AgentDaemon {
         for action in actions {
             switch action {
             case .hello:
-                _ = try channel.send(AgentWire.encode(.hello(AgentHello(installationId: installationId))), wait: false)
+                _ = try channel.send(AgentWire.encode(.hello(AgentHello(installationId: channelId))), wait: false)
             case .show(let delivery):
                 // Shown, then remembered as seen, then acknowledged (after this batch): a crash
                 // before the show leaves it unseen and unacknowledged, so it comes again and is shown;

@@ -1,10 +1,13 @@
 import Auth
 import Foundation
+import HubProtocol
 import ServiceKit
 
 /// Where the agent keeps its files and which key it signs with.
 final class AgentIdentity {
     let home: URL
+    /// The hub the agent belongs to: its connection string's `EntityPath`, else the config's hub.
+    let scope: HubScope
     let resource: String
     private let keyFile: URL
     private let namespace: String
@@ -20,7 +23,6 @@ final class AgentIdentity {
     init(config: HubConfig, environment: [String: String]) {
         home = environment["NH_AGENT_HOME"].map { URL(fileURLWithPath: $0, isDirectory: true) }
             ?? URL(fileURLWithPath: config.dataDir, isDirectory: true).appendingPathComponent("agent", isDirectory: true)
-        resource = config.hubResource
         namespace = config.namespace
         keyFile = URL(fileURLWithPath: config.dataDir).appendingPathComponent(KeyStore.fileName)
         if let text = environment["NH_AGENT_CONNECTION_STRING"] {
@@ -30,8 +32,13 @@ final class AgentIdentity {
                 connectionStringProblem = "\(error)"
             }
         }
+        scope = HubScope(hub: credential?.entityPath ?? config.hub, defaultHub: config.hub)
+        resource = (config.namespace.hasSuffix("/") ? config.namespace : config.namespace + "/") + scope.name
         if credential == nil { credential = localListenKey() }
     }
+
+    /// The hub to name in every request's envelope: nil for the default hub.
+    var envelopeHub: String? { scope.envelopeHub }
 
     /// The listen key from the hub's key file on this host, if there is one. Only the listen key
     /// is taken: an agent may register and receive, never send.

@@ -9,7 +9,7 @@ enum Ctl {
     static let usage = """
         nhctl: operate a notification hub
 
-        Usage: nhctl [--config FILE] [--connection-string TEXT] [--json] [--timeout MS] COMMAND
+        Usage: nhctl [--config FILE] [--connection-string TEXT] [--hub NAME] [--json] [--timeout MS] COMMAND
                nhctl --help | -h | --version
 
         Commands:
@@ -36,7 +36,14 @@ enum Ctl {
           user post USER --app-id ID (--title T --body B | --raw R) [--expires-in S] [--priority P] [--group G]
                                       post a notification to every device of USER
           user list USER              USER's notifications in the store, with their states
-          keys                        the hub's connection strings
+          keys                        the default hub's and the namespace's connection strings
+          hub list | create NAME | delete NAME [--yes] | keys NAME
+                                      the namespace's hubs: made with their two default policies; deleted with
+                                      everything they hold (asked to confirm, or --yes); keys prints both keys'
+                                      connection strings, with EntityPath (needs a namespace key)
+          hub policy NAME POLICY RIGHTS   add or change a hub's policy (RIGHTS: Listen,Send,Manage)
+          hub regenerate NAME POLICY primary|secondary
+                                      a new key for one of a policy's two keys; the other keeps working
           config [--defaults]         every setting with its value as this host loads it (or the defaults), as JSON
           pns show                    the push services the dispatcher delivers to (never their secrets)
           pns set apple --key-file F.p8 --key-id K --team-id T --bundle-id B [--endpoint production|sandbox|URL]
@@ -49,8 +56,9 @@ enum Ctl {
                                       secret file's text is sent, kept by the dispatcher in a 0600 file
           pns remove apple|fcm|browser|wns|adm|baidu
 
-        Sending uses --connection-string, NH_CONNECTION_STRING, or the full key in the data
-        folder's keys.json. --json prints each result as a JSON line; --timeout is how long health
+        Commands act on the hub --hub names, else the connection string's EntityPath, else the default
+        hub (the config's `hub`). They sign with --connection-string, NH_CONNECTION_STRING, or the
+        data folder's namespace key (namespace-keys.json, which reaches every hub), else keys.json's full key. --json prints each result as a JSON line; --timeout is how long health
         waits for each service (default: 1000 ms).
 
         Settings come from the defaults, the JSON config file (--config or NH_CONFIG; installed,
@@ -65,10 +73,10 @@ enum Ctl {
         "app-id", "title", "body", "raw", "expires-in", "priority", "group", "lifetime", "rich", "message", "rich-type",
         "content-type", "schedule", "direct", "top", "platform", "headers", "channel", "key-file", "key-id", "team-id",
         "bundle-id", "endpoint", "service-account", "subject", "package-sid", "tenant-id", "client-id", "secret-file", "token-endpoint",
-        "api-key",
+        "api-key", "hub",
     ]
     /// The options that take none; each is named in `usage`, as is --help.
-    static let flagOptions: Set<String> = ["json", "agent", "test", "defaults", "version"]
+    static let flagOptions: Set<String> = ["json", "agent", "test", "defaults", "version", "yes"]
 
     static func main(_ arguments: [String], environment: [String: String]) -> Int32 {
         let parsed: Arguments
@@ -128,6 +136,8 @@ enum Ctl {
             return CtlPush.run(parsed, config: config, environment: environment)
         case "keys":
             return CtlSend.keys(config: config, json: parsed.has("json"))
+        case "hub":
+            return CtlHub.run(parsed, config: config, environment: environment)
         case let command:
             return fail("unknown command '\(command)'\n\n\(usage)")
         }

@@ -11,6 +11,8 @@ struct CtlCaller {
     let config: HubConfig
     let credential: ConnectionString
     let bus: BusSecurity
+    /// The hub the commands act on: `--hub`, else the connection string's `EntityPath`, else the default hub.
+    let scope: HubScope
 
     init(_ parsed: Arguments, config: HubConfig, environment: [String: String]) throws {
         self.config = config
@@ -18,11 +20,22 @@ struct CtlCaller {
         bus = BusSecurity(
             serverKeys: nil, clientKeys: try BusSecurity.clientKeys(for: credential),
             serverPublicKey: try BusKeys.serverPublicKey(config: config, environment: environment), admitted: [])
+        let hub = parsed[option: "hub"] ?? credential.entityPath
+        if let hub { try HubName.check(hub) }
+        scope = HubScope(hub: hub, defaultHub: config.hub)
     }
 
-    /// A client of the service at `endpoint`, signing each request with the credential.
-    func client(_ endpoint: String) throws -> HubClient {
-        try HubClient(connect: endpoint, config: config, curve: bus.client, auth: { [credential, config] in credential.token(for: config.hubResource) })
+    /// The address a token for the hub is signed for.
+    var hubResource: String { (config.namespace.hasSuffix("/") ? config.namespace : config.namespace + "/") + scope.name }
+
+    /// A client of the service at `endpoint`, signing each request with the credential for the
+    /// hub and naming it; with `namespace`, signing for the namespace itself (to manage hubs).
+    func client(_ endpoint: String, namespace: Bool = false) throws -> HubClient {
+        let resource = namespace ? config.namespace : hubResource
+        let client = try HubClient(connect: endpoint, config: config, curve: bus.client, auth: { [credential] in credential.token(for: resource) })
+        let hub = scope.envelopeHub
+        client.hub = { hub }
+        return client
     }
 
     /// The dispatchers outcomes are read from: `dispatch.requests`, then `dispatch.peers`; each

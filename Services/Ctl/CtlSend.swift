@@ -6,13 +6,17 @@ import ServiceKit
 
 /// nhctl's sending side: send, outcome, keys.
 enum CtlSend {
-    /// The credential for backend calls: a connection string, or the full key on a host with the data folder.
+    /// The credential for backend calls: a connection string, or on a host with the data folder the
+    /// namespace's root key (which reaches every hub and manages hubs), else the default hub's full key.
     static func credential(_ parsed: Arguments, config: HubConfig, environment: [String: String]) throws -> ConnectionString {
         if let text = parsed[option: "connection-string"] ?? environment["NH_CONNECTION_STRING"] {
             return try ConnectionString(parsing: text)
         }
         // A client never writes a key file: the services make the keys, in their data folder.
         let folder = URL(fileURLWithPath: config.dataDir, isDirectory: true)
+        if let root = try KeyStore.load(directory: folder, fileName: KeyStore.namespaceFileName)?.key(named: AccessKey.rootManageName) {
+            return ConnectionString(endpoint: config.namespace, keyName: root.name, key: root.key)
+        }
         let file = folder.appendingPathComponent(KeyStore.fileName).path
         guard let keys = try KeyStore.load(directory: folder) else {
             if FileManager.default.fileExists(atPath: file) {
@@ -197,12 +201,23 @@ enum CtlSend {
         }
     }
 
+    /// The default hub's connection strings (`keys.json`) and the namespace's (`namespace-keys.json`),
+    /// read from the data folder; `nhctl hub keys NAME` asks the registry for any hub's.
     static func keys(config: HubConfig, json: Bool) -> Int32 {
         do {
-            let keys = try KeyStore.loadOrCreate(directory: URL(fileURLWithPath: config.dataDir, isDirectory: true))
+            let folder = URL(fileURLWithPath: config.dataDir, isDirectory: true)
+            guard let keys = try KeyStore.load(directory: folder) else {
+                throw HubError(.unauthorized, "no keys.json in \(config.dataDir): set NH_DATA_DIR to the services' data folder (make run keeps it in ./data)")
+            }
             for key in keys.keys {
                 let text = key.connectionString(endpoint: config.namespace)
                 print(json ? #"{"name":"\#(key.name)","rights":"\#(key.rights)","connectionString":"\#(text)"}"# : "\(key.name) (\(key.rights)):\n  \(text)")
+            }
+            for key in try KeyStore.load(directory: folder, fileName: KeyStore.namespaceFileName)?.keys ?? [] {
+                let text = key.connectionString(endpoint: config.namespace)
+                print(json
+                    ? #"{"name":"\#(key.name)","rights":"\#(key.rights)","namespace":true,"connectionString":"\#(text)"}"#
+                    : "\(key.name) (namespace, \(key.rights): makes hubs and reaches every hub):\n  \(text)")
             }
             if let serverKey = BusKeys.publicKey(directory: URL(fileURLWithPath: config.dataDir, isDirectory: true)) {
                 print(json ? #"{"name":"bus","serverKey":"\#(serverKey)"}"# : "Bus key (\(BusKeys.environmentVariable) for agents and nhctl on other hosts):\n  \(serverKey)")

@@ -15,10 +15,14 @@ struct AgentInbox {
 
     let rate: RateLimiter
     let rateSetting: Int
+    /// The key the dispatcher knows an installation by, from the one an agent names (`hub/id` by
+    /// the hub's name, which the hub catalog turns into its current generation's key).
+    let installationKey: (String) -> String
 
-    init(messagesPerSecond: Int) {
+    init(messagesPerSecond: Int, installationKey: @escaping (String) -> String = { $0 }) {
         rate = RateLimiter(perSecond: messagesPerSecond)
         rateSetting = messagesPerSecond
+        self.installationKey = installationKey
     }
 
     /// `frames`: the route, then the message's frames; `peer`: the connection's CURVE key.
@@ -41,11 +45,11 @@ struct AgentInbox {
             }
             switch try AgentWire.decode(body[0]) {
             case .hello(let hello):
-                return .event(.hello(route: route, peerKey: peer, installationId: hello.installationId))
+                return .event(.hello(route: route, peerKey: peer, installationId: installationKey(hello.installationId)))
             case .ack(let ack):
                 return .event(.ack(route: route, ack))
             case .bye(let bye):
-                return .event(.bye(route: route, installationId: bye.installationId))
+                return .event(.bye(route: route, installationId: installationKey(bye.installationId)))
             case .welcome, .deliver, .signal, .error, .redirect:
                 throw HubError(.unknownType, "agents send only 'hello', 'ack' and 'bye' on this channel")
             }

@@ -79,9 +79,10 @@ extension DeliveryEngine {
         return totals
     }
 
-    func outcome(_ notificationId: String, now: Date) throws -> NotificationOutcome? {
+    func outcome(_ notificationId: String, in scope: HubScope?, now: Date) throws -> NotificationOutcome? {
         guard let row = try one(sql.outcome, [notificationId]) else { return nil }
         let table = "outcomes"
+        if let scope, HubScope(named: try row.optionalString("hub", of: table)) != scope { return nil }
         var outcome = NotificationOutcome(
             notificationId: notificationId, state: try row.string("state", of: table, as: NotificationState.self),
             enqueuedAt: try row.date("enqueued_at", of: table), startedAt: try row.optionalDate("started_at", of: table),

@@ -179,12 +179,12 @@ extension DeliveryEngine {
             switch step {
             case .open(let adds, let ids):
                 var values: [(any StoreValue)?] = []
-                values.reserveCapacity(ids.count * 6)
+                values.reserveCapacity(ids.count * 7)
                 for id in ids {
                     let opening = tally.openings[id]!
                     values += [
                         id, opening.state.rawValue, opening.enqueuedAt.timeIntervalSince1970, opening.at.timeIntervalSince1970,
-                        opening.targets, opening.expired,
+                        opening.targets, opening.expired, opening.hub,
                     ]
                 }
                 try run(adds ? sql.openOutcomesAdding(ids.count) : sql.openOutcomes(ids.count), values)
@@ -246,7 +246,8 @@ extension DeliveryEngine {
             let targets = expired
                 ? 0 : try recordDeliveries(notification, plans: plans, sent: sent, now: now, adds: adds, holds: holds, byShard: shards != nil)
             ledger.scope.tally.open(id, OutcomeOpening(
-                state: state, enqueuedAt: notification.enqueuedAt, at: now, targets: targets, expired: expired ? 1 : 0, adds: adds))
+                state: state, enqueuedAt: notification.enqueuedAt, at: now, targets: targets, expired: expired ? 1 : 0,
+                hub: notification.send.hub, adds: adds))
             if shards == nil, let known = ledger.scope.knownCursor { ledger.scope.knownCursor = max(known, notification.sequence) }
             // The cursors move as the write ends (`writeCursors`).
             if let shards {

@@ -121,9 +121,9 @@ struct DeliverySQL: Sendable {
     /// The VALUES of `rows` outcome rows, each (id, state, enqueued at, at, at, targets, expired)
     /// from six parameters, numbered after `marker` (`?` or `$`).
     static func outcomeValues(rows: Int, marker: String) -> String {
-        values(rows: rows, width: 6) { first in
+        values(rows: rows, width: 7) { first in
             let number = { (offset: Int) in marker + String(first + offset) }
-            return "(\(number(0)), \(number(1)), \(number(2)), \(number(3)), \(number(3)), \(number(4)), \(number(5)))"
+            return "(\(number(0)), \(number(1)), \(number(2)), \(number(3)), \(number(3)), \(number(4)), \(number(5)), \(number(6)))"
         }
     }
     /// Shards with their epochs ("shard:epoch") as the engine's list parameter.

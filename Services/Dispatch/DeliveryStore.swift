@@ -78,8 +78,9 @@ protocol DeliveryStore: LeaseStore {
     func totals() throws -> [String: String]
     /// A notification's outcome. It is `Processing` while a delivery to a push service waits for
     /// its service's answer (a retry) and has not expired, and `Completed` once every one has an
-    /// answer; the agents' deliveries are counted as their acknowledgements come.
-    func outcome(_ notificationId: String, now: Date) throws -> NotificationOutcome?
+    /// answer; the agents' deliveries are counted as their acknowledgements come. With `scope`, nil
+    /// for a notification of another hub.
+    func outcome(_ notificationId: String, in scope: HubScope?, now: Date) throws -> NotificationOutcome?
     /// What became of each of a test send's first targets; nil when it is not a test send the store has.
     func testResults(_ notificationId: String) throws -> TestResults?
 }
@@ -105,7 +106,13 @@ extension DeliveryStore {
         try unacknowledged(for: installationId, now: now, limit: limit).deliveries
     }
 
-    func outcome(_ notificationId: String) throws -> NotificationOutcome? { try outcome(notificationId, now: Date()) }
+    func outcome(_ notificationId: String, now: Date) throws -> NotificationOutcome? {
+        try outcome(notificationId, in: nil, now: now)
+    }
+
+    func outcome(_ notificationId: String, in scope: HubScope? = nil) throws -> NotificationOutcome? {
+        try outcome(notificationId, in: scope, now: Date())
+    }
 
     func pendingPush(now: Date, limit: Int = 100_000) throws -> [PushMessage] {
         try pendingPush(now: now, limit: limit, shards: nil)

@@ -26,13 +26,24 @@ struct DispatchHandlers {
         server.on(OutcomeRequest.self) { try outcome($0) }
     }
 
+    /// What the push services are: every hub's Manage key may see them, since every hub's sends go through them.
     func pushCredentials(_ request: Envelope<PushCredentialsRequest>) throws -> PushCredentialsReply {
-        try context.authorize(request.auth, needs: .manage)
+        try context.authorize(request, needs: .manage)
         return PushCredentialsReply(services: push.info())
     }
 
+    /// The push services' credentials are the namespace's, set with the default hub's Manage key
+    /// or a namespace key: another hub's key may not change what the default hub's sends go through.
+    static func namespacePush(_ scope: HubScope) throws(HubError) {
+        guard scope.isDefault else {
+            throw HubError(
+                .forbidden,
+                "push credentials are the namespace's, shared by its hubs: set them on the default hub with its Manage key or a namespace key")
+        }
+    }
+
     func setPushCredentials(_ request: Envelope<PushCredentialsSetRequest>) throws -> PushCredentialsReply {
-        try context.authorize(request.auth, needs: .manage)
+        try Self.namespacePush(try context.authorize(request, needs: .manage))
         let services: [PushServiceInfo]
         do {
             services = try push.set(request.payload)
@@ -45,23 +56,27 @@ struct DispatchHandlers {
     }
 
     func testResults(_ request: Envelope<TestResultsRequest>) throws -> TestResults {
-        try context.authorize(request.auth, needs: .send)
+        let scope = try context.authorize(request, needs: .send)
         beforeReading()
-        guard let results = try store.testResults(request.payload.notificationId) else {
+        guard try store.outcome(request.payload.notificationId, in: scope) != nil, var results = try store.testResults(request.payload.notificationId)
+        else {
             throw HubError(.notFound, "the dispatcher has no test send '\(request.payload.notificationId)' yet")
         }
+        for index in results.results.indices { results.results[index].installationId = scope.id(results.results[index].installationId) }
         return results
     }
 
     func placement(_ request: Envelope<PlacementRequest>) throws -> Placement {
-        try context.authorize(request.auth, needs: .manage)
-        return placement(request.payload.installationId)
+        let scope = try context.authorize(request, needs: .manage)
+        var placement = placement(scope.key(request.payload.installationId))
+        placement.installationId = request.payload.installationId
+        return placement
     }
 
     func outcome(_ request: Envelope<OutcomeRequest>) throws -> NotificationOutcome {
-        try context.authorize(request.auth, needs: .send)
+        let scope = try context.authorize(request, needs: .send)
         beforeReading()
-        guard let outcome = try store.outcome(request.payload.notificationId) else {
+        guard let outcome = try store.outcome(request.payload.notificationId, in: scope) else {
             throw HubError(.notFound, "the dispatcher has no notification '\(request.payload.notificationId)' yet")
         }
         return outcome

@@ -17,6 +17,7 @@ public enum DispatchMain {
         ) { context in
             let config = context.config
             try context.prepareKeys()
+            HubCatalogFollower.start(context: context)
             var settings = DispatcherSettings(agentHeartbeat: Double(config.agentHeartbeatMs) / 1000, maxAgents: config.limits.agents)
             // Phones and browsers: each platform's push service, on a thread of its own for HTTP, with
             // its answers handled on this loop, through the mailbox, after the writes of the turn they come in.
@@ -46,7 +47,9 @@ public enum DispatchMain {
                 connect: config.registry.events ?? "tcp://127.0.0.1:7702", curve: context.bus.security?.client)
             context.onShutdown { registry.close() }
             let dispatch = DispatchShell(
-                context: context, settings: settings, inbox: AgentInbox(messagesPerSecond: config.limits.agentMessagesPerSecond), store: store,
+                context: context, settings: settings, inbox: AgentInbox(
+                    messagesPerSecond: config.limits.agentMessagesPerSecond, installationKey: { [hubs = context.hubs] in hubs.installationKey($0) }),
+                store: store,
                 leases: ShardLeaseKeeper(store: store, id: advertise, period: leasePeriod), push: push, agents: agents,
                 publish: publish, registryWrites: registryWrites, registry: registry, shared: config.storeIsPostgres)
             // Before the store closes (closers run newest first): turns gathered in memory are written.

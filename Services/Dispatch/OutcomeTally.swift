@@ -8,6 +8,8 @@ struct OutcomeOpening {
     var at: Date
     var targets: Int
     var expired: Int
+    /// The hub the notification was sent to; nil for the default hub.
+    var hub: String? = nil
     /// Whether the row adds to what other dispatchers wrote for their shards, rather than being
     /// written once.
     var adds: Bool

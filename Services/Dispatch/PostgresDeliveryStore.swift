@@ -99,6 +99,8 @@ final class PostgresDeliveryStore: DeliveryEngine, PostgresBacked {
             ALTER TABLE dispatch.deliveries ADD COLUMN topic TEXT;
             CREATE INDEX deliveries_by_topic ON dispatch.deliveries(installation_id, topic) WHERE topic IS NOT NULL AND acked_at IS NULL;
             """),
+        // The hub a notification was sent to (NULL: the default hub), whose Send keys may read its outcome.
+        Migration(version: 4, "ALTER TABLE dispatch.outcomes ADD COLUMN hub TEXT;"),
     ]
 
     /// Lists of shards are int[] literals. Each read of a few shards is a statement of its own, so
@@ -156,13 +158,13 @@ final class PostgresDeliveryStore: DeliveryEngine, PostgresBacked {
         setTestOutcome: "UPDATE dispatch.test_results SET outcome = $1, success = $2 WHERE delivery_id = $3 AND outcome IS NULL",
         openOutcomes: DeliverySQL.remembered { rows in
             """
-            INSERT INTO dispatch.outcomes (notification_id, state, enqueued_at, started_at, ended_at, targets, expired)
+            INSERT INTO dispatch.outcomes (notification_id, state, enqueued_at, started_at, ended_at, targets, expired, hub)
             VALUES \(DeliverySQL.outcomeValues(rows: rows, marker: "$")) ON CONFLICT (notification_id) DO NOTHING
             """
         },
         openOutcomesAdding: DeliverySQL.remembered { rows in
             """
-            INSERT INTO dispatch.outcomes AS o (notification_id, state, enqueued_at, started_at, ended_at, targets, expired)
+            INSERT INTO dispatch.outcomes AS o (notification_id, state, enqueued_at, started_at, ended_at, targets, expired, hub)
             VALUES \(DeliverySQL.outcomeValues(rows: rows, marker: "$"))
             ON CONFLICT (notification_id) DO UPDATE SET
               targets = o.targets + excluded.targets,
@@ -216,7 +218,7 @@ final class PostgresDeliveryStore: DeliveryEngine, PostgresBacked {
             ORDER BY d.seq LIMIT $2
             """,
         outcome: """
-            SELECT state, enqueued_at, started_at, ended_at, targets, delivered, acknowledged, expired, failed
+            SELECT state, enqueued_at, started_at, ended_at, targets, delivered, acknowledged, expired, failed, hub
             FROM dispatch.outcomes WHERE notification_id = $1
             """,
         platformOutcomes: "SELECT platform, outcome, count FROM dispatch.platform_outcomes WHERE notification_id = $1",

@@ -121,6 +121,8 @@ final class SQLiteDeliveryStore: DeliveryEngine {
         // One dispatcher holds a SQLite store and never reads it by shard: each delivery written and
         // removed then updates one index fewer (the reads by shard still work, by scanning).
         Migration(version: 10, "DROP INDEX deliveries_by_shard;"),
+        // The hub a notification was sent to (NULL: the default hub), whose Send keys may read its outcome.
+        Migration(version: 11, "ALTER TABLE outcomes ADD COLUMN hub TEXT;"),
     ]
 
     /// Lists of shards are JSON arrays, read with json_each.
@@ -167,13 +169,13 @@ final class SQLiteDeliveryStore: DeliveryEngine {
         setTestOutcome: "UPDATE test_results SET outcome = ?1, success = ?2 WHERE delivery_id = ?3 AND outcome IS NULL",
         openOutcomes: DeliverySQL.remembered { rows in
             """
-            INSERT OR IGNORE INTO outcomes (notification_id, state, enqueued_at, started_at, ended_at, targets, expired)
+            INSERT OR IGNORE INTO outcomes (notification_id, state, enqueued_at, started_at, ended_at, targets, expired, hub)
             VALUES \(DeliverySQL.outcomeValues(rows: rows, marker: "?"))
             """
         },
         openOutcomesAdding: DeliverySQL.remembered { rows in
             """
-            INSERT INTO outcomes (notification_id, state, enqueued_at, started_at, ended_at, targets, expired)
+            INSERT INTO outcomes (notification_id, state, enqueued_at, started_at, ended_at, targets, expired, hub)
             VALUES \(DeliverySQL.outcomeValues(rows: rows, marker: "?"))
             ON CONFLICT (notification_id) DO UPDATE SET
               targets = targets + excluded.targets,
@@ -225,7 +227,7 @@ final class SQLiteDeliveryStore: DeliveryEngine {
             ORDER BY rowid LIMIT ?2
             """,
         outcome: """
-            SELECT state, enqueued_at, started_at, ended_at, targets, delivered, acknowledged, expired, failed
+            SELECT state, enqueued_at, started_at, ended_at, targets, delivered, acknowledged, expired, failed, hub
             FROM outcomes WHERE notification_id = ?1
             """,
         platformOutcomes: "SELECT platform, outcome, count FROM platform_outcomes WHERE notification_id = ?1",

@@ -11,6 +11,7 @@ public enum GatewayMain {
         ServiceMain.run(name: "nh-gateway", summary: "the HTTP gateway: the Notification Hubs REST API over the hub's services", arguments: arguments) { context in
             let config = context.config
             try context.prepareKeys()
+            HubCatalogFollower.start(context: context)
             let policy = RetryPolicy(timeout: config.requestTimeoutMs, attempts: 1)
             // One set of bus clients per HTTP worker thread, so that a socket is only ever used by its own
             // thread, and as many requests are handled at once as there are workers.

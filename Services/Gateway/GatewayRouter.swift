@@ -20,14 +20,21 @@ final class GatewayRouter: @unchecked Sendable {
     let pushServices: PushServiceRoutes
     let pushEndpoints: PushEndpointRoutes
     let hubResources: HubResourceRoutes
+    let namespace: NamespaceRoutes
 
     /// `streams` is nil when the routes run in process, without the loop that feeds event streams;
     /// `pushRate` (pushes per apps' endpoint) is shared by every worker's routes.
     init(context: ServiceContext, registry: any ServiceCalling, publish: any ServiceCalling, dispatch: any ServiceCalling,
          outcomes: (any ServiceCalling)? = nil, sync: any ServiceCalling, counts: HTTPCounts, web: WebPages, streams: UserStreams?,
          pushRate: RateLimiter? = nil) {
+        let current = CurrentHub(defaultHub: context.config.hub)
+        // Every call of this worker names the hub of the request it answers.
+        for caller in [registry, publish, dispatch, sync] + ((outcomes as? FirstAnswering)?.services ?? []) {
+            (caller as? HubClient)?.hub = { current.scope.envelopeHub }
+        }
         let services = GatewayServices(
-            context: context, registry: registry, publish: publish, dispatch: dispatch, outcomes: outcomes ?? dispatch, sync: sync)
+            context: context, registry: registry, publish: publish, dispatch: dispatch, outcomes: outcomes ?? dispatch, sync: sync,
+            current: current)
         self.services = services
         self.counts = counts
         self.web = web
@@ -39,6 +46,7 @@ final class GatewayRouter: @unchecked Sendable {
         pushEndpoints = PushEndpointRoutes(
             services: services, pushRate: pushRate ?? RateLimiter(perSecond: context.config.limits.pushesPerSecondPerEndpoint), counts: counts)
         hubResources = HubResourceRoutes(services: services, streams: streams, counts: counts)
+        namespace = NamespaceRoutes(services: services)
     }
 
     var hub: String { services.hub }
@@ -74,10 +82,10 @@ final class GatewayRouter: @unchecked Sendable {
     func forward(_ request: HTTPRequest, to publish: HubForwarder, reply: HTTPReply) -> Bool {
         guard request.method == "POST", request.query["test"] == nil, request.query["direct"] == nil else { return false }
         do {
-            guard case .route(let route, _) = try resolve(request), let scheduled = route.forwardedSend else { return false }
+            guard case .route(let route, _) = try resolve(request, settingCurrent: false), let scheduled = route.forwardedSend else { return false }
             try route.admit(services, request)
             let send = try messages.makeSend(request, scheduled: scheduled)
-            publish.forward(send) { [self] result in
+            publish.forward(send, hub: services.scope(of: request).envelopeHub) { [self] result in
                 switch result {
                 case .success(let accepted):
                     reply.send(finish(request, messages.acceptedResponse(accepted, request, scheduled: scheduled)))
@@ -96,14 +104,16 @@ final class GatewayRouter: @unchecked Sendable {
         case page(HTTPResponse)
         case metrics
         case pushEndpoint([String])
+        case namespace([String])
         case route(Route, [String])
     }
 
     private func route(_ request: HTTPRequest) throws -> HTTPResponse {
-        switch try resolve(request) {
+        switch try resolve(request, settingCurrent: true) {
         case .page(let page): return page
         case .metrics: return hubResources.metrics()
         case .pushEndpoint(let segments): return pushEndpoints.handle(request, segments)
+        case .namespace(let segments): return try namespace.handle(request, segments)
         case .route(let route, let parameters): return try route.run(self, request, parameters)
         }
     }
@@ -112,14 +122,21 @@ final class GatewayRouter: @unchecked Sendable {
     static let ownResources: Set<String> = ["users", "health", "signatures", "expressions", "pns"]
 
     /// The page, metrics or push endpoint a request asks for, or the hub's route that answers it,
-    /// once the hub and api-version are checked.
-    private func resolve(_ request: HTTPRequest) throws -> Resolved {
+    /// once the hub and api-version are checked. `settingCurrent`: the worker answers it, and its
+    /// handlers and clients take the request's hub (the HTTP loop's forwarded sends name it themselves).
+    private func resolve(_ request: HTTPRequest, settingCurrent: Bool) throws -> Resolved {
+        if settingCurrent { services.current.set(services.context.config.hub, services.context.scope(nil)) }
         if let page = try web.serve(request) { return .page(page) }
         let segments = request.path.split(separator: "/").map { $0.utf8.contains(UInt8(ascii: "%")) ? $0.removingPercentEncoding ?? String($0) : String($0) }
         guard let first = segments.first else { throw HubError(.notFound, "no resource at '/'; hub resources are under /\(hub)/") }
         if first == "metrics", segments.count == 1, request.method == "GET" { return .metrics }
         if first == "up" { return .pushEndpoint(Array(segments.dropFirst())) }
-        guard first == hub else { throw HubError(.notFound, "no hub '\(first)'; this namespace has '\(hub)'") }
+        if first == NamespaceRoutes.segment { return .namespace(Array(segments.dropFirst())) }
+        let scope = services.context.scope(first)
+        guard services.context.hubs.has(scope) else {
+            throw HubError(.notFound, "no hub '\(first)' in this namespace; its default hub is '\(services.context.config.hub)'")
+        }
+        if settingCurrent { services.current.set(first, scope) }
         let rest = Array(segments.dropFirst())
         // Notification Hubs' resources need api-version, as Azure does.
         if request.query["api-version"] != nil || !Self.ownResources.contains(rest.first ?? "") { try checkVersion(request) }

@@ -40,13 +40,16 @@ struct HubResourceRoutes {
     /// this hub at the address the request came to, for an hour, with that key's rights.
     func signature(_ request: HTTPRequest) throws -> HTTPResponse {
         let body = try GatewayJSON.decode(GatewayJSON.SignatureRequest.self, request.body, "a JSON object with keyName and key, from a connection string")
-        guard let stored = context.keys.key(named: body.keyName), Crypto.constantTimeEqual(Data(stored.key.utf8), Data(body.key.utf8)) else {
+        let keys = try context.hubs.keys(for: services.current.scope)
+        guard let stored = keys.key(named: body.keyName),
+            stored.signingKeys.contains(where: { Crypto.constantTimeEqual(Data($0.utf8), Data(body.key.utf8)) })
+        else {
             throw HubError(.unauthorized, "no key named '\(body.keyName)' with that value: copy the connection string from nhctl keys")
         }
         try context.takeRate(of: stored)
         let expiresAt = Date().addingTimeInterval(3_600)
         let token = SharedAccessSignature.sign(
-            resource: services.hubURL(request).lowercased(), keyName: stored.name, key: stored.key, expiry: Int(expiresAt.timeIntervalSince1970))
+            resource: services.hubURL(request).lowercased(), keyName: stored.name, key: body.key, expiry: Int(expiresAt.timeIntervalSince1970))
         return GatewayJSON.response(200, GatewayJSON.Signature(token: token, expiresAt: expiresAt), headers: [("Cache-Control", "no-store")])
     }
 

@@ -17,7 +17,7 @@ struct InstallationRoutes {
         installation.createdAt = nil
         installation.lastSeen = nil
         _ = try services.registry.call(
-            InstallationUpsert(installation: installation, userToken: request.header("x-nh-user-token")), auth: services.context.token(for: key))
+            InstallationUpsert(installation: installation, userToken: request.header("x-nh-user-token")), auth: services.token(for: key))
         return GatewayResponse.empty(200, headers: [("Content-Location", services.baseURL(request) + request.path)])
     }
 
@@ -30,7 +30,7 @@ struct InstallationRoutes {
         let operations = try InstallationJSON.patch(request.body)
         _ = try services.registry.call(
             InstallationPatch(installationId: id, operations: operations, userToken: request.header("x-nh-user-token")),
-            auth: services.context.token(for: key))
+            auth: services.token(for: key))
         // The REST reference gives 204, but the service answers 200 and the .NET, Java and JS SDKs require it.
         return GatewayResponse.empty(200)
     }

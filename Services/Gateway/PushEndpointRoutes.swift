@@ -42,7 +42,16 @@ struct PushEndpointRoutes {
         guard segments.count == 2 else {
             throw PushRefusal(404, "not_found", "a push endpoint is /up/{installation}/{secret}, as its app was given it")
         }
-        let (installationId, secret) = (segments[0], segments[1])
+        // The first segment is the installation's key among every hub's (`hub/id`, its '/' sent as
+        // %2F; a bare id for the default hub): the calls below name its hub.
+        // The installation's key names its hub by name (the agent knows no generation); the catalog
+        // has the hub's generation.
+        let scope = services.context.scope(HubScope.hub(ofKey: segments[0]).map(String.init))
+        guard services.context.hubs.has(scope) else {
+            throw PushRefusal(410, ErrorCode.notFound.rawValue, "this push endpoint's hub is gone; its app must register again for a new one")
+        }
+        services.current.set(scope.isDefault ? services.context.config.hub : scope.name, scope)
+        let (installationId, secret) = (HubScope(named: HubScope.hub(ofKey: segments[0]).map(String.init)).id(segments[0]), segments[1])
         let endpointId = PushEndpointSecret.id(of: secret)
         switch request.method {
         case "GET":
@@ -102,7 +111,7 @@ struct PushEndpointRoutes {
         if let topic { send.headers = [AppPushMessage.topicHeader: "\(endpointId):\(topic)"] }
         let accepted = try services.publish.call(send)
         return GatewayResponse.empty(201, headers: [
-            ("Location", "\(services.context.config.hubResource)/messages/\(accepted.notificationId)"), ("TTL", String(timeToLive)),
+            ("Location", "\(services.context.resource(of: services.current.scope))/messages/\(accepted.notificationId)"), ("TTL", String(timeToLive)),
         ])
     }
 

@@ -35,7 +35,7 @@ struct RegistrationRoutes {
             installation.userId = try services.registry.call(InstallationGet(installationId: id)).installation.userId
         } catch let error as HubError where error.code == .notFound {}
         let saved = try services.registry.call(
-            InstallationUpsert(installation: installation, ifMatch: request.header("if-match")), auth: services.context.token(for: key))
+            InstallationUpsert(installation: installation, ifMatch: request.header("if-match")), auth: services.token(for: key))
         return RegistrationFeed.entry(saved.installation, base: services.hubURL(request))
     }
 

@@ -44,8 +44,10 @@ extension RightCheck where Proof == AccessKey {
             throw HubError(.unauthorized, "no Authorization header; send SharedAccessSignature sr=…&sig=…&se=…&skn=…")
         }
         let key: AccessKey
+        // The keys of the hub the path names: another hub's key is unknown here (401).
+        let keys = try services.context.hubs.keys(for: services.scope(of: request))
         do {
-            key = try services.context.keys.authorize(header, resource: services.baseURL(request) + request.path, needs: needs)
+            key = try keys.authorize(header, resource: services.baseURL(request) + request.path, needs: needs)
         } catch {
             // As Azure answers: a signature without the claim the request needs is 401, like any
             // other authorization failure; 403 is kept for what a valid caller may not do.
@@ -80,7 +82,7 @@ extension RightCheck where Proof == StreamUser {
                 throw HubError(
                     .unauthorized, "send the user token as Authorization: Bearer <token> or ?access_token=; get one at POST /\(services.hub)/users/tokens")
             }
-            return StreamUser(user: try services.context.authorizeUser(token), token: token)
+            return StreamUser(user: try services.context.authorizeUser(token, hub: services.scope(of: request).envelopeHub).key, token: token)
         }
     }
 }

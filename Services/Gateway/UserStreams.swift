@@ -30,6 +30,13 @@ final class UserStreams: @unchecked Sendable {
 
     /// Seconds between comment lines that keep idle connections and proxies from closing the stream.
     static let keepAliveSeconds = 15
+    /// A call for a subscriber, with its token, naming its user's hub (the key names it).
+    private func call<R: HubRequest>(_ request: R, for subscriber: Subscriber) throws -> R.Reply {
+        let hub = HubScope.of(key: subscriber.user).envelopeHub
+        sync.hub = { hub }
+        return try sync.call(request, auth: subscriber.token)
+    }
+
     /// A client that has not taken this much is too slow; its stream ends and it resumes from its cursor.
     static let maxQueuedBytes = 1 << 20
     /// Streams one user may have open at once (tabs and devices); one more is refused with rate_limited.
@@ -117,7 +124,7 @@ final class UserStreams: @unchecked Sendable {
         do {
             // A page at a time while the client keeps up; a client that does not is ended below.
             for _ in 0..<50 where subscriber.stream.queuedBytes <= Self.maxQueuedBytes {
-                let page = try sync.call(UserChangesRequest(cursor: subscriber.cursor, limit: 100), auth: subscriber.token)
+                let page = try call(UserChangesRequest(cursor: subscriber.cursor, limit: 100), for: subscriber)
                 for change in page.changes {
                     subscriber.stream.write(Self.event(id: change.sequence, name: change.kind.rawValue, data: HubCodec.encodeValue(change)))
                 }
@@ -150,7 +157,7 @@ final class UserStreams: @unchecked Sendable {
     /// it comes back with the old cursor and is reset again.
     private func reset(_ subscriber: Subscriber, _ error: HubError) {
         do {
-            let history = try sync.call(UserHistoryRequest(), auth: subscriber.token)
+            let history = try call(UserHistoryRequest(), for: subscriber)
             subscriber.stream.write(Self.event(id: nil, name: "reset", data: HubCodec.encodePayload(
                 ErrorReply(code: error.code, message: error.message))))
             for notification in history.notifications {

@@ -26,7 +26,7 @@ struct PublishSQL: Sendable {
 
     init(prefix p: String, latestSequence: String, spell: (String) -> String = { $0 }) {
         self.latestSequence = spell(latestSequence)
-        scheduledState = spell("SELECT state, enqueued_at, failed_reason FROM \(p)scheduled WHERE notification_id = $1 AND state != 'Fired'")
+        scheduledState = spell("SELECT state, enqueued_at, failed_reason, send FROM \(p)scheduled WHERE notification_id = $1 AND state != 'Fired'")
         fire = spell("UPDATE \(p)scheduled SET state = 'Fired' WHERE notification_id = $1")
         abandon = spell("UPDATE \(p)scheduled SET state = '\(NotificationState.abandoned.rawValue)', failed_reason = $2 WHERE notification_id = $1")
         pending = spell("SELECT \(Self.columns) FROM \(p)notifications WHERE sequence > $1 ORDER BY sequence LIMIT $2")
@@ -54,7 +54,8 @@ extension PublishEngine {
         guard let row = try one(sql.scheduledState, [id]) else { return nil }
         return ScheduledState(
             state: try row.string("state", of: "scheduled", as: NotificationState.self), enqueuedAt: try row.date("enqueued_at", of: "scheduled"),
-            reason: try row.optionalString("failed_reason", of: "scheduled"))
+            reason: try row.optionalString("failed_reason", of: "scheduled"),
+            hub: try decoder.decode(SendNotification.self, from: try row.data("send", of: "scheduled")).hub)
     }
 
     /// Fires a claimed scheduled send, from its row (notification_id, send), in the open

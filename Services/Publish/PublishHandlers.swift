@@ -21,8 +21,8 @@ struct PublishHandlers {
     func install(on server: HubServer) {
         if let sync {
             server.onDeferred(PostUserNotification.self) { request, respond in
-                try context.authorize(request.auth, needs: .send)
-                sync.forward(request.payload) { respond(Self.posted($0)) }
+                let scope = try context.authorize(request, needs: .send)
+                sync.forward(request.payload, hub: scope.envelopeHub) { respond(Self.posted($0)) }
             }
         }
         server.on(SendNotification.self, payloadJSON: { try send($0, payloadJSON: $1) })
@@ -45,20 +45,42 @@ struct PublishHandlers {
 
     /// `payloadJSON`: the send as decoding encoded it again, which the store keeps as it is.
     func send(_ request: Envelope<SendNotification>, payloadJSON: Data? = nil) throws -> SendAccepted {
-        try context.authorize(request.auth, needs: .send)
+        let scope = try context.authorize(request, needs: .send)
         guard request.payload.rich == nil else {
             throw HubError(.invalidArgument, "'rich' is set by the hub; send rich payloads with rich.send")
         }
+        guard request.payload.hub == nil else {
+            throw HubError(.invalidArgument, "'hub' in a send is set by the hub; name the hub in the envelope's 'hub'")
+        }
         let timeToLive = try SendRules.validate(
             request.payload, defaultTimeToLive: config.defaultTimeToLive, maxExpressionBytes: config.limits.expressionBytes)
-        if let fireAt = request.payload.scheduledAt {
-            return SendAccepted(notificationId: try store.schedule(request.payload, fireAt: fireAt, now: Date()), state: .scheduled)
+        // The default hub's send is stored as it came (and its bytes as they were read); another
+        // hub's names its hub, and its idempotency key is the hub's own.
+        let send = Self.scoped(request.payload, in: scope)
+        let json = scope.isDefault ? payloadJSON : nil
+        if let fireAt = send.scheduledAt {
+            return SendAccepted(notificationId: try store.schedule(send, fireAt: fireAt, now: Date()), state: .scheduled)
         }
-        return SendAccepted(notificationId: try accept(request.payload, timeToLive, payloadJSON).notificationId, state: .enqueued)
+        return SendAccepted(notificationId: try accept(send, timeToLive, json).notificationId, state: .enqueued)
     }
 
+    /// A send as the stores keep it: with its hub, and its idempotency key the hub's key.
+    static func scoped(_ send: SendNotification, in scope: HubScope) -> SendNotification {
+        guard !scope.isDefault else { return send }
+        var scoped = send
+        scoped.hub = scope.sendHub
+        scoped.idempotencyKey = send.idempotencyKey.map(scope.key)
+        return scoped
+    }
+
+    /// Whether a stored send is `scope`'s hub's.
+    static func owns(_ scope: HubScope, _ send: SendNotification) -> Bool { HubScope(named: send.hub) == scope }
+
     func cancel(_ request: Envelope<CancelScheduledNotification>) throws -> Ack {
-        try context.authorize(request.auth, needs: .send)
+        let scope = try context.authorize(request, needs: .send)
+        if let scheduled = try store.scheduledState(request.payload.notificationId), HubScope(named: scheduled.hub) != scope {
+            throw HubError(.notFound, "no scheduled notification '\(request.payload.notificationId)'")
+        }
         try store.cancel(request.payload.notificationId)
         return Ack()
     }
@@ -66,8 +88,8 @@ struct PublishHandlers {
     /// The payload is stored first; then the targets get a silent notification that carries only
     /// its id, type and message, and fetch the bytes with the ticket their delivery holds.
     func sendRich(_ request: Envelope<SendRichNotification>) throws -> RichAccepted {
-        try context.authorize(request.auth, needs: .send)
-        let send = try RichRules.validate(request.payload, maxBytes: config.maxRichBytes)
+        let scope = try context.authorize(request, needs: .send)
+        let send = Self.scoped(try RichRules.validate(request.payload, maxBytes: config.maxRichBytes), in: scope)
         let timeToLive = try SendRules.validate(send, defaultTimeToLive: config.defaultTimeToLive, maxExpressionBytes: config.limits.expressionBytes)
         let expiresAt = Date().addingTimeInterval(TimeInterval(timeToLive))
         let richId = try rich.store(request.payload.payload, contentType: request.payload.contentType, expiresAt: expiresAt)
@@ -78,8 +100,10 @@ struct PublishHandlers {
         return RichAccepted(notificationId: try accept(silent, timeToLive, nil).notificationId, richId: richId)
     }
 
+    /// The ticket, which the dispatcher made for one installation of the notification's hub and
+    /// one payload, is what proves the right; the key must still be of the hub the request names.
     func fetchRich(_ request: Envelope<RichFetchRequest>) throws -> RichPayload {
-        try context.authorize(request.auth, needs: .listen)
+        let scope = try context.authorize(request, needs: .listen)
         let claims: UserTokens.Claims
         do {
             claims = try context.userTokens.verify(request.payload.ticket, kind: .ticket)
@@ -89,14 +113,18 @@ struct PublishHandlers {
         guard claims.resource == request.payload.richId else {
             throw HubError(.forbidden, "this ticket is for another rich payload; only a notification's targets may fetch its payload")
         }
+        guard HubScope.of(key: claims.user) == scope else {
+            throw HubError(.forbidden, "this ticket is for an installation of another hub; fetch with a key of the notification's hub")
+        }
         guard let payload = try rich.fetch(request.payload.richId, now: Date()) else {
             throw HubError(.notFound, "no rich payload '\(request.payload.richId)'; it may have expired")
         }
         return payload
     }
 
+    /// Every hub's sends, for the dispatchers: a namespace key only.
     func pending(_ request: Envelope<PendingNotificationsRequest>) throws -> PendingNotifications {
-        try context.authorize(request.auth, needs: .manage)
+        try context.authorizeNamespace(request.auth, needs: .manage)
         let limit = min(max(request.payload.limit ?? 100, 1), 1_000)
         return PendingNotifications(notifications: try store.pending(after: request.payload.after, limit: limit), latest: latest())
     }
@@ -112,13 +140,14 @@ struct PublishHandlers {
 
     /// A send the dispatcher has not planned yet: scheduled, or enqueued.
     func outcome(_ request: Envelope<OutcomeRequest>) throws -> NotificationOutcome {
-        try context.authorize(request.auth, needs: .send)
+        let scope = try context.authorize(request, needs: .send)
         if let scheduled = try store.scheduledState(request.payload.notificationId) {
+            guard HubScope(named: scheduled.hub) == scope else { throw HubError(.notFound, "no notification '\(request.payload.notificationId)'") }
             var outcome = NotificationOutcome(notificationId: request.payload.notificationId, state: scheduled.state, enqueuedAt: scheduled.enqueuedAt)
             outcome.reason = scheduled.reason
             return outcome
         }
-        guard let accepted = try store.find(request.payload.notificationId) else {
+        guard let accepted = try store.find(request.payload.notificationId), Self.owns(scope, accepted.send) else {
             throw HubError(.notFound, "no notification '\(request.payload.notificationId)'")
         }
         return NotificationOutcome(notificationId: accepted.notificationId, state: .enqueued, enqueuedAt: accepted.enqueuedAt)

@@ -11,6 +11,7 @@ public enum PublishMain {
         ServiceMain.run(name: "nh-publish", summary: "the publish service: accepts notifications from backends", arguments: arguments) { context in
             let config = context.config
             try context.prepareKeys()
+            HubCatalogFollower.start(context: context)
             let (store, rich, group) = try PublishStorage.open(context)
             // The stream tells dispatchers there is something to pull; the store is the truth.
             let events = try context.bus.bindEvents(config.publish.events ?? "tcp://127.0.0.1:7712", startingAfter: try store.latestSequence())

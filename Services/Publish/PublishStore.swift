@@ -46,6 +46,8 @@ struct ScheduledState: Equatable {
     var state: NotificationState
     var enqueuedAt: Date
     var reason: String?
+    /// The hub of the send (nil: the default hub).
+    var hub: String? = nil
 }
 
 /// A scheduled send abandoned when its time came, and why.

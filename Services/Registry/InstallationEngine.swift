@@ -43,6 +43,18 @@ struct InstallationSQL: Sendable {
     /// (count, at least 1): keeps the newest `count` changes, counted, not numbered: a new history's
     /// numbers start far above the old one's.
     var prune: String
+    /// () → version: the hub catalog's.
+    var catalogVersion: String
+    /// () → version: the next, the row locked until the change commits.
+    var nextCatalogVersion: String
+    /// () → document, of every hub with policies of its own.
+    var hubs: String
+    /// (name, document).
+    var saveHub: String
+    /// (name).
+    var deleteHub: String
+    /// (name) → generation: the next of a hub's name, 1 for a name never used.
+    var nextGeneration: String
 
     init(prefix p: String, byteOrder: String, spell: @escaping @Sendable (String) -> String = { $0 }) {
         self.spell = spell
@@ -68,6 +80,25 @@ struct InstallationSQL: Sendable {
         log = spell("INSERT INTO \(p)changes (sequence, installation_id, document) VALUES ($1, $2, $3)")
         changesAfter = spell("SELECT sequence, installation_id, document FROM \(p)changes WHERE sequence > $1 ORDER BY sequence LIMIT $2")
         prune = spell("DELETE FROM \(p)changes WHERE sequence < (SELECT sequence FROM \(p)changes ORDER BY sequence DESC LIMIT 1 OFFSET $1 - 1)")
+        catalogVersion = spell("SELECT version FROM \(p)hub_catalog WHERE id = 1")
+        nextCatalogVersion = spell("UPDATE \(p)hub_catalog SET version = version + 1 WHERE id = 1 RETURNING version")
+        hubs = spell("SELECT document FROM \(p)hubs ORDER BY name")
+        saveHub = spell("INSERT INTO \(p)hubs (name, document) VALUES ($1, $2) ON CONFLICT (name) DO UPDATE SET document = excluded.document")
+        deleteHub = spell("DELETE FROM \(p)hubs WHERE name = $1")
+        nextGeneration = spell("""
+            INSERT INTO \(p)hub_generations (name, generation) VALUES ($1, 1)
+            ON CONFLICT (name) DO UPDATE SET generation = \(p)hub_generations.generation + 1 RETURNING generation
+            """)
+    }
+
+    /// The condition (on `column`) that keeps one hub's keys: those after its prefix and before the
+    /// next ('/' + 1 is '0'), which an index on the column reads as a range; for the default hub,
+    /// keys without a '/'.
+    func owned(by scope: HubScope, column: String) -> String {
+        guard !scope.isDefault else { return "\(column) NOT LIKE '%/%'" }
+        let low = scope.prefix.replacingOccurrences(of: "'", with: "''")
+        let high = String(low.dropLast()) + "0"
+        return "\(column)\(byteOrder) >= '\(low)' AND \(column)\(byteOrder) < '\(high)'"
     }
 }
 
@@ -143,7 +174,7 @@ extension InstallationEngine {
         }
     }
 
-    func list(tag: String?, pushChannel: String?, after: String?, limit: Int, now: Date) throws -> InstallationPage {
+    func list(in scope: HubScope, tag: String?, pushChannel: String?, after: String?, limit: Int, now: Date) throws -> InstallationPage {
         var statement = "SELECT i.document FROM \(sql.installations) i"
         var values: [(any StoreValue)?] = []
         if let tag {
@@ -152,6 +183,7 @@ extension InstallationEngine {
         }
         values += [after ?? "", now]
         statement += " WHERE i.installation_id\(sql.byteOrder) > $\(values.count - 1) AND (i.expires_at IS NULL OR i.expires_at > $\(values.count))"
+        statement += " AND " + sql.owned(by: scope, column: "i.installation_id")
         if let pushChannel {
             values.append(pushChannel)
             statement += " AND i.push_channel = $\(values.count)"
@@ -185,6 +217,55 @@ extension InstallationEngine {
     }
 
     func pruneChanges(keeping count: Int) throws { try run(sql.prune, [count]) }
+
+    // MARK: The hub catalog
+
+    func catalogVersion() throws -> UInt64 { try oneRow(sql.catalogVersion).sequence("version", of: "hub_catalog") }
+
+    func hubCatalog() throws -> HubCatalog {
+        try snapshot {
+            let version = try catalogVersion()
+            let hubs = try query(sql.hubs, []).map { try decoder.decode(HubDescription.self, from: try $0.data("document", of: "hubs")) }
+            return HubCatalog(version: version, hubs: hubs)
+        }
+    }
+
+    /// The generation of a hub made now under `name`: 1 the first time, one more each time after.
+    func nextGeneration(of name: String) throws -> Int {
+        try oneRow(sql.nextGeneration, [name.lowercased()]).int("generation", of: "hub_generations")
+    }
+
+    func saveHub(_ hub: HubDescription) throws -> UInt64 {
+        try transaction {
+            let version = try oneRow(sql.nextCatalogVersion).sequence("version", of: "hub_catalog")
+            try run(sql.saveHub, [hub.name.lowercased(), try encoder.encode(hub)])
+            return version
+        }
+    }
+
+    /// Deletes a hub's catalog entry and every installation it owns, each logged as a change so
+    /// that the dispatchers forget them. Returns the installations deleted.
+    func deleteHub(_ scope: HubScope) throws -> Int {
+        try transaction {
+            _ = try oneRow(sql.nextCatalogVersion)
+            try run(sql.deleteHub, [scope.name])
+            let ids = try query(sql.spell("SELECT installation_id FROM \(sql.installations) WHERE \(sql.owned(by: scope, column: "installation_id"))"), [])
+                .map { try $0.string("installation_id", of: "installations") }
+            for id in ids {
+                let sequence = try nextSequence()
+                try run(sql.delete, [id])
+                try log(sequence, id, nil)
+            }
+            return ids.count
+        }
+    }
+
+    /// How many live installations a hub has.
+    func count(in scope: HubScope, now: Date) throws -> Int {
+        let statement = "SELECT count(*) AS n FROM \(sql.installations) WHERE (expires_at IS NULL OR expires_at > $1) AND "
+            + sql.owned(by: scope, column: "installation_id")
+        return try oneRow(sql.spell(statement), [now]).int("n", of: "installations")
+    }
 
     /// The installation a row's document holds.
     private func decode(_ row: Row) throws -> Installation {

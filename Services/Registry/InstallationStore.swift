@@ -16,8 +16,8 @@ protocol InstallationStore: AnyObject {
     func delete(_ id: String) throws -> UInt64?
     /// Deletes installations whose expiration time has passed; returns each id with its change's sequence.
     func purgeExpired(now: Date) throws -> [(String, UInt64)]
-    /// A page of live installations in id order, optionally only those with `tag` and/or `pushChannel`.
-    func list(tag: String?, pushChannel: String?, after: String?, limit: Int, now: Date) throws -> InstallationPage
+    /// A page of one hub's live installations in id order, optionally only those with `tag` and/or `pushChannel`.
+    func list(in scope: HubScope, tag: String?, pushChannel: String?, after: String?, limit: Int, now: Date) throws -> InstallationPage
     func count(now: Date) throws -> Int
     /// Every live installation and the sequence they stand at, read at one point in time.
     func snapshot(now: Date) throws -> RegistrySnapshot
@@ -26,6 +26,16 @@ protocol InstallationStore: AnyObject {
     func changes(after sequence: UInt64, limit: Int) throws -> [InstallationChange]
     /// Forgets logged changes but the latest `count`; a reader further behind takes a snapshot.
     func pruneChanges(keeping count: Int) throws
+    /// The hub catalog: its version and every hub with policies of its own.
+    func hubCatalog() throws -> HubCatalog
+    func catalogVersion() throws -> UInt64
+    /// The generation of a hub made now under `name` (see `HubScope`).
+    func nextGeneration(of name: String) throws -> Int
+    /// Writes a hub's entry; returns the catalog's new version.
+    func saveHub(_ hub: HubDescription) throws -> UInt64
+    /// Deletes a hub's entry and its installations (see the engine); returns how many.
+    func deleteHub(_ scope: HubScope) throws -> Int
+    func count(in scope: HubScope, now: Date) throws -> Int
 }
 
 /// One logged change: the installation as stored, or nil when it was deleted.
@@ -43,6 +53,13 @@ struct InstallationChange: Equatable {
     var message: InstallationChanged {
         installation.map { InstallationChanged(change: .upserted, installationId: installationId, installation: $0) }
             ?? InstallationChanged(change: .deleted, installationId: installationId)
+    }
+}
+
+extension InstallationStore {
+    /// A page of the default hub's installations.
+    func list(tag: String?, pushChannel: String?, after: String?, limit: Int, now: Date) throws -> InstallationPage {
+        try list(in: HubScope(named: nil), tag: tag, pushChannel: pushChannel, after: after, limit: limit, now: now)
     }
 }
 

@@ -39,6 +39,14 @@ final class PostgresInstallationStore: InstallationEngine, PostgresBacked {
             INSERT INTO registry.stream (id, sequence) VALUES (1, 0);
             CREATE TABLE registry.changes (sequence BIGINT PRIMARY KEY, installation_id TEXT NOT NULL, document BYTEA);
             """),
+        Migration(
+            version: 2,
+            """
+            CREATE TABLE registry.hubs (name TEXT PRIMARY KEY, document BYTEA NOT NULL);
+            CREATE TABLE registry.hub_catalog (id INTEGER PRIMARY KEY CHECK (id = 1), version BIGINT NOT NULL);
+            INSERT INTO registry.hub_catalog (id, version) VALUES (1, 0);
+            CREATE TABLE registry.hub_generations (name TEXT PRIMARY KEY, generation BIGINT NOT NULL);
+            """),
     ]
 
     static let sql = InstallationSQL(prefix: "registry.", byteOrder: #" COLLATE "C""#)

@@ -22,48 +22,57 @@ struct RegistryHandlers {
     }
 
     func upsert(_ request: Envelope<InstallationUpsert>) throws -> InstallationReply {
-        let key = try context.authorize(request.auth, needs: .listen)
+        let key = try context.authorize(request.auth, hub: request.hub, needs: .listen)
+        let scope = context.scope(request.hub)
         if let ifMatch = request.payload.ifMatch {
             let id = request.payload.installation.installationId
-            guard let current = try store.get(id, now: Date()) else {
+            guard let current = try store.get(scope.key(id), now: Date()) else {
                 throw HubError(.notFound, "no registration '\(id)' to update; leave out If-Match to create it")
             }
-            try Self.check(current, ifMatch: ifMatch)
+            try Self.check(current.local(in: scope), ifMatch: ifMatch)
         }
-        return try save(request.payload.installation, rights: key.rights, userToken: request.payload.userToken)
+        return try save(request.payload.installation, in: scope, rights: key.rights, userToken: request.payload.userToken)
     }
 
     func patch(_ request: Envelope<InstallationPatch>) throws -> InstallationReply {
-        let key = try context.authorize(request.auth, needs: .listen)
-        let current = try found(request.payload.installationId)
+        let key = try context.authorize(request.auth, hub: request.hub, needs: .listen)
+        let scope = context.scope(request.hub)
+        let current = try found(request.payload.installationId, in: scope)
         return try save(
-            try InstallationPatcher.apply(request.payload.operations, to: current), rights: key.rights, userToken: request.payload.userToken)
+            try InstallationPatcher.apply(request.payload.operations, to: current), in: scope, rights: key.rights,
+            userToken: request.payload.userToken)
     }
 
     func get(_ request: Envelope<InstallationGet>) throws -> InstallationReply {
-        try context.authorize(request.auth, needs: .listen)
-        return InstallationReply(installation: try found(request.payload.installationId))
+        let scope = try context.authorize(request, needs: .listen)
+        return InstallationReply(installation: try found(request.payload.installationId, in: scope))
     }
 
     func delete(_ request: Envelope<InstallationDelete>) throws -> Ack {
-        try context.authorize(request.auth, needs: .listen)
+        let scope = try context.authorize(request, needs: .listen)
         let id = request.payload.installationId
-        if let ifMatch = request.payload.ifMatch, let current = try store.get(id, now: Date()) { try Self.check(current, ifMatch: ifMatch) }
-        guard try store.delete(id) != nil else { throw HubError(.notFound, "no installation '\(id)'") }
+        if let ifMatch = request.payload.ifMatch, let current = try store.get(scope.key(id), now: Date()) {
+            try Self.check(current.local(in: scope), ifMatch: ifMatch)
+        }
+        guard try store.delete(scope.key(id)) != nil else { throw HubError(.notFound, "no installation '\(id)'") }
         try publishChanges()
         return Ack()
     }
 
     func list(_ request: Envelope<InstallationList>) throws -> InstallationPage {
-        try context.authorize(request.auth, needs: .manage)
+        let scope = try context.authorize(request, needs: .manage)
         let limit = request.payload.limit ?? 100
         guard (1...1000).contains(limit) else { throw HubError(.invalidArgument, "limit must be 1 to 1000") }
-        return try store.list(
-            tag: request.payload.tag, pushChannel: request.payload.pushChannel, after: request.payload.after, limit: limit, now: Date())
+        let page = try store.list(
+            in: scope, tag: request.payload.tag, pushChannel: request.payload.pushChannel, after: request.payload.after.map(scope.key),
+            limit: limit, now: Date())
+        return InstallationPage(installations: page.installations.map { $0.local(in: scope) }, next: page.next.map(scope.id))
     }
 
+    /// Every hub's installations, for the dispatchers: a namespace key only, since a hub's own
+    /// Manage key reaches its own hub alone.
     func snapshot(_ request: Envelope<RegistrySnapshotRequest>) throws -> RegistrySnapshot {
-        try context.authorize(request.auth, needs: .manage)
+        try context.authorizeNamespace(request.auth, needs: .manage)
         return try store.snapshot(now: Date())
     }
 
@@ -76,30 +85,32 @@ struct RegistryHandlers {
         }
     }
 
-    private func found(_ id: String) throws -> Installation {
-        guard let installation = try store.get(id, now: Date()) else { throw HubError(.notFound, "no installation '\(id)'") }
-        return installation
+    /// The installation as its hub's clients know it.
+    private func found(_ id: String, in scope: HubScope) throws -> Installation {
+        guard let installation = try store.get(scope.key(id), now: Date()) else { throw HubError(.notFound, "no installation '\(id)'") }
+        return installation.local(in: scope)
     }
 
-    private func save(_ given: Installation, rights: AccessRights, userToken: String?) throws -> InstallationReply {
+    /// Checks and stores an installation as its hub's clients know it; answers it the same way.
+    private func save(_ given: Installation, in scope: HubScope, rights: AccessRights, userToken: String?) throws -> InstallationReply {
         let now = Date()
         var installation = given
         // Platform names come in any case (fcmV1, APNS); they are kept as the hub names them.
         installation.platform = Platform(name: given.platform)?.rawValue ?? given.platform
         try InstallationRules.validate(
             installation, now: now, maxTags: context.config.limits.tagsPerInstallation, wnsChannelDomain: context.config.push.wnsChannelDomain)
-        let current = try store.get(installation.installationId, now: now)
+        let current = try store.get(scope.key(installation.installationId), now: now)?.local(in: scope)
         // Push endpoints are the agent's to give; a write without them (REST, a patch) keeps them.
         if installation.endpoints == nil, installation.platform == Platform.linux.rawValue, current?.platform == installation.platform {
             installation.endpoints = current?.endpoints
         }
         try InstallationRules.checkBinding(installation, current: current, mayRebind: rights.contains(.manage))
         try InstallationRules.checkUser(installation, current: current, mayClaim: rights.contains(.manage)) { () throws(HubError) in
-            try context.authorizeUser(userToken)
+            try context.authorizeUser(userToken, in: scope)
         }
-        let (stored, _) = try store.upsert(installation, now: now)
+        let (stored, _) = try store.upsert(installation.keyed(in: scope), now: now)
         try publishChanges()
         context.logger.debug("installation saved", ("id", stored.installationId), ("tags", stored.tags.joined(separator: ",")))
-        return InstallationReply(installation: stored)
+        return InstallationReply(installation: stored.local(in: scope))
     }
 }

@@ -26,6 +26,11 @@ public enum RegistryMain {
                 events, topic: "installation", read: { try store.changes(after: $0, limit: $1) }, sequence: \.sequence,
                 body: { HubCodec.encode($0.message, id: String($0.sequence)) })
             RegistryHandlers(context: context, store: store, publishChanges: log.publish).install(on: server)
+            let hubs = HubHandlers(context: context, store: store, publishChanges: log.publish)
+            hubs.install(on: server)
+            try hubs.refresh()
+            // Hubs made or changed by another registry process sharing the store.
+            context.loop.every(milliseconds: Int(HubCatalogFollower.interval * 1000)) { try hubs.refresh() }
 
             // A store that failed over to a replica that was behind has lost the changes it had not passed
             // on: the stream goes on above them, and its readers take a snapshot of what the store holds.

@@ -44,6 +44,15 @@ final class SQLiteInstallationStore: InstallationEngine {
             """
             CREATE TABLE changes (sequence INTEGER PRIMARY KEY, installation_id TEXT NOT NULL, document BLOB);
             """),
+        // The namespace's hubs (those with policies of their own) and the catalog's version.
+        Migration(
+            version: 4,
+            """
+            CREATE TABLE hubs (name TEXT PRIMARY KEY, document BLOB NOT NULL);
+            CREATE TABLE hub_catalog (id INTEGER PRIMARY KEY CHECK (id = 1), version INTEGER NOT NULL);
+            INSERT INTO hub_catalog (id, version) VALUES (1, 0);
+            CREATE TABLE hub_generations (name TEXT PRIMARY KEY, generation INTEGER NOT NULL);
+            """),
     ]
 
     static let sql = InstallationSQL(prefix: "", byteOrder: "", spell: NumberedParameters.sqlite)

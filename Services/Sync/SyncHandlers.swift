@@ -23,28 +23,30 @@ struct SyncHandlers {
         server.on(UserTokenRequest.self) { try token($0) }
     }
 
+    /// A user is of one hub: the store keys them by the hub's key of their id (`HubScope`), and a
+    /// user token names that key, so every request below reaches its own hub's user alone.
     func post(_ request: Envelope<PostUserNotification>) throws -> UserNotificationReply {
-        try context.authorize(request.auth, needs: .send)
+        let scope = try context.authorize(request, needs: .send)
         let now = Date()
         let expiresAt = try UserNotificationRules.validate(request.payload, defaultLifetime: context.config.defaultTimeToLive, now: now)
-        let (notification, _) = try store.post(request.payload, expiresAt: expiresAt, now: now)
+        let (notification, _) = try store.post(request.payload, user: scope.key(request.payload.userId), expiresAt: expiresAt, now: now)
         try announce()
         return UserNotificationReply(notification: notification)
     }
 
     func changes(_ request: Envelope<UserChangesRequest>) throws -> UserChanges {
-        let user = try context.authorizeUser(request.auth)
+        let user = try context.authorizeUser(request.auth, hub: request.hub).key
         let limit = request.payload.limit ?? 100
         guard (1...100).contains(limit) else { throw HubError(.invalidArgument, "limit must be 1 to 100") }
         return try store.changes(user: user, after: request.payload.cursor, limit: limit)
     }
 
     func history(_ request: Envelope<UserHistoryRequest>) throws -> UserHistory {
-        try store.history(user: try context.authorizeUser(request.auth), now: Date())
+        try store.history(user: try context.authorizeUser(request.auth, hub: request.hub).key, now: Date())
     }
 
     func update(_ request: Envelope<UpdateUserNotificationState>) throws -> UserNotificationReply {
-        let user = try context.authorizeUser(request.auth)
+        let user = try context.authorizeUser(request.auth, hub: request.hub).key
         let payload = request.payload
         guard payload.readState != nil || payload.userActionState != nil else {
             throw HubError(.invalidArgument, "give readState, userActionState or both")
@@ -56,20 +58,20 @@ struct SyncHandlers {
     }
 
     func delete(_ request: Envelope<DeleteUserNotification>) throws -> Ack {
-        let user = try context.authorizeUser(request.auth)
+        let user = try context.authorizeUser(request.auth, hub: request.hub).key
         _ = try store.delete(request.payload.id, user: user, origin: request.payload.device, now: Date())
         try announce()
         return Ack()
     }
 
     func credential(_ request: Envelope<IssueUserCredential>) throws -> UserCredential {
-        try context.authorize(request.auth, needs: .manage)
+        let scope = try context.authorize(request, needs: .manage)
         try UserNotificationRules.identifier(request.payload.userId, "userId")
         let lifetime = request.payload.lifetime ?? 365 * 86_400
         guard (60...5 * 365 * 86_400).contains(lifetime) else {
             throw HubError(.invalidArgument, "lifetime must be 60 seconds to 5 years")
         }
-        let (credential, expiresAt) = context.userTokens.issue(user: request.payload.userId, kind: .credential, lifetime: lifetime)
+        let (credential, expiresAt) = context.userTokens.issue(user: scope.key(request.payload.userId), kind: .credential, lifetime: lifetime)
         return UserCredential(userId: request.payload.userId, credential: credential, expiresAt: expiresAt)
     }
 
@@ -80,7 +82,13 @@ struct SyncHandlers {
         } catch {
             throw HubError(.unauthorized, error.message)
         }
+        // A credential is of one hub's user; the request must name that hub (none: the default hub).
+        let owner = HubScope.of(key: claims.user)
+        guard context.scope(request.hub) == owner else {
+            throw HubError(.unauthorized, "the credential is of a user of hub '\(owner)', not of hub '\(context.scope(request.hub))'")
+        }
+        guard context.hubs.has(owner) else { throw HubError(.unauthorized, "the credential's hub '\(owner)' is gone") }
         let (token, expiresAt) = context.userTokens.issue(user: claims.user, kind: .token, lifetime: context.config.userTokenLifetime)
-        return UserToken(userId: claims.user, token: token, expiresAt: expiresAt)
+        return UserToken(userId: owner.id(claims.user), token: token, expiresAt: expiresAt)
     }
 }

@@ -11,6 +11,7 @@ public enum SyncMain {
         ServiceMain.run(name: "nh-sync", summary: "the sync store: per-user notifications and their read and dismiss state", arguments: arguments) { context in
             let config = context.config
             try context.prepareKeys()
+            HubCatalogFollower.start(context: context)
             let store: any UserNotificationStore = try context.stores.choose(
                 schema: PostgresUserNotificationStore.schema, postgres: { try PostgresUserNotificationStore(url: $0) },
                 sqlite: { SQLiteUserNotificationStore(database: try context.stores.open("sync.db", migrations: SQLiteUserNotificationStore.migrations)) })

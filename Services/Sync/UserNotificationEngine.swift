@@ -139,19 +139,19 @@ extension UserNotificationEngine {
         return change
     }
 
-    func post(_ post: PostUserNotification, expiresAt: Date, now: Date) throws -> (UserNotification, SyncChange) {
+    func post(_ post: PostUserNotification, user: String, expiresAt: Date, now: Date) throws -> (UserNotification, SyncChange) {
         try write {
-            let existing = try one(sql.posted, [post.userId, post.appNotificationId])
-            let sequence = try nextUserSequence(post.userId)
+            let existing = try one(sql.posted, [user, post.appNotificationId])
+            let sequence = try nextUserSequence(user)
             let notification = try UserNotificationRecords.posted(post, existing: existing, expiresAt: expiresAt, now: now, decoder: decoder)
             let document = try encoder.encode(notification)
             if existing == nil {
-                try run(sql.insert, [notification.id, post.userId, post.appNotificationId, document, Int64(sequence), expiresAt])
+                try run(sql.insert, [notification.id, user, post.appNotificationId, document, Int64(sequence), expiresAt])
             } else {
                 // A tombstone comes back to life as a new notification; a live one is replaced.
                 try run(sql.replace, [document, Int64(sequence), expiresAt, notification.id])
             }
-            return (notification, try change(post.userId, sequence, origin: nil))
+            return (notification, try change(user, sequence, origin: nil))
         }
     }
 

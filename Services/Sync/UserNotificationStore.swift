@@ -18,9 +18,10 @@ protocol UserNotificationStore: AnyObject {
     /// A user's sequence (of the last change) and floor (cursors below it are too old); 0 and 0
     /// for a user with no change yet.
     func userSequence(_ user: String) throws -> (sequence: UInt64, floor: UInt64)
-    /// Stores a post; the same appNotificationId again replaces the notification in place, and
-    /// brings a tombstone back to life as a new notification.
-    func post(_ post: PostUserNotification, expiresAt: Date, now: Date) throws -> (UserNotification, SyncChange)
+    /// Stores a post for the user whose key is `user` (`HubScope.key` of the post's userId, which
+    /// the notification keeps as its hub's clients know it); the same appNotificationId again
+    /// replaces the notification in place, and brings a tombstone back to life as a new notification.
+    func post(_ post: PostUserNotification, user: String, expiresAt: Date, now: Date) throws -> (UserNotification, SyncChange)
     /// A live notification of `user`, or nil (also when it belongs to someone else).
     func live(_ id: String, user: String) throws -> UserNotification?
     /// Changes a notification's states. Returns nil for the change when nothing changed; throws
@@ -50,6 +51,11 @@ protocol UserNotificationStore: AnyObject {
 }
 
 extension UserNotificationStore {
+    /// Stores a post of the default hub's user.
+    func post(_ post: PostUserNotification, expiresAt: Date, now: Date) throws -> (UserNotification, SyncChange) {
+        try self.post(post, user: post.userId, expiresAt: expiresAt, now: now)
+    }
+
     /// Runs `effect` once what was written so far is committed: after the commit group on SQLite
     /// (dropped with it if it fails), at once on PostgreSQL, whose calls have committed already.
     func afterCommit(_ effect: @escaping () throws -> Void) throws {

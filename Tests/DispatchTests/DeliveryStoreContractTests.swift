@@ -478,7 +478,7 @@ struct DeliveryStoreContractTests {
         }
         for rows in [1, 2, 4, 1, 2, 4, 4] { #expect(text(rows) == DeliverySQL.outcomeValues(rows: rows, marker: "?")) }
         #expect(made.withLock { $0 } == 3)
-        #expect(text(2) == "(?1, ?2, ?3, ?4, ?4, ?5, ?6), (?7, ?8, ?9, ?10, ?10, ?11, ?12)")
+        #expect(text(2) == "(?1, ?2, ?3, ?4, ?4, ?5, ?6, ?7), (?8, ?9, ?10, ?11, ?11, ?12, ?13, ?14)")
         _ = text(5)
         _ = text(5)
         #expect(made.withLock { $0 } == 5)

@@ -142,7 +142,9 @@ final class GroupedStore: DeliveryStore {
 
     func pendingPush(now: Date, limit: Int, shards: Set<Int>?) throws -> [PushMessage] { try inner.pendingPush(now: now, limit: limit, shards: shards) }
     func totals() throws -> [String: String] { try inner.totals() }
-    func outcome(_ notificationId: String, now: Date) throws -> NotificationOutcome? { try inner.outcome(notificationId, now: now) }
+    func outcome(_ notificationId: String, in scope: HubScope?, now: Date) throws -> NotificationOutcome? {
+        try inner.outcome(notificationId, in: scope, now: now)
+    }
     func testResults(_ notificationId: String) throws -> TestResults? { try inner.testResults(notificationId) }
 
     func heartbeat(id: String, endpoint: String, now: Date) throws { try turn { try inner.heartbeat(id: id, endpoint: endpoint, now: now) } }

@@ -134,9 +134,9 @@ struct HardeningTests {
 
         #expect(errorCode { try listenPublish.call(Self.send("no")) } == .forbidden)
         #expect(errorCode { try listenPublish.call(PostUserNotification(userId: "alice", appNotificationId: "x", raw: "r")) } == .forbidden)
-        #expect(errorCode { try listenPublish.call(PendingNotificationsRequest(after: 0)) } == .forbidden)
+        #expect(errorCode { try listenPublish.call(PendingNotificationsRequest(after: 0)) } == .unauthorized)
         #expect(errorCode { try listenRegistry.call(InstallationList()) } == .forbidden)
-        #expect(errorCode { try listenRegistry.call(RegistrySnapshotRequest()) } == .forbidden)
+        #expect(errorCode { try listenRegistry.call(RegistrySnapshotRequest()) } == .unauthorized)
         #expect(errorCode { try listenSync.call(IssueUserCredential(userId: "alice")) } == .forbidden)
 
         // Claiming a user needs that user's token, or Manage.

@@ -13,7 +13,7 @@ import pytest
 import requests
 
 import browser as browser_support  # noqa: E402  (Tests/Support, on the path conftest sets)
-from conftest import BIN, ROOT, Hub, answers, json_lines, running_hub, wait_until
+from conftest import BIN, ROOT, Hub, answers, json_lines, running_hub, sas_token, wait_until
 
 selenium = pytest.importorskip("selenium", reason="selenium comes from PyPI; make deps installs it")
 from selenium.webdriver.common.by import By  # noqa: E402
@@ -339,3 +339,49 @@ def test_console_over_plain_http_from_another_machine_signs_in_through_the_gatew
     driver.find_element(By.ID, "signin-button").click()
     assert until(lambda: visible(driver, "app"), timeout=10), text(driver, "signin-error")
     assert until(lambda: text(driver, "health-status") == "ok", timeout=15)
+
+
+def test_pages_work_on_the_hub_a_connection_string_or_credential_names(web_hub, browser):
+    """A second hub: the console signed in with its connection string (EntityPath) works on it, and
+    the inbox signed in with a credential of its user shows that user's notifications, not those of
+    the default hub's user of the same name."""
+    hub, driver = web_hub, browser
+    made = nhctl(hub, "--json", "hub", "create", "web-b")
+    assert made.returncode == 0, made.stderr
+    keys = {json.loads(line)["keyName"]: json.loads(line) for line in nhctl(hub, "--json", "hub", "keys", "web-b").stdout.splitlines()}
+    full = keys["DefaultFullSharedAccessSignature"]
+    token = sas_token(f"{hub.base}/web-b", "DefaultFullSharedAccessSignature", full["primaryKey"])
+    def known():
+        r = requests.get(f"{hub.base}/web-b/installations/none?{API}", headers={"Authorization": token})
+        return r.status_code == 404 and "no hub" not in r.text
+
+    assert wait_until(known)
+
+    def signed_out(page, field):
+        driver.get(f"{hub.base}/{page}")
+        if until(lambda: visible(driver, "signout"), timeout=3):
+            driver.find_element(By.ID, "signout").click()
+        assert until(lambda: visible(driver, field), timeout=10)
+
+    signed_out("console", "connection")
+    type_into(driver, "connection", full["primaryConnectionString"])
+    driver.find_element(By.ID, "signin-button").click()
+    assert until(lambda: visible(driver, "app"), timeout=10), text(driver, "signin-error")
+    assert driver.find_element(By.CSS_SELECTOR, "[data-hub-name]").text == "web-b"
+    assert "web-b" in driver.title
+
+    # The same user name in both hubs; the inbox signed in as the second hub's shows its own alone.
+    post_user_notification(hub, "frank", "home-1", "For the default hub's frank", "-")
+    r = requests.post(f"{hub.base}/web-b/users/frank/notifications?{API}", headers={"Authorization": token},
+                      data=json.dumps({"appNotificationId": "b-1", "visual": {"title": "For web-b's frank", "body": "-"}}))
+    assert r.status_code == 201, r.text
+    theirs = r.json()["notification"]["id"]
+    issued = nhctl(hub, "--hub", "web-b", "user", "credential", "frank")
+    assert issued.returncode == 0, issued.stderr
+    signed_out("inbox", "credential")
+    type_into(driver, "credential", issued.stdout.strip())
+    driver.find_element(By.ID, "signin-button").click()
+    assert until(lambda: item(driver, theirs) is not None, timeout=10)
+    assert driver.find_element(By.CSS_SELECTOR, "[data-hub-name]").text == "web-b"
+    assert "For the default hub's frank" not in driver.page_source
+    driver.find_element(By.ID, "signout").click()

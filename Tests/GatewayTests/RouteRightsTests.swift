@@ -171,19 +171,19 @@ struct RightsGateway {
             return UserToken(userId: claims.user, token: token, expiresAt: expiresAt)
         }
         base.sync.on(UserChangesRequest.self) { _, auth in
-            _ = try context.authorizeUser(auth)
+            _ = try context.authorizeUser(auth, hub: nil)
             return UserChanges(changes: [], cursor: 0, hasMore: false)
         }
         base.sync.on(UserHistoryRequest.self) { _, auth in
-            _ = try context.authorizeUser(auth)
+            _ = try context.authorizeUser(auth, hub: nil)
             return UserHistory(notifications: [], cursor: 0)
         }
         base.sync.on(UpdateUserNotificationState.self) { request, auth in
-            _ = try context.authorizeUser(auth)
+            _ = try context.authorizeUser(auth, hub: nil)
             throw HubError(.notFound, "no notification \(request.id)")
         }
         base.sync.on(DeleteUserNotification.self) { _, auth in
-            _ = try context.authorizeUser(auth)
+            _ = try context.authorizeUser(auth, hub: nil)
             return Ack()
         }
     }

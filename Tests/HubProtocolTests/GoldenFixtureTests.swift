@@ -36,12 +36,15 @@ struct GoldenFixtureTests {
         try sameAsEncoder(Samples.all[index])
     }
 
+    /// Hubs an envelope may name: none (the default hub), a plain one, and ones the encoder escapes.
+    static let hubs: [String?] = [nil, "news.b", #"q"uote"#, "naïve"]
+
     func sameAsEncoder<M: HubMessage>(_ message: M) throws {
         let whole = HubCodec.makeEncoder()
-        for (id, auth) in Self.headers {
-            let envelope = Envelope(id: id, auth: auth, payload: message)
+        for ((id, auth), hub) in Self.headers.flatMap({ header in Self.hubs.map { (header, $0) } }) {
+            let envelope = Envelope(id: id, auth: auth, hub: hub, payload: message)
             let encoded = HubCodec.encode(envelope)
-            #expect(encoded == (try whole.encode(envelope)), "\(M.messageType), id \(id), auth \(auth ?? "none")")
+            #expect(encoded == (try whole.encode(envelope)), "\(M.messageType), id \(id), auth \(auth ?? "none"), hub \(hub ?? "none")")
             #expect(try HubCodec.decode(M.self, from: encoded) == envelope)
             // An error reply is read as the error it carries.
             if M.messageType != ErrorReply.messageType { #expect(try HubCodec.decodeReply(M.self, from: encoded) == envelope) }

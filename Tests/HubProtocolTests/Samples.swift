@@ -21,6 +21,19 @@ enum Samples {
         raw: #"{"k":1}"#, priority: "high", group: "chat", expiresAt: later, readState: .read,
         userActionState: .dismissed, createdAt: instant, modifiedAt: later)
 
+    static let sendOfHub: SendNotification = {
+        var send = SendNotification(
+            idempotencyKey: "k-1", format: .template, body: nil, properties: ["messageParam": "Breaking News!"],
+            tagExpression: "World && !Sports", installationId: nil, userId: nil, timeToLive: 3600,
+            scheduledAt: later)
+        send.hub = "news"
+        return send
+    }()
+
+    static let policy = HubPolicy(
+        name: "DefaultListenSharedAccessSignature", rights: ["Listen"], key: "cHJpbWFyeQ==", secondaryKey: "c2Vjb25kYXJ5")
+    static let hub = HubDescription(name: "news", createdAt: instant, policies: [policy])
+
     /// Every message type with its fixture name, which is its type name.
     static let all: [any HubMessage] = [
         HealthRequest(),
@@ -31,6 +44,21 @@ enum Samples {
         MetricsRequest(),
         MetricsReply(service: "nh-registry", samples: [#"nh_requests_total{type="health"}"#: 3]),
         Ack(),
+        HubCreate(name: "news"),
+        hub,
+        HubGet(name: "news"),
+        HubListRequest(),
+        HubList(hubs: [
+            HubSummary(name: "hub", createdAt: nil, isDefault: true, installations: 3),
+            HubSummary(name: "news", createdAt: instant, isDefault: false, installations: 0),
+        ]),
+        HubDelete(name: "news"),
+        HubPolicyPut(hub: "news", name: "Backend", rights: ["Send"]),
+        policy,
+        HubPolicyDelete(hub: "news", name: "Backend"),
+        HubKeysRegenerate(hub: "news", name: "Backend", policyKey: "PrimaryKey"),
+        HubCatalogRequest(after: 4),
+        HubCatalog(version: 5, hubs: [hub]),
         InstallationUpsert(installation: installation),
         InstallationPatch(
             installationId: "inst-1",
@@ -49,10 +77,7 @@ enum Samples {
         RegistrySnapshotRequest(),
         RegistrySnapshot(sequence: 12, installations: [installation]),
         InstallationChanged(change: .upserted, installationId: "inst-1", installation: installation),
-        SendNotification(
-            idempotencyKey: "k-1", format: .template, body: nil, properties: ["messageParam": "Breaking News!"],
-            tagExpression: "World && !Sports", installationId: nil, userId: nil, timeToLive: 3600,
-            scheduledAt: later),
+        sendOfHub,
         SendAccepted(notificationId: "n-1", state: .enqueued),
         OutcomeRequest(notificationId: "n-1"),
         TestResultsRequest(notificationId: "n-1"),

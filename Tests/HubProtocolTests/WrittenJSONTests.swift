@@ -27,6 +27,7 @@ struct WrittenJSONTests {
         if Int.random(in: 0..<10, using: &generator) == 0 { send.test = true }
         if Int.random(in: 0..<10, using: &generator) == 0 { send.scheduledAt = Date(timeIntervalSince1970: 1_780_000_000.25) }
         if Int.random(in: 0..<10, using: &generator) == 0 { send.installationIds = ["a", "b"] }
+        send.hub = text()
         return send
     }
 
@@ -38,7 +39,7 @@ struct WrittenJSONTests {
         for round in 0..<4_000 {
             let send = Self.randomSend(&generator, texts: round % 4 == 0 ? Self.plainTexts + Self.otherTexts : Self.plainTexts)
             let byEncoder = try encoder.encode(send)
-            let plainStrings = [send.body, send.idempotencyKey, send.installationId, send.tagExpression, send.userId].compactMap { $0 }
+            let plainStrings = [send.body, send.idempotencyKey, send.installationId, send.tagExpression, send.userId, send.hub].compactMap { $0 }
                 + (send.properties.map { Array($0.keys) + Array($0.values) } ?? []) + (send.headers.map { Array($0.keys) + Array($0.values) } ?? [])
             let writable = send.test == nil && send.scheduledAt == nil && send.installationIds == nil && send.rich == nil
                 && plainStrings.allSatisfy(HubCodec.isPlain)

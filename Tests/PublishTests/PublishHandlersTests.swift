@@ -52,9 +52,10 @@ final class PublishHandlersTests {
         _ = try handlers.cancel(envelope(CancelScheduledNotification(notificationId: scheduled.notificationId), auth: full))
         #expect(try handlers.outcome(envelope(OutcomeRequest(notificationId: scheduled.notificationId), auth: full)).state == .canceled)
         #expect(code { try self.handlers.outcome(self.envelope(OutcomeRequest(notificationId: "missing"), auth: full)) } == .notFound)
-        // The dispatchers' pull needs Manage, and gives the stream's position.
-        #expect(code { try self.handlers.pending(self.envelope(PendingNotificationsRequest(after: 0), auth: listen)) } == .forbidden)
-        let pulled = try handlers.pending(envelope(PendingNotificationsRequest(after: 0, limit: 0), auth: full))
+        // The dispatchers' pull holds every hub's sends: it needs a namespace key, and gives the stream's position.
+        #expect(code { try self.handlers.pending(self.envelope(PendingNotificationsRequest(after: 0), auth: listen)) } == .unauthorized)
+        #expect(code { try self.handlers.pending(self.envelope(PendingNotificationsRequest(after: 0), auth: full)) } == .unauthorized)
+        let pulled = try handlers.pending(envelope(PendingNotificationsRequest(after: 0, limit: 0), auth: harness.root))
         #expect(pulled.notifications.map(\.notificationId) == [accepted.notificationId] && pulled.latest == 42)
     }
 
@@ -73,7 +74,7 @@ final class PublishHandlersTests {
         let outcome = try handlers.outcome(envelope(OutcomeRequest(notificationId: id), auth: full))
         #expect(outcome.state == .abandoned)
         #expect(outcome.reason?.contains("timeToLive") == true)
-        #expect(try handlers.pending(envelope(PendingNotificationsRequest(after: 0), auth: full)).notifications.isEmpty)
+        #expect(try handlers.pending(envelope(PendingNotificationsRequest(after: 0), auth: harness.root)).notifications.isEmpty)
     }
 
     @Test("a rich payload is stored, then fetched only with a ticket for it")
@@ -82,7 +83,7 @@ final class PublishHandlersTests {
         let bytes = Data("png bytes".utf8)
         let accepted = try handlers.sendRich(envelope(
             SendRichNotification(message: "New photo", richType: "image", contentType: "image/png", payload: bytes, userId: "alice"), auth: full))
-        let pulled = try handlers.pending(envelope(PendingNotificationsRequest(after: 0), auth: full))
+        let pulled = try handlers.pending(envelope(PendingNotificationsRequest(after: 0), auth: harness.root))
         #expect(pulled.notifications.first?.send.rich?.richId == accepted.richId)
         let ticket = context.userTokens.issue(user: "dev-1", kind: .ticket, lifetime: 60, resource: accepted.richId).token
         #expect(try handlers.fetchRich(envelope(RichFetchRequest(richId: accepted.richId, ticket: ticket), auth: listen)).data == bytes)

@@ -23,6 +23,8 @@ public struct ServiceHarness {
     }
 
     public var full: String { sas(AccessKey.defaultFullName) }
+    /// The namespace's root key, as the services sign for each other: it reaches every hub.
+    public var root: String { context.serviceToken()! }
     public var listen: String { sas(AccessKey.defaultListenName) }
 
     public func envelope<R: HubRequest>(_ payload: R, auth: String?) -> Envelope<R> { Envelope(id: "1", auth: auth, payload: payload) }

@@ -32,16 +32,21 @@
   }
 
   // Signing in: the connection string is checked by asking for health with a token it signs.
+  // A hub's connection string names its hub (EntityPath); a namespace key reaches every hub, and
+  // the page then offers them to pick from.
   async function signIn(text) {
     const parsed = Hub.parseConnectionString(text);
-    const previous = credentials;
+    const previous = credentials, previousHub = Hub.hub;
     credentials = parsed;
+    if (parsed.entityPath) Hub.use(parsed.entityPath);
     try {
       await api("GET", "health");
     } catch (error) {
       credentials = previous;
+      Hub.use(previousHub);
       throw error;
     }
+    if (!parsed.entityPath) offerHubs(parsed);
     sessionStorage.setItem("nh-console-connection", text);
     $("who").textContent = `signed in as ${parsed.keyName}`;
     show($("signin"), false);
@@ -64,6 +69,29 @@
     sessionStorage.removeItem("nh-console-connection");
     location.reload();
   });
+
+  /** With a namespace key, a list of the namespace's hubs to work on; nothing with a hub's own key. */
+  async function offerHubs(parsed) {
+    let hubs;
+    try {
+      const token = await Hub.sasToken(parsed, 3600, `${location.origin}/`);
+      const response = await fetch(`${location.origin}/$namespace/notificationHubs`, { headers: { Authorization: token }, cache: "no-store" });
+      if (!response.ok) return;
+      hubs = (await response.json()).value.map((item) => item.name);
+    } catch {
+      return;
+    }
+    const picker = $("hub-picker");
+    picker.replaceChildren(...hubs.map((name) => el("option", { value: name, selected: name === Hub.hub }, name)));
+    show(picker, true);
+    picker.onchange = () => {
+      Hub.use(picker.value);
+      signed = null;
+      refreshHealth();
+      refreshMessages();
+      refreshPushServices();
+    };
+  }
 
   function start() {
     refreshHealth();

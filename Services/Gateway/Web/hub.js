@@ -3,9 +3,21 @@
 "use strict";
 
 const Hub = (() => {
-  const hub = document.documentElement.dataset.hub;
-  const base = `${location.origin}/${hub}`;
+  // The hub the page works on: ?hub=, else the gateway's default hub; a connection string's
+  // EntityPath or a user credential's hub moves it there (`use`).
+  let hub = new URLSearchParams(location.search).get("hub") || document.documentElement.dataset.hub;
+  let base = `${location.origin}/${encodeURIComponent(hub)}`;
   const apiVersion = "2020-06";
+
+  /** Works on hub `name` from now on, and says so in the page's hub pill and title. */
+  function use(name) {
+    const previous = hub;
+    hub = name;
+    base = `${location.origin}/${encodeURIComponent(hub)}`;
+    for (const pill of document.querySelectorAll("[data-hub-name]")) pill.textContent = hub;
+    document.title = document.title.replace(` · ${previous}`, ` · ${hub}`);
+  }
+  use(hub);
 
   /** Endpoint=sb://…/;SharedAccessKeyName=…;SharedAccessKey=… into its parts. */
   function parseConnectionString(text) {
@@ -18,7 +30,7 @@ const Hub = (() => {
     if (!keyName || !key) {
       throw new Error("a connection string needs SharedAccessKeyName=…;SharedAccessKey=… (from nhctl keys)");
     }
-    return { keyName, key, endpoint: fields["endpoint"] || "" };
+    return { keyName, key, endpoint: fields["endpoint"] || "", entityPath: fields["entitypath"] || "" };
   }
 
   function base64(bytes) {
@@ -34,7 +46,7 @@ const Hub = (() => {
    * A SharedAccessSignature for every resource of this hub, signed here with WebCrypto's HMAC; where
    * the page cannot sign, made by the gateway from the key (POST /{hub}/signatures), for an hour.
    */
-  async function sasToken(credentials, seconds = 3600) {
+  async function sasToken(credentials, seconds = 3600, resourceURL = base) {
     if (!canSign) {
       let response;
       try {
@@ -49,7 +61,7 @@ const Hub = (() => {
       return (await response.json()).token;
     }
     const expiry = Math.floor(Date.now() / 1000) + seconds;
-    const resource = encodeURIComponent(base.toLowerCase());
+    const resource = encodeURIComponent(resourceURL.toLowerCase());
     const key = await crypto.subtle.importKey(
       "raw", new TextEncoder().encode(credentials.key), { name: "HMAC", hash: "SHA-256" }, false, ["sign"]);
     const signature = await crypto.subtle.sign("HMAC", key, new TextEncoder().encode(`${resource}\n${expiry}`));
@@ -116,5 +128,27 @@ const Hub = (() => {
     return `${Math.floor(seconds / 86400)} d ${Math.round((seconds % 86400) / 3600)} h`;
   }
 
-  return { hub, base, canSign, parseConnectionString, sasToken, call, HubError, element, show, relativeTime, duration };
+  /**
+   * The hub of a user credential or token (nhu1.<claims>.<signature>): its user is `hub/user` for a
+   * hub other than the gateway's default (the hub's name, then `~N` after a re-creation); null for
+   * the default hub, or text that is not one.
+   */
+  function hubOfUserToken(text) {
+    const parts = text.trim().split(".");
+    if (parts.length !== 3 || parts[0] !== "nhu1") return null;
+    try {
+      const claims = JSON.parse(atob(parts[1].replace(/-/g, "+").replace(/_/g, "/") + "===".slice((parts[1].length + 3) % 4)));
+      const user = String(claims.u || "");
+      return user.includes("/") ? user.slice(0, user.indexOf("/")).split("~")[0] : null;
+    } catch {
+      return null;
+    }
+  }
+
+  return {
+    get hub() { return hub; },
+    get base() { return base; },
+    defaultHub: document.documentElement.dataset.hub,
+    use, hubOfUserToken, canSign, parseConnectionString, sasToken, call, HubError, element, show, relativeTime, duration,
+  };
 })();

@@ -33,8 +33,10 @@
     }
   }
 
+  // A credential is of one hub's user, and names the hub: the page works on it.
   async function signIn(text) {
     credential = text.trim();
+    Hub.use(Hub.hubOfUserToken(credential) || Hub.defaultHub);
     try {
       await trade();
     } catch (error) {

@@ -1,0 +1,135 @@
+import Auth
+import Foundation
+import HubProtocol
+import Synchronization
+
+/// The namespace's hubs as a service checks credentials against them: for each hub, the keys
+/// that sign for it (its own policies and the namespace's), as the registry's hub catalog had
+/// them when last read. The default hub's policies are `keys.json`'s until the catalog holds
+/// them (once they are changed over the bus or REST). For any thread.
+public final class HubDirectory: Sendable {
+    public let defaultHub: String
+    /// The namespace's policies (`namespace-keys.json`), which sign for every hub.
+    public let namespaceKeys: KeyStore
+    private let fileKeys: [AccessKey]
+    private let state: Mutex<State>
+
+    struct State {
+        /// The catalog's version as last read; nil before the first read.
+        var version: UInt64?
+        /// By the hub's name in lower case.
+        var hubs: [String: Entry] = [:]
+        var defaultStore: KeyStore
+        /// The bus client keys of every catalog policy.
+        var busKeys: Set<String> = []
+    }
+
+    struct Entry {
+        var description: HubDescription
+        var scope: HubScope
+        var store: KeyStore
+    }
+
+    public init(defaultHub: String, fileKeys: KeyStore, namespaceKeys: KeyStore) {
+        self.defaultHub = defaultHub
+        self.fileKeys = fileKeys.keys
+        self.namespaceKeys = namespaceKeys
+        state = Mutex(State(defaultStore: KeyStore(keys: fileKeys.keys + namespaceKeys.keys)))
+    }
+
+    /// The catalog's version as last read; nil before the first read.
+    public var version: UInt64? { state.withLock { $0.version } }
+
+    /// The scope of the hub a request names (nil: the default hub), in its generation as the
+    /// catalog has it; a hub the catalog does not have is taken as a first generation (and has no keys).
+    public func scope(_ hub: String?) -> HubScope {
+        guard let hub, hub.lowercased() != defaultHub.lowercased() else { return HubScope(hub: nil, defaultHub: defaultHub) }
+        let generation = state.withLock { $0.hubs[hub.lowercased()]?.description.generation } ?? 1
+        return HubScope(hub: hub, defaultHub: defaultHub, generation: generation)
+    }
+
+    /// The key of an installation an agent names as `hub/id` by its hub's name (an agent knows no
+    /// generation), in the hub's current generation; a bare id (the default hub's) as it is.
+    public func installationKey(_ named: String) -> String {
+        guard let hub = HubScope.hub(ofKey: named) else { return named }
+        return scope(String(hub)).key(HubScope(named: String(hub)).id(named))
+    }
+
+    /// The keys that sign for the hub of `scope`: `not_found` for a hub the namespace does not
+    /// have (or no longer has in that generation), `unavailable` before the catalog was first read
+    /// (for any hub but the default).
+    public func keys(for scope: HubScope) throws(HubError) -> KeyStore {
+        let found: KeyStore?
+        let version: UInt64?
+        (found, version) = state.withLock { state in
+            if scope.isDefault { return (state.hubs[defaultHub.lowercased()]?.store ?? state.defaultStore, state.version) }
+            guard let entry = state.hubs[scope.name], entry.scope == scope else { return (nil, state.version) }
+            return (entry.store, state.version)
+        }
+        if let found { return found }
+        guard version != nil else {
+            throw HubError(.unavailable, "the hub catalog has not been read from the registry yet; retry in a second")
+        }
+        throw HubError(.notFound, "no hub '\(scope.name)' in this namespace; nhctl hub list shows its hubs")
+    }
+
+    /// Whether the namespace has the hub of `scope`, in that generation, as far as this service knows.
+    public func has(_ scope: HubScope) -> Bool {
+        scope.isDefault || state.withLock { $0.hubs[scope.name]?.scope == scope }
+    }
+
+    /// The hubs the catalog holds (not the default hub unless its policies were changed).
+    public var catalogHubs: [HubDescription] { state.withLock { $0.hubs.values.map(\.description) } }
+
+    /// The bus client keys of the catalog's policies, for the ZAP handler.
+    public var busKeys: Set<String> { state.withLock { $0.busKeys } }
+
+    /// The policies that sign for `scope`'s hub alone (without the namespace's).
+    public func policies(of scope: HubScope) -> [AccessKey]? {
+        state.withLock { state in
+            if let entry = state.hubs[scope.isDefault ? defaultHub.lowercased() : scope.name], entry.scope == scope {
+                return entry.description.policies.compactMap(Self.accessKey)
+            }
+            return scope.isDefault ? fileKeys : nil
+        }
+    }
+
+    /// Takes a catalog the registry answered; returns whether anything changed.
+    @discardableResult
+    public func apply(_ catalog: HubCatalog) -> Bool {
+        guard let hubs = catalog.hubs else {
+            state.withLock { $0.version = catalog.version }
+            return false
+        }
+        var entries: [String: Entry] = [:]
+        var busKeys: Set<String> = []
+        for hub in hubs {
+            let policies = hub.policies.compactMap(Self.accessKey)
+            entries[hub.name.lowercased()] = Entry(
+                description: hub, scope: hub.scope(defaultHub: defaultHub), store: KeyStore(keys: policies + namespaceKeys.keys))
+            // A policy whose key cannot make a bus key (never one the registry made) reaches REST alone.
+            busKeys.formUnion((try? BusSecurity.admitted(by: policies)) ?? [])
+        }
+        return state.withLock { state in
+            let changed = state.version != catalog.version
+            state.version = catalog.version
+            state.hubs = entries
+            state.busKeys = busKeys
+            return changed
+        }
+    }
+
+    /// A catalog policy as a key; nil for rights this build does not know.
+    static func accessKey(_ policy: HubPolicy) -> AccessKey? {
+        guard let rights = try? AccessRights(names: policy.rights) else { return nil }
+        return AccessKey(name: policy.name, key: policy.key, rights: rights, secondaryKey: policy.secondaryKey)
+    }
+}
+
+extension HubPolicy {
+    /// The policy's two connection strings for `hub` at the namespace's `endpoint`, with `EntityPath`.
+    public func connectionStrings(endpoint: String, hub: String) -> (primary: String, secondary: String) {
+        let key = AccessKey(name: name, key: key, rights: [], secondaryKey: secondaryKey)
+        return (key.connectionString(endpoint: endpoint, hub: hub), key.connectionString(endpoint: endpoint, hub: hub, secondary: true))
+    }
+}

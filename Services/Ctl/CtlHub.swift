@@ -1,0 +1,108 @@
+import Auth
+import Foundation
+import HubProtocol
+import ServiceKit
+
+/// nhctl hub: the namespace's hubs, made, listed, deleted; their policies and keys. Every command
+/// here needs a namespace key (the data folder's `namespace-keys.json`, or its connection string).
+enum CtlHub {
+    static let usage = """
+        usage: nhctl hub list
+               nhctl hub create NAME
+               nhctl hub delete NAME [--yes]
+               nhctl hub keys NAME
+               nhctl hub policy NAME POLICY Listen|Send|Manage[,…]
+               nhctl hub regenerate NAME POLICY primary|secondary
+        """
+
+    static func run(_ parsed: Arguments, config: HubConfig, environment: [String: String], confirm: (String) -> String? = readAnswer) -> Int32 {
+        let words = Array(parsed.positionals.dropFirst())
+        guard let command = words.first else { return Ctl.fail(usage) }
+        let json = parsed.has("json")
+        do {
+            let caller = try CtlCaller(parsed, config: config, environment: environment)
+            let registry = try caller.client(config.registry.requests, namespace: true)
+            defer { registry.close() }
+            switch (command, words.count) {
+            case ("list", 1):
+                for hub in try registry.call(HubListRequest()).hubs {
+                    if json {
+                        print(String(decoding: try HubCodec.encodeValue(hub), as: UTF8.self))
+                    } else {
+                        print("\(hub.name)\(hub.isDefault ? " (default)" : "")  \(hub.installations) installation\(hub.installations == 1 ? "" : "s")")
+                    }
+                }
+            case ("create", 2):
+                let hub = try registry.call(HubCreate(name: words[1]))
+                print(json ? String(decoding: try HubCodec.encodeValue(summary(hub)), as: UTF8.self) : "created hub \(hub.name)")
+                if !json { printKeys(hub, config: config) }
+            case ("delete", 2):
+                if !parsed.has("yes") {
+                    guard let answer = confirm("Delete hub '\(words[1])' with all its installations, users and notifications? Type its name to confirm: ")
+                    else { return Ctl.fail("nhctl hub delete deletes everything the hub holds: pass --yes to confirm without a terminal") }
+                    guard answer.trimmingCharacters(in: .whitespacesAndNewlines) == words[1] else { return Ctl.fail("not confirmed; nothing deleted") }
+                }
+                _ = try registry.call(HubDelete(name: words[1]))
+                print(json ? #"{"deleted":"\#(words[1])"}"# : "deleted hub \(words[1])")
+            case ("keys", 2):
+                let hub = try registry.call(HubGet(name: words[1]))
+                if json {
+                    for policy in hub.policies { print(String(decoding: try HubCodec.encodeValue(connectionStrings(policy, hub: hub.name, config: config)), as: UTF8.self)) }
+                } else {
+                    printKeys(hub, config: config)
+                }
+            case ("policy", 4):
+                let rights = words[3].split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }
+                let policy = try registry.call(HubPolicyPut(hub: words[1], name: words[2], rights: rights))
+                print(json
+                    ? String(decoding: try HubCodec.encodeValue(connectionStrings(policy, hub: words[1], config: config)), as: UTF8.self)
+                    : "policy \(policy.name) (\(policy.rights.joined(separator: ","))) of hub \(words[1]):\n  \(connectionStrings(policy, hub: words[1], config: config).primaryConnectionString)")
+            case ("regenerate", 4):
+                let policy = try registry.call(HubKeysRegenerate(hub: words[1], name: words[2], policyKey: words[3].lowercased() == "secondary" ? "SecondaryKey" : words[3].lowercased() == "primary" ? "PrimaryKey" : words[3]))
+                let strings = connectionStrings(policy, hub: words[1], config: config)
+                print(json ? String(decoding: try HubCodec.encodeValue(strings), as: UTF8.self)
+                    : "regenerated the \(words[3].lowercased()) key of \(policy.name) of hub \(words[1]):\n  primary:   \(strings.primaryConnectionString)\n  secondary: \(strings.secondaryConnectionString)")
+            default:
+                return Ctl.fail(usage)
+            }
+            return 0
+        } catch {
+            return CtlSend.report(error)
+        }
+    }
+
+    /// A policy's connection strings, as Azure's listKeys gives them.
+    struct PolicyKeys: Encodable {
+        var keyName: String
+        var rights: [String]
+        var primaryKey: String
+        var secondaryKey: String
+        var primaryConnectionString: String
+        var secondaryConnectionString: String
+    }
+
+    static func connectionStrings(_ policy: HubPolicy, hub: String, config: HubConfig) -> PolicyKeys {
+        let strings = policy.connectionStrings(endpoint: config.namespace, hub: hub)
+        return PolicyKeys(
+            keyName: policy.name, rights: policy.rights, primaryKey: policy.key, secondaryKey: policy.secondaryKey ?? policy.key,
+            primaryConnectionString: strings.primary, secondaryConnectionString: strings.secondary)
+    }
+
+    static func summary(_ hub: HubDescription) -> HubSummary {
+        HubSummary(name: hub.name, createdAt: hub.createdAt, isDefault: false, installations: 0)
+    }
+
+    static func printKeys(_ hub: HubDescription, config: HubConfig) {
+        for policy in hub.policies {
+            let strings = connectionStrings(policy, hub: hub.name, config: config)
+            print("\(policy.name) (\(policy.rights.joined(separator: ","))):\n  \(strings.primaryConnectionString)\n  \(strings.secondaryConnectionString)")
+        }
+    }
+
+    /// A line typed at the terminal; nil when standard input is not one.
+    static func readAnswer(_ prompt: String) -> String? {
+        guard isatty(0) == 1 else { return nil }
+        FileHandle.standardError.write(Data(prompt.utf8))
+        return readLine()
+    }
+}
