@@ -28,6 +28,8 @@ public final class HubDirectory: Sendable {
         var description: HubDescription
         var scope: HubScope
         var store: KeyStore
+        /// The bus client keys of its policies.
+        var busKeys: Set<String>
     }
 
     public init(defaultHub: String, fileKeys: KeyStore, namespaceKeys: KeyStore) {
@@ -94,22 +96,32 @@ public final class HubDirectory: Sendable {
         }
     }
 
-    /// Takes a catalog the registry answered; returns whether anything changed.
+    /// Takes a catalog the registry answered; returns whether anything changed. A hub whose entry
+    /// did not change keeps what was made for it (its key store, with the tokens it checked, and
+    /// its bus keys, each a curve multiplication), so a change to one hub costs one hub's work.
     @discardableResult
     public func apply(_ catalog: HubCatalog) -> Bool {
         guard let hubs = catalog.hubs else {
             state.withLock { $0.version = catalog.version }
             return false
         }
+        let previous = state.withLock { $0.hubs }
         var entries: [String: Entry] = [:]
-        var busKeys: Set<String> = []
+        entries.reserveCapacity(hubs.count)
         for hub in hubs {
+            let name = hub.name.lowercased()
+            if let kept = previous[name], kept.description == hub {
+                entries[name] = kept
+                continue
+            }
             let policies = hub.policies.compactMap(Self.accessKey)
-            entries[hub.name.lowercased()] = Entry(
-                description: hub, scope: hub.scope(defaultHub: defaultHub), store: KeyStore(keys: policies + namespaceKeys.keys))
             // A policy whose key cannot make a bus key (never one the registry made) reaches REST alone.
-            busKeys.formUnion((try? BusSecurity.admitted(by: policies)) ?? [])
+            entries[name] = Entry(
+                description: hub, scope: hub.scope(defaultHub: defaultHub), store: KeyStore(keys: policies + namespaceKeys.keys),
+                busKeys: (try? BusSecurity.admitted(by: policies)) ?? [])
         }
+        var busKeys: Set<String> = []
+        for entry in entries.values { busKeys.formUnion(entry.busKeys) }
         return state.withLock { state in
             let changed = state.version != catalog.version
             state.version = catalog.version

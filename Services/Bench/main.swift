@@ -18,6 +18,7 @@ let usage = """
            nh-bench fanout [--fanout N,N...] [--broadcasts B] [--rate SENDS/S] [--latency-count C] [--json] [--output FILE]
            nh-bench fanout-mqtt [--fanout N,N...] [--broadcasts B] [--rate SENDS/S] [--latency-count C] [--json] [--output FILE]
            nh-bench fanout-shards [--fanout N] [--broadcasts B] [--json] [--output FILE]
+           nh-bench hubs [--hubs H] [--per-hub I] [--sends N] [--offline M] [--json] [--output FILE]
            nh-bench curve-connect [--fanout N] [--json] [--output FILE]
            nh-bench instructions [--fanout N] [--broadcasts B] [--json] [--output FILE]
            nh-bench desktop [--popups N] [--tries N] [--json] [--output FILE]
@@ -50,6 +51,12 @@ let usage = """
     dispatchers' CPU seconds (user+system, from /proc) over the broadcasts per 1,000 acknowledged
     deliveries, summed over both dispatchers (goal at most 1.1× one's); then, on paper, the rate
     of 8 and 16 dispatchers with a core each, from those two CPU figures.
+
+    The hub figures (`hubs`) measure the same services with the default hub alone, then with H more
+    hubs (default 1,000) of I installations each (default 10): each service's resident memory per
+    hub made; and, with one hub and with H, N template sends accepted durably from 4 backends, and
+    a broadcast to M offline installations of the default hub (default 10,000) planned and stored,
+    from the send until the dispatcher's outcome is Completed.
 
     The push figures (`push`, and part of the whole run unless --no-push) start the stand-in push
     services (python3 Tests/Support/pushstandins.py, found above nh-bench's folder, under
@@ -146,7 +153,7 @@ do {
         Array(CommandLine.arguments.dropFirst()),
         valued: [
             "messages", "round-trips", "size", "posts", "dismisses", "sends", "fanout", "broadcasts", "rate", "latency-count", "output", "push",
-            "standins", "popups", "tries", "pushes",
+            "standins", "popups", "tries", "pushes", "hubs", "per-hub", "offline",
         ],
         flags: ["no-mosquitto", "no-services", "no-fanout", "no-push", "no-postgres", "no-desktop", "no-unifiedpush", "json"])
     if parsed.has("help") {
@@ -217,6 +224,13 @@ do {
         try report(
             CurveConnectBench.results(n: agents, outcome: outcome),
             settings: BenchSettings(messages: 0, roundTrips: 0, size: 5), parsed)
+        exit(0)
+    case "hubs":
+        try report(
+            try HubsBench.run(
+                hubs: parsed[option: "hubs"].flatMap(Int.init) ?? 1_000, perHub: parsed[option: "per-hub"].flatMap(Int.init) ?? 10,
+                sends: sends, offline: parsed[option: "offline"].flatMap(Int.init) ?? 10_000),
+            settings: BenchSettings(messages: 0, roundTrips: 0, size: 0), parsed)
         exit(0)
     case "fanout-shards":
         let agents = try shardedFanoutAgents(parsed)
