@@ -157,6 +157,22 @@ def check(bin_dir, folder):
         assert run.outcome(expected["waitingForOffline"]).get("acknowledged") == 1
         listed = [n["appNotificationId"] for n in run.ctl("user", "list", "alice")]
         assert sorted(listed) == sorted(expected["userPosts"]), listed
+        # The folder is now a namespace that holds one hub, the default, with everything it held;
+        # the old full key still reaches it, and a second hub holds none of it.
+        hubs = run.ctl("hub", "list")
+        assert [(h["name"], h["isDefault"], h["installations"]) for h in hubs] == [("hub", True, len(expected["installations"]))], hubs
+        full = next(k for k in expected["keys"]["keys"] if k["name"] == "DefaultFullSharedAccessSignature")
+        old_key = f"Endpoint={run.hub.base}/;SharedAccessKeyName={full['name']};SharedAccessKey={full['key']}"
+        for installation in expected["installations"]:
+            assert run.ctl("--connection-string", old_key, "installations", "show", installation)[0]["installationId"] == installation
+        run.ctl("hub", "create", "after-upgrade")
+
+        def empty_second_hub():
+            try:
+                return run.ctl("--hub", "after-upgrade", "installations", "list") == []
+            except AssertionError:
+                return False  # until every service has read the hub catalog
+        assert wait_until(empty_second_hub, timeout=10)
 
         for name, installation in AGENTS.items():
             assert run.agent(name, "id").strip() == installation
