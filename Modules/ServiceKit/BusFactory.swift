@@ -23,6 +23,7 @@ public final class BusFactory {
         let server = try HubServer(
             bind: endpoint, logger: runtime.logger, maxMessageBytes: maxMessageBytes ?? runtime.config.maxMessageBytes, curve: security?.serverKeys,
             ownerOnly: ownerOnly)
+        server.defaultHub = runtime.config.hub.lowercased()
         servers.append(server)
         group?.onEffectError = { [logger = runtime.logger] error in
             logger.error("a step after a commit failed; what was committed stands", ("error", "\(error)"))

@@ -25,6 +25,11 @@ public final class HubServer {
     public private(set) var deferredRepliesLost = 0
     /// Requests answered, and the time spent on them, by message type.
     public private(set) var requestsByType: [MessageType: (count: Int, seconds: Double)] = [:]
+    /// Requests answered without an error, by the hub they named (in lower case): a request for a
+    /// hub the namespace does not have is refused, so only real hubs are counted.
+    public private(set) var requestsByHub: [String: Int] = [:]
+    /// The name requests that name no hub are counted under: the config's default hub.
+    public var defaultHub = "hub"
 
     /// - Parameters:
     ///   - curve: the key pair of a CURVE server, whose handshakes go through the process's ZAP handler; nil for a plain socket.
@@ -118,6 +123,7 @@ public final class HubServer {
             samples["nh_request_duration_seconds_count{type=\"\(type)\"}"] = Double(figures.count)
         }
         for (code, count) in errorCounts { samples["nh_errors_total{code=\"\(code.rawValue)\"}"] = Double(count) }
+        for (hub, count) in requestsByHub { samples["nh_hub_requests_total{hub=\"\(hub)\"}"] = Double(count) }
         return samples
     }
 
@@ -186,7 +192,7 @@ public final class HubServer {
     /// and the time spent on it, when a handler refused it), or decoded for its handler.
     enum Decoded: @unchecked Sendable {
         case refused(Error, id: String, type: MessageType? = nil, seconds: Double = 0)
-        case decoded(Handler, Any, type: MessageType, id: String, seconds: Double)
+        case decoded(Handler, Any, type: MessageType, id: String, hub: String?, seconds: Double)
     }
 
     /// The cores decoding may use, read once: Foundation reads the count from files on each ask.
@@ -236,7 +242,8 @@ public final class HubServer {
         if let scanned = HubCodec.scanHeader(data), let handler = handlers[scanned.header.type],
             let value = try? handler.decode(data, scanned)
         {
-            return .decoded(handler, value, type: scanned.header.type, id: scanned.header.id, seconds: Self.seconds(since: started))
+            return .decoded(
+                handler, value, type: scanned.header.type, id: scanned.header.id, hub: scanned.header.hub, seconds: Self.seconds(since: started))
         }
         // Anything else is parsed in full, and what is wrong with it answered from the parse, as
         // if no scan had been tried: a body that is not JSON, whatever its header looked like, is
@@ -256,7 +263,7 @@ public final class HubServer {
         }
         do {
             let value = try handler.decode(data, parsed)
-            return .decoded(handler, value, type: header.type, id: header.id, seconds: Self.seconds(since: started))
+            return .decoded(handler, value, type: header.type, id: header.id, hub: header.hub, seconds: Self.seconds(since: started))
         } catch {
             return .refused(error, id: header.id, type: header.type, seconds: Self.seconds(since: started))
         }
@@ -269,7 +276,7 @@ public final class HubServer {
         case .refused(let error, let id, let type, let seconds):
             if let type { count(type, seconds: seconds) }
             return [reply(to: error, id: id, type: type)]
-        case .decoded(let handler, let value, let type, let id, let decodeSeconds):
+        case .decoded(let handler, let value, let type, let id, let hub, let decodeSeconds):
             let started = ContinuousClock.now
             currentPeer = route.first
             defer {
@@ -277,7 +284,9 @@ public final class HubServer {
                 count(type, seconds: decodeSeconds + Self.seconds(since: started))
             }
             do {
-                return try handler.answer(value, route, id).map { [$0] } ?? []
+                let reply = try handler.answer(value, route, id).map { [$0] } ?? []
+                requestsByHub[hub?.lowercased() ?? defaultHub, default: 0] += 1
+                return reply
             } catch {
                 return [reply(to: error, id: id, type: type)]
             }

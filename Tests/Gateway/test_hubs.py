@@ -146,6 +146,10 @@ def test_a_broadcast_reaches_its_own_hubs_agents_alone(hub, other, agents):
     assert wait_until(lambda: state() == "Completed"), state()
     notification = location.rsplit("/", 1)[1].split("?")[0]
     assert requests.get(f"{hub.base}/hub/messages/{notification}?{API}", headers={"Authorization": hub.token()}).status_code == 404
+    # Each service counts the requests it answered by hub.
+    metrics = requests.get(f"{hub.base}/metrics").text
+    assert f'nh_hub_requests_total{{service="nh-publish",hub="{OTHER}"}}' in metrics, metrics
+    assert 'nh_hub_requests_total{service="nh-publish",hub="hub"}' in metrics
 
 
 def test_a_key_of_one_hub_is_refused_by_the_other(hub, other, agents):
