@@ -45,6 +45,10 @@ struct UserNotificationSQL: Sendable {
     var liveCount: String
     /// (after, limit) → (sequence, user, user sequence, origin).
     var streamChanges: String
+    /// (prefix, its length): the notifications of a deleted hub's users, whose keys start with its prefix.
+    var purgeHubNotifications: String
+    /// (prefix, its length): those users.
+    var purgeHubUsers: String
     /// (count, at least 1): keeps the newest `count` changes, counted, not numbered: a new history's
     /// numbers start far above the old one's.
     var pruneStream: String
@@ -78,6 +82,8 @@ struct UserNotificationSQL: Sendable {
                 OR EXISTS (SELECT 1 FROM \(p)user_notifications WHERE deleted_at IS NOT NULL AND deleted_at < $2) THEN 1 ELSE 0 END AS due
             """)
         self.expiring = spell(expiring)
+        purgeHubNotifications = spell("DELETE FROM \(p)user_notifications WHERE substr(user_id, 1, $2) = $1")
+        purgeHubUsers = spell("DELETE FROM \(p)users WHERE substr(user_id, 1, $2) = $1")
         self.raiseFloors = spell(raiseFloors)
         dropTombstones = spell("DELETE FROM \(p)user_notifications WHERE deleted_at IS NOT NULL AND deleted_at < $1")
         changes = spell("""
@@ -200,6 +206,16 @@ extension UserNotificationEngine {
             try run(sql.raiseFloors, [cutoff])
             try run(sql.dropTombstones, [cutoff])
             return changes
+        }
+    }
+
+    /// Deletes every notification and user of a deleted hub; returns how many notifications went.
+    func purgeHub(_ scope: HubScope) throws -> Int {
+        guard !scope.isDefault else { return 0 }
+        return try write {
+            let count = try run(sql.purgeHubNotifications, [scope.prefix, scope.prefix.count])
+            try run(sql.purgeHubUsers, [scope.prefix, scope.prefix.count])
+            return count
         }
     }
 

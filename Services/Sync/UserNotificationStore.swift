@@ -39,6 +39,8 @@ protocol UserNotificationStore: AnyObject {
     /// The user's live, unexpired notifications and the sequence they stand at, read at one point in time.
     func history(user: String, now: Date) throws -> UserHistory
     func liveCount() throws -> Int
+    /// Deletes every notification and user of a deleted hub (`HubScope`); returns how many notifications went.
+    func purgeHub(_ scope: HubScope) throws -> Int
     /// Logged changes after `sequence`, in order, at most `limit`. The stream is published from
     /// here, so that every sync process sharing a store publishes every change, in order.
     func streamChanges(after sequence: UInt64, limit: Int) throws -> [SyncChange]

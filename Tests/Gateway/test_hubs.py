@@ -232,8 +232,16 @@ def test_nhctl_makes_lists_and_deletes_hubs(hub):
 
 
 def test_deleting_a_hub_deletes_what_it_holds(hub, other, agents):
+    import sqlite3
+
+    def users_of_other():
+        with sqlite3.connect(os.path.join(hub.data, "sync.db")) as db:
+            return db.execute("SELECT count(*) FROM users WHERE user_id LIKE ?", (f"{OTHER}/%",)).fetchone()[0]
+
+    assert users_of_other() == 1
     r = namespace(hub, "DELETE", f"/{OTHER}")
     assert r.status_code == 200, r.text
+    assert wait_until(lambda: users_of_other() == 0, timeout=10)
     assert wait_until(lambda: requests.get(f"{hub.base}/{OTHER}/installations/dup?{API}",
                                            headers={"Authorization": hub.token()}).status_code == 404)
     assert requests.get(f"{hub.base}/hub/installations/dup?{API}", headers={"Authorization": hub.token()}).status_code == 200

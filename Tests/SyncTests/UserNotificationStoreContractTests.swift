@@ -427,4 +427,25 @@ struct SharedUserNotificationStoreTests {
     static func post(_ store: PostgresUserNotificationStore, _ user: String, _ app: String, _ now: Date) throws -> (UserNotification, SyncChange) {
         try store.post(UserNotificationStoreContractTests.post(user, app), expiresAt: now.addingTimeInterval(3_600), now: now)
     }
+
+    @Test("the users of a hub are keyed by its prefix: each hub's alice is her own, and a deleted hub's go with it alone",
+          arguments: StoreEngine.available)
+    func hubsOfUsers(engine: StoreEngine) throws {
+        let store = try engine.makeStore()
+        let news = HubScope(named: "news"), newsy = HubScope(named: "news_y")
+        _ = try store.post(PostUserNotification(userId: "alice", appNotificationId: "home", raw: "r"), expiresAt: UserNotificationStoreContractTests.now + UserNotificationStoreContractTests.hour, now: UserNotificationStoreContractTests.now)
+        for scope in [news, newsy] {
+            let post = PostUserNotification(userId: "alice", appNotificationId: "of-\(scope.qualifier)", raw: "r")
+            let (posted, change) = try store.post(post, user: scope.key("alice"), expiresAt: UserNotificationStoreContractTests.now + UserNotificationStoreContractTests.hour, now: UserNotificationStoreContractTests.now)
+            #expect(posted.userId == "alice" && change.userId == scope.key("alice"))
+        }
+        #expect(try store.changes(user: "alice", after: 0, limit: 10).changes.count == 1)
+        #expect(try store.changes(user: "news/alice", after: 0, limit: 10).changes.count == 1)
+        #expect(try store.purgeHub(news) == 1)
+        #expect(try store.changes(user: "news/alice", after: 0, limit: 10).changes.isEmpty)
+        #expect(try store.userSequence("news/alice") == (0, 0))
+        #expect(try store.changes(user: "news_y/alice", after: 0, limit: 10).changes.count == 1)
+        #expect(try store.changes(user: "alice", after: 0, limit: 10).changes.count == 1)
+        #expect(try store.purgeHub(HubScope(named: nil)) == 0)
+    }
 }
