@@ -287,9 +287,10 @@ public struct Dispatcher {
             // A platform the hub has no delivery path to: failed at once, with its reason, never sent.
             // Consecutive plans mostly share a platform, whose answer is kept rather than looked up again.
             var lastPlatform: (name: String, served: Bool)?
+            let platforms = settings.platforms(of: notification.send.hub)
             for i in plans.indices {
                 let platform = plans[i].platform
-                let served = lastPlatform.flatMap { $0.name == platform ? $0.served : nil } ?? settings.platforms.contains(platform)
+                let served = lastPlatform.flatMap { $0.name == platform ? $0.served : nil } ?? platforms.contains(platform)
                 lastPlatform = (platform, served)
                 guard !served else { continue }
                 plans[i].unreachable = Platform(name: plans[i].platform) == nil ? "UnknownPlatform" : "PnsUnavailable"
@@ -430,9 +431,15 @@ public struct Dispatcher {
         }
     }
 
-    /// The platforms with a delivery path, as push services are configured or removed.
-    public mutating func setPlatforms(_ platforms: Set<String>) {
-        settings.platforms = platforms.union([Platform.linux.rawValue])
+    /// The platforms with a delivery path, as push services are configured or removed: the
+    /// default hub's, or with `hub` (its qualifier) another hub's, whose push credentials are its own.
+    public mutating func setPlatforms(_ platforms: Set<String>, hub: String? = nil) {
+        let served = platforms.union([Platform.linux.rawValue])
+        if let hub {
+            settings.hubPlatforms[hub] = served
+        } else {
+            settings.platforms = served
+        }
     }
 
     // MARK: Queries
@@ -481,6 +488,14 @@ public struct DispatcherSettings: Sendable, Equatable {
     /// Platforms the dispatcher delivers to. A delivery to any other is counted as failed
     /// (PnsUnavailable) in its notification's outcome, never as delivered.
     public var platforms: Set<String> = [Platform.linux.rawValue]
+    /// Each other hub's platforms, by its qualifier; a hub not here has its agents alone.
+    public var hubPlatforms: [String: Set<String>] = [:]
+
+    /// The platforms with a delivery path for a send of `hub` (its qualifier; nil: the default hub).
+    public func platforms(of hub: String?) -> Set<String> {
+        guard let hub else { return platforms }
+        return hubPlatforms[hub] ?? [Platform.linux.rawValue]
+    }
 
     public init() {}
 

@@ -35,36 +35,45 @@ public final class PushCenter: @unchecked Sendable {
     /// A service whose credentials do not load is refused here, with what to fix.
     /// Answers come back through `post`, which runs them on the owner's loop; after `submit`,
     /// `tick` and each batch posted, `takeReports` has what they decided.
+    /// With `client`, requests go through that HTTP client, which its owner stops; without, through
+    /// one of this center's own.
     public init(
         settings: PushSettings, dataDir: String, post: @escaping (@escaping @Sendable () -> Void) -> Void,
-        note: @escaping (String, [(String, String)]) -> Void = { _, _ in }
+        note: @escaping (String, [(String, String)]) -> Void = { _, _ in }, client shared: PushHTTPClient? = nil
     ) throws(PushConfigurationError) {
+        if let caFile = settings.caFile, !FileManager.default.isReadableFile(atPath: caFile) {
+            throw PushConfigurationError("push.caFile '\(caFile)' cannot be read")
+        }
+        self.dataDir = URL(fileURLWithPath: dataDir)
+        self.configured = settings
+        self.post = post
+        self.note = note
+        ownsClient = shared == nil
+        client = shared ?? PushHTTPClient(settings: Self.clientSettings(settings))
+        do {
+            try apply(configured: settings, saved: try Self.loadSaved(self.dataDir.appendingPathComponent(Self.savedFile)))
+        } catch {
+            if ownsClient { client.stop() }
+            throw error
+        }
+    }
+
+    /// Whether `stop` stops the HTTP client: one given at init is its owner's to stop.
+    private let ownsClient: Bool
+
+    public func stop() { if ownsClient { client.stop() } }
+
+    /// The HTTP client's settings from the push settings.
+    static func clientSettings(_ settings: PushSettings) -> PushHTTPClient.Settings {
         var clientSettings = PushHTTPClient.Settings()
         clientSettings.maxConnectionsPerHost = settings.connectionsPerHost
         clientSettings.streamsPerConnection = settings.streamsPerConnection
         clientSettings.maxInFlight = settings.maxInFlight
         clientSettings.timeoutMs = settings.timeoutMs
         clientSettings.stallMs = settings.stallMs
-        if let caFile = settings.caFile {
-            guard FileManager.default.isReadableFile(atPath: caFile) else {
-                throw PushConfigurationError("push.caFile '\(caFile)' cannot be read")
-            }
-            clientSettings.caFile = caFile
-        }
-        self.dataDir = URL(fileURLWithPath: dataDir)
-        self.configured = settings
-        self.post = post
-        self.note = note
-        client = PushHTTPClient(settings: clientSettings)
-        do {
-            try apply(configured: settings, saved: try Self.loadSaved(self.dataDir.appendingPathComponent(Self.savedFile)))
-        } catch {
-            client.stop()
-            throw error
-        }
+        clientSettings.caFile = settings.caFile
+        return clientSettings
     }
-
-    public func stop() { client.stop() }
 
     /// The platforms with a delivery path now.
     public var platforms: Set<Platform> { Set(senders.keys.map(\.platform)) }

@@ -10,11 +10,11 @@ import ServiceKit
 struct DispatchHandlers {
     let context: ServiceContext
     let store: any DeliveryStore
-    let push: PushCenter
+    let push: PushCenters
     /// Where an installation is served, from the core.
     let placement: (String) -> Placement
-    /// The platforms the core delivers to, after credentials change.
-    let setPlatforms: (Set<String>) -> Void
+    /// The platforms the core delivers to for a hub (its qualifier; nil: the default hub), after its credentials change.
+    let setPlatforms: (Set<String>, String?) -> Void
     /// Before the store is read for a request: the dispatcher writes the turns it has gathered.
     var beforeReading: () -> Void = {}
 
@@ -26,32 +26,23 @@ struct DispatchHandlers {
         server.on(OutcomeRequest.self) { try outcome($0) }
     }
 
-    /// What the push services are: every hub's Manage key may see them, since every hub's sends go through them.
+    /// A hub's push services: each hub's credentials are its own (an APNs key is for one app).
     func pushCredentials(_ request: Envelope<PushCredentialsRequest>) throws -> PushCredentialsReply {
-        try context.authorize(request, needs: .manage)
-        return PushCredentialsReply(services: push.info())
-    }
-
-    /// The push services' credentials are the namespace's, set with the default hub's Manage key
-    /// or a namespace key: another hub's key may not change what the default hub's sends go through.
-    static func namespacePush(_ scope: HubScope) throws(HubError) {
-        guard scope.isDefault else {
-            throw HubError(
-                .forbidden,
-                "push credentials are the namespace's, shared by its hubs: set them on the default hub with its Manage key or a namespace key")
-        }
+        let scope = try context.authorize(request, needs: .manage)
+        return PushCredentialsReply(services: push.info(hub: scope.sendHub))
     }
 
     func setPushCredentials(_ request: Envelope<PushCredentialsSetRequest>) throws -> PushCredentialsReply {
-        try Self.namespacePush(try context.authorize(request, needs: .manage))
+        let scope = try context.authorize(request, needs: .manage)
         let services: [PushServiceInfo]
         do {
-            services = try push.set(request.payload)
+            services = try push.set(request.payload, hub: scope.sendHub)
         } catch {
             throw HubError(.invalidArgument, "\(error)")
         }
-        setPlatforms(Set(push.platforms.map(\.rawValue)))
-        context.logger.notice("push credentials set", ("services", services.map(\.service).joined(separator: ",")))
+        setPlatforms(Set(push.platforms(hub: scope.sendHub).map(\.rawValue)), scope.sendHub)
+        context.logger.notice(
+            "push credentials set", ("hub", scope.isDefault ? context.config.hub : scope.qualifier), ("services", services.map(\.service).joined(separator: ",")))
         return PushCredentialsReply(services: services)
     }
 

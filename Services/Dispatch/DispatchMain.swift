@@ -22,17 +22,25 @@ public enum DispatchMain {
             // Phones and browsers: each platform's push service, on a thread of its own for HTTP, with
             // its answers handled on this loop, through the mailbox, after the writes of the turn they come in.
             let mailbox = try LoopMailbox()
-            let push: PushCenter
+            let push: PushCenters
             do {
-                push = try PushCenter(
+                push = try PushCenters(
                     settings: config.push, dataDir: config.dataDir, post: { mailbox.post($0) },
                     note: { message, fields in context.logger.log(.warning, message, fields.map { ($0.0, $0.1) }) })
             } catch {
                 throw ConfigError("\(error)")
             }
             context.onShutdown { push.stop() }
-            settings.platforms.formUnion(push.platforms.map(\.rawValue))
-            if !push.platforms.isEmpty { context.logger.info("push services", ("platforms", push.platforms.map(\.rawValue).sorted().joined(separator: ","))) }
+            for (hub, platforms) in push.platformsByHub {
+                if hub.isEmpty {
+                    settings.platforms.formUnion(platforms)
+                } else {
+                    settings.hubPlatforms[hub] = platforms.union([Platform.linux.rawValue])
+                }
+                if !platforms.isEmpty {
+                    context.logger.info("push services", ("hub", hub.isEmpty ? config.hub : hub), ("platforms", platforms.sorted().joined(separator: ",")))
+                }
+            }
 
             let agents = try DispatchShell.agentSocket(context)
             // On a shared store, dispatchers split the agents by shard, each named by the endpoint it advertises.
@@ -77,7 +85,7 @@ public enum DispatchMain {
             endpoints["requests"] = server.endpoint
             DispatchHandlers(
                 context: context, store: store, push: push, placement: { dispatch.core.placement(of: $0, advertised: advertise) },
-                setPlatforms: { dispatch.setPlatforms($0) }, beforeReading: { dispatch.writeGathered() }
+                setPlatforms: { dispatch.setPlatforms($0, hub: $1) }, beforeReading: { dispatch.writeGathered() }
             ).install(on: server)
 
             context.loop.watch(publish.socket) { try publish.receive(); dispatch.commit() }

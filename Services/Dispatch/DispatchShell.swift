@@ -18,7 +18,7 @@ final class DispatchShell {
     var writes: WritePath
     let store: any DeliveryStore
     let leases: ShardLeaseKeeper
-    let push: PushCenter
+    let push: PushCenters
     /// The agents' channel.
     let agents: any AgentChannel
     /// Pulls accepted notifications from the publish service.
@@ -56,7 +56,7 @@ final class DispatchShell {
 
     init(
         context: ServiceContext, settings: DispatcherSettings, inbox: AgentInbox, store: any DeliveryStore, leases: ShardLeaseKeeper,
-        push: PushCenter, agents: any AgentChannel, publish: any RequestForwarding, registryWrites: any RequestForwarding,
+        push: PushCenters, agents: any AgentChannel, publish: any RequestForwarding, registryWrites: any RequestForwarding,
         registry: RegistryFeed?, shared: Bool
     ) {
         self.context = context
@@ -78,7 +78,7 @@ final class DispatchShell {
         perform(core.on(event, now: Date()))
     }
 
-    func setPlatforms(_ platforms: Set<String>) { core.setPlatforms(platforms) }
+    func setPlatforms(_ platforms: Set<String>, hub: String?) { core.setPlatforms(platforms, hub: hub) }
 
     private func perform(_ actions: [DispatchAction]) {
         for action in actions {

@@ -15,19 +15,20 @@ import Testing
 final class DispatchHandlersTests {
     let harness: ServiceHarness
     let store: any DeliveryStore
-    let push: PushCenter
+    let push: PushCenters
     let handlers: DispatchHandlers
     let platforms = Box<Set<String>>([])
+    let platformsHub = Box<String?>(nil)
 
     init() throws {
         harness = try ServiceHarness(service: "nh-dispatch")
         store = try StoreEngine.sqlite.makeStore()
-        push = try PushCenter(settings: PushSettings(), dataDir: harness.dataDir, post: { $0() })
-        let platforms = self.platforms
+        push = try PushCenters(settings: PushSettings(), dataDir: harness.dataDir, post: { $0() })
+        let platforms = self.platforms, platformsHub = self.platformsHub
         handlers = DispatchHandlers(
             context: harness.context, store: store, push: push,
             placement: { Placement(installationId: $0, shard: Shards.of($0), servedBy: "tcp://here:7722", askedDispatcher: "tcp://here:7722", connected: false) },
-            setPlatforms: { platforms.value = $0 })
+            setPlatforms: { platforms.value = $0; platformsHub.value = $1 })
     }
 
     deinit { push.stop() }
@@ -69,5 +70,31 @@ final class DispatchHandlersTests {
         let reply = try handlers.setPushCredentials(Envelope(id: "1", auth: full, payload: good))
         #expect(reply.services.map(\.service) == ["browser"])
         #expect(platforms.value == [Platform.browser.rawValue])
+    }
+
+    @Test("each hub's push credentials are its own: set with its key, kept in its folder, with a VAPID key of its own")
+    func credentialsPerHub() throws {
+        let keys = KeyStore.defaultHubKeys()
+        let news = HubDescription(
+            name: "news", createdAt: Fixture.now,
+            policies: keys.map { HubPolicy(name: $0.name, rights: $0.rights.names, key: $0.key, secondaryKey: $0.secondaryKey) })
+        harness.context.hubs.apply(HubCatalog(version: 1, hubs: [news]))
+        let newsFull = harness.context.token(for: keys[1], hub: "news")
+        func envelope<R: HubRequest>(_ payload: R, auth: String, hub: String?) -> Envelope<R> { Envelope(id: "1", auth: auth, hub: hub, payload: payload) }
+        let browser = PushCredentialsSetRequest(browser: WebPushSettings(subject: "mailto:ops@example.org"))
+        let theirs = try handlers.setPushCredentials(envelope(browser, auth: newsFull, hub: "news")).services
+        #expect(theirs.map(\.service) == ["browser"] && platformsHub.value == "news" && platforms.value.contains(Platform.browser.rawValue))
+        let full = token(AccessKey.defaultFullName)
+        #expect(try handlers.pushCredentials(envelope(PushCredentialsRequest(), auth: full, hub: nil)).services.isEmpty)
+        #expect(FileManager.default.fileExists(atPath: harness.dataDir + "/hubs/news/push-credentials.json"))
+        let mine = try handlers.setPushCredentials(envelope(browser, auth: full, hub: nil)).services
+        #expect(platformsHub.value == nil)
+        #expect(mine.first?.publicKey != nil && mine.first?.publicKey != theirs.first?.publicKey)
+        // Another hub's key may not touch them.
+        #expect(code { try self.handlers.pushCredentials(envelope(PushCredentialsRequest(), auth: newsFull, hub: nil)) } == .unauthorized)
+        // A delivery to a hub without credentials is reported failed at once, never sent.
+        push.submit(PushMessage(
+            deliveryId: "d", notificationId: "n", installationId: "other/i", platform: .apns, pushChannel: "AB", payload: "{}", expiresAt: Fixture.now + 60))
+        #expect(push.takeReports().map(\.1) == [.failed(outcome: "PnsUnavailable", reason: "hub 'other' has no credentials for apns's push service")])
     }
 }

@@ -39,11 +39,11 @@ final class ForwardingStandIn: RequestForwarding {
 @Suite("Dispatcher shell", .serialized)
 final class DispatchShellTests {
     let harness: ServiceHarness
-    let push: PushCenter
+    let push: PushCenters
 
     init() throws {
         harness = try ServiceHarness(service: "nh-dispatch")
-        push = try PushCenter(settings: PushSettings(), dataDir: harness.dataDir, post: { $0() })
+        push = try PushCenters(settings: PushSettings(), dataDir: harness.dataDir, post: { $0() })
     }
 
     deinit { push.stop() }
