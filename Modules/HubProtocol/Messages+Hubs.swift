@@ -25,12 +25,15 @@ public struct HubDescription: Codable, Sendable, Equatable {
     /// How many hubs of this name were made, this one included; absent for the first. Its keys
     /// in the stores carry it (`HubScope`), so a hub made again never sees what a deleted one held.
     public var generation: Int?
+    /// The hub's own limits, where they differ from the configuration's.
+    public var limits: HubLimits?
 
-    public init(name: String, createdAt: Date, policies: [HubPolicy], generation: Int? = nil) {
+    public init(name: String, createdAt: Date, policies: [HubPolicy], generation: Int? = nil, limits: HubLimits? = nil) {
         self.name = name
         self.createdAt = createdAt
         self.policies = policies
         self.generation = generation
+        self.limits = limits
     }
 
     /// The hub's scope in a namespace whose default hub is `defaultHub`.
@@ -156,5 +159,31 @@ public struct HubCatalog: HubMessage {
     public init(version: UInt64, hubs: [HubDescription]?) {
         self.version = version
         self.hubs = hubs
+    }
+}
+
+/// A hub's own limits; each absent one is the configuration's (`limits.…PerHub`), and 0 is none.
+public struct HubLimits: Codable, Sendable, Equatable {
+    /// Requests per second to one service, from all the hub's keys.
+    public var requestsPerSecond: Int?
+    public var sendsPerSecond: Int?
+    public var installations: Int?
+
+    public init(requestsPerSecond: Int? = nil, sendsPerSecond: Int? = nil, installations: Int? = nil) {
+        self.requestsPerSecond = requestsPerSecond
+        self.sendsPerSecond = sendsPerSecond
+        self.installations = installations
+    }
+}
+
+/// Sets a hub's own limits (those given; `0` lifts one). Needs a namespace Manage key.
+public struct HubLimitsPut: HubRequest {
+    public typealias Reply = HubDescription
+    public static let messageType: MessageType = "hub.limits.put"
+    public var hub: String
+    public var limits: HubLimits
+    public init(hub: String, limits: HubLimits) {
+        self.hub = hub
+        self.limits = limits
     }
 }

@@ -158,7 +158,8 @@ public enum ConfigLoader {
     static let sectionKeys = ["requests", "events", "agents", "advertise", "peers"]
 
     static let limitKeys = [
-        "tagsPerInstallation", "expressionBytes", "requestsPerSecondPerKey", "agentMessagesPerSecond", "agents", "storeBytes",
+        "tagsPerInstallation", "expressionBytes", "requestsPerSecondPerKey", "requestsPerSecondPerHub", "sendsPerSecondPerHub",
+        "installationsPerHub", "agentMessagesPerSecond", "agents", "storeBytes",
         "httpThreads", "httpConnections", "httpConnectionsPerAddress", "httpIdleSeconds", "pushesPerSecondPerEndpoint",
     ]
 
@@ -215,6 +216,12 @@ public enum ConfigLoader {
         guard (1...1_000).contains(limits.tagsPerInstallation) else { throw ConfigError("limits.tagsPerInstallation must be 1 to 1000") }
         guard (64...65_536).contains(limits.expressionBytes) else { throw ConfigError("limits.expressionBytes must be 64 to 65536") }
         guard limits.requestsPerSecondPerKey >= 0 else { throw ConfigError("limits.requestsPerSecondPerKey must be 0 (no limit) or more") }
+        for (name, value) in [
+            ("requestsPerSecondPerHub", limits.requestsPerSecondPerHub), ("sendsPerSecondPerHub", limits.sendsPerSecondPerHub),
+            ("installationsPerHub", limits.installationsPerHub),
+        ] where value < 0 {
+            throw ConfigError("limits.\(name) must be 0 (no limit) or more")
+        }
         guard limits.agentMessagesPerSecond >= 1 else { throw ConfigError("limits.agentMessagesPerSecond must be at least 1") }
         guard limits.agents >= 1 else { throw ConfigError("limits.agents must be at least 1") }
         guard (1...256).contains(limits.httpThreads) else { throw ConfigError("limits.httpThreads must be 1 to 256") }

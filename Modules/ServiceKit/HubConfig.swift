@@ -85,6 +85,14 @@ public struct HubConfig: Codable, Sendable, Equatable {
         /// Requests per second that one access key may make of one service, with bursts of twice
         /// as many; 0 for no limit. Calls between services are not counted.
         public var requestsPerSecondPerKey: Int = 0
+        /// Each hub's own limits, unless the hub has its own (`nhctl hub limits`); 0 for no limit.
+        /// Requests per second to one service for one hub, from all its keys (bursts of twice as
+        /// many); calls between services are not counted.
+        public var requestsPerSecondPerHub: Int = 0
+        /// Sends per second one hub may make (bursts of twice as many).
+        public var sendsPerSecondPerHub: Int = 0
+        /// Installations one hub may hold; a new one beyond it is refused.
+        public var installationsPerHub: Int = 0
         /// Messages per second that one agent may send on its channel, with bursts of twice as many.
         public var agentMessagesPerSecond: Int = 200
         /// Agents one dispatcher serves at once; a hello beyond it is refused.

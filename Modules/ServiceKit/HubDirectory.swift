@@ -32,10 +32,14 @@ public final class HubDirectory: Sendable {
         var busKeys: Set<String>
     }
 
-    public init(defaultHub: String, fileKeys: KeyStore, namespaceKeys: KeyStore) {
+    /// The configuration's limits for every hub (`limits.…PerHub`).
+    public let defaultLimits: HubLimits
+
+    public init(defaultHub: String, fileKeys: KeyStore, namespaceKeys: KeyStore, defaultLimits: HubLimits = HubLimits()) {
         self.defaultHub = defaultHub
         self.fileKeys = fileKeys.keys
         self.namespaceKeys = namespaceKeys
+        self.defaultLimits = defaultLimits
         state = Mutex(State(defaultStore: KeyStore(keys: fileKeys.keys + namespaceKeys.keys)))
     }
 
@@ -73,6 +77,15 @@ public final class HubDirectory: Sendable {
             throw HubError(.unavailable, "the hub catalog has not been read from the registry yet; retry in a second")
         }
         throw HubError(.notFound, "no hub '\(scope.name)' in this namespace; nhctl hub list shows its hubs")
+    }
+
+    /// A hub's limits in force: its own where it has them, else the configuration's; 0 is none.
+    public func limits(_ scope: HubScope) -> (requestsPerSecond: Int, sendsPerSecond: Int, installations: Int) {
+        let own = state.withLock { $0.hubs[scope.isDefault ? defaultHub.lowercased() : scope.name]?.description.limits }
+        return (
+            own?.requestsPerSecond ?? defaultLimits.requestsPerSecond ?? 0, own?.sendsPerSecond ?? defaultLimits.sendsPerSecond ?? 0,
+            own?.installations ?? defaultLimits.installations ?? 0
+        )
     }
 
     /// Whether the namespace has the hub of `scope`, in that generation, as far as this service knows.

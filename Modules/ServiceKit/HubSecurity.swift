@@ -23,6 +23,8 @@ public final class HubSecurity: Sendable {
     private let service: String
     private let namespace: String
     private let perSecond: Int
+    /// Each hub's requests and sends a second, by the rate in force for it.
+    private let hubRates = HubRates()
     /// Tokens signed here, by key and resource, with when: HTTP workers sign from several threads.
     private let signedTokens = Mutex<[String: (String, TimeInterval)]>([:])
 
@@ -47,7 +49,12 @@ public final class HubSecurity: Sendable {
 
     init(keys: KeyStore, namespaceKeys: KeyStore, userTokens: UserTokens, config: HubConfig, service: String) {
         self.keys = keys
-        hubs = HubDirectory(defaultHub: config.hub, fileKeys: keys, namespaceKeys: namespaceKeys)
+        let limits = config.limits
+        hubs = HubDirectory(
+            defaultHub: config.hub, fileKeys: keys, namespaceKeys: namespaceKeys,
+            defaultLimits: HubLimits(
+                requestsPerSecond: limits.requestsPerSecondPerHub, sendsPerSecond: limits.sendsPerSecondPerHub,
+                installations: limits.installationsPerHub))
         self.userTokens = userTokens
         self.service = service
         namespace = config.namespace
@@ -94,7 +101,16 @@ public final class HubSecurity: Sendable {
             throw HubError(error.kind == .forbidden ? .forbidden : .unauthorized, error.message)
         }
         try takeRate(of: key, peer: peer)
+        // The services' own calls, with the namespace's key, are not a hub's requests.
+        if hubs.namespaceKeys.key(named: key.name)?.key != key.key {
+            try hubRates.take(scope, perSecond: hubs.limits(scope).requestsPerSecond, what: "requests", setting: "requestsPerSecondPerHub", service: service)
+        }
         return key
+    }
+
+    /// Takes one send of a hub's rate (`limits.sendsPerSecondPerHub`, or the hub's own).
+    public func takeSend(_ scope: HubScope) throws(HubError) {
+        try hubRates.take(scope, perSecond: hubs.limits(scope).sendsPerSecond, what: "sends", setting: "sendsPerSecondPerHub", service: service)
     }
 
     /// Checks a credential of the namespace itself (`namespace-keys.json`), for making and
@@ -158,4 +174,24 @@ public final class HubSecurity: Sendable {
     /// A token of the namespace's root key, for calls between services that share the key files:
     /// it reaches every hub.
     public func serviceToken() -> String? { serviceKey.map { token(for: $0, resource: namespace) } }
+}
+
+/// Token buckets for hubs: one table per rate in force, so hubs with limits of their own and
+/// those with the configuration's each get theirs.
+final class HubRates: Sendable {
+    private let limiters = Mutex<[Int: RateLimiter]>([:])
+
+    func take(_ scope: HubScope, perSecond: Int, what: String, setting: String, service: String) throws(HubError) {
+        guard perSecond > 0 else { return }
+        let limiter = limiters.withLock { limiters in
+            if let limiter = limiters[perSecond] { return limiter }
+            let made = RateLimiter(perSecond: perSecond)
+            limiters[perSecond] = made
+            return made
+        }
+        guard !limiter.allow(scope.prefix) else { return }
+        throw HubError(
+            .rateLimited,
+            "hub '\(scope)' made more than \(perSecond) \(what) a second to \(service) (limits.\(setting), or the hub's own: nhctl hub limits); retry in a second")
+    }
 }

@@ -78,6 +78,9 @@ public final class ServiceContext {
         return loaded.scope(request.hub)
     }
 
+    /// Takes one send of a hub's rate (see `HubSecurity.takeSend`).
+    public func takeSend(_ scope: HubScope) throws(HubError) { try loaded.takeSend(scope) }
+
     /// Checks a credential of the namespace itself, for making and changing hubs.
     @discardableResult
     public func authorizeNamespace(_ token: String?, needs: AccessRights) throws(HubError) -> AccessKey {

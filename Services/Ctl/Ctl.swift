@@ -44,6 +44,9 @@ enum Ctl {
           hub policy NAME POLICY RIGHTS   add or change a hub's policy (RIGHTS: Listen,Send,Manage)
           hub regenerate NAME POLICY primary|secondary
                                       a new key for one of a policy's two keys; the other keeps working
+          hub limits NAME [--requests N] [--sends N] [--installations N]
+                                      the hub's own limits (requests and sends a second, installations held;
+                                      0 lifts one), beside limits.…PerHub in the config
           config [--defaults]         every setting with its value as this host loads it (or the defaults), as JSON
           pns show                    the push services the dispatcher delivers to (never their secrets)
           pns set apple --key-file F.p8 --key-id K --team-id T --bundle-id B [--endpoint production|sandbox|URL]
@@ -73,7 +76,7 @@ enum Ctl {
         "app-id", "title", "body", "raw", "expires-in", "priority", "group", "lifetime", "rich", "message", "rich-type",
         "content-type", "schedule", "direct", "top", "platform", "headers", "channel", "key-file", "key-id", "team-id",
         "bundle-id", "endpoint", "service-account", "subject", "package-sid", "tenant-id", "client-id", "secret-file", "token-endpoint",
-        "api-key", "hub",
+        "api-key", "hub", "requests", "sends", "installations",
     ]
     /// The options that take none; each is named in `usage`, as is --help.
     static let flagOptions: Set<String> = ["json", "agent", "test", "defaults", "version", "yes"]

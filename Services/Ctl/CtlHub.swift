@@ -13,6 +13,7 @@ enum CtlHub {
                nhctl hub keys NAME
                nhctl hub policy NAME POLICY Listen|Send|Manage[,…]
                nhctl hub regenerate NAME POLICY primary|secondary
+               nhctl hub limits NAME [--requests N] [--sends N] [--installations N]   (a second; 0 lifts one)
         """
 
     static func run(_ parsed: Arguments, config: HubConfig, environment: [String: String], confirm: (String) -> String? = readAnswer) -> Int32 {
@@ -62,6 +63,18 @@ enum CtlHub {
                 let strings = connectionStrings(policy, hub: words[1], config: config)
                 print(json ? String(decoding: try HubCodec.encodeValue(strings), as: UTF8.self)
                     : "regenerated the \(words[3].lowercased()) key of \(policy.name) of hub \(words[1]):\n  primary:   \(strings.primaryConnectionString)\n  secondary: \(strings.secondaryConnectionString)")
+            case ("limits", 2):
+                func number(_ option: String) throws -> Int? {
+                    guard let text = parsed[option: option] else { return nil }
+                    guard let value = Int(text), value >= 0 else { throw HubError(.invalidArgument, "--\(option) takes 0 (no limit) or more, not '\(text)'") }
+                    return value
+                }
+                let hub = try registry.call(HubLimitsPut(
+                    hub: words[1], limits: HubLimits(
+                        requestsPerSecond: try number("requests"), sendsPerSecond: try number("sends"), installations: try number("installations"))))
+                let limits = hub.limits ?? HubLimits()
+                print(json ? String(decoding: try HubCodec.encodeValue(limits), as: UTF8.self)
+                    : "hub \(hub.name): requests \(limits.requestsPerSecond.map(String.init) ?? "as configured")/s, sends \(limits.sendsPerSecond.map(String.init) ?? "as configured")/s, installations \(limits.installations.map(String.init) ?? "as configured") (0: none)")
             default:
                 return Ctl.fail(usage)
             }

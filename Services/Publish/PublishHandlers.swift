@@ -52,6 +52,7 @@ struct PublishHandlers {
         guard request.payload.hub == nil else {
             throw HubError(.invalidArgument, "'hub' in a send is set by the hub; name the hub in the envelope's 'hub'")
         }
+        try context.takeSend(scope)
         let timeToLive = try SendRules.validate(
             request.payload, defaultTimeToLive: config.defaultTimeToLive, maxExpressionBytes: config.limits.expressionBytes)
         // The default hub's send is stored as it came (and its bytes as they were read); another
@@ -89,6 +90,7 @@ struct PublishHandlers {
     /// its id, type and message, and fetch the bytes with the ticket their delivery holds.
     func sendRich(_ request: Envelope<SendRichNotification>) throws -> RichAccepted {
         let scope = try context.authorize(request, needs: .send)
+        try context.takeSend(scope)
         let send = Self.scoped(try RichRules.validate(request.payload, maxBytes: config.maxRichBytes), in: scope)
         let timeToLive = try SendRules.validate(send, defaultTimeToLive: config.defaultTimeToLive, maxExpressionBytes: config.limits.expressionBytes)
         let expiresAt = Date().addingTimeInterval(TimeInterval(timeToLive))

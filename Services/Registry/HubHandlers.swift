@@ -21,6 +21,7 @@ struct HubHandlers {
         server.on(HubPolicyPut.self) { try putPolicy($0) }
         server.on(HubPolicyDelete.self) { try deletePolicy($0) }
         server.on(HubKeysRegenerate.self) { try regenerate($0) }
+        server.on(HubLimitsPut.self) { try putLimits($0) }
         server.on(HubCatalogRequest.self) { try catalog($0) }
     }
 
@@ -137,6 +138,23 @@ struct HubHandlers {
         try save(hub)
         context.logger.info("hub key regenerated", ("hub", hub.name), ("policy", request.payload.name), ("key", request.payload.policyKey))
         return hub.policies[index]
+    }
+
+    /// Sets the limits given (0 lifts one; one absent stays as it was).
+    func putLimits(_ request: Envelope<HubLimitsPut>) throws -> HubDescription {
+        try context.authorizeNamespace(request.auth, needs: .manage)
+        let given = request.payload.limits
+        for value in [given.requestsPerSecond, given.sendsPerSecond, given.installations].compactMap({ $0 }) where value < 0 {
+            throw HubError(.invalidArgument, "a limit is 0 (none) or more, not \(value)")
+        }
+        var hub = try described(request.payload.hub)
+        var limits = hub.limits ?? HubLimits()
+        limits.requestsPerSecond = given.requestsPerSecond ?? limits.requestsPerSecond
+        limits.sendsPerSecond = given.sendsPerSecond ?? limits.sendsPerSecond
+        limits.installations = given.installations ?? limits.installations
+        hub.limits = limits
+        try save(hub)
+        return hub
     }
 
     func catalog(_ request: Envelope<HubCatalogRequest>) throws -> HubCatalog {

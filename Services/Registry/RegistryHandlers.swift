@@ -11,6 +11,8 @@ struct RegistryHandlers {
     let store: any InstallationStore
     /// Publishes the change log beyond what was published, after each write.
     let publishChanges: () throws -> Void
+    /// Each hub's installations, counted where a hub has a limit.
+    var counts = HubInstallationCounts()
 
     func install(on server: HubServer) {
         server.on(InstallationUpsert.self) { try upsert($0) }
@@ -55,6 +57,7 @@ struct RegistryHandlers {
             try Self.check(current.local(in: scope), ifMatch: ifMatch)
         }
         guard try store.delete(scope.key(id)) != nil else { throw HubError(.notFound, "no installation '\(id)'") }
+        counts.removed(in: scope)
         try publishChanges()
         return Ack()
     }
@@ -104,13 +107,37 @@ struct RegistryHandlers {
         if installation.endpoints == nil, installation.platform == Platform.linux.rawValue, current?.platform == installation.platform {
             installation.endpoints = current?.endpoints
         }
+        if current == nil { try counts.checkRoom(in: scope, limit: context.hubs.limits(scope).installations, store: store, now: now) }
         try InstallationRules.checkBinding(installation, current: current, mayRebind: rights.contains(.manage))
         try InstallationRules.checkUser(installation, current: current, mayClaim: rights.contains(.manage)) { () throws(HubError) in
             try context.authorizeUser(userToken, in: scope)
         }
         let (stored, _) = try store.upsert(installation.keyed(in: scope), now: now)
+        if current == nil { counts.added(in: scope) }
         try publishChanges()
         context.logger.debug("installation saved", ("id", stored.installationId), ("tags", stored.tags.joined(separator: ",")))
         return InstallationReply(installation: stored.local(in: scope))
     }
+}
+
+/// Each hub's installations, for its limit: counted from the store when first needed and every
+/// minute after (other registry processes, and expiries, change them too), and kept in step with
+/// this process's writes between. Hubs without a limit are never counted.
+final class HubInstallationCounts {
+    private var counts: [HubScope: (count: Int, at: Date)] = [:]
+
+    /// Throws when `scope`'s hub holds `limit` installations or more (0: no limit).
+    func checkRoom(in scope: HubScope, limit: Int, store: any InstallationStore, now: Date) throws {
+        guard limit > 0 else { return }
+        if counts[scope].map({ now.timeIntervalSince($0.at) > 60 }) ?? true { counts[scope] = (try store.count(in: scope, now: now), now) }
+        let count = counts[scope]?.count ?? 0
+        guard count < limit else {
+            throw HubError(
+                .forbidden,
+                "hub '\(scope)' holds \(count) installations, its limit (limits.installationsPerHub, or the hub's own: nhctl hub limits); delete some first")
+        }
+    }
+
+    func added(in scope: HubScope) { counts[scope]?.count += 1 }
+    func removed(in scope: HubScope) { counts[scope]?.count -= 1 }
 }

@@ -32,7 +32,9 @@ enum Samples {
 
     static let policy = HubPolicy(
         name: "DefaultListenSharedAccessSignature", rights: ["Listen"], key: "cHJpbWFyeQ==", secondaryKey: "c2Vjb25kYXJ5")
-    static let hub = HubDescription(name: "news", createdAt: instant, policies: [policy])
+    static let hub = HubDescription(
+        name: "news", createdAt: instant, policies: [policy], generation: 2,
+        limits: HubLimits(requestsPerSecond: 100, sendsPerSecond: 10, installations: 1_000))
 
     /// Every message type with its fixture name, which is its type name.
     static let all: [any HubMessage] = [
@@ -57,6 +59,7 @@ enum Samples {
         policy,
         HubPolicyDelete(hub: "news", name: "Backend"),
         HubKeysRegenerate(hub: "news", name: "Backend", policyKey: "PrimaryKey"),
+        HubLimitsPut(hub: "news", limits: HubLimits(installations: 1_000)),
         HubCatalogRequest(after: 4),
         HubCatalog(version: 5, hubs: [hub]),
         InstallationUpsert(installation: installation),

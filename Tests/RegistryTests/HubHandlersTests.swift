@@ -153,4 +153,31 @@ final class HubHandlersTests {
         #expect(try installations.list(envelope(InstallationList(), auth: newKey, hub: "news")).installations.map(\.installationId) == ["a"])
         #expect(Set(try store.snapshot(now: Date()).installations.map(\.installationId)) == ["news/left", "news~2/a"])
     }
+
+    @Test("a hub's own limits: installations held, and requests a second from its keys; the namespace's key is not counted")
+    func limits() throws {
+        let news = try hubs.create(envelope(HubCreate(name: "news"), auth: root))
+        let full = token(news, AccessKey.defaultFullName)
+        let set = try hubs.putLimits(envelope(HubLimitsPut(hub: "news", limits: HubLimits(installations: 2)), auth: root))
+        #expect(set.limits?.installations == 2 && set.limits?.requestsPerSecond == nil)
+        #expect(code { try self.hubs.putLimits(self.envelope(HubLimitsPut(hub: "news", limits: HubLimits(sendsPerSecond: -1)), auth: self.root)) }
+            == .invalidArgument)
+        _ = try upsert("a", tags: [], hub: "news", auth: full)
+        _ = try upsert("b", tags: [], hub: "news", auth: full)
+        #expect(code { try self.upsert("c", tags: [], hub: "news", auth: full) } == .forbidden)
+        _ = try upsert("a", tags: ["changed"], hub: "news", auth: full)
+        _ = try upsert("c", tags: [], hub: nil, auth: harness.full)
+        _ = try installations.delete(envelope(InstallationDelete(installationId: "b"), auth: full, hub: "news"))
+        _ = try upsert("c", tags: [], hub: "news", auth: full)
+
+        _ = try hubs.putLimits(envelope(HubLimitsPut(hub: "news", limits: HubLimits(requestsPerSecond: 1, installations: 0)), auth: root))
+        // A burst of twice the rate, then refused; the namespace's key goes on.
+        var refused = 0
+        for _ in 0..<5 where code({ try self.installations.get(self.envelope(InstallationGet(installationId: "a"), auth: full, hub: "news")) }) == .rateLimited {
+            refused += 1
+        }
+        #expect(refused >= 2)
+        _ = try installations.get(envelope(InstallationGet(installationId: "a"), auth: root, hub: "news"))
+        _ = try installations.get(envelope(InstallationGet(installationId: "c"), auth: harness.full))
+    }
 }
