@@ -39,19 +39,19 @@ struct PushEndpointRoutes {
 
     private func routePush(_ request: HTTPRequest, _ segments: [String]) throws -> HTTPResponse {
         if segments.isEmpty, request.method == "GET" { return Self.discovery }
-        guard segments.count == 2 else {
+        // `/up/{installation}/{secret}`, the installation by its key among every hub's: `hub%2Fid` (which
+        // may reach here decoded, as two segments) for a hub other than the default.
+        guard segments.count == 2 || segments.count == 3 else {
             throw PushRefusal(404, "not_found", "a push endpoint is /up/{installation}/{secret}, as its app was given it")
         }
-        // The first segment is the installation's key among every hub's (`hub/id`, its '/' sent as
-        // %2F; a bare id for the default hub): the calls below name its hub.
-        // The installation's key names its hub by name (the agent knows no generation); the catalog
-        // has the hub's generation.
-        let scope = services.context.scope(HubScope.hub(ofKey: segments[0]).map(String.init))
+        let key = segments.dropLast().joined(separator: "/")
+        // The key names its hub by name (the agent knows no generation); the catalog has the hub's generation.
+        let scope = services.context.scope(HubScope.hub(ofKey: key).map(String.init))
         guard services.context.hubs.has(scope) else {
             throw PushRefusal(410, ErrorCode.notFound.rawValue, "this push endpoint's hub is gone; its app must register again for a new one")
         }
         services.current.set(scope.isDefault ? services.context.config.hub : scope.name, scope)
-        let (installationId, secret) = (HubScope(named: HubScope.hub(ofKey: segments[0]).map(String.init)).id(segments[0]), segments[1])
+        let (installationId, secret) = (HubScope(named: HubScope.hub(ofKey: key).map(String.init)).id(key), segments[segments.count - 1])
         let endpointId = PushEndpointSecret.id(of: secret)
         switch request.method {
         case "GET":

@@ -193,10 +193,30 @@ def test_users_of_the_same_name_are_different_users(hub, other, agents):
 
     assert [n["notification"]["raw"] for n in notifications(OTHER, theirs).json()["changes"]] == ["for B's alice"]
     assert notifications("hub", mine).json()["changes"] == []
-    # A user token, or credential, of one hub's alice is refused at the other hub.
+    # A user token, or credential, of one hub's alice is refused at the other hub, its stream too.
     assert notifications("hub", theirs).status_code == 401
+    r = requests.get(f"{hub.base}/hub/users/me/notifications/stream?{API}&access_token={theirs}", stream=True, timeout=10)
+    assert r.status_code == 401, r.status_code
+    r.close()
     r = requests.post(f"{hub.base}/hub/users/tokens?{API}", data=json.dumps({"credential": theirs_credential}), timeout=10)
     assert r.status_code == 401, r.text
+
+
+def test_each_hub_has_its_own_push_credentials(hub, other, agents):
+    theirs = token_of(hub, OTHER, other["full"])
+    body = json.dumps({"subject": "mailto:ops@example.org"})
+    r = requests.put(f"{hub.base}/{OTHER}/pns/browser?{API}", data=body, headers={"Authorization": theirs, "Content-Type": "application/json"})
+    assert r.status_code == 200, r.text
+    assert requests.get(f"{hub.base}/hub/pns/browser/key?{API}", headers={"Authorization": hub.token()}).status_code == 404
+    r = requests.put(f"{hub.base}/hub/pns/browser?{API}", data=body, headers={"Authorization": hub.token(), "Content-Type": "application/json"})
+    assert r.status_code == 200, r.text
+    keys = [requests.get(f"{hub.base}/{name}/pns/browser/key?{API}", headers={"Authorization": token}).json()["publicKey"]
+            for name, token in [("hub", hub.token()), (OTHER, theirs)]]
+    assert keys[0] != keys[1]
+    # One hub's key neither reads nor sets the other's.
+    assert requests.get(f"{hub.base}/hub/pns?{API}", headers={"Authorization": sas_token(f"{hub.base}/hub", FULL, other["full"]["primaryKey"])}).status_code == 401
+    assert requests.delete(f"{hub.base}/hub/pns/browser?{API}", headers={"Authorization": hub.token()}).status_code == 200
+    assert requests.get(f"{hub.base}/{OTHER}/pns/browser/key?{API}", headers={"Authorization": theirs}).status_code == 200
 
 
 def test_a_regenerated_key_is_refused_and_the_other_keeps_working(hub, other, agents):

@@ -95,6 +95,42 @@ final class PublishHandlersTests {
         #expect(code { try self.handlers.fetchRich(self.envelope(RichFetchRequest(richId: "nothing", ticket: missing), auth: listen)) } == .notFound)
     }
 
+    @Test("another hub's send is its own: its outcome, its cancel and its rich payload are unknown to the first hub's keys")
+    func sendsOfAnotherHub() throws {
+        let keys = KeyStore.defaultHubKeys()
+        context.hubs.apply(HubCatalog(version: 1, hubs: [HubDescription(
+            name: "news", createdAt: Date(),
+            policies: keys.map { HubPolicy(name: $0.name, rights: $0.rights.names, key: $0.key, secondaryKey: $0.secondaryKey) })]))
+        let newsFull = context.token(for: keys[1], hub: "news"), newsListen = context.token(for: keys[0], hub: "news")
+        let full = sas(AccessKey.defaultFullName), listen = sas(AccessKey.defaultListenName)
+        func news<R: HubRequest>(_ payload: R, _ auth: String) -> Envelope<R> { Envelope(id: "1", auth: auth, hub: "news", payload: payload) }
+        var send = SendNotification(idempotencyKey: "k", format: .template, properties: ["m": "hi"], tagExpression: "World")
+        let theirs = try handlers.send(news(send, newsFull))
+        // The same idempotency key in the first hub is another send.
+        let mine = try handlers.send(envelope(send, auth: full))
+        #expect(mine.notificationId != theirs.notificationId)
+        let stored = try #require(try store.find(theirs.notificationId))
+        #expect(stored.send.hub == "news" && stored.send.idempotencyKey == "news/k")
+        #expect(code { try self.handlers.outcome(self.envelope(OutcomeRequest(notificationId: theirs.notificationId), auth: full)) } == .notFound)
+        #expect(try handlers.outcome(news(OutcomeRequest(notificationId: theirs.notificationId), newsFull)).state == .enqueued)
+        send.scheduledAt = Date().addingTimeInterval(3_600)
+        let scheduled = try handlers.send(news(send, newsFull))
+        #expect(code { try self.handlers.cancel(self.envelope(CancelScheduledNotification(notificationId: scheduled.notificationId), auth: full)) }
+            == .notFound)
+        // A hub names its sends itself: a send may not claim one.
+        var claiming = SendNotification(format: .template, properties: ["m": "hi"])
+        claiming.hub = "news"
+        #expect(code { try self.handlers.send(self.envelope(claiming, auth: full)) } == .invalidArgument)
+        // A rich payload: the ticket is for an installation of its hub, and fetched with that hub's key alone.
+        let rich = try handlers.sendRich(news(
+            SendRichNotification(message: "m", richType: "image", contentType: "image/png", payload: Data("b".utf8), userId: "alice"), newsFull))
+        let ticket = context.userTokens.issue(user: "news/dev-1", kind: .ticket, lifetime: 60, resource: rich.richId).token
+        #expect(try handlers.fetchRich(news(RichFetchRequest(richId: rich.richId, ticket: ticket), newsListen)).data == Data("b".utf8))
+        #expect(code { try self.handlers.fetchRich(self.envelope(RichFetchRequest(richId: rich.richId, ticket: ticket), auth: listen)) } == .forbidden)
+        let homeTicket = context.userTokens.issue(user: "dev-1", kind: .ticket, lifetime: 60, resource: rich.richId).token
+        #expect(code { try self.handlers.fetchRich(news(RichFetchRequest(richId: rich.richId, ticket: homeTicket), newsListen)) } == .forbidden)
+    }
+
     @Test("a user post the sync store did not answer in time is unavailable, safe to post again; other answers pass through")
     func userPostAnswers() throws {
         let timedOut = PublishHandlers.posted(.failure(HubError(.timeout, "no reply from tcp://127.0.0.1:7731")))

@@ -379,3 +379,49 @@ def test_unregister_then_gone(setup):
     assert other.keys.push(endpoint, b"late").status_code == 410
     refused = setup.agent("apps", "remove", "org.example.Nobody", check=False)
     assert refused.returncode == 2 and "no app" in refused.stderr
+
+
+def test_an_endpoint_reaches_its_own_hubs_installation_alone(setup):
+    """A second hub with an agent of the same installation id, on a desktop of its own: its app's
+    endpoint names its hub, a push reaches that app, and the endpoint's secret under the other hub's
+    installation of the same id is gone (410), both ways."""
+    made = subprocess.run([os.path.join(BIN, "nhctl"), "--json", "hub", "keys", "up-b"], env=setup.hub.env, capture_output=True, text=True, timeout=30)
+    if made.returncode != 0:
+        made = subprocess.run([os.path.join(BIN, "nhctl"), "hub", "create", "up-b"], env=setup.hub.env, capture_output=True, text=True, timeout=30)
+        assert made.returncode == 0, made.stderr
+        made = subprocess.run([os.path.join(BIN, "nhctl"), "--json", "hub", "keys", "up-b"], env=setup.hub.env, capture_output=True, text=True, timeout=30)
+    listen = next(json.loads(line) for line in made.stdout.splitlines() if json.loads(line)["keyName"] == "DefaultListenSharedAccessSignature")
+    bus = unifiedpush.SessionBus(root=setup.hub.data)
+    try:
+        env = {"NH_AGENT_HOME": os.path.join(setup.hub.data, "up-b-agent"), "NH_AGENT_INSTALLATION_ID": AGENT, "NH_AGENT_DESKTOP": "0",
+               "NH_AGENT_POWER_SUPPLY": setup.power, "NH_AGENT_REQUESTS": f"tcp://127.0.0.1:{free_port()}",
+               "NH_AGENT_CONNECTION_STRING": listen["primaryConnectionString"], **bus.env}
+        setup.hub.start("up-b-agent", "nh-agent", env=env)
+
+        def serving():
+            done = subprocess.run([os.path.join(BIN, "nh-agent"), "health"], env={**setup.hub.env, **env}, capture_output=True, text=True, timeout=30)
+            fields = dict(line.split(": ", 1) for line in done.stdout.splitlines() if ": " in line)
+            return fields.get("unifiedpush", "").startswith("serving") and fields.get("dispatcherWelcomed") == "true"
+        assert wait_until(serving, timeout=60), setup.hub.describe("up-b-agent")
+
+        theirs = bus.app(f"org.example.B{uuid.uuid4().hex[:8]}")
+        theirs.keys, theirs.token = Keys(), str(uuid.uuid4())
+        answer = theirs.register(theirs.token, vapid=theirs.keys.vapid_public)
+        assert answer.get("success") in ("REGISTRATION_SUCCEEDED", "NEW_ENDPOINT"), answer
+        their_endpoint = theirs.wait_for("NewEndpoint")["endpoint"]
+        assert their_endpoint.startswith(f"{setup.hub.base}/up/up-b%2F{AGENT}/"), their_endpoint
+        assert theirs.keys.push(their_endpoint, b"to B's app").status_code == 201
+        assert theirs.keys.decrypt(base64.b64decode(theirs.wait_for("Message")["message"])) == b"to B's app"
+
+        mine = setup.app()
+        my_endpoint = setup.register(mine)
+        # Each endpoint's secret under the other hub's installation of the same id: gone.
+        their_secret, my_secret = their_endpoint.rsplit("/", 1)[1], my_endpoint.rsplit("/", 1)[1]
+        assert theirs.keys.push(f"{setup.hub.base}/up/{AGENT}/{their_secret}", b"crossed").status_code == 410
+        assert mine.keys.push(f"{setup.hub.base}/up/up-b%2F{AGENT}/{my_secret}", b"crossed").status_code == 410
+        time.sleep(1)
+        assert len(theirs.events("Message")) == 1 and not mine.events("Message")
+    finally:
+        if "up-b-agent" in setup.hub.processes:
+            setup.hub.stop("up-b-agent")
+        bus.stop()
