@@ -136,7 +136,11 @@ struct PublishHandlers {
     /// abandoned, its outcome saying why, rather than sent under rules it does not meet.
     func fireScheduled(now: Date) throws -> FiredSends {
         try store.fireDue(now: now) { send throws(HubError) in
-            try SendRules.validate(send, defaultTimeToLive: config.defaultTimeToLive, maxExpressionBytes: config.limits.expressionBytes)
+            // A send of a hub deleted since it was scheduled goes with its hub.
+            guard context.hubs.has(HubScope(named: send.hub)) else {
+                throw HubError(.notFound, "its hub '\(send.hub ?? "")' was deleted")
+            }
+            return try SendRules.validate(send, defaultTimeToLive: config.defaultTimeToLive, maxExpressionBytes: config.limits.expressionBytes)
         }
     }
 

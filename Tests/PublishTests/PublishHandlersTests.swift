@@ -129,6 +129,11 @@ final class PublishHandlersTests {
         #expect(code { try self.handlers.fetchRich(self.envelope(RichFetchRequest(richId: rich.richId, ticket: ticket), auth: listen)) } == .forbidden)
         let homeTicket = context.userTokens.issue(user: "dev-1", kind: .ticket, lifetime: 60, resource: rich.richId).token
         #expect(code { try self.handlers.fetchRich(news(RichFetchRequest(richId: rich.richId, ticket: homeTicket), newsListen)) } == .forbidden)
+        // Its hub deleted, a scheduled send goes with it when its time comes.
+        context.hubs.apply(HubCatalog(version: 2, hubs: []))
+        let round = try handlers.fireScheduled(now: Date().addingTimeInterval(3_601))
+        #expect(round.fired.isEmpty && round.abandoned.map(\.notificationId) == [scheduled.notificationId])
+        #expect(round.abandoned.first?.reason.contains("deleted") == true)
     }
 
     @Test("a user post the sync store did not answer in time is unavailable, safe to post again; other answers pass through")

@@ -78,6 +78,16 @@ final class HubHandlersTests {
         #expect(try installations.get(envelope(InstallationGet(installationId: "dup"), auth: root, hub: "news")).installation.tags == ["Sports"])
         // The dispatchers' snapshot holds both, each by its key.
         #expect(Set(try installations.snapshot(envelope(RegistrySnapshotRequest(), auth: root)).installations.map(\.installationId)) == ["dup", "news/dup"])
+        // A user token of one hub's alice does not let an installation of the other claim her.
+        let (aliceHere, _) = context.userTokens.issue(user: "alice", kind: .token, lifetime: 60)
+        let listen = token(news, AccessKey.defaultListenName)
+        let claiming = Installation(installationId: "claim", platform: "apns", pushChannel: "AB", userId: "alice")
+        #expect(code { try self.installations.upsert(self.envelope(InstallationUpsert(installation: claiming, userToken: aliceHere), auth: listen, hub: "news")) }
+            == .forbidden)
+        let (aliceThere, _) = context.userTokens.issue(user: "news/alice", kind: .token, lifetime: 60)
+        _ = try installations.upsert(envelope(InstallationUpsert(installation: claiming, userToken: aliceThere), auth: listen, hub: "news"))
+        #expect(code { try self.installations.upsert(self.envelope(InstallationUpsert(installation: claiming, userToken: aliceThere), auth: self.harness.listen)) }
+            == .forbidden)
         // A hub's Manage key may not take a snapshot of every hub.
         #expect(code { try self.installations.snapshot(self.envelope(RegistrySnapshotRequest(), auth: newsFull, hub: "news")) } == .unauthorized)
     }
