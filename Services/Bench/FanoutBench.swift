@@ -61,7 +61,11 @@ enum FanoutBench {
         return try run(agents: agents, broadcasts: broadcasts, latencySends: 0, rate: 1, meter: meter).filter { $0.name == meter.name(agents) }
     }
 
-    static func run(agents: Int, broadcasts: Int, latencySends: Int, rate: Int, size: Int = 256, meter: Meter = .cpu) throws -> [BenchResult] {
+    /// With `hubs`, that many hubs of 10 installations each are made beside the default hub, whose
+    /// agents the figures are of, before they register.
+    static func run(
+        agents: Int, broadcasts: Int, latencySends: Int, rate: Int, size: Int = 256, meter: Meter = .cpu, hubs: Int = 0
+    ) throws -> [BenchResult] {
         // The floor under connecting: as many CURVE connections to a bare libzmq socket, first.
         let alone = meter.wrapper == nil ? try? CurveConnectBench.run(agents: agents) : nil
         let cluster = try HubCluster()
@@ -69,6 +73,11 @@ enum FanoutBench {
         if let wrapper = meter.wrapper { cluster.wrappers["nh-dispatch"] = wrapper }
         try cluster.startServices()
         let dispatcher = cluster.environment["NH_DISPATCH_REQUESTS"]!
+        if hubs > 0 {
+            try HubsBench.makeHubs(cluster, count: hubs)
+            try HubsBench.fillHubs(cluster, count: hubs, perHub: 10)
+            try HubsBench.settle(cluster, installations: hubs * 10)
+        }
         guard let dispatchProcess = cluster.process("nh-dispatch") else { return [] }
         Thread.sleep(forTimeInterval: 0.5)
         let baseline = residentBytes(dispatchProcess.processIdentifier)
@@ -84,7 +93,7 @@ enum FanoutBench {
         for fleet in fleets where !fleet.wait("registered", timeout: 300) {
             throw BenchError("fleet \(fleet.prefix) did not register its installations")
         }
-        _ = waitFor(timeout: 60) { (try? cluster.waitHealthy(dispatcher).details?["installations"]) == String(agents) }
+        _ = waitFor(timeout: 60) { (try? cluster.waitHealthy(dispatcher).details?["installations"]) == String(agents + hubs * 10) }
         Thread.sleep(forTimeInterval: 0.5)
         let indexed = residentBytes(dispatchProcess.processIdentifier)
         // Connecting, with how many connections the kernel dropped meanwhile for a full accept

@@ -31,22 +31,14 @@ enum HubsBench {
             try cluster.startServices()
             try registerOffline(cluster, count: offline)
         }
-        let root = try rootCredential(many)
         let before = services.map { FanoutBench.residentBytes(many.process($0)!.processIdentifier) }
-        let manage = try HubCluster.client(many.environment["NH_REGISTRY_REQUESTS"]!, credential: root, bus: many.bus)
-        manage.auth = { root.token(for: namespace) }
-        defer { manage.close() }
         let creating = ContinuousClock.now
-        for index in 0..<hubs { _ = try manage.call(HubCreate(name: name(index))) }
+        try makeHubs(many, count: hubs)
         let createSeconds = seconds(since: creating)
         // Every service reads the catalog each second.
         Thread.sleep(forTimeInterval: 3 * HubCatalogFollower.interval)
         let withHubs = services.map { FanoutBench.residentBytes(many.process($0)!.processIdentifier) }
-        let registry = try forwarder(many)
-        defer { registry.close() }
-        try BulkRegistration.upsert(
-            (0..<(hubs * perHub)).map { Installation(installationId: "device-\($0 % perHub)", platform: "apns", pushChannel: "CD\($0)", tags: ["World"]) },
-            registry: registry, hub: { name($0 / perHub) })
+        try fillHubs(many, count: hubs, perHub: perHub)
         try settle(many, installations: offline + hubs * perHub)
         let withInstallations = services.map { FanoutBench.residentBytes(many.process($0)!.processIdentifier) }
 
@@ -90,6 +82,24 @@ enum HubsBench {
                 note: "resident growth over \(hubs.formatted()) hubs made; then \(String(format: "%.0f", perInstallation)) B per installation of theirs"))
         }
         return results
+    }
+
+    /// Makes `count` hubs beside the default one, one at a time over the bus, with the namespace's key.
+    static func makeHubs(_ cluster: HubCluster, count: Int) throws {
+        let root = try rootCredential(cluster)
+        let manage = try HubCluster.client(cluster.environment["NH_REGISTRY_REQUESTS"]!, credential: root, bus: cluster.bus)
+        manage.auth = { root.token(for: namespace) }
+        defer { manage.close() }
+        for index in 0..<count { _ = try manage.call(HubCreate(name: name(index))) }
+    }
+
+    /// Registers `perHub` installations in each of the hubs `makeHubs` made (APNs devices with the tag World).
+    static func fillHubs(_ cluster: HubCluster, count: Int, perHub: Int) throws {
+        let registry = try forwarder(cluster)
+        defer { registry.close() }
+        try BulkRegistration.upsert(
+            (0..<(count * perHub)).map { Installation(installationId: "device-\($0 % perHub)", platform: "apns", pushChannel: "CD\($0)", tags: ["World"]) },
+            registry: registry, hub: { name($0 / perHub) })
     }
 
     static func forwarder(_ cluster: HubCluster) throws -> HubForwarder {

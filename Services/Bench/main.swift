@@ -11,11 +11,12 @@ let usage = """
     Usage: nh-bench [--messages N] [--round-trips N] [--size BYTES] [--sends N] [--posts N] [--dismisses N]
                     [--fanout N,N...] [--broadcasts B] [--rate SENDS/S] [--latency-count C]
                     [--push N] [--standins PATH] [--popups N] [--tries N] [--no-mosquitto] [--no-services]
-                    [--no-fanout] [--no-push] [--no-postgres] [--no-desktop] [--no-unifiedpush] [--json] [--output FILE]
+                    [--no-fanout] [--no-push] [--no-postgres] [--no-desktop] [--no-unifiedpush] [--no-hubs] [--hubs H]
+                    [--json] [--output FILE]
            nh-bench http [--sends N]
            nh-bench postgres [--sends N] [--json] [--output FILE]
            nh-bench push [--push N] [--standins PATH] [--json] [--output FILE]
-           nh-bench fanout [--fanout N,N...] [--broadcasts B] [--rate SENDS/S] [--latency-count C] [--json] [--output FILE]
+           nh-bench fanout [--fanout N,N...] [--broadcasts B] [--rate SENDS/S] [--latency-count C] [--hubs H] [--json] [--output FILE]
            nh-bench fanout-mqtt [--fanout N,N...] [--broadcasts B] [--rate SENDS/S] [--latency-count C] [--json] [--output FILE]
            nh-bench fanout-shards [--fanout N] [--broadcasts B] [--json] [--output FILE]
            nh-bench hubs [--hubs H] [--per-hub I] [--sends N] [--offline M] [--json] [--output FILE]
@@ -52,7 +53,11 @@ let usage = """
     deliveries, summed over both dispatchers (goal at most 1.1× one's); then, on paper, the rate
     of 8 and 16 dispatchers with a core each, from those two CPU figures.
 
-    The hub figures (`hubs`) measure the same services with the default hub alone, then with H more
+    With --hubs H, `fanout` runs each of its figures again with H hubs of 10 installations each made
+    beside the default hub, whose agents they are of, each against its figure with the default hub alone.
+
+    The hub figures (`hubs`, and part of the whole run unless --no-hubs, where --hubs H also runs
+    the fan-out figures beside H hubs) measure the same services with the default hub alone, then with H more
     hubs (default 1,000) of I installations each (default 10): each service's resident memory per
     hub made; and, with one hub and with H, N template sends accepted durably from 4 backends, and
     a broadcast to M offline installations of the default hub (default 10,000) planned and stored,
@@ -108,8 +113,21 @@ func fanout(_ parsed: Arguments, sizes: [Int], hub: Bool, mosquitto: Bool) throw
     let rate = parsed[option: "rate"].flatMap(Int.init) ?? 1_000
     let count = parsed[option: "latency-count"].flatMap(Int.init) ?? 5_000
     var results: [BenchResult] = []
+    let hubs = parsed[option: "hubs"].flatMap(Int.init) ?? 0
     for n in sizes {
-        if hub { results += try FanoutBench.run(agents: n, broadcasts: broadcasts, latencySends: count, rate: rate) }
+        if hub {
+            let alone = try FanoutBench.run(agents: n, broadcasts: broadcasts, latencySends: count, rate: rate)
+            results += alone
+            // The same beside many hubs, each figure against its own with the default hub alone.
+            if hubs > 0 {
+                results += try FanoutBench.run(agents: n, broadcasts: broadcasts, latencySends: count, rate: rate, hubs: hubs).map { figure in
+                    var beside = figure
+                    beside.name = "\(figure.name), \(hubs.formatted()) hubs beside"
+                    beside.baseline = alone.contains { $0.name == figure.name } ? figure.name : nil
+                    return beside
+                }
+            }
+        }
         if mosquitto {
             let long = MosquittoFanout.measure(n: n, broadcasts: broadcasts, qos: 1)
             results += long.results
@@ -155,7 +173,7 @@ do {
             "messages", "round-trips", "size", "posts", "dismisses", "sends", "fanout", "broadcasts", "rate", "latency-count", "output", "push",
             "standins", "popups", "tries", "pushes", "hubs", "per-hub", "offline",
         ],
-        flags: ["no-mosquitto", "no-services", "no-fanout", "no-push", "no-postgres", "no-desktop", "no-unifiedpush", "json"])
+        flags: ["no-mosquitto", "no-services", "no-fanout", "no-push", "no-postgres", "no-desktop", "no-unifiedpush", "no-hubs", "json"])
     if parsed.has("help") {
         print(usage)
         exit(0)
@@ -264,6 +282,11 @@ do {
         results += try BreakingNewsBench.run(sends: sends)
         results += try UserSyncBench.run(
             posts: parsed[option: "posts"].flatMap(Int.init) ?? 1_000, dismisses: parsed[option: "dismisses"].flatMap(Int.init) ?? 1_000)
+        if !parsed.has("no-hubs") {
+            results += try HubsBench.run(
+                hubs: parsed[option: "hubs"].flatMap(Int.init) ?? 1_000, perHub: parsed[option: "per-hub"].flatMap(Int.init) ?? 10,
+                sends: 2 * sends, offline: parsed[option: "offline"].flatMap(Int.init) ?? 10_000)
+        }
         if !parsed.has("no-postgres") {
             do {
                 results += try PostgresBench.run(sends: sends)
