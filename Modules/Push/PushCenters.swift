@@ -109,6 +109,17 @@ public final class PushCenters: @unchecked Sendable {
         center.submit(message, now: now)
     }
 
+    /// Forgets a deleted hub's push services and deletes its credentials and VAPID key; deliveries it
+    /// holds are reported failed as its submissions would be. Returns whether it had any.
+    @discardableResult
+    public func remove(hub qualifier: String) -> Bool {
+        guard let center = hubs.removeValue(forKey: qualifier) else { return false }
+        for (message, _) in center.takeReports() { unreachable.append((message, .failed(outcome: "PnsUnavailable", reason: "its hub was deleted"))) }
+        // A folder that will not go is left behind: no hub reads it again, since a hub made again under the name is a new generation.
+        try? FileManager.default.removeItem(at: folder(qualifier))
+        return true
+    }
+
     public func tick(now: Date = Date()) {
         home.tick(now: now)
         for center in hubs.values { center.tick(now: now) }

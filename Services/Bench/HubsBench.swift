@@ -20,7 +20,7 @@ enum HubsBench {
     }
 
     static func run(hubs: Int, perHub: Int, sends: Int, offline: Int, rounds: Int = 5, broadcasts: Int = 10) throws -> [BenchResult] {
-        let services = ["nh-registry", "nh-publish", "nh-dispatch", "nh-sync"]
+        let services = ["nh-registry", "nh-publish", "nh-dispatch", "nh-sync", "nh-gateway"]
         // Two namespaces side by side, measured in turn: the default hub alone, and with H more hubs.
         let one = try HubCluster(), many = try HubCluster()
         defer {
@@ -31,6 +31,10 @@ enum HubsBench {
             try cluster.startServices()
             try registerOffline(cluster, count: offline)
         }
+        // The gateway reads the hub catalog too: its memory per hub is measured beside the others'.
+        let port = try HubCluster.freeEndpoint().split(separator: ":").last.map(String.init) ?? "7780"
+        _ = try many.start("nh-gateway", environment: ["NH_GATEWAY_LISTEN": "127.0.0.1:\(port)"])
+        try many.waitHealthy(many.environment["NH_GATEWAY_REQUESTS"]!)
         let before = services.map { FanoutBench.residentBytes(many.process($0)!.processIdentifier) }
         let creating = ContinuousClock.now
         try makeHubs(many, count: hubs)

@@ -96,5 +96,8 @@ final class DispatchHandlersTests {
         push.submit(PushMessage(
             deliveryId: "d", notificationId: "n", installationId: "other/i", platform: .apns, pushChannel: "AB", payload: "{}", expiresAt: Fixture.now + 60))
         #expect(push.takeReports().map(\.1) == [.failed(outcome: "PnsUnavailable", reason: "hub 'other' has no credentials for apns's push service")])
+        // The hub deleted: its credentials and VAPID key go with it.
+        #expect(push.remove(hub: "news") && !push.remove(hub: "news"))
+        #expect(!FileManager.default.fileExists(atPath: harness.dataDir + "/hubs/news") && push.info(hub: "news").isEmpty)
     }
 }

@@ -102,12 +102,18 @@ PAYLOADS = {
     "installation.delete": struct({"installationId": "str"}, {"ifMatch": "str"}),
     "installation.list": struct(None, {"tag": "str", "pushChannel": "str", "limit": "int", "after": "str"}),
     "registry.snapshot": struct(),
+    "hub.create": struct({"name": "str"}), "hub.get": struct({"name": "str"}), "hub.list": struct(), "hub.delete": struct({"name": "str"}),
+    "hub.policy.put": struct({"hub": "str", "name": "str", "rights": ("list", "str")}),
+    "hub.policy.delete": struct({"hub": "str", "name": "str"}),
+    "hub.keys.regenerate": struct({"hub": "str", "name": "str", "policyKey": "str"}),
+    "hub.limits.put": struct({"hub": "str", "limits": struct(None, {"requestsPerSecond": "int", "sendsPerSecond": "int", "installations": "int"})}),
+    "hub.catalog": struct(None, {"after": "uint"}),
     "notification.send": struct(
         {"format": ("enum", {"native", "template"})},
         {"idempotencyKey": "str", "body": "str", "properties": ("map", "str"), "tagExpression": "str",
          "installationId": "str", "userId": "str", "timeToLive": "int", "scheduledAt": "date", "rich": RICH_REFERENCE,
          "platform": ("enum", {"linux", "apns", "fcmv1", "gcm", "wns", "adm", "baidu", "browser"}), "headers": ("map", "str"),
-         "test": "bool", "installationIds": ("list", "str")}),
+         "test": "bool", "installationIds": ("list", "str"), "hub": "str"}),
     "notification.cancel": struct({"notificationId": "str"}),
     "notification.outcome": struct({"notificationId": "str"}),
     "notification.test.results": struct({"notificationId": "str"}),
@@ -143,6 +149,9 @@ REPLY_TYPES = {
     "installation.upsert": "installation.reply", "installation.patch": "installation.reply",
     "installation.get": "installation.reply", "installation.delete": "ack", "installation.list": "installation.page",
     "registry.snapshot": "registry.snapshot.reply",
+    "hub.create": "hub.description", "hub.get": "hub.description", "hub.list": "hub.list.reply", "hub.delete": "ack",
+    "hub.policy.put": "hub.policy", "hub.policy.delete": "ack", "hub.keys.regenerate": "hub.policy", "hub.limits.put": "hub.description",
+    "hub.catalog": "hub.catalog.reply",
     "notification.send": "notification.accepted", "notification.cancel": "ack",
     "notification.outcome": "notification.outcome.reply", "notification.pending": "notification.pending.reply",
     "notification.test.results": "notification.test.results.reply",
@@ -160,7 +169,8 @@ STORING_TYPES = {"notification.send": "notifications", "rich.send": "notificatio
                  "installation.patch": "installations", "user.post": "user notifications"}
 SERVICE_TYPES = {
     "nh-registry": COMMON_TYPES | {"installation.upsert", "installation.patch", "installation.get", "installation.delete",
-                                   "installation.list", "registry.snapshot"},
+                                   "installation.list", "registry.snapshot", "hub.create", "hub.get", "hub.list", "hub.delete",
+                                   "hub.policy.put", "hub.policy.delete", "hub.keys.regenerate", "hub.limits.put", "hub.catalog"},
     "nh-sync": COMMON_TYPES | {"user.post", "user.changes", "user.history", "user.state", "user.delete", "user.credential",
                                "user.token"},
     "nh-dispatch": COMMON_TYPES | {"notification.outcome", "notification.test.results", "push.credentials", "push.credentials.set"},
@@ -176,10 +186,12 @@ SERVICES = ["nh-registry", "nh-sync", "nh-dispatch", "nh-publish", "nh-gateway",
 # The right each shared-access request needs; the user-token requests; the rest need nothing.
 SAS_RIGHTS = {
     "installation.upsert": "listen", "installation.patch": "listen", "installation.get": "listen",
-    "installation.delete": "listen", "installation.list": "manage", "registry.snapshot": "manage",
+    "installation.delete": "listen", "installation.list": "manage", "registry.snapshot": "namespace",
     "notification.send": "send", "notification.cancel": "send", "rich.send": "send", "rich.fetch": "listen",
-    "notification.pending": "manage", "notification.outcome": "send", "notification.test.results": "send", "user.post": "send",
+    "notification.pending": "namespace", "notification.outcome": "send", "notification.test.results": "send", "user.post": "send",
     "user.credential": "manage", "push.credentials": "manage", "push.credentials.set": "manage",
+    **{kind: "namespace" for kind in ("hub.create", "hub.get", "hub.list", "hub.delete", "hub.policy.put", "hub.policy.delete",
+                                      "hub.keys.regenerate", "hub.limits.put", "hub.catalog")},
 }
 USER_TOKEN_TYPES = {"user.changes", "user.history", "user.state", "user.delete"}
 KEY_RIGHTS = {FULL_KEY: {"listen", "send", "manage"}, LISTEN_KEY: {"listen"}}
@@ -654,7 +666,7 @@ def request_verdict(service, frames, credentials, semantic=None, unique_keys=Fal
     raw_id = value.get("id")
     expected_id = (raw_id if isinstance(raw_id, str) and not isinstance(raw_id, FloatLit) else "") if clean else None
     for key in value:
-        if key not in ("v", "type", "id", "auth", "payload"):
+        if key not in ("v", "type", "id", "auth", "hub", "payload"):
             return error({"unknown_field"}, "unknown envelope field", expected_id)
     v = value.get("v")
     if isinstance(v, FloatLit):
@@ -675,6 +687,9 @@ def request_verdict(service, frames, credentials, semantic=None, unique_keys=Fal
     auth = value.get("auth")
     if auth is not None and (not isinstance(auth, str) or isinstance(auth, FloatLit)):
         return error({"malformed_envelope"}, "auth not a string", expected_id)
+    hub = value.get("hub")
+    if hub is not None and (not isinstance(hub, str) or isinstance(hub, FloatLit)):
+        return error({"malformed_envelope"}, "hub not a string", expected_id)
     if v != 1:
         codes = {"unsupported_version"} if -(1 << 53) < v < (1 << 53) else {"unsupported_version", "malformed_envelope"}
         return error(codes, "unsupported version", expected_id)
@@ -696,6 +711,9 @@ def request_verdict(service, frames, credentials, semantic=None, unique_keys=Fal
     # post waits on the sync store, the agent's new categories on the registry.
     forwarded = (service == "nh-publish" and kind == "user.post") or (service == "nh-agent" and kind == "agent.categories")
     maybe = {"invalid_payload"} if decoded == UNSURE else set()
+    # A hub of the namespace other than the default, which the fuzzed namespace does not have.
+    if isinstance(hub, str) and hub.lower() != "hub" and (kind in SAS_RIGHTS or kind in USER_TOKEN_TYPES):
+        return error(maybe | {"not_found", "unauthorized"}, "a hub the namespace does not have", expected_id, kind)
     # Credentials.
     if kind in SAS_RIGHTS:
         rights = credentials.sas(auth)
@@ -703,6 +721,8 @@ def request_verdict(service, frames, credentials, semantic=None, unique_keys=Fal
             return error(maybe | {"unauthorized"}, f"{rights} credential", expected_id, kind)
         if rights == "unsure":
             return Verdict("any", reason="credential the oracle cannot judge", request_type=kind, forwarded=forwarded)
+        if SAS_RIGHTS[kind] == "namespace":
+            return error(maybe | {"unauthorized"}, "a hub's credential where the namespace's is needed", expected_id, kind)
         if SAS_RIGHTS[kind] not in rights and "manage" not in rights:
             return error(maybe | {"forbidden"}, "credential without the right", expected_id, kind)
     elif kind in USER_TOKEN_TYPES:
@@ -885,8 +905,23 @@ class Generator:
 
     def base_payload(self, kind):
         r = self.rng
-        if kind in ("health", "metrics", "registry.snapshot", "user.history", "push.credentials"):
+        if kind in ("health", "metrics", "registry.snapshot", "user.history", "push.credentials", "hub.list"):
             return {}
+        # The namespace's hubs: refused to every key the fuzzer holds (a hub's own), whatever they name.
+        if kind in ("hub.create", "hub.get", "hub.delete"):
+            return {"name": r.choice(["fz-hub", "hub", "-bad", "x" * 300])}
+        if kind in ("hub.policy.put", "hub.policy.delete", "hub.keys.regenerate", "hub.limits.put"):
+            payload = {"hub": r.choice(["fz-hub", "hub"]), "name": "Fz"}
+            if kind == "hub.policy.put":
+                payload["rights"] = r.sample(["Listen", "Send", "Manage", "Nope"], r.randint(0, 2))
+            if kind == "hub.keys.regenerate":
+                payload["policyKey"] = r.choice(["PrimaryKey", "SecondaryKey", "Third"])
+            if kind == "hub.limits.put":
+                del payload["name"]
+                payload["limits"] = {"installations": r.randint(-1, 5)}
+            return payload
+        if kind == "hub.catalog":
+            return {"after": r.randint(0, 5)} if r.random() < 0.5 else {}
         if kind == "push.credentials.set":
             return {"remove": r.sample(["apple", "fcm", "browser"], r.randint(0, 2))}
         if kind == "installation.upsert":
@@ -2875,8 +2910,12 @@ class Fuzzer:
         with open(os.path.join(hub.data, "user-token.key")) as f:
             secret = base64.b64decode(f.read().strip())
         self.credentials = Credentials(keys, secret, resource)
+        with open(os.path.join(hub.data, "namespace-keys.json")) as f:
+            root_key = next(k["key"] for k in json.load(f)["keys"] if k["name"] == "RootManageSharedAccessKey")
         tokens = {
             "full": full, "listen": listen,
+            # The namespace's key, for the reads that span every hub (the store checks' pull).
+            "root": sas_token(f"{hub.base}/", "RootManageSharedAccessKey", root_key, ttl=ttl),
             "expired": sas_token(resource, FULL_KEY, keys[FULL_KEY], expiry=int(time.time()) - 60),
             "wrong_key": sas_token(resource, FULL_KEY, "not-the-key", ttl=ttl),
             "unknown_name": sas_token(resource, "Nobody", keys[FULL_KEY], ttl=ttl),
@@ -3228,6 +3267,7 @@ class Fuzzer:
         was lost when a connection was dropped (as at a crash)."""
         self.store_report = []
         full = self.tokens["full"]
+        root = self.tokens["root"]
 
         def compare(store, found, accepted):
             unexpected = len(found - accepted) if isinstance(found, set) else max(0, found - len(accepted))
@@ -3245,7 +3285,7 @@ class Fuzzer:
 
         found, after = set(), 0
         for _ in range(10_000):
-            reply = self.call("nh-publish", "notification.pending", {"after": after, "limit": 1000}, full, timeout=30)
+            reply = self.call("nh-publish", "notification.pending", {"after": after, "limit": 1000}, root, timeout=30)
             if not reply or reply[0] != "notification.pending.reply":
                 self.failures.add("nh-publish", "store check", f"notification.pending failed: {reply}")
                 break

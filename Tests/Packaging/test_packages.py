@@ -248,7 +248,7 @@ def test_completions_offer_every_command_the_usage_names(unpacked):
     script = os.path.join(hub, "share/bash-completion/completions/nhctl")
     offered = completions(script, "_nhctl", ["nhctl", ""])
     assert commands and commands <= offered, commands - offered
-    for command in ("installations", "user", "pns"):
+    for command in ("installations", "user", "pns", "hub"):
         # "installations list [...] | show ID | delete ID" names three on one line.
         lines = re.findall(rf"^  {command} (.*)$", section, re.M)
         subcommands = {line.split()[0] for line in lines} | {s for line in lines for s in re.findall(r"\| ([a-z]+) ", line)}
@@ -260,6 +260,8 @@ def test_completions_offer_every_command_the_usage_names(unpacked):
         # The option's value is a file: offered by name from the working directory, never as words.
         assert completions(script, "_nhctl", ["nhctl", "pns", "set", service, option, "/etc/host"]) >= {"/etc/hostname"}
     assert "--title" in completions(script, "_nhctl", ["nhctl", "user", "post", "--t"])
+    assert "--yes" in completions(script, "_nhctl", ["nhctl", "hub", "delete", "--y"])
+    assert completions(script, "_nhctl", ["nhctl", "--hub", "news", "hub", ""]) >= {"create", "list", "limits"}
 
     agent = os.path.join(unpacked["nh-agent"], "usr")
     usage = subprocess.run([os.path.join(agent, "bin/nh-agent"), "--help"], capture_output=True, text=True).stdout

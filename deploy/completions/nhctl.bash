@@ -6,8 +6,8 @@ _nhctl() {
     else
         cur="${COMP_WORDS[COMP_CWORD]}"; prev="${COMP_WORDS[COMP_CWORD-1]}"; words=("${COMP_WORDS[@]}"); cword=$COMP_CWORD
     fi
-    local commands="health send cancel outcome installations user keys config pns"
-    local options="--config --connection-string --json --timeout --help --version"
+    local commands="health send cancel outcome installations user keys hub config pns"
+    local options="--config --connection-string --hub --json --timeout --help --version"
     case "$prev" in
         --config|--key-file|--service-account|--secret-file|--rich)
             COMPREPLY=($(compgen -f -- "$cur")); return ;;
@@ -17,7 +17,7 @@ _nhctl() {
     local command="" i
     for ((i = 1; i < cword; i++)); do
         case "${words[i]}" in
-            --config|--connection-string|--timeout) ((i++)) ;;
+            --config|--connection-string|--timeout|--hub) ((i++)) ;;
             -*) ;;
             *) command="${words[i]}"; break ;;
         esac
@@ -28,6 +28,7 @@ _nhctl() {
         installations) subcommands="list show delete" ;;
         user) subcommands="credential post list" ;;
         pns) subcommands="show set remove" ;;
+        hub) subcommands="list create delete keys policy regenerate limits" ;;
         health) options="$options --agent" ;;
         config) options="$options --defaults" ;;
         send) options="$options --tag --installation --user --ttl --native --platform --headers --idempotency-key --test
@@ -45,6 +46,8 @@ _nhctl() {
         user/post) options="$options --app-id --title --body --raw --expires-in --priority --group" ;;
         user/credential) options="$options --lifetime" ;;
         installations/list) options="$options --tag --channel --top" ;;
+        hub/delete) options="$options --yes" ;;
+        hub/limits) options="$options --requests --sends --installations" ;;
     esac
     [[ "$cur" == -* ]] && COMPREPLY=($(compgen -W "$options" -- "$cur"))
 }
