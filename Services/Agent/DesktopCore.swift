@@ -74,6 +74,11 @@ struct DesktopCore {
         case server(DesktopServer)
         /// No server owns org.freedesktop.Notifications, and none could be started.
         case serverAbsent
+        /// The name has an owner that did not answer as a server (GNOME Shell's helper takes the
+        /// name before it exports its object): asked again, with backoff, while that lasts.
+        case serverNotReady(String)
+        /// The time to ask again has come.
+        case askAgain
         /// NameOwnerChanged for org.freedesktop.Notifications; nil when it went away.
         case ownerChanged(String?)
         case show(Popup)
@@ -97,6 +102,8 @@ struct DesktopCore {
     enum Action: Equatable {
         /// Ask the server for its information and capabilities (starting it if it is activatable).
         case askServer
+        /// Ask again after this many seconds, unless a server answers or the name changes owner first.
+        case askServerAfter(TimeInterval)
         case notify(token: Int, Popup, replaces: UInt32, actions: [String], timeout: Int32)
         case close(UInt32)
         /// What the person did to a user's notification's popup.
@@ -121,6 +128,10 @@ struct DesktopCore {
     /// Moves on whenever the server is forgotten: answers from an earlier one are not kept.
     private var generation = 0
     private var announcedAbsent = false
+    /// The wait before asking a server that did not answer again: 0.25 s, doubling to 5 s.
+    private(set) var retryDelay: TimeInterval = 0
+    static let firstRetry: TimeInterval = 0.25
+    static let lastRetry: TimeInterval = 5
     /// What to do once a key's call in flight answers: its newer content, or withdraw it.
     private var after: [Popup.Key: Popup?] = [:]
     private(set) var queue: [Popup] = []
@@ -152,6 +163,7 @@ struct DesktopCore {
             return []
         case .server(let server):
             asking = false
+            retryDelay = 0
             guard self.server?.owner != server.owner else { return flush(now: now) }
             forgetServer()
             self.server = server
@@ -166,12 +178,25 @@ struct DesktopCore {
             return flush(now: now)
         case .serverAbsent:
             asking = false
+            retryDelay = 0
             forgetServer()
             if announcedAbsent { return [] }
             announcedAbsent = true
             return [.log("no notification server on the session bus; popups wait for one", warning: true)]
+        case .serverNotReady(let reason):
+            asking = false
+            forgetServer()
+            let first = retryDelay == 0
+            retryDelay = first ? Self.firstRetry : min(retryDelay * 2, Self.lastRetry)
+            let retry = Action.askServerAfter(retryDelay)
+            return first ? [.log("the notification server did not answer (\(reason)); asking again while it is there", warning: true), retry] : [retry]
+        case .askAgain:
+            guard connected, server == nil, !asking, retryDelay > 0 else { return [] }
+            asking = true
+            return [.askServer]
         case .ownerChanged(let owner):
             guard connected else { return [] }
+            retryDelay = 0
             if owner == nil {
                 guard server != nil else { return [] }
                 announcedAbsent = true

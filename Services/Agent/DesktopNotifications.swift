@@ -31,6 +31,8 @@ final class DesktopNotifications {
     private let logger: Logger
     private var core = DesktopCore()
     private var connection: DBusConnection? { bus.connection }
+    /// When to ask a server that did not answer again (`DesktopCore.Action.askServerAfter`).
+    private var askAgainAt: ContinuousClock.Instant?
 
     init(environment: [String: String], bus: SessionBus, logger: Logger) {
         self.logger = logger
@@ -44,6 +46,12 @@ final class DesktopNotifications {
             if display { logger.warning(line) } else { logger.info(line) }
         }
         bus.use(connected: { [unowned self] in try self.connected($0) }, disconnected: { [unowned self] in self.handle(.disconnected) })
+        bus.loop.whenDue(in: { [unowned self] in
+            self.askAgainAt.map { at in max(0, Int((ContinuousClock.now.duration(to: at) / .milliseconds(1)).rounded(.up))) }
+        }) { [unowned self] in
+            self.askAgainAt = nil
+            self.handle(.askAgain)
+        }
     }
 
     func show(_ popup: Popup) { handle(.show(popup)) }
@@ -57,7 +65,10 @@ final class DesktopNotifications {
         guard enabled else { return ["desktop": "off (NH_AGENT_DESKTOP=0)"] }
         guard bus.address != nil else { return ["desktop": "no session bus"] }
         guard connection != nil else { return ["desktop": "unreachable: \(bus.unreachable ?? "connecting")"] }
-        guard let server = core.server else { return ["desktop": "no notification server", "desktopPending": String(core.pending)] }
+        guard let server = core.server else {
+            let state = core.retryDelay > 0 ? "the notification server has not answered yet; asking again" : "no notification server"
+            return ["desktop": state, "desktopPending": String(core.pending)]
+        }
         let wait = core.oldestWait(now: Date())
         return [
             "desktop": wait > 2 ? "the notification server has not answered for \(Int(wait)) s" : "ready",
@@ -108,6 +119,8 @@ final class DesktopNotifications {
             switch action {
             case .askServer:
                 askServer()
+            case .askServerAfter(let seconds):
+                askAgainAt = ContinuousClock.now + .milliseconds(Int(seconds * 1000))
             case .notify(let token, let popup, let replaces, let offered, let timeout):
                 notify(token: token, popup, replaces: replaces, actions: offered, timeout: timeout)
             case .close(let id):
@@ -144,10 +157,10 @@ final class DesktopNotifications {
                 self.handle(.server(DesktopServer(
                     owner: information.sender, name: fields.first ?? "", vendor: fields.count > 1 ? fields[1] : "",
                     version: fields.count > 2 ? fields[2] : "", capabilities: capabilities)))
+            } else if let failure, !failure.isNoPeer {
+                // The name has an owner that does not answer as a server yet.
+                self.handle(.serverNotReady("\(failure)"))
             } else {
-                if let failure, !failure.isNoPeer {
-                    self.logger.warning("the notification server did not answer", ("error", "\(failure)"))
-                }
                 self.handle(.serverAbsent)
             }
         }

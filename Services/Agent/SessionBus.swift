@@ -11,7 +11,7 @@ final class SessionBus {
 
     let address: String?
     private let logger: Logger
-    private let loop: EventLoop
+    let loop: EventLoop
     private(set) var connection: DBusConnection?
     /// Why the bus cannot be reached, while it cannot.
     private(set) var unreachable: String?

@@ -210,6 +210,29 @@ struct DesktopCoreTests {
         #expect(core.pending == 1 && core.server == nil)
     }
 
+    @Test("a name with an owner that does not answer as a server yet is asked again, 0.25 s doubling to 5 s, until it answers")
+    func serverNotReady() {
+        var core = DesktopCore()
+        _ = core.on(.connected, now: Self.t0)
+        let first = core.on(.serverNotReady("UnknownMethod"), now: Self.t0)
+        #expect(first.count == 2 && first.last == .askServerAfter(0.25), "said once, then asked again")
+        var delays: [TimeInterval] = []
+        for _ in 0..<7 {
+            #expect(core.on(.askAgain, now: Self.t0) == [.askServer])
+            #expect(core.on(.askAgain, now: Self.t0) == [], "one ask at a time")
+            guard case .askServerAfter(let delay)? = core.on(.serverNotReady("UnknownMethod"), now: Self.t0).last else { break }
+            delays.append(delay)
+        }
+        #expect(delays == [0.5, 1, 2, 4, 5, 5, 5])
+        #expect(core.on(.askAgain, now: Self.t0) == [.askServer])
+        _ = core.on(.server(Self.dunst), now: Self.t0)
+        #expect(core.retryDelay == 0 && core.on(.askAgain, now: Self.t0) == [], "a server that answered is not asked again")
+        // A new owner starts over.
+        _ = core.on(.ownerChanged(nil), now: Self.t0)
+        #expect(core.on(.ownerChanged(":1.9"), now: Self.t0) == [.askServer])
+        #expect(core.on(.serverNotReady("UnknownMethod"), now: Self.t0).last == .askServerAfter(0.25))
+    }
+
     @Test("a lost bus connection puts what was on its way back in the queue, in order")
     func disconnect() {
         var core = Self.ready()

@@ -447,3 +447,34 @@ def test_the_desktop_benchmark_runs_short():
     latencies = [f for f in figures.values() if f["unit"] == "ms"]
     assert [f["count"] for f in latencies] == [5, 5] and all(f["value"] >= 0 for f in latencies), figures
     assert any(f["unit"] == "s" and f["value"] > 0 for f in figures.values()), figures
+
+
+def test_a_server_that_owns_its_name_before_it_answers_is_asked_again(devices, tmp_path):
+    """The name has an owner whose object is not there yet (GNOME Shell's helper at a restart): the
+    agent asks again with backoff while that lasts, and shows what comes once the server answers."""
+    import unifiedpush  # a private session bus, without a display or dunst
+    bus = unifiedpush.SessionBus(root=str(tmp_path))
+    server_log = tmp_path / "late.jsonl"
+    server = subprocess.Popen([sys.executable, os.path.join(os.path.dirname(desktops.__file__), "lateserver.py"), "3"],
+                              env={**os.environ, **bus.env}, stdout=open(server_log, "w"))
+    try:
+        def events():
+            return [json.loads(line) for line in open(server_log) if line.strip()]
+        assert wait_until(lambda: any(e["event"] == "owned" for e in events()), timeout=10)
+        agent = devices.start_agent("device-late", bus.env)
+        # Refused first: health says the agent is asking again, not that there is no server.
+        assert wait_until(lambda: any(e["event"] == "refused" for e in events()), timeout=20)
+        assert wait_until(lambda: "asking again" in (devices.health(agent) or {}).get("desktop", ""), timeout=10), devices.health(agent)
+        assert wait_until(lambda: devices.ready(agent), timeout=20), devices.health(agent)
+        assert devices.health(agent)["desktopServer"].startswith("late-server")
+        devices.nhctl("send", "--tag", "News", "title=After a late start", "messageParam=shown")
+        assert wait_until(lambda: any(e.get("summary") == "After a late start" for e in events()), timeout=20), events()
+        refused = [e for e in events() if e["event"] == "refused"]
+        # Backoff: a few asks over the three seconds, not one a millisecond.
+        assert 2 <= len(refused) <= 40, len(refused)
+    finally:
+        if "device-late" in devices.hub.processes:
+            devices.hub.stop("device-late")
+        server.terminate()
+        server.wait(timeout=10)
+        bus.stop()
