@@ -295,7 +295,9 @@ struct DesktopCore {
             guard let server, sender == server.owner, let key = keys[id], case .user(let notification) = key else { return [] }
             guard let userAction = Self.actions.first(where: { $0.key == action })?.state else { return [] }
             acted.insert(id)
-            return [.userAction(notification, userAction)]
+            // Closed at once, as the person expects after pressing a button, whatever the server does
+            // itself and however long the hub takes to hear of it (the state goes on its way too).
+            return [.userAction(notification, userAction), .close(id)]
         }
     }
 

@@ -69,17 +69,20 @@ struct DesktopCoreTests {
         #expect(core.on(.closed(id: 10, reason: 2, sender: ":1.7"), now: Self.t0) == [.userAction("a", .dismiss), .gone(.user("a"), owner: ":1.7")])
         #expect(core.on(.closed(id: 11, reason: 1, sender: ":1.7"), now: Self.t0) == [.gone(.user("b"), owner: ":1.7")])
         #expect(core.on(.closed(id: 12, reason: 3, sender: ":1.7"), now: Self.t0) == [.gone(.user("c"), owner: ":1.7")])
-        // An action, then the close the server sends after it: only the action counts.
-        #expect(core.on(.actionInvoked(id: 13, action: "default", sender: ":1.7"), now: Self.t0) == [.userAction("d", .activate)])
+        // An action closes the popup at once, without waiting for the hub; then the close the
+        // server sends after it changes nothing: only the action counts.
+        #expect(core.on(.actionInvoked(id: 13, action: "default", sender: ":1.7"), now: Self.t0) == [.userAction("d", .activate), .close(13)])
         #expect(core.on(.closed(id: 13, reason: 2, sender: ":1.7"), now: Self.t0) == [.gone(.user("d"), owner: ":1.7")])
         // A signal for an id it does not know, or from another sender, is ignored.
         #expect(core.on(.closed(id: 99, reason: 2, sender: ":1.7"), now: Self.t0) == [])
         Self.shown(&core, Self.popup("e"), id: 14)
         #expect(core.on(.closed(id: 14, reason: 2, sender: ":1.99"), now: Self.t0) == [])
-        #expect(core.on(.actionInvoked(id: 14, action: "snooze", sender: ":1.7"), now: Self.t0) == [.userAction("e", .snooze)])
+        #expect(core.on(.actionInvoked(id: 14, action: "snooze", sender: ":1.7"), now: Self.t0) == [.userAction("e", .snooze), .close(14)])
         Self.shown(&core, Self.popup("f"), id: 15)
-        #expect(core.on(.actionInvoked(id: 15, action: "dismiss", sender: ":1.7"), now: Self.t0) == [.userAction("f", .dismiss)])
-        #expect(core.on(.actionInvoked(id: 15, action: "unknown", sender: ":1.7"), now: Self.t0) == [])
+        #expect(core.on(.actionInvoked(id: 15, action: "dismiss", sender: ":1.7"), now: Self.t0) == [.userAction("f", .dismiss), .close(15)])
+        #expect(core.on(.closed(id: 15, reason: 3, sender: ":1.7"), now: Self.t0) == [.gone(.user("f"), owner: ":1.7")])
+        Self.shown(&core, Self.popup("g"), id: 16)
+        #expect(core.on(.actionInvoked(id: 16, action: "unknown", sender: ":1.7"), now: Self.t0) == [])
     }
 
     @Test("a broadcast's popup never becomes a user action")

@@ -478,3 +478,37 @@ def test_a_server_that_owns_its_name_before_it_answers_is_asked_again(devices, t
         server.terminate()
         server.wait(timeout=10)
         bus.stop()
+
+
+def test_a_popup_closes_at_once_after_its_action_even_with_the_sync_store_down(devices, tmp_path):
+    """A server that leaves a popup up after a click (LXQt's does): the agent closes it at once,
+    without waiting for the hub, and the state reaches the store once the sync store is back."""
+    import unifiedpush
+    bus = unifiedpush.SessionBus(root=str(tmp_path))
+    server_log, clicks = tmp_path / "server.jsonl", tmp_path / "click"
+    server = subprocess.Popen([sys.executable, os.path.join(os.path.dirname(desktops.__file__), "lateserver.py"), "0", str(clicks)],
+                              env={**os.environ, **bus.env}, stdout=open(server_log, "w"))
+    try:
+        def events(kind):
+            return [json.loads(line) for line in open(server_log) if line.strip() and json.loads(line)["event"] == kind]
+        assert wait_until(lambda: os.path.getsize(server_log) > 0, timeout=10)
+        agent = devices.start_agent("device-click", bus.env)
+        assert wait_until(lambda: devices.ready(agent), timeout=30), devices.health(agent)
+        notification = devices.post("click-1", "Press Dismiss")
+        assert wait_until(lambda: any(e["summary"] == "Press Dismiss" for e in events("notify")), timeout=20)
+        shown = [e for e in events("notify") if e["summary"] == "Press Dismiss"][-1]
+        assert "dismiss" in shown["actions"], shown
+        devices.hub.stop("nh-sync")
+        try:
+            clicks.write_text("dismiss")
+            assert wait_until(lambda: any(e["id"] == shown["id"] for e in events("close")), timeout=5), (events("clicked"), events("close"))
+        finally:
+            devices.hub.start("nh-sync")
+        assert wait_until(lambda: devices.stored(notification) == ("read", "dismissed") or (devices.stored(notification) or ("", ""))[1] == "dismissed",
+                          timeout=30), devices.stored(notification)
+    finally:
+        if "device-click" in devices.hub.processes:
+            devices.hub.stop("device-click")
+        server.terminate()
+        server.wait(timeout=10)
+        bus.stop()

@@ -3,13 +3,19 @@ SECONDS after it is first asked, as GNOME Shell's notification helper does at a 
 until then every call gets org.freedesktop.DBus.Error.UnknownMethod. Each call refused and each
 Notify taken is printed as a JSON line.
 
-    python3 lateserver.py SECONDS    (on the bus DBUS_SESSION_BUS_ADDRESS names)
+    python3 lateserver.py SECONDS [ACTION_FILE]    (on the bus DBUS_SESSION_BUS_ADDRESS names)
+
+With ACTION_FILE, a person's click is made by writing an action key ("dismiss") into that file:
+the server emits ActionInvoked for the last popup it showed, as a person's click on a button makes
+it do, and, unlike most servers, leaves the popup up: closing it is the client's to do.
 """
+import os
+import threading
 import json
 import sys
 import time
 
-from jeepney import HeaderFields, MessageType, new_error, new_method_return
+from jeepney import DBusAddress, HeaderFields, MessageType, new_error, new_method_return, new_signal
 from jeepney.bus_messages import message_bus
 from jeepney.io.blocking import open_dbus_connection
 
@@ -25,6 +31,9 @@ def main():
         raise SystemExit(f"could not take {NAME}: {reply.body}")
     print(json.dumps({"event": "owned"}), flush=True)
     next_id = 1
+    shown = []
+    if len(sys.argv) > 2:
+        threading.Thread(target=clicks, args=(connection, sys.argv[2], shown), daemon=True).start()
     while True:
         message = connection.receive()
         if message.header.message_type != MessageType.method_call:
@@ -42,12 +51,31 @@ def main():
             connection.send(new_method_return(message, "as", (["body", "actions"],)))
         elif member == "Notify":
             connection.send(new_method_return(message, "u", (next_id,)))
-            print(json.dumps({"event": "notify", "id": next_id, "summary": message.body[3], "body": message.body[4]}), flush=True)
+            print(json.dumps({"event": "notify", "id": next_id, "summary": message.body[3], "body": message.body[4],
+                              "actions": list(message.body[5])}), flush=True)
+            shown.append(next_id)
             next_id += 1
         elif member == "CloseNotification":
             connection.send(new_method_return(message))
+            print(json.dumps({"event": "close", "id": message.body[0]}), flush=True)
         else:
             connection.send(new_error(message, "org.freedesktop.DBus.Error.UnknownMethod", "s", (f"no {member}",)))
+
+
+def clicks(connection, path, shown):
+    """Emits ActionInvoked for the last popup shown whenever an action key is written to `path`."""
+    emitter = DBusAddress("/org/freedesktop/Notifications", interface=NAME)
+    while True:
+        time.sleep(0.05)
+        try:
+            with open(path) as f:
+                action = f.read().strip()
+            os.remove(path)
+        except FileNotFoundError:
+            continue
+        if action and shown:
+            connection.send(new_signal(emitter, "ActionInvoked", "us", (shown[-1], action)))
+            print(json.dumps({"event": "clicked", "id": shown[-1], "action": action}), flush=True)
 
 
 if __name__ == "__main__":
