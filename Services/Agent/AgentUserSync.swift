@@ -205,7 +205,8 @@ final class AgentUserSync {
 
     /// A notification server is ready (the first since the agent started, or a new one): shows again
     /// the newest current notifications. A popup this agent opened on that very server is replaced
-    /// in place (and so answers to this agent again); one shown there and closed since stays closed.
+    /// in place (and so answers to this agent again); one closed since, there or on an earlier
+    /// server, stays closed until the notification changes.
     func reshow(owner: String) throws {
         guard let desktop else { return }
         let now = Date()
@@ -219,6 +220,10 @@ final class AgentUserSync {
             if kept.owner == owner {
                 guard let id = kept.id else { continue }
                 desktop.adopt(.user(notification.id), id: id, owner: owner)
+            } else if kept.owner != nil, kept.id == nil {
+                // Closed on an earlier server (expired, or closed by a server that misreports the
+                // person's close as an expiry): it stays closed until it changes, as the person left it.
+                continue
             }
             if let popup = Popup(user: notification) { popups.append(popup) }
         }

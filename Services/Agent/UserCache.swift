@@ -54,7 +54,7 @@ final class UserCache {
                 let previous = try notification(change.id)
                 if let current = change.notification {
                     try database.run(
-                        "INSERT INTO user_cache (id, document) VALUES (?, ?) ON CONFLICT (id) DO UPDATE SET document = excluded.document",
+                        Self.upsert,
                         [change.id, try encoder.encode(current)])
                     if let previous {
                         if previous != current { events.append(.updated(current, previous: previous)) }
@@ -89,7 +89,7 @@ final class UserCache {
         let previous = try self.notification(notification.id)
         guard previous != notification else { return nil }
         try database.run(
-            "INSERT INTO user_cache (id, document) VALUES (?, ?) ON CONFLICT (id) DO UPDATE SET document = excluded.document",
+            Self.upsert,
             [notification.id, try encoder.encode(notification)])
         return previous.map { .updated(notification, previous: $0) } ?? .created(notification)
     }
@@ -130,6 +130,13 @@ final class UserCache {
             return events
         }
     }
+
+    /// Writes a notification. A change to it makes a popup closed on an earlier server instance one to
+    /// show again (`AgentUserSync.reshow`); one that is up keeps its id, to be replaced in place.
+    static let upsert = """
+        INSERT INTO user_cache (id, document) VALUES (?, ?) ON CONFLICT (id) DO UPDATE SET document = excluded.document,
+            desktop_owner = CASE WHEN desktop_id IS NULL THEN NULL ELSE desktop_owner END
+        """
 
     /// The notification's popup: the server instance it was shown on, and its id there while it is up.
     func popup(_ id: String) throws -> (id: UInt32?, owner: String?) {

@@ -512,3 +512,48 @@ def test_a_popup_closes_at_once_after_its_action_even_with_the_sync_store_down(d
         server.terminate()
         server.wait(timeout=10)
         bus.stop()
+
+
+def test_a_popup_closed_stays_closed_on_the_next_server(devices, tmp_path):
+    """A popup the server closed (an expiry, or MATE's misreported ×) is not shown again when the
+    server restarts, while one still up when it went is; a change to the closed one shows it again."""
+    import unifiedpush
+    bus = unifiedpush.SessionBus(root=str(tmp_path))
+    clicks = tmp_path / "click"
+
+    def serve(log):
+        return subprocess.Popen([sys.executable, os.path.join(os.path.dirname(desktops.__file__), "lateserver.py"), "0", str(clicks)],
+                                env={**os.environ, **bus.env}, stdout=open(log, "w"))
+
+    def notified(log):
+        return [json.loads(line)["summary"] for line in open(log) if line.strip() and json.loads(line)["event"] == "notify"]
+
+    first_log, second_log = tmp_path / "first.jsonl", tmp_path / "second.jsonl"
+    server = serve(first_log)
+    try:
+        assert wait_until(lambda: os.path.getsize(first_log) > 0, timeout=10)
+        agent = devices.start_agent("device-closed", bus.env)
+        assert wait_until(lambda: devices.ready(agent), timeout=30), devices.health(agent)
+        closed = devices.post("closed-1", "Closed by its server")
+        assert wait_until(lambda: "Closed by its server" in notified(first_log), timeout=20)
+        clicks.write_text("expire")
+        assert wait_until(lambda: not clicks.exists(), timeout=5)
+        devices.post("open-1", "Still up")
+        assert wait_until(lambda: "Still up" in notified(first_log), timeout=20)
+        time.sleep(0.5)
+        server.kill()
+        server.wait(timeout=10)
+        server = serve(second_log)
+        assert wait_until(lambda: "Still up" in notified(second_log), timeout=20), notified(second_log)
+        time.sleep(1)
+        assert "Closed by its server" not in notified(second_log)
+        assert devices.stored(closed)[1] == "noInteraction", devices.stored(closed)
+        # Changed, it is shown again.
+        devices.post("closed-1", "Closed, then changed")
+        assert wait_until(lambda: "Closed, then changed" in notified(second_log), timeout=20), notified(second_log)
+    finally:
+        if "device-closed" in devices.hub.processes:
+            devices.hub.stop("device-closed")
+        server.terminate()
+        server.wait(timeout=10)
+        bus.stop()

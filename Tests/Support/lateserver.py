@@ -7,7 +7,9 @@ Notify taken is printed as a JSON line.
 
 With ACTION_FILE, a person's click is made by writing an action key ("dismiss") into that file:
 the server emits ActionInvoked for the last popup it showed, as a person's click on a button makes
-it do, and, unlike most servers, leaves the popup up: closing it is the client's to do.
+it do, and, unlike most servers, leaves the popup up: closing it is the client's to do. Writing
+"expire" closes the last popup with reason 1, as a server does when it times out (and MATE's does
+for the person's ×).
 """
 import os
 import threading
@@ -73,7 +75,10 @@ def clicks(connection, path, shown):
             os.remove(path)
         except FileNotFoundError:
             continue
-        if action and shown:
+        if action == "expire" and shown:
+            connection.send(new_signal(emitter, "NotificationClosed", "uu", (shown[-1], 1)))
+            print(json.dumps({"event": "expired", "id": shown[-1]}), flush=True)
+        elif action and shown:
             connection.send(new_signal(emitter, "ActionInvoked", "us", (shown[-1], action)))
             print(json.dumps({"event": "clicked", "id": shown[-1], "action": action}), flush=True)
 
