@@ -79,6 +79,8 @@ struct DesktopCore {
         case serverNotReady(String)
         /// The time to ask again has come.
         case askAgain
+        /// The time to try a server that was full again has come.
+        case retryFull
         /// NameOwnerChanged for org.freedesktop.Notifications; nil when it went away.
         case ownerChanged(String?)
         case show(Popup)
@@ -95,6 +97,9 @@ struct DesktopCore {
     enum NotifyFailure: Error, Equatable {
         /// No server is there to show it.
         case noServer
+        /// The server shows as many as it will (notification-daemon's and MATE's 20): shown when
+        /// one closes, or in `fullRetry` seconds.
+        case full
         /// The server did not answer in time, or refused.
         case failed(String)
     }
@@ -104,6 +109,8 @@ struct DesktopCore {
         case askServer
         /// Ask again after this many seconds, unless a server answers or the name changes owner first.
         case askServerAfter(TimeInterval)
+        /// Send what waits again after this many seconds (a full server), unless a popup closes first.
+        case retryFullAfter(TimeInterval)
         case notify(token: Int, Popup, replaces: UInt32, actions: [String], timeout: Int32)
         case close(UInt32)
         /// What the person did to a user's notification's popup.
@@ -132,6 +139,10 @@ struct DesktopCore {
     private(set) var retryDelay: TimeInterval = 0
     static let firstRetry: TimeInterval = 0.25
     static let lastRetry: TimeInterval = 5
+    /// Whether the server refused a popup for having too many: nothing more is sent until one closes
+    /// or `fullRetry` has passed.
+    private(set) var full = false
+    static let fullRetry: TimeInterval = 5
     /// What to do once a key's call in flight answers: its newer content, or withdraw it.
     private var after: [Popup.Key: Popup?] = [:]
     private(set) var queue: [Popup] = []
@@ -273,6 +284,21 @@ struct DesktopCore {
                 }
                 actions += on(.serverAbsent, now: now)
                 return actions
+            case .failure(.full):
+                // Back to the front of the queue, to go when there is room, unless withdrawn meanwhile.
+                if !pendingNow(popup.key) {
+                    switch next {
+                    case .some(.some(let newer)): queue.insert(newer, at: 0)
+                    case .some(.none): break
+                    case .none: queue.insert(popup, at: 0)
+                    }
+                }
+                guard !full else { return [] }
+                full = true
+                return [
+                    .log("the notification server shows as many popups as it will; the rest wait for room", warning: false),
+                    .retryFullAfter(Self.fullRetry),
+                ]
             case .failure(.failed(let reason)):
                 actions.append(.log("the notification server did not show a popup: \(reason)", warning: true))
             }
@@ -282,10 +308,20 @@ struct DesktopCore {
             case .none: actions += flush(now: now)
             }
             return actions
+        case .retryFull:
+            guard full else { return [] }
+            full = false
+            return flush(now: now)
         case .closed(let id, let reason, let sender):
-            guard let server, sender == server.owner, let key = keys.removeValue(forKey: id) else { return [] }
+            // Room on a server that was full, whoever's popup it was.
+            var room: [Action] = []
+            if full, let server, sender == server.owner {
+                full = false
+                room = flush(now: now)
+            }
+            guard let server, sender == server.owner, let key = keys.removeValue(forKey: id) else { return room }
             popups[key] = nil
-            var actions: [Action] = [.gone(key, owner: server.owner)]
+            var actions: [Action] = [.gone(key, owner: server.owner)] + room
             // 2: dismissed by the user. 1 (expired), 3 (closed by a call) and 4 (undefined) change nothing.
             if acted.remove(id) == nil, reason == 2, case .user(let notification) = key {
                 actions.insert(.userAction(notification, .dismiss), at: 0)
@@ -303,6 +339,7 @@ struct DesktopCore {
 
     /// Sends what waits, up to the window, once a server is ready.
     private mutating func flush(now: Date) -> [Action] {
+        guard !full else { return [] }
         guard connected, let server else {
             // With no server known, asking starts an activatable one; its answer flushes.
             if connected, !asking, !queue.isEmpty {
@@ -331,6 +368,7 @@ struct DesktopCore {
     /// Forgets the popup ids of the server that was: they mean nothing to the next one.
     private mutating func forgetServer() {
         server = nil
+        full = false
         generation += 1
         popups = [:]
         keys = [:]

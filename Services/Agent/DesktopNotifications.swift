@@ -15,6 +15,8 @@ final class DesktopNotifications {
     /// The icon's name in the desktop's theme (`nh-agent.svg`, installed with `nh-agent.desktop`,
     /// which the `desktop-entry` hint names), shown where a popup has no picture of its own.
     static let appIcon = "nh-agent"
+    /// What notification-daemon and mate-notification-daemon answer a Notify beyond their 20.
+    static let fullError = "org.freedesktop.Notifications.MaxNotificationsExceeded"
     /// How long a Notify may wait for its answer: long, since a server stopped for a while still
     /// shows what it was sent, and only an answer says under which id.
     static let notifyTimeout = Duration.seconds(300)
@@ -33,6 +35,8 @@ final class DesktopNotifications {
     private var connection: DBusConnection? { bus.connection }
     /// When to ask a server that did not answer again (`DesktopCore.Action.askServerAfter`).
     private var askAgainAt: ContinuousClock.Instant?
+    /// When to try a server that was full again (`DesktopCore.Action.retryFullAfter`).
+    private var retryFullAt: ContinuousClock.Instant?
 
     init(environment: [String: String], bus: SessionBus, logger: Logger) {
         self.logger = logger
@@ -51,6 +55,12 @@ final class DesktopNotifications {
         }) { [unowned self] in
             self.askAgainAt = nil
             self.handle(.askAgain)
+        }
+        bus.loop.whenDue(in: { [unowned self] in
+            self.retryFullAt.map { at in max(0, Int((ContinuousClock.now.duration(to: at) / .milliseconds(1)).rounded(.up))) }
+        }) { [unowned self] in
+            self.retryFullAt = nil
+            self.handle(.retryFull)
         }
     }
 
@@ -121,6 +131,8 @@ final class DesktopNotifications {
                 askServer()
             case .askServerAfter(let seconds):
                 askAgainAt = ContinuousClock.now + .milliseconds(Int(seconds * 1000))
+            case .retryFullAfter(let seconds):
+                retryFullAt = ContinuousClock.now + .milliseconds(Int(seconds * 1000))
             case .notify(let token, let popup, let replaces, let offered, let timeout):
                 notify(token: token, popup, replaces: replaces, actions: offered, timeout: timeout)
             case .close(let id):
@@ -209,7 +221,9 @@ final class DesktopNotifications {
                 }
             case .failure(let error):
                 // No server now, or it left while the call waited: the popup waits for the next one.
-                self.handle(.notified(token: token, .failure(error.isNoPeer || error.isPeerGone ? .noServer : .failed("\(error)"))))
+                let failure: DesktopCore.NotifyFailure =
+                    error.isNoPeer || error.isPeerGone ? .noServer : error.name == Self.fullError ? .full : .failed("\(error)")
+                self.handle(.notified(token: token, .failure(failure)))
             }
         }
     }

@@ -236,6 +236,34 @@ struct DesktopCoreTests {
         #expect(core.on(.serverNotReady("UnknownMethod"), now: Self.t0).last == .askServerAfter(0.25))
     }
 
+    @Test("a popup a full server refuses waits at the front, and goes when one closes or after the retry; said once")
+    func fullServer() {
+        var core = Self.ready()
+        Self.shown(&core, Self.popup("a"), id: 10)
+        guard case .notify(let token, _, _, _, _)? = core.on(.show(Self.popup("b")), now: Self.t0).first else {
+            Issue.record("no Notify")
+            return
+        }
+        let refused = core.on(.notified(token: token, .failure(.full)), now: Self.t0)
+        #expect(refused.count == 2 && refused.last == .retryFullAfter(DesktopCore.fullRetry) && core.full)
+        #expect(core.on(.show(Self.popup("c")), now: Self.t0) == [], "nothing goes while the server is full")
+        #expect(core.queue.map(\.key) == [.user("b"), .user("c")])
+        // A close (of any popup of that server) makes room: what waits goes, in order.
+        let room = core.on(.closed(id: 10, reason: 1, sender: ":1.7"), now: Self.t0)
+        let sent: [Popup.Key] = room.compactMap { action in
+            guard case .notify(_, let popup, _, _, _) = action else { return nil }
+            return popup.key
+        }
+        #expect(sent == [Popup.Key.user("b"), Popup.Key.user("c")])
+        #expect(!core.full)
+        // The retry when no close comes.
+        var again = Self.ready()
+        guard case .notify(let first, _, _, _, _)? = again.on(.show(Self.popup("d")), now: Self.t0).first else { return }
+        _ = again.on(.notified(token: first, .failure(.full)), now: Self.t0)
+        #expect(again.on(.retryFull, now: Self.t0).count == 1 && !again.full)
+        #expect(again.on(.retryFull, now: Self.t0) == [])
+    }
+
     @Test("a lost bus connection puts what was on its way back in the queue, in order")
     func disconnect() {
         var core = Self.ready()

@@ -557,3 +557,35 @@ def test_a_popup_closed_stays_closed_on_the_next_server(devices, tmp_path):
         server.terminate()
         server.wait(timeout=10)
         bus.stop()
+
+
+def test_popups_a_full_server_refuses_are_shown_when_there_is_room(devices, tmp_path):
+    """A server that shows at most two at once (notification-daemon and MATE refuse beyond 20 with
+    MaxNotificationsExceeded): the third waits, and is shown as soon as one closes."""
+    import unifiedpush
+    bus = unifiedpush.SessionBus(root=str(tmp_path))
+    log, clicks = tmp_path / "server.jsonl", tmp_path / "click"
+    server = subprocess.Popen([sys.executable, os.path.join(os.path.dirname(desktops.__file__), "lateserver.py"), "0", str(clicks), "2"],
+                              env={**os.environ, **bus.env}, stdout=open(log, "w"))
+    try:
+        def events(kind):
+            return [json.loads(line) for line in open(log) if line.strip() and json.loads(line)["event"] == kind]
+        assert wait_until(lambda: os.path.getsize(log) > 0, timeout=10)
+        # A user of its own, so that nothing else of alice's is current on this desktop.
+        credential = devices.nhctl("user", "credential", "fiona").stdout.strip()
+        agent = devices.start_agent("device-full", bus.env, extra={"NH_AGENT_USER_CREDENTIAL": credential})
+        assert wait_until(lambda: devices.ready(agent), timeout=30), devices.health(agent)
+        for i in range(3):
+            r = requests.post(f"{devices.hub.base}/hub/users/fiona/notifications?{API}", headers={"Authorization": devices.hub.token()},
+                              data=json.dumps({"appNotificationId": f"full-{i}", "visual": {"title": f"Full {i}", "body": "-"}}), timeout=30)
+            assert r.status_code == 201, r.text
+        assert wait_until(lambda: any(e["summary"] == "Full 2" for e in events("full")), timeout=20), events("notify")
+        assert [e["summary"] for e in events("notify")] == ["Full 0", "Full 1"]
+        clicks.write_text("expire")
+        assert wait_until(lambda: "Full 2" in [e["summary"] for e in events("notify")], timeout=10), events("full")
+    finally:
+        if "device-full" in devices.hub.processes:
+            devices.hub.stop("device-full")
+        server.terminate()
+        server.wait(timeout=10)
+        bus.stop()

@@ -3,7 +3,10 @@ SECONDS after it is first asked, as GNOME Shell's notification helper does at a 
 until then every call gets org.freedesktop.DBus.Error.UnknownMethod. Each call refused and each
 Notify taken is printed as a JSON line.
 
-    python3 lateserver.py SECONDS [ACTION_FILE]    (on the bus DBUS_SESSION_BUS_ADDRESS names)
+    python3 lateserver.py SECONDS [ACTION_FILE [MAX]]    (on the bus DBUS_SESSION_BUS_ADDRESS names)
+
+With MAX, it shows at most that many popups at once, as notification-daemon and MATE show 20: a
+Notify beyond them gets org.freedesktop.Notifications.MaxNotificationsExceeded.
 
 With ACTION_FILE, a person's click is made by writing an action key ("dismiss") into that file:
 the server emits ActionInvoked for the last popup it showed, as a person's click on a button makes
@@ -34,6 +37,7 @@ def main():
     print(json.dumps({"event": "owned"}), flush=True)
     next_id = 1
     shown = []
+    limit = int(sys.argv[3]) if len(sys.argv) > 3 else None
     if len(sys.argv) > 2:
         threading.Thread(target=clicks, args=(connection, sys.argv[2], shown), daemon=True).start()
     while True:
@@ -51,6 +55,9 @@ def main():
             connection.send(new_method_return(message, "ssss", ("late-server", "nh-tests", "1.0", "1.2")))
         elif member == "GetCapabilities":
             connection.send(new_method_return(message, "as", (["body", "actions"],)))
+        elif member == "Notify" and limit is not None and message.body[1] == 0 and len(shown) >= limit:
+            connection.send(new_error(message, "org.freedesktop.Notifications.MaxNotificationsExceeded", "s", ("too many",)))
+            print(json.dumps({"event": "full", "summary": message.body[3]}), flush=True)
         elif member == "Notify":
             connection.send(new_method_return(message, "u", (next_id,)))
             print(json.dumps({"event": "notify", "id": next_id, "summary": message.body[3], "body": message.body[4],
@@ -59,6 +66,8 @@ def main():
             next_id += 1
         elif member == "CloseNotification":
             connection.send(new_method_return(message))
+            if message.body[0] in shown:
+                shown.remove(message.body[0])
             print(json.dumps({"event": "close", "id": message.body[0]}), flush=True)
         else:
             connection.send(new_error(message, "org.freedesktop.DBus.Error.UnknownMethod", "s", (f"no {member}",)))
@@ -76,8 +85,9 @@ def clicks(connection, path, shown):
         except FileNotFoundError:
             continue
         if action == "expire" and shown:
-            connection.send(new_signal(emitter, "NotificationClosed", "uu", (shown[-1], 1)))
-            print(json.dumps({"event": "expired", "id": shown[-1]}), flush=True)
+            expired = shown.pop()
+            connection.send(new_signal(emitter, "NotificationClosed", "uu", (expired, 1)))
+            print(json.dumps({"event": "expired", "id": expired}), flush=True)
         elif action and shown:
             connection.send(new_signal(emitter, "ActionInvoked", "us", (shown[-1], action)))
             print(json.dumps({"event": "clicked", "id": shown[-1], "action": action}), flush=True)
