@@ -273,26 +273,14 @@ struct DesktopCore {
                 keys[id] = popup.key
                 actions.append(.shown(popup.key, id: id, owner: server.owner))
             case .failure(.noServer):
-                // The popup (or its newer content) waits for a server, unless it was withdrawn;
-                // asking again finds out when one is there.
-                if !pendingNow(popup.key) {
-                    switch next {
-                    case .some(.some(let newer)): queue.insert(newer, at: 0)
-                    case .some(.none): break
-                    case .none: queue.insert(popup, at: 0)
-                    }
-                }
+                // The popup (or its newer content) waits for a server; asking again finds out when
+                // one is there.
+                requeue(popup, next: next)
                 actions += on(.serverAbsent, now: now)
                 return actions
             case .failure(.full):
-                // Back to the front of the queue, to go when there is room, unless withdrawn meanwhile.
-                if !pendingNow(popup.key) {
-                    switch next {
-                    case .some(.some(let newer)): queue.insert(newer, at: 0)
-                    case .some(.none): break
-                    case .none: queue.insert(popup, at: 0)
-                    }
-                }
+                // Back to the front of the queue, to go when there is room.
+                requeue(popup, next: next)
                 guard !full else { return [] }
                 full = true
                 return [
@@ -366,6 +354,17 @@ struct DesktopCore {
     }
 
     /// Forgets the popup ids of the server that was: they mean nothing to the next one.
+    /// A popup whose Notify was not taken goes back to the front of the queue (or its newer content
+    /// does), unless it was withdrawn meanwhile or is on its way again.
+    private mutating func requeue(_ popup: Popup, next: Popup??) {
+        guard !pendingNow(popup.key) else { return }
+        switch next {
+        case .some(.some(let newer)): queue.insert(newer, at: 0)
+        case .some(.none): break
+        case .none: queue.insert(popup, at: 0)
+        }
+    }
+
     private mutating func forgetServer() {
         server = nil
         full = false

@@ -449,143 +449,141 @@ def test_the_desktop_benchmark_runs_short():
     assert any(f["unit"] == "s" and f["value"] > 0 for f in figures.values()), figures
 
 
+class FakeServer:
+    """A notification server of the test's own (Tests/Support/lateserver.py) on a private session
+    bus, without a display, and an agent on that bus; ended, with the bus, when the test ends."""
+
+    def __init__(self, devices, tmp_path, name, delay=0, limit=None, credential=None):
+        import unifiedpush  # a private session bus
+        self.devices, self.name = devices, name
+        self.bus = unifiedpush.SessionBus(root=str(tmp_path))
+        self.clicks = tmp_path / "click"
+        self.arguments = [str(delay), str(self.clicks)] + ([str(limit)] if limit is not None else [])
+        self.log = tmp_path / "server-0.jsonl"
+        self.servers = 0
+        self.process = self.serve()
+        self.agent = None
+        self.credential = credential
+
+    def serve(self):
+        """Starts the server again (a new instance, with a unique name of its own) and waits until it owns the name."""
+        self.log = self.log.with_name(f"server-{self.servers}.jsonl")
+        self.servers += 1
+        process = subprocess.Popen([sys.executable, os.path.join(os.path.dirname(desktops.__file__), "lateserver.py"), *self.arguments],
+                                   env={**os.environ, **self.bus.env}, stdout=open(self.log, "w"))
+        assert wait_until(lambda: os.path.getsize(self.log) > 0, timeout=10)
+        return process
+
+    def restart(self):
+        self.process.kill()
+        self.process.wait(timeout=10)
+        self.process = self.serve()
+
+    def start_agent(self, ready=True):
+        extra = {"NH_AGENT_USER_CREDENTIAL": self.credential} if self.credential else None
+        self.agent = self.devices.start_agent(self.name, self.bus.env, extra=extra)
+        if ready:
+            assert wait_until(lambda: self.devices.ready(self.agent), timeout=30), self.devices.health(self.agent)
+        return self.agent
+
+    def events(self, kind=None):
+        return [e for e in (json.loads(line) for line in open(self.log) if line.strip()) if kind is None or e["event"] == kind]
+
+    def notified(self):
+        return [e["summary"] for e in self.events("notify")]
+
+    def click(self, action):
+        """A person's click (an action key), or "expire"; waits until the server has taken it."""
+        self.clicks.write_text(action)
+        assert wait_until(lambda: not self.clicks.exists(), timeout=5)
+
+    def stop(self):
+        if self.name in self.devices.hub.processes:
+            self.devices.hub.stop(self.name)
+        self.process.terminate()
+        self.process.wait(timeout=10)
+        self.bus.stop()
+
+
 def test_a_server_that_owns_its_name_before_it_answers_is_asked_again(devices, tmp_path):
     """The name has an owner whose object is not there yet (GNOME Shell's helper at a restart): the
     agent asks again with backoff while that lasts, and shows what comes once the server answers."""
-    import unifiedpush  # a private session bus, without a display or dunst
-    bus = unifiedpush.SessionBus(root=str(tmp_path))
-    server_log = tmp_path / "late.jsonl"
-    server = subprocess.Popen([sys.executable, os.path.join(os.path.dirname(desktops.__file__), "lateserver.py"), "3"],
-                              env={**os.environ, **bus.env}, stdout=open(server_log, "w"))
+    server = FakeServer(devices, tmp_path, "device-late", delay=3)
     try:
-        def events():
-            return [json.loads(line) for line in open(server_log) if line.strip()]
-        assert wait_until(lambda: any(e["event"] == "owned" for e in events()), timeout=10)
-        agent = devices.start_agent("device-late", bus.env)
+        agent = server.start_agent(ready=False)
         # Refused first: health says the agent is asking again, not that there is no server.
-        assert wait_until(lambda: any(e["event"] == "refused" for e in events()), timeout=20)
+        assert wait_until(lambda: server.events("refused"), timeout=20)
         assert wait_until(lambda: "asking again" in (devices.health(agent) or {}).get("desktop", ""), timeout=10), devices.health(agent)
         assert wait_until(lambda: devices.ready(agent), timeout=20), devices.health(agent)
         assert devices.health(agent)["desktopServer"].startswith("late-server")
         devices.nhctl("send", "--tag", "News", "title=After a late start", "messageParam=shown")
-        assert wait_until(lambda: any(e.get("summary") == "After a late start" for e in events()), timeout=20), events()
-        refused = [e for e in events() if e["event"] == "refused"]
+        assert wait_until(lambda: "After a late start" in server.notified(), timeout=20), server.events()
         # Backoff: a few asks over the three seconds, not one a millisecond.
-        assert 2 <= len(refused) <= 40, len(refused)
+        assert 2 <= len(server.events("refused")) <= 40, len(server.events("refused"))
     finally:
-        if "device-late" in devices.hub.processes:
-            devices.hub.stop("device-late")
-        server.terminate()
-        server.wait(timeout=10)
-        bus.stop()
+        server.stop()
 
 
 def test_a_popup_closes_at_once_after_its_action_even_with_the_sync_store_down(devices, tmp_path):
     """A server that leaves a popup up after a click (LXQt's does): the agent closes it at once,
     without waiting for the hub, and the state reaches the store once the sync store is back."""
-    import unifiedpush
-    bus = unifiedpush.SessionBus(root=str(tmp_path))
-    server_log, clicks = tmp_path / "server.jsonl", tmp_path / "click"
-    server = subprocess.Popen([sys.executable, os.path.join(os.path.dirname(desktops.__file__), "lateserver.py"), "0", str(clicks)],
-                              env={**os.environ, **bus.env}, stdout=open(server_log, "w"))
+    server = FakeServer(devices, tmp_path, "device-click")
     try:
-        def events(kind):
-            return [json.loads(line) for line in open(server_log) if line.strip() and json.loads(line)["event"] == kind]
-        assert wait_until(lambda: os.path.getsize(server_log) > 0, timeout=10)
-        agent = devices.start_agent("device-click", bus.env)
-        assert wait_until(lambda: devices.ready(agent), timeout=30), devices.health(agent)
+        server.start_agent()
         notification = devices.post("click-1", "Press Dismiss")
-        assert wait_until(lambda: any(e["summary"] == "Press Dismiss" for e in events("notify")), timeout=20)
-        shown = [e for e in events("notify") if e["summary"] == "Press Dismiss"][-1]
+        assert wait_until(lambda: "Press Dismiss" in server.notified(), timeout=20)
+        shown = [e for e in server.events("notify") if e["summary"] == "Press Dismiss"][-1]
         assert "dismiss" in shown["actions"], shown
         devices.hub.stop("nh-sync")
         try:
-            clicks.write_text("dismiss")
-            assert wait_until(lambda: any(e["id"] == shown["id"] for e in events("close")), timeout=5), (events("clicked"), events("close"))
+            server.click("dismiss")
+            assert wait_until(lambda: any(e["id"] == shown["id"] for e in server.events("close")), timeout=5), server.events()
         finally:
             devices.hub.start("nh-sync")
-        assert wait_until(lambda: devices.stored(notification) == ("read", "dismissed") or (devices.stored(notification) or ("", ""))[1] == "dismissed",
-                          timeout=30), devices.stored(notification)
+        assert wait_until(lambda: (devices.stored(notification) or ("", ""))[1] == "dismissed", timeout=30), devices.stored(notification)
     finally:
-        if "device-click" in devices.hub.processes:
-            devices.hub.stop("device-click")
-        server.terminate()
-        server.wait(timeout=10)
-        bus.stop()
+        server.stop()
 
 
 def test_a_popup_closed_stays_closed_on_the_next_server(devices, tmp_path):
     """A popup the server closed (an expiry, or MATE's misreported ×) is not shown again when the
     server restarts, while one still up when it went is; a change to the closed one shows it again."""
-    import unifiedpush
-    bus = unifiedpush.SessionBus(root=str(tmp_path))
-    clicks = tmp_path / "click"
-
-    def serve(log):
-        return subprocess.Popen([sys.executable, os.path.join(os.path.dirname(desktops.__file__), "lateserver.py"), "0", str(clicks)],
-                                env={**os.environ, **bus.env}, stdout=open(log, "w"))
-
-    def notified(log):
-        return [json.loads(line)["summary"] for line in open(log) if line.strip() and json.loads(line)["event"] == "notify"]
-
-    first_log, second_log = tmp_path / "first.jsonl", tmp_path / "second.jsonl"
-    server = serve(first_log)
+    server = FakeServer(devices, tmp_path, "device-closed")
     try:
-        assert wait_until(lambda: os.path.getsize(first_log) > 0, timeout=10)
-        agent = devices.start_agent("device-closed", bus.env)
-        assert wait_until(lambda: devices.ready(agent), timeout=30), devices.health(agent)
+        server.start_agent()
         closed = devices.post("closed-1", "Closed by its server")
-        assert wait_until(lambda: "Closed by its server" in notified(first_log), timeout=20)
-        clicks.write_text("expire")
-        assert wait_until(lambda: not clicks.exists(), timeout=5)
+        assert wait_until(lambda: "Closed by its server" in server.notified(), timeout=20)
+        server.click("expire")
         devices.post("open-1", "Still up")
-        assert wait_until(lambda: "Still up" in notified(first_log), timeout=20)
+        assert wait_until(lambda: "Still up" in server.notified(), timeout=20)
         time.sleep(0.5)
-        server.kill()
-        server.wait(timeout=10)
-        server = serve(second_log)
-        assert wait_until(lambda: "Still up" in notified(second_log), timeout=20), notified(second_log)
+        server.restart()
+        assert wait_until(lambda: "Still up" in server.notified(), timeout=20), server.notified()
         time.sleep(1)
-        assert "Closed by its server" not in notified(second_log)
+        assert "Closed by its server" not in server.notified()
         assert devices.stored(closed)[1] == "noInteraction", devices.stored(closed)
         # Changed, it is shown again.
         devices.post("closed-1", "Closed, then changed")
-        assert wait_until(lambda: "Closed, then changed" in notified(second_log), timeout=20), notified(second_log)
+        assert wait_until(lambda: "Closed, then changed" in server.notified(), timeout=20), server.notified()
     finally:
-        if "device-closed" in devices.hub.processes:
-            devices.hub.stop("device-closed")
-        server.terminate()
-        server.wait(timeout=10)
-        bus.stop()
+        server.stop()
 
 
 def test_popups_a_full_server_refuses_are_shown_when_there_is_room(devices, tmp_path):
     """A server that shows at most two at once (notification-daemon and MATE refuse beyond 20 with
     MaxNotificationsExceeded): the third waits, and is shown as soon as one closes."""
-    import unifiedpush
-    bus = unifiedpush.SessionBus(root=str(tmp_path))
-    log, clicks = tmp_path / "server.jsonl", tmp_path / "click"
-    server = subprocess.Popen([sys.executable, os.path.join(os.path.dirname(desktops.__file__), "lateserver.py"), "0", str(clicks), "2"],
-                              env={**os.environ, **bus.env}, stdout=open(log, "w"))
+    # A user of its own, so that nothing else of alice's is current on this desktop.
+    credential = devices.nhctl("user", "credential", "fiona").stdout.strip()
+    server = FakeServer(devices, tmp_path, "device-full", limit=2, credential=credential)
     try:
-        def events(kind):
-            return [json.loads(line) for line in open(log) if line.strip() and json.loads(line)["event"] == kind]
-        assert wait_until(lambda: os.path.getsize(log) > 0, timeout=10)
-        # A user of its own, so that nothing else of alice's is current on this desktop.
-        credential = devices.nhctl("user", "credential", "fiona").stdout.strip()
-        agent = devices.start_agent("device-full", bus.env, extra={"NH_AGENT_USER_CREDENTIAL": credential})
-        assert wait_until(lambda: devices.ready(agent), timeout=30), devices.health(agent)
+        server.start_agent()
         for i in range(3):
             r = requests.post(f"{devices.hub.base}/hub/users/fiona/notifications?{API}", headers={"Authorization": devices.hub.token()},
                               data=json.dumps({"appNotificationId": f"full-{i}", "visual": {"title": f"Full {i}", "body": "-"}}), timeout=30)
             assert r.status_code == 201, r.text
-        assert wait_until(lambda: any(e["summary"] == "Full 2" for e in events("full")), timeout=20), events("notify")
-        assert [e["summary"] for e in events("notify")] == ["Full 0", "Full 1"]
-        clicks.write_text("expire")
-        assert wait_until(lambda: "Full 2" in [e["summary"] for e in events("notify")], timeout=10), events("full")
+        assert wait_until(lambda: any(e["summary"] == "Full 2" for e in server.events("full")), timeout=20), server.events()
+        assert server.notified() == ["Full 0", "Full 1"]
+        server.click("expire")
+        assert wait_until(lambda: "Full 2" in server.notified(), timeout=10), server.events("full")
     finally:
-        if "device-full" in devices.hub.processes:
-            devices.hub.stop("device-full")
-        server.terminate()
-        server.wait(timeout=10)
-        bus.stop()
+        server.stop()
