@@ -145,13 +145,28 @@ public final class HubDirectory: Sendable {
     }
 
     /// A catalog policy as a key; nil for rights this build does not know.
-    static func accessKey(_ policy: HubPolicy) -> AccessKey? {
-        guard let rights = try? AccessRights(names: policy.rights) else { return nil }
-        return AccessKey(name: policy.name, key: policy.key, rights: rights, secondaryKey: policy.secondaryKey)
+    static func accessKey(_ policy: HubPolicy) -> AccessKey? { policy.accessKey }
+
+    /// Calls `removed` on the loop, every 2 s, for each hub the catalog has lost since the last look
+    /// (a hub deleted), so that a service lets go of what it keeps for it.
+    public func watchRemovals(loop: EventLoop, _ removed: @escaping (HubScope) throws -> Void) {
+        var known: Set<HubScope>?
+        loop.every(milliseconds: 2_000) { [self] in
+            guard version != nil else { return }
+            let now = Set(catalogHubs.map { $0.scope(defaultHub: defaultHub) })
+            for gone in (known ?? now).subtracting(now) { try removed(gone) }
+            known = now
+        }
     }
 }
 
 extension HubPolicy {
+    /// The policy as a key; nil for rights this build does not know.
+    public var accessKey: AccessKey? {
+        guard let rights = try? AccessRights(names: rights) else { return nil }
+        return AccessKey(name: name, key: key, rights: rights, secondaryKey: secondaryKey)
+    }
+
     /// The policy's two connection strings for `hub` at the namespace's `endpoint`, with `EntityPath`.
     public func connectionStrings(endpoint: String, hub: String) -> (primary: String, secondary: String) {
         let key = AccessKey(name: name, key: key, rights: [], secondaryKey: secondaryKey)

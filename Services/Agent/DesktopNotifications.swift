@@ -50,15 +50,11 @@ final class DesktopNotifications {
             if display { logger.warning(line) } else { logger.info(line) }
         }
         bus.use(connected: { [unowned self] in try self.connected($0) }, disconnected: { [unowned self] in self.handle(.disconnected) })
-        bus.loop.whenDue(in: { [unowned self] in
-            self.askAgainAt.map { at in max(0, Int((ContinuousClock.now.duration(to: at) / .milliseconds(1)).rounded(.up))) }
-        }) { [unowned self] in
+        bus.loop.whenDue(in: { [unowned self] in self.askAgainAt.map(Self.milliseconds(until:)) }) { [unowned self] in
             self.askAgainAt = nil
             self.handle(.askAgain)
         }
-        bus.loop.whenDue(in: { [unowned self] in
-            self.retryFullAt.map { at in max(0, Int((ContinuousClock.now.duration(to: at) / .milliseconds(1)).rounded(.up))) }
-        }) { [unowned self] in
+        bus.loop.whenDue(in: { [unowned self] in self.retryFullAt.map(Self.milliseconds(until:)) }) { [unowned self] in
             self.retryFullAt = nil
             self.handle(.retryFull)
         }
@@ -130,9 +126,9 @@ final class DesktopNotifications {
             case .askServer:
                 askServer()
             case .askServerAfter(let seconds):
-                askAgainAt = ContinuousClock.now + .milliseconds(Int(seconds * 1000))
+                askAgainAt = .now + .milliseconds(Int(seconds * 1000))
             case .retryFullAfter(let seconds):
-                retryFullAt = ContinuousClock.now + .milliseconds(Int(seconds * 1000))
+                retryFullAt = .now + .milliseconds(Int(seconds * 1000))
             case .notify(let token, let popup, let replaces, let offered, let timeout):
                 notify(token: token, popup, replaces: replaces, actions: offered, timeout: timeout)
             case .close(let id):
@@ -246,6 +242,11 @@ final class DesktopNotifications {
             if !connection.isOpen { return }
             reply(.failure(error))
         }
+    }
+
+    /// Milliseconds from now until `deadline`, 0 once it has passed: what the loop's `whenDue` asks.
+    static func milliseconds(until deadline: ContinuousClock.Instant) -> Int {
+        max(0, Int((ContinuousClock.now.duration(to: deadline) / .milliseconds(1)).rounded(.up)))
     }
 
     /// The body with `&`, `<` and `>` escaped, for a server with the `body-markup` capability.

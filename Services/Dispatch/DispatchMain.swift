@@ -44,14 +44,8 @@ public enum DispatchMain {
 
             // A hub deleted takes its push services' credentials with it. (One deleted while this service
             // was down leaves its folder, which no hub reads again: a hub made again is a new generation.)
-            var hubs: Set<String>?
-            context.loop.every(milliseconds: 2_000) {
-                guard context.hubs.version != nil else { return }
-                let now = Set(context.hubs.catalogHubs.map { $0.scope(defaultHub: config.hub).qualifier })
-                for gone in (hubs ?? now).subtracting(now) where push.remove(hub: gone) {
-                    context.logger.info("a deleted hub's push credentials removed", ("hub", gone))
-                }
-                hubs = now
+            context.hubs.watchRemovals(loop: context.loop) { gone in
+                if push.remove(hub: gone.qualifier) { context.logger.info("a deleted hub's push credentials removed", ("hub", gone.qualifier)) }
             }
 
             let agents = try DispatchShell.agentSocket(context)

@@ -46,12 +46,13 @@ struct PushEndpointRoutes {
         }
         let key = segments.dropLast().joined(separator: "/")
         // The key names its hub by name (the agent knows no generation); the catalog has the hub's generation.
-        let scope = services.context.scope(HubScope.hub(ofKey: key).map(String.init))
+        let named = HubScope.hub(ofKey: key).map(String.init)
+        let scope = services.context.scope(named)
         guard services.context.hubs.has(scope) else {
             throw PushRefusal(410, ErrorCode.notFound.rawValue, "this push endpoint's hub is gone; its app must register again for a new one")
         }
         services.current.set(scope.isDefault ? services.context.config.hub : scope.name, scope)
-        let (installationId, secret) = (HubScope(named: HubScope.hub(ofKey: key).map(String.init)).id(key), segments[segments.count - 1])
+        let (installationId, secret) = (HubScope(named: named).id(key), segments[segments.count - 1])
         let endpointId = PushEndpointSecret.id(of: secret)
         switch request.method {
         case "GET":

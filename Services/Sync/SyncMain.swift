@@ -55,15 +55,9 @@ public enum SyncMain {
             // A hub deleted takes its users and their notifications with it. (A hub made again under its
             // name is a new generation, whose keys never reach these, so one deleted while this
             // service was down leaves them unreachable; they go as they expire.)
-            var hubs: Set<HubScope>?
-            context.loop.every(milliseconds: 2_000) {
-                guard context.hubs.version != nil else { return }
-                let now = Set(context.hubs.catalogHubs.map { $0.scope(defaultHub: config.hub) })
-                for gone in (hubs ?? now).subtracting(now) {
-                    let purged = try store.purgeHub(gone)
-                    context.logger.info("a deleted hub's users purged", ("hub", gone.qualifier), ("notifications", "\(purged)"))
-                }
-                hubs = now
+            context.hubs.watchRemovals(loop: context.loop) { gone in
+                let purged = try store.purgeHub(gone)
+                context.logger.info("a deleted hub's users purged", ("hub", gone.qualifier), ("notifications", "\(purged)"))
             }
             // A reader further behind than this sees a gap, and signals every user's devices to fetch.
             context.loop.every(milliseconds: 60_000) { try store.pruneStream(keeping: 100_000) }
