@@ -134,6 +134,17 @@ public struct InstallationGet: HubRequest {
     public init(installationId: String) { self.installationId = installationId }
 }
 
+/// The installation that holds a push endpoint, whichever hub it is of (a namespace key only): an
+/// app's endpoint URL (`/up/{secret}`) names no installation and no hub, so that it links an app
+/// to nothing else on its device. `endpoint` is the endpoint's id (`PushEndpointSecret.id`). The
+/// reply's installation id is its key, `hub/id` for a hub other than the default.
+public struct InstallationByEndpoint: HubRequest {
+    public typealias Reply = InstallationReply
+    public static let messageType: MessageType = "installation.byEndpoint"
+    public var endpoint: String
+    public init(endpoint: String) { self.endpoint = endpoint }
+}
+
 public struct InstallationDelete: HubRequest {
     public typealias Reply = Ack
     public static let messageType: MessageType = "installation.delete"

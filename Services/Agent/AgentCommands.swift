@@ -149,7 +149,7 @@ enum AgentCommands {
                 apps = try client.call(AgentAppsRequest()).apps
             } catch {
                 do {
-                    let base = AgentDaemon.endpointBase(namespace: config.namespace, installationId: try store.installationId())
+                    let base = AgentDaemon.endpointBase(namespace: config.namespace)
                     let appStore = AppStore(database: store.database)
                     apps = try appStore.apps().map {
                         AgentApp(service: $0.service, description: $0.description, endpoint: base + $0.secret, connector: String($0.connector),

@@ -46,7 +46,7 @@ final class AgentDaemon {
         output.desktop = desktop
         distributor = UnifiedPushDistributor(
             environment: environment, bus: bus, store: AppStore(database: store.database),
-            endpointBase: Self.endpointBase(namespace: context.config.namespace, installationId: channelId), logger: context.logger)
+            endpointBase: Self.endpointBase(namespace: context.config.namespace), logger: context.logger)
         // Every socket of the agent is CURVE: to the services with a key derived from its listen
         // key, and its own control socket with its device key, admitting the same listen key.
         keys = try store.channelKeys()
@@ -129,13 +129,11 @@ final class AgentDaemon {
         return BusSecurity(serverKeys: device, clientKeys: clientKeys, serverPublicKey: serverKey, admitted: admitted)
     }
 
-    /// Apps' push endpoints start with the gateway's address, then `up/` and the installation's
-    /// key among every hub's (its hub and id: `hub%2Fid` for a hub other than the default).
-    static func endpointBase(namespace: String, installationId: String) -> String {
-        var allowed = CharacterSet.alphanumerics
-        allowed.insert(charactersIn: "-._~")
-        let id = installationId.addingPercentEncoding(withAllowedCharacters: allowed) ?? installationId
-        return (namespace.hasSuffix("/") ? namespace : namespace + "/") + "up/\(id)/"
+    /// Apps' push endpoints start with the gateway's address and `up/`; the app's own secret
+    /// follows, and nothing else, so that two apps' endpoints on one device share nothing that links
+    /// them (the registry finds the installation by the secret's hash).
+    static func endpointBase(namespace: String) -> String {
+        (namespace.hasSuffix("/") ? namespace : namespace + "/") + "up/"
     }
 
     /// Where this installation is served: its shard, and the dispatcher the channel is connected to.

@@ -30,7 +30,7 @@ final class UnifiedPushDistributor {
     let enabled: Bool
     let name: String
     let store: AppStore
-    /// The endpoint URLs' start: the gateway's address (`namespace`), `up/`, the installation id.
+    /// The endpoint URLs' start: the gateway's address (`namespace`) and `up/`.
     let endpointBase: String
     /// Registers the installation with the apps' endpoints now; throws what the registry answered.
     var registerEndpoints: () throws -> Void = {}
@@ -102,7 +102,11 @@ final class UnifiedPushDistributor {
     /// `nh-agent apps remove APP`: unregisters the app's registrations (APP: its service name,
     /// an endpoint URL or a token); the app's connector hears `Unregistered`.
     func remove(_ app: String) throws {
-        let matching = try store.apps().filter { $0.service == app || endpoint($0) == app || $0.token == app }
+        // An endpoint given before endpoints stopped naming the installation (`up/{installation}/{secret}`)
+        // still reaches its app, and names it here.
+        let matching = try store.apps().filter {
+            $0.service == app || $0.token == app || endpoint($0) == app || (app.contains("/up/") && app.hasSuffix("/" + $0.secret))
+        }
         guard !matching.isEmpty else {
             throw HubError(.notFound, "no app '\(app)' is registered with this agent; nh-agent apps lists them")
         }

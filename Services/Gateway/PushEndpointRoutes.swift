@@ -6,9 +6,11 @@ import Push
 import ServiceKit
 
 /// The push service side of UnifiedPush and Web Push (RFC 8030) at each app's endpoint,
-/// `/up/{installation}/{secret}`: an application server POSTs an encrypted message there, and it
-/// becomes a durable delivery to that installation's agent, which hands it to the app.
-/// The secret is the capability: the hub keeps only its SHA-256, in the installation's `endpoints`.
+/// `/up/{secret}`: an application server POSTs an encrypted message there, and it becomes a
+/// durable delivery to the agent of the installation that registered it, which hands it to the
+/// app. The secret is the capability: the hub keeps only its SHA-256, in the installation's
+/// `endpoints`, and the registry finds the installation by it. The URL names no installation and
+/// no hub, so two apps' endpoints on one device share nothing but the gateway's address.
 struct PushEndpointRoutes {
     let services: GatewayServices
     /// Pushes per apps' endpoint, shared by every worker's routes.
@@ -39,11 +41,49 @@ struct PushEndpointRoutes {
 
     private func routePush(_ request: HTTPRequest, _ segments: [String]) throws -> HTTPResponse {
         if segments.isEmpty, request.method == "GET" { return Self.discovery }
-        // `/up/{installation}/{secret}`, the installation by its key among every hub's: `hub%2Fid` (which
-        // may reach here decoded, as two segments) for a hub other than the default.
-        guard segments.count == 2 || segments.count == 3 else {
-            throw PushRefusal(404, "not_found", "a push endpoint is /up/{installation}/{secret}, as its app was given it")
+        let target: PushTarget
+        switch segments.count {
+        case 1:
+            target = try holder(ofSecret: segments[0])
+        case 2, 3:
+            target = try named(segments)
+        default:
+            throw PushRefusal(404, "not_found", "a push endpoint is /up/{secret}, as its app was given it")
         }
+        switch request.method {
+        case "GET":
+            _ = try target.endpoint()
+            return Self.discovery
+        case "POST":
+            return try push(request, target)
+        default:
+            throw PushRefusal(405, "invalid_argument", "a push endpoint takes POST (a message) and GET (discovery), not \(request.method)")
+        }
+    }
+
+    /// `/up/{secret}`: the registry finds the installation that holds the secret's hash, of
+    /// whichever hub, so that the URL names neither (an app's endpoint links it to no other app).
+    private func holder(ofSecret secret: String) throws -> PushTarget {
+        let endpointId = PushEndpointSecret.id(of: secret)
+        services.current.set(services.context.config.hub, services.context.scope(nil))
+        let installation: Installation
+        do {
+            installation = try services.registry.call(InstallationByEndpoint(endpoint: endpointId)).installation
+        } catch let error as HubError where error.code == .notFound {
+            throw PushRefusal.gone
+        }
+        // The hub by its name, in its current generation: an installation of a generation deleted is gone.
+        let keyed = HubScope.of(key: installation.installationId)
+        let scope = services.context.scope(keyed.isDefault ? nil : keyed.name)
+        guard scope == keyed, services.context.hubs.has(scope) else { throw PushRefusal.gone }
+        services.current.set(scope.isDefault ? services.context.config.hub : scope.name, scope)
+        return PushTarget(installationId: scope.id(installation.installationId), endpointId: endpointId, found: installation)
+    }
+
+    /// `/up/{installation}/{secret}`, as endpoints were given before they stopped naming their
+    /// installation: the installation by its key among every hub's, `hub%2Fid` (which may reach
+    /// here decoded, as two segments) for a hub other than the default.
+    private func named(_ segments: [String]) throws -> PushTarget {
         let key = segments.dropLast().joined(separator: "/")
         // The key names its hub by name (the agent knows no generation); the catalog has the hub's generation.
         let named = HubScope.hub(ofKey: key).map(String.init)
@@ -52,23 +92,22 @@ struct PushEndpointRoutes {
             throw PushRefusal(410, ErrorCode.notFound.rawValue, "this push endpoint's hub is gone; its app must register again for a new one")
         }
         services.current.set(scope.isDefault ? services.context.config.hub : scope.name, scope)
-        let (installationId, secret) = (HubScope(named: named).id(key), segments[segments.count - 1])
-        let endpointId = PushEndpointSecret.id(of: secret)
-        switch request.method {
-        case "GET":
-            _ = try endpoint(installationId, endpointId)
-            return Self.discovery
-        case "POST":
-            return try push(request, installationId: installationId, endpointId: endpointId)
-        default:
-            throw PushRefusal(405, "invalid_argument", "a push endpoint takes POST (a message) and GET (discovery), not \(request.method)")
+        let installationId = HubScope(named: named).id(key)
+        let registry = services.registry
+        return PushTarget(installationId: installationId, endpointId: PushEndpointSecret.id(of: segments[segments.count - 1])) {
+            do {
+                return try registry.call(InstallationGet(installationId: installationId)).installation
+            } catch let error as HubError where error.code == .notFound || error.code == .invalidArgument {
+                return nil
+            }
         }
     }
 
     /// `{"unifiedpush":{"version":1}}`: what a UnifiedPush gateway looks for to know the server.
     static let discovery = GatewayResponse.json(200, Data(#"{"unifiedpush":{"version":1}}"#.utf8))
 
-    private func push(_ request: HTTPRequest, installationId: String, endpointId: String) throws -> HTTPResponse {
+    private func push(_ request: HTTPRequest, _ target: PushTarget) throws -> HTTPResponse {
+        let (installationId, endpointId) = (target.installationId, target.endpointId)
         guard !request.bodyTooLarge, request.body.count <= Self.pushMessageBytes else {
             throw PushRefusal(413, ErrorCode.payloadTooLarge.rawValue, "a push message carries at most \(Self.pushMessageBytes) bytes; this one has more")
         }
@@ -97,7 +136,7 @@ struct PushEndpointRoutes {
                 "this endpoint takes \(services.context.config.limits.pushesPerSecondPerEndpoint) pushes a second (limits.pushesPerSecondPerEndpoint); retry after a second",
                 retryAfter: 1)
         }
-        let registered = try endpoint(installationId, endpointId)
+        let registered = try target.endpoint()
         if let key = registered.vapid {
             do {
                 try VAPID.verify(
@@ -114,20 +153,6 @@ struct PushEndpointRoutes {
         return GatewayResponse.empty(201, headers: [
             ("Location", "\(services.context.resource(of: services.current.scope))/messages/\(accepted.notificationId)"), ("TTL", String(timeToLive)),
         ])
-    }
-
-    /// The endpoint `endpointId` of the installation, or 410: an endpoint unregistered, of an
-    /// installation deleted, or never given out, so that the application server drops it.
-    private func endpoint(_ installationId: String, _ endpointId: String) throws -> PushEndpoint {
-        let gone = PushRefusal(410, ErrorCode.notFound.rawValue, "this push endpoint is not registered (any more); its app must register again for a new one")
-        let installation: Installation
-        do {
-            installation = try services.registry.call(InstallationGet(installationId: installationId)).installation
-        } catch let error as HubError where error.code == .notFound || error.code == .invalidArgument {
-            throw gone
-        }
-        guard installation.platform == Platform.linux.rawValue, let endpoint = installation.endpoints?[endpointId] else { throw gone }
-        return endpoint
     }
 
     /// The origins a VAPID token may be for: the namespace's, and the one the request came to.
@@ -155,6 +180,33 @@ struct PushEndpointRoutes {
     }
 }
 
+/// The installation a push endpoint's URL reaches, and the endpoint's id.
+struct PushTarget {
+    let installationId: String
+    let endpointId: String
+    /// The installation as read, or how to read it (nil when there is none).
+    private let read: () throws -> Installation?
+
+    init(installationId: String, endpointId: String, found: Installation) {
+        self.init(installationId: installationId, endpointId: endpointId) { found }
+    }
+
+    init(installationId: String, endpointId: String, read: @escaping () throws -> Installation?) {
+        self.installationId = installationId
+        self.endpointId = endpointId
+        self.read = read
+    }
+
+    /// The endpoint as registered, or 410: an endpoint unregistered, of an installation deleted,
+    /// or never given out, so that the application server drops it.
+    func endpoint() throws -> PushEndpoint {
+        guard let installation = try read(), installation.platform == Platform.linux.rawValue, let endpoint = installation.endpoints?[endpointId] else {
+            throw PushRefusal.gone
+        }
+        return endpoint
+    }
+}
+
 /// A push endpoint's refusal, as JSON: `{"code":410,"error":"not_found","message":"…"}`.
 struct PushRefusal: Error {
     let status: Int
@@ -168,6 +220,9 @@ struct PushRefusal: Error {
         self.message = message
         self.retryAfter = retryAfter ?? ([429, 503].contains(status) ? 1 : nil)
     }
+
+    /// An endpoint unregistered, of an installation deleted, or never given out.
+    static let gone = PushRefusal(410, ErrorCode.notFound.rawValue, "this push endpoint is not registered (any more); its app must register again for a new one")
 
     var response: HTTPResponse {
         let body = HubCodec.encodeValue(["code": .integer(Int64(status)), "error": .string(code), "message": .string(message)] as JSONValue)

@@ -30,6 +30,14 @@ struct InstallationSQL: Sendable {
     var delete: String
     /// (id).
     var deleteTags: String
+    /// (id).
+    var deleteEndpoints: String
+    /// (endpoint id, id).
+    var insertEndpoint: String
+    /// (endpoint id) → installation_id: who holds an endpoint.
+    var endpointHolder: String
+    /// (endpoint id, now) → document, when live.
+    var byEndpoint: String
     /// (now) → id, of those expired.
     var expired: String
     /// (now) → n: how many are live.
@@ -74,6 +82,13 @@ struct InstallationSQL: Sendable {
             """)
         delete = spell("DELETE FROM \(p)installations WHERE installation_id = $1")
         deleteTags = spell("DELETE FROM \(p)installation_tags WHERE installation_id = $1")
+        deleteEndpoints = spell("DELETE FROM \(p)installation_endpoints WHERE installation_id = $1")
+        insertEndpoint = spell("INSERT INTO \(p)installation_endpoints (endpoint_id, installation_id) VALUES ($1, $2)")
+        endpointHolder = spell("SELECT installation_id FROM \(p)installation_endpoints WHERE endpoint_id = $1")
+        byEndpoint = spell("""
+            SELECT i.document FROM \(p)installation_endpoints e JOIN \(p)installations i ON i.installation_id = e.installation_id
+            WHERE e.endpoint_id = $1 AND (i.expires_at IS NULL OR i.expires_at > $2)
+            """)
         expired = spell("SELECT installation_id FROM \(p)installations WHERE expires_at IS NOT NULL AND expires_at <= $1 ORDER BY installation_id\(byteOrder)")
         count = spell("SELECT count(*) AS n FROM \(p)installations WHERE expires_at IS NULL OR expires_at > $1")
         snapshot = spell("SELECT document FROM \(p)installations WHERE expires_at IS NULL OR expires_at > $1 ORDER BY installation_id\(byteOrder)")
@@ -142,9 +157,27 @@ extension InstallationEngine {
             try run(sql.upsert, [stored.installationId, document, stored.userId, stored.expirationTime, now, stored.pushChannel])
             try run(sql.deleteTags, [stored.installationId])
             if !stored.tags.isEmpty { try insertTags(stored.tags, of: stored.installationId) }
+            try indexEndpoints(of: stored)
             try log(sequence, stored.installationId, document)
             return (stored, sequence)
         }
+    }
+
+    /// Indexes the installation's push endpoints by their ids, its old ones dropped. An endpoint id
+    /// is the hash of a random secret, so one held by another installation was copied from it:
+    /// refused, so that nobody takes over an app's endpoint.
+    private func indexEndpoints(of installation: Installation) throws {
+        try run(sql.deleteEndpoints, [installation.installationId])
+        for endpoint in (installation.endpoints ?? [:]).keys.sorted() {
+            if try one(sql.endpointHolder, [endpoint]) != nil {
+                throw HubError(.conflict, "push endpoint \(endpoint.prefix(12))… is held by another installation; make a new secret for it")
+            }
+            try run(sql.insertEndpoint, [endpoint, installation.installationId])
+        }
+    }
+
+    func installation(holding endpoint: String, now: Date) throws -> Installation? {
+        try one(sql.byEndpoint, [endpoint, now]).map(decode)
     }
 
     func delete(_ id: String) throws -> UInt64? {

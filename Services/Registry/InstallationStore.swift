@@ -12,6 +12,8 @@ protocol InstallationStore: AnyObject {
     /// Creates or replaces an installation, keeping its creation time. Returns it as stored (its
     /// `version` is the change's sequence) and the change's sequence.
     func upsert(_ installation: Installation, now: Date) throws -> (Installation, UInt64)
+    /// The live installation that holds the push endpoint whose id is `endpoint`, keyed as stored.
+    func installation(holding endpoint: String, now: Date) throws -> Installation?
     /// Deletes an installation. Returns the change's sequence, or nil when there was none.
     func delete(_ id: String) throws -> UInt64?
     /// Deletes installations whose expiration time has passed; returns each id with its change's sequence.

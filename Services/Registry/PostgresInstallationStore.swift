@@ -47,6 +47,20 @@ final class PostgresInstallationStore: InstallationEngine, PostgresBacked {
             INSERT INTO registry.hub_catalog (id, version) VALUES (1, 0);
             CREATE TABLE registry.hub_generations (name TEXT PRIMARY KEY, generation BIGINT NOT NULL);
             """),
+        Migration(
+            version: 3,
+            """
+            CREATE TABLE registry.installation_endpoints (
+                endpoint_id TEXT PRIMARY KEY,
+                installation_id TEXT NOT NULL REFERENCES registry.installations(installation_id) ON DELETE CASCADE
+            );
+            CREATE INDEX installation_endpoints_by_installation ON registry.installation_endpoints(installation_id);
+            INSERT INTO registry.installation_endpoints (endpoint_id, installation_id)
+                SELECT e.key, i.installation_id FROM registry.installations i
+                CROSS JOIN LATERAL jsonb_each(CASE WHEN jsonb_typeof(convert_from(i.document, 'UTF8')::jsonb -> 'endpoints') = 'object'
+                    THEN convert_from(i.document, 'UTF8')::jsonb -> 'endpoints' ELSE '{}'::jsonb END) e
+                ON CONFLICT DO NOTHING;
+            """),
     ]
 
     static let sql = InstallationSQL(prefix: "registry.", byteOrder: #" COLLATE "C""#)

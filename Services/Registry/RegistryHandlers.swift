@@ -18,6 +18,7 @@ struct RegistryHandlers {
         server.on(InstallationUpsert.self) { try upsert($0) }
         server.on(InstallationPatch.self) { try patch($0) }
         server.on(InstallationGet.self) { try get($0) }
+        server.on(InstallationByEndpoint.self) { try holding($0) }
         server.on(InstallationDelete.self) { try delete($0) }
         server.on(InstallationList.self) { try list($0) }
         server.on(RegistrySnapshotRequest.self) { try snapshot($0) }
@@ -48,6 +49,16 @@ struct RegistryHandlers {
     func get(_ request: Envelope<InstallationGet>) throws -> InstallationReply {
         let scope = try context.authorize(request, needs: .listen)
         return InstallationReply(installation: try found(request.payload.installationId, in: scope))
+    }
+
+    /// The installation holding a push endpoint, of whichever hub, keyed as stored: for the
+    /// gateway, whose endpoint URLs name no installation. A namespace key only.
+    func holding(_ request: Envelope<InstallationByEndpoint>) throws -> InstallationReply {
+        try context.authorizeNamespace(request.auth, needs: .manage)
+        guard let installation = try store.installation(holding: request.payload.endpoint, now: Date()) else {
+            throw HubError(.notFound, "no installation holds push endpoint \(request.payload.endpoint.prefix(12))…")
+        }
+        return InstallationReply(installation: installation)
     }
 
     func delete(_ request: Envelope<InstallationDelete>) throws -> Ack {

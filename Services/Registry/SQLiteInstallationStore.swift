@@ -53,6 +53,18 @@ final class SQLiteInstallationStore: InstallationEngine {
             INSERT INTO hub_catalog (id, version) VALUES (1, 0);
             CREATE TABLE hub_generations (name TEXT PRIMARY KEY, generation INTEGER NOT NULL);
             """),
+        // Which installation holds each apps' push endpoint, for endpoints that name none.
+        Migration(
+            version: 5,
+            """
+            CREATE TABLE installation_endpoints (
+                endpoint_id TEXT PRIMARY KEY,
+                installation_id TEXT NOT NULL REFERENCES installations(installation_id) ON DELETE CASCADE
+            );
+            CREATE INDEX installation_endpoints_by_installation ON installation_endpoints(installation_id);
+            INSERT OR IGNORE INTO installation_endpoints (endpoint_id, installation_id)
+                SELECT e.key, i.installation_id FROM installations i, json_each(CAST(i.document AS TEXT), '$.endpoints') e;
+            """),
     ]
 
     static let sql = InstallationSQL(prefix: "", byteOrder: "", spell: NumberedParameters.sqlite)

@@ -114,10 +114,10 @@ struct UnifiedPushTests {
         #expect(try store.apps().isEmpty && store.app(endpointId: app.endpointId) == nil)
     }
 
-    @Test("endpoint URLs start with the gateway's address and the installation id, escaped")
+    @Test("endpoint URLs are the gateway's address, up/, and the app's secret alone: nothing names the device")
     func endpointBase() {
-        #expect(AgentDaemon.endpointBase(namespace: "https://hub.example.org", installationId: "dev#1") == "https://hub.example.org/up/dev%231/")
-        #expect(AgentDaemon.endpointBase(namespace: "http://127.0.0.1:7780/", installationId: "a") == "http://127.0.0.1:7780/up/a/")
+        #expect(AgentDaemon.endpointBase(namespace: "https://hub.example.org") == "https://hub.example.org/up/")
+        #expect(AgentDaemon.endpointBase(namespace: "http://127.0.0.1:7780/") == "http://127.0.0.1:7780/up/")
     }
 }
 

@@ -102,6 +102,7 @@ PAYLOADS = {
     "installation.delete": struct({"installationId": "str"}, {"ifMatch": "str"}),
     "installation.list": struct(None, {"tag": "str", "pushChannel": "str", "limit": "int", "after": "str"}),
     "registry.snapshot": struct(),
+    "installation.byEndpoint": struct({"endpoint": "str"}),
     "hub.create": struct({"name": "str"}), "hub.get": struct({"name": "str"}), "hub.list": struct(), "hub.delete": struct({"name": "str"}),
     "hub.policy.put": struct({"hub": "str", "name": "str", "rights": ("list", "str")}),
     "hub.policy.delete": struct({"hub": "str", "name": "str"}),
@@ -148,7 +149,7 @@ REPLY_TYPES = {
     "health": "health.reply", "metrics": "metrics.reply",
     "installation.upsert": "installation.reply", "installation.patch": "installation.reply",
     "installation.get": "installation.reply", "installation.delete": "ack", "installation.list": "installation.page",
-    "registry.snapshot": "registry.snapshot.reply",
+    "registry.snapshot": "registry.snapshot.reply", "installation.byEndpoint": "installation.reply",
     "hub.create": "hub.description", "hub.get": "hub.description", "hub.list": "hub.list.reply", "hub.delete": "ack",
     "hub.policy.put": "hub.policy", "hub.policy.delete": "ack", "hub.keys.regenerate": "hub.policy", "hub.limits.put": "hub.description",
     "hub.catalog": "hub.catalog.reply",
@@ -169,7 +170,7 @@ STORING_TYPES = {"notification.send": "notifications", "rich.send": "notificatio
                  "installation.patch": "installations", "user.post": "user notifications"}
 SERVICE_TYPES = {
     "nh-registry": COMMON_TYPES | {"installation.upsert", "installation.patch", "installation.get", "installation.delete",
-                                   "installation.list", "registry.snapshot", "hub.create", "hub.get", "hub.list", "hub.delete",
+                                   "installation.list", "registry.snapshot", "installation.byEndpoint", "hub.create", "hub.get", "hub.list", "hub.delete",
                                    "hub.policy.put", "hub.policy.delete", "hub.keys.regenerate", "hub.limits.put", "hub.catalog"},
     "nh-sync": COMMON_TYPES | {"user.post", "user.changes", "user.history", "user.state", "user.delete", "user.credential",
                                "user.token"},
@@ -186,7 +187,7 @@ SERVICES = ["nh-registry", "nh-sync", "nh-dispatch", "nh-publish", "nh-gateway",
 # The right each shared-access request needs; the user-token requests; the rest need nothing.
 SAS_RIGHTS = {
     "installation.upsert": "listen", "installation.patch": "listen", "installation.get": "listen",
-    "installation.delete": "listen", "installation.list": "manage", "registry.snapshot": "namespace",
+    "installation.delete": "listen", "installation.list": "manage", "registry.snapshot": "namespace", "installation.byEndpoint": "namespace",
     "notification.send": "send", "notification.cancel": "send", "rich.send": "send", "rich.fetch": "listen",
     "notification.pending": "namespace", "notification.outcome": "send", "notification.test.results": "send", "user.post": "send",
     "user.credential": "manage", "push.credentials": "manage", "push.credentials.set": "manage",
@@ -945,6 +946,8 @@ class Generator:
             return {"installationId": f"fz-{r.randrange(10)}", "operations": [operation]}
         if kind == "installation.get":
             return {"installationId": f"fz-{r.randrange(12)}"}
+        if kind == "installation.byEndpoint":
+            return {"endpoint": r.choice(["", "fz-endpoint", "x" * 200])}
         if kind == "installation.delete":
             return {"installationId": f"fz-gone-{r.randrange(100)}"}
         if kind == "installation.list":

@@ -73,6 +73,7 @@ enum Samples {
                     value: .object(["body": .string("{}"), "tags": .array([.string("a")]), "n": .number(1.5)])),
             ]),
         InstallationGet(installationId: "inst-1"),
+        InstallationByEndpoint(endpoint: "mD0xSRM4Z0h4tZbzk8ZK1UXa4E4SBWhk7vIpc5I8FBE"),
         InstallationDelete(installationId: "inst-1"),
         InstallationReply(installation: installation),
         InstallationList(tag: "World", limit: 50, after: "inst-0"),

@@ -71,6 +71,36 @@ struct InstallationStoreContractTests {
         #expect(try store.count(now: Self.now) == 0)
     }
 
+    @Test("a push endpoint finds the installation that holds it, of any hub, until it is dropped, the installation deleted or expired",
+          arguments: StoreEngine.available)
+    func endpoints(engine: StoreEngine) throws {
+        let store = try engine.makeStore()
+        var device = Self.installation("news/dev", channel: "d")
+        device.platform = "linux"
+        device.endpoints = ["e1": PushEndpoint(), "e2": PushEndpoint(vapid: "k")]
+        _ = try store.upsert(device, now: Self.now)
+        #expect(try store.installation(holding: "e1", now: Self.now)?.installationId == "news/dev")
+        #expect(try store.installation(holding: "e2", now: Self.now)?.endpoints?["e2"]?.vapid == "k")
+        #expect(try store.installation(holding: "e3", now: Self.now) == nil)
+        // Another installation cannot take an endpoint held: nothing of its write is kept.
+        var other = Self.installation("thief", channel: "t")
+        other.platform = "linux"
+        other.endpoints = ["e1": PushEndpoint()]
+        #expect(throws: HubError.self) { try store.upsert(other, now: Self.now) }
+        #expect(try store.get("thief", now: Self.now) == nil && store.sequence() == 1)
+        // A write without an endpoint drops it; its holder may give it again.
+        device.endpoints = ["e2": PushEndpoint()]
+        _ = try store.upsert(device, now: Self.now)
+        #expect(try store.installation(holding: "e1", now: Self.now) == nil)
+        _ = try store.upsert(other, now: Self.now)
+        #expect(try store.installation(holding: "e1", now: Self.now)?.installationId == "thief")
+        #expect(try store.delete("news/dev") != nil)
+        #expect(try store.installation(holding: "e2", now: Self.now) == nil)
+        other.expirationTime = Self.now.addingTimeInterval(10)
+        _ = try store.upsert(other, now: Self.now)
+        #expect(try store.installation(holding: "e1", now: Self.now.addingTimeInterval(11)) == nil)
+    }
+
     @Test("expired installations are not read, listed, counted or in a snapshot, and are purged with a sequence each",
           arguments: StoreEngine.available)
     func expiry(engine: StoreEngine) throws {

@@ -187,6 +187,30 @@ def test_register_push_and_decrypt(setup):
     assert len(app.events("Message")) == 1
 
 
+def test_endpoints_link_apps_to_nothing(setup):
+    """Each registration's endpoint is the gateway's address and a random secret alone: two apps of
+    one device share nothing else, and an app registered again keeps its endpoint. An endpoint given
+    in the earlier form, which named the installation, still reaches its app."""
+    first, second = setup.app(), setup.app()
+    one, two = setup.register(first), setup.register(second)
+    for endpoint in (one, two):
+        path = endpoint[len(setup.hub.base):]
+        assert path.count("/") == 2 and path.startswith("/up/"), endpoint
+        assert AGENT not in endpoint and "linux" not in endpoint, endpoint
+    assert one.rsplit("/", 1)[1] != two.rsplit("/", 1)[1]
+    first.register(first.token, vapid=first.keys.vapid_public)
+    assert wait_until(lambda: len(first.events("NewEndpoint")) == 2, timeout=10)
+    assert first.events("NewEndpoint")[-1]["endpoint"] == one
+    earlier = f"{setup.hub.base}/up/{AGENT}/{one.rsplit('/', 1)[1]}"
+    assert first.keys.push(earlier, b"by the earlier form").status_code == 201
+    assert first.keys.decrypt(base64.b64decode(first.wait_for("Message")["message"])) == b"by the earlier form"
+    assert first.keys.push(one, b"by the endpoint").status_code == 201
+    assert wait_until(lambda: len(first.events("Message")) == 2, timeout=20)
+    assert not second.events("Message")
+    assert setup.agent("apps", "remove", earlier).returncode == 0
+    assert wait_until(lambda: requests.post(one, data=b"x", timeout=10).status_code == 410, timeout=10)
+
+
 def test_connector_v1(setup):
     app = setup.app(v1=True)
     endpoint = setup.register(app, vapid=False)
@@ -205,7 +229,8 @@ def test_refusals(setup):
     # Unknown endpoints: another secret, another installation, a malformed path.
     assert requests.post(endpoint[:-4] + "AAAA", data=b"x", timeout=10).status_code == 410
     assert requests.post(f"{setup.hub.base}/up/nobody/{endpoint.rsplit('/', 1)[1]}", data=b"x", timeout=10).status_code == 410
-    assert requests.post(f"{setup.hub.base}/up/only-one-part", data=b"x", timeout=10).status_code == 404
+    assert requests.post(f"{setup.hub.base}/up/an-unknown-secret", data=b"x", timeout=10).status_code == 410
+    assert requests.post(f"{setup.hub.base}/up/a/b/c/d", data=b"x", timeout=10).status_code == 404
     # 4,096 bytes of body pass the size check (and are refused for their missing signature); 4,097 do not.
     assert requests.post(endpoint, data=b"x" * 4096, headers={"TTL": "60"}, timeout=10).status_code == 401
     too_big = requests.post(endpoint, data=b"x" * 4097, headers={"TTL": "60"}, timeout=10)
@@ -409,13 +434,15 @@ def test_an_endpoint_reaches_its_own_hubs_installation_alone(setup):
         answer = theirs.register(theirs.token, vapid=theirs.keys.vapid_public)
         assert answer.get("success") in ("REGISTRATION_SUCCEEDED", "NEW_ENDPOINT"), answer
         their_endpoint = theirs.wait_for("NewEndpoint")["endpoint"]
-        assert their_endpoint.startswith(f"{setup.hub.base}/up/up-b%2F{AGENT}/"), their_endpoint
+        # The endpoint names neither the hub nor the installation: the registry finds both by its secret.
+        assert "up-b" not in their_endpoint[len(setup.hub.base):] and AGENT not in their_endpoint, their_endpoint
         assert theirs.keys.push(their_endpoint, b"to B's app").status_code == 201
         assert theirs.keys.decrypt(base64.b64decode(theirs.wait_for("Message")["message"])) == b"to B's app"
 
         mine = setup.app()
         my_endpoint = setup.register(mine)
-        # Each endpoint's secret under the other hub's installation of the same id: gone.
+        # Each endpoint's secret under the other hub's installation of the same id, in the earlier
+        # form that named it: gone.
         their_secret, my_secret = their_endpoint.rsplit("/", 1)[1], my_endpoint.rsplit("/", 1)[1]
         assert theirs.keys.push(f"{setup.hub.base}/up/{AGENT}/{their_secret}", b"crossed").status_code == 410
         assert mine.keys.push(f"{setup.hub.base}/up/up-b%2F{AGENT}/{my_secret}", b"crossed").status_code == 410
