@@ -198,7 +198,8 @@ final class UnifiedPushDistributor {
     private func register(_ registration: UnifiedPushRegistration, _ call: DBusCall) throws {
         let existing = try store.app(token: registration.token)
         if let existing, existing.service != registration.service {
-            try call.reply(UnifiedPushRequest.registerReply(failure: "UNAUTHORIZED", connector: registration.connector))
+            try call.reply(UnifiedPushRequest.registerReply(
+                failure: "UNAUTHORIZED", connector: registration.connector, detail: "this token is registered by another app; make a new one"))
             logger.warning("an app registered with another app's token; refused", ("service", registration.service))
             return
         }
@@ -213,7 +214,8 @@ final class UnifiedPushDistributor {
                 let code = (error as? HubError)?.code
                 let reason = code == .timeout || code == .unavailable ? "NETWORK" : "INTERNAL_ERROR"
                 logger.warning("an app's registration failed: the hub did not take its endpoint", ("service", app.service), ("error", "\(error)"))
-                try call.reply(UnifiedPushRequest.registerReply(failure: reason, connector: registration.connector))
+                try call.reply(UnifiedPushRequest.registerReply(
+                    failure: reason, connector: registration.connector, detail: "the hub did not take the endpoint: \(error)"))
                 return
             }
         }

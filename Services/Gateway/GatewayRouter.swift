@@ -19,6 +19,7 @@ final class GatewayRouter: @unchecked Sendable {
     let users: UserRoutes
     let pushServices: PushServiceRoutes
     let pushEndpoints: PushEndpointRoutes
+    let matrix: MatrixGatewayRoutes
     let hubResources: HubResourceRoutes
     let namespace: NamespaceRoutes
 
@@ -45,6 +46,7 @@ final class GatewayRouter: @unchecked Sendable {
         pushServices = PushServiceRoutes(services: services)
         pushEndpoints = PushEndpointRoutes(
             services: services, pushRate: pushRate ?? RateLimiter(perSecond: context.config.limits.pushesPerSecondPerEndpoint), counts: counts)
+        matrix = MatrixGatewayRoutes(pushEndpoints: pushEndpoints)
         hubResources = HubResourceRoutes(services: services, streams: streams, counts: counts)
         namespace = NamespaceRoutes(services: services)
     }
@@ -104,6 +106,7 @@ final class GatewayRouter: @unchecked Sendable {
         case page(HTTPResponse)
         case metrics
         case pushEndpoint([String])
+        case matrixPush
         case namespace([String])
         case route(Route, [String])
     }
@@ -113,6 +116,7 @@ final class GatewayRouter: @unchecked Sendable {
         case .page(let page): return page
         case .metrics: return hubResources.metrics()
         case .pushEndpoint(let segments): return pushEndpoints.handle(request, segments)
+        case .matrixPush: return matrix.handle(request)
         case .namespace(let segments): return try namespace.handle(request, segments)
         case .route(let route, let parameters): return try route.run(self, request, parameters)
         }
@@ -131,6 +135,7 @@ final class GatewayRouter: @unchecked Sendable {
         guard let first = segments.first else { throw HubError(.notFound, "no resource at '/'; hub resources are under /\(hub)/") }
         if first == "metrics", segments.count == 1, request.method == "GET" { return .metrics }
         if first == "up" { return .pushEndpoint(Array(segments.dropFirst())) }
+        if segments == MatrixGatewayRoutes.path { return .matrixPush }
         if first == NamespaceRoutes.segment { return .namespace(Array(segments.dropFirst())) }
         let scope = services.context.scope(first)
         guard services.context.hubs.has(scope) else {

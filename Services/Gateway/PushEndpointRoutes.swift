@@ -41,15 +41,7 @@ struct PushEndpointRoutes {
 
     private func routePush(_ request: HTTPRequest, _ segments: [String]) throws -> HTTPResponse {
         if segments.isEmpty, request.method == "GET" { return Self.discovery }
-        let target: PushTarget
-        switch segments.count {
-        case 1:
-            target = try holder(ofSecret: segments[0])
-        case 2, 3:
-            target = try named(segments)
-        default:
-            throw PushRefusal(404, "not_found", "a push endpoint is /up/{secret}, as its app was given it")
-        }
+        let target = try self.target(segments)
         switch request.method {
         case "GET":
             _ = try target.endpoint()
@@ -58,6 +50,15 @@ struct PushEndpointRoutes {
             return try push(request, target)
         default:
             throw PushRefusal(405, "invalid_argument", "a push endpoint takes POST (a message) and GET (discovery), not \(request.method)")
+        }
+    }
+
+    /// The endpoint the path after `/up/` names; sets the worker's hub to its hub.
+    func target(_ segments: [String]) throws -> PushTarget {
+        switch segments.count {
+        case 1: return try holder(ofSecret: segments[0])
+        case 2, 3: return try named(segments)
+        default: throw PushRefusal(404, "not_found", "a push endpoint is /up/{secret}, as its app was given it")
         }
     }
 
@@ -107,7 +108,6 @@ struct PushEndpointRoutes {
     static let discovery = GatewayResponse.json(200, Data(#"{"unifiedpush":{"version":1}}"#.utf8))
 
     private func push(_ request: HTTPRequest, _ target: PushTarget) throws -> HTTPResponse {
-        let (installationId, endpointId) = (target.installationId, target.endpointId)
         guard !request.bodyTooLarge, request.body.count <= Self.pushMessageBytes else {
             throw PushRefusal(413, ErrorCode.payloadTooLarge.rawValue, "a push message carries at most \(Self.pushMessageBytes) bytes; this one has more")
         }
@@ -130,14 +130,8 @@ struct PushEndpointRoutes {
             urgency = value
         }
         let topic = try request.header("topic").map(Self.checkTopic)
-        guard pushRate.allow(endpointId) else {
-            throw PushRefusal(
-                429, ErrorCode.rateLimited.rawValue,
-                "this endpoint takes \(services.context.config.limits.pushesPerSecondPerEndpoint) pushes a second (limits.pushesPerSecondPerEndpoint); retry after a second",
-                retryAfter: 1)
-        }
-        let registered = try target.endpoint()
-        if let key = registered.vapid {
+        try take(target)
+        if let key = try target.endpoint().vapid {
             do {
                 try VAPID.verify(
                     authorization: request.header("authorization"), cryptoKey: request.header("crypto-key"), registered: key,
@@ -146,13 +140,28 @@ struct PushEndpointRoutes {
                 throw PushRefusal(error.status, error.status == 403 ? ErrorCode.forbidden.rawValue : ErrorCode.unauthorized.rawValue, error.message)
             }
         }
-        let message = AppPushMessage(endpoint: endpointId, message: request.body, urgency: urgency, topic: topic)
-        var send = SendNotification(format: .native, body: message.payload, installationId: installationId, timeToLive: timeToLive)
-        if let topic { send.headers = [AppPushMessage.topicHeader: "\(endpointId):\(topic)"] }
-        let accepted = try services.publish.call(send)
+        let accepted = try enqueue(request.body, to: target, timeToLive: timeToLive, urgency: urgency, topic: topic)
         return GatewayResponse.empty(201, headers: [
             ("Location", "\(services.context.resource(of: services.current.scope))/messages/\(accepted.notificationId)"), ("TTL", String(timeToLive)),
         ])
+    }
+
+    /// Takes one push of the endpoint's rate, or refuses it (429).
+    func take(_ target: PushTarget) throws {
+        guard pushRate.allow(target.endpointId) else {
+            throw PushRefusal(
+                429, ErrorCode.rateLimited.rawValue,
+                "this endpoint takes \(services.context.config.limits.pushesPerSecondPerEndpoint) pushes a second (limits.pushesPerSecondPerEndpoint); retry after a second",
+                retryAfter: 1)
+        }
+    }
+
+    /// Stores `message` as a delivery to the endpoint's installation, for its app: durable once this returns.
+    func enqueue(_ message: Data, to target: PushTarget, timeToLive: Int, urgency: PushUrgency?, topic: String?) throws -> SendAccepted {
+        let push = AppPushMessage(endpoint: target.endpointId, message: message, urgency: urgency, topic: topic)
+        var send = SendNotification(format: .native, body: push.payload, installationId: target.installationId, timeToLive: timeToLive)
+        if let topic { send.headers = [AppPushMessage.topicHeader: "\(target.endpointId):\(topic)"] }
+        return try services.publish.call(send)
     }
 
     /// The origins a VAPID token may be for: the namespace's, and the one the request came to.

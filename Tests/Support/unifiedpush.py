@@ -22,6 +22,23 @@ import desktop
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CONNECTOR = os.path.join(HERE, "upconnector.py")
+# The second D-Bus stack: GLib's GDBus, as GTK and GNOME apps use it, on Debian's own Python.
+GDBUS_PYTHON = "/usr/bin/python3"
+GDBUS_CONNECTOR = os.path.join(HERE, "gdbusconnector.py")
+
+
+def connector(stack):
+    """The command that runs a connector of this D-Bus stack: "jeepney" or "gdbus"."""
+    return [GDBUS_PYTHON, GDBUS_CONNECTOR] if stack == "gdbus" else [sys.executable, CONNECTOR]
+
+
+def gdbus_missing():
+    """Why the GDBus connector cannot run here, or None."""
+    try:
+        subprocess.run([GDBUS_PYTHON, "-c", "from gi.repository import Gio, GLib"], check=True, capture_output=True, timeout=30)
+        return None
+    except (OSError, subprocess.SubprocessError):
+        return "python3-gi (Debian package python3-gi) for Debian's /usr/bin/python3"
 
 # The desktops' bus, with a folder of .service files for D-Bus activation.
 BUS_CONFIG = desktop.BUS_CONFIG.replace("<auth>EXTERNAL</auth>", "<auth>EXTERNAL</auth>\n  <servicedir>{services}</servicedir>")
@@ -69,17 +86,17 @@ class SessionBus:
                 raise RuntimeError("dbus-daemon did not start")
             time.sleep(0.05)
 
-    def app(self, service, v1=False, out=None):
-        """An app whose connector runs now (not registered yet)."""
-        app = App(self, service, v1=v1, out=out)
+    def app(self, service, v1=False, out=None, stack="jeepney"):
+        """An app whose connector runs now (not registered yet), written with `stack`'s D-Bus library."""
+        app = App(self, service, v1=v1, out=out, stack=stack)
         app.start()
         self.apps.append(app)
         return app
 
-    def activatable(self, service, v1=False, exit_idle=2.0):
+    def activatable(self, service, v1=False, exit_idle=2.0, stack="jeepney"):
         """An app that is not running; the bus starts its connector when a call comes for it."""
-        app = App(self, service, v1=v1)
-        argv = [sys.executable, CONNECTOR, "--service", service, "--out", app.out, "--exit-idle", str(exit_idle)]
+        app = App(self, service, v1=v1, stack=stack)
+        argv = [*connector(stack), "--service", service, "--out", app.out, "--exit-idle", str(exit_idle)]
         if v1:
             argv.append("--v1")
         with open(os.path.join(self.services, f"{service}.service"), "w") as f:
@@ -96,7 +113,9 @@ class SessionBus:
 
 
 class App:
-    def __init__(self, bus, service, v1=False, out=None):
+    def __init__(self, bus, service, v1=False, out=None, stack="jeepney"):
+        assert not (v1 and stack == "gdbus"), "the GDBus connector speaks Connector2"
+        self.stack = stack
         self.bus = bus
         self.service = service
         self.v1 = v1
@@ -105,7 +124,7 @@ class App:
         self.helpers = []
 
     def _run(self, *extra, background=True):
-        argv = [sys.executable, CONNECTOR, "--service", self.service, "--out", self.out, *extra]
+        argv = [*connector(self.stack), "--service", self.service, "--out", self.out, *extra]
         if self.v1:
             argv.append("--v1")
         env = {**os.environ, **self.bus.env}
@@ -124,13 +143,21 @@ class App:
     def register(self, token, vapid=None, description=None):
         """Calls Register from a second connection of the app (the running connector receives
         NewEndpoint); returns the answer's fields."""
-        extra = ["--register", token, "--exit-after-register", "--distributor", "org.unifiedpush.Distributor.nh"]
+        extra = ["--register", token]
         if vapid:
             extra += ["--vapid", vapid]
         if description:
             extra += ["--description", description]
+        return self._answer(extra)
+
+    def register_raw(self, fields):
+        """Register with these a{sv} fields as given, {name: [signature, value]} (GDBus's connector)."""
+        assert self.stack == "gdbus"
+        return self._answer(["--raw", json.dumps(fields)])
+
+    def _answer(self, extra):
         before = len([e for e in self.events() if e["event"] == "registered"])
-        helper = self._run_helper(extra)
+        helper = self._run_helper([*extra, "--exit-after-register", "--distributor", "org.unifiedpush.Distributor.nh"])
         helper.wait(timeout=60)
         answers = [e for e in self.events() if e["event"] == "registered"]
         assert len(answers) > before, f"no answer to Register for {self.service}"
@@ -142,7 +169,7 @@ class App:
 
     def _run_helper(self, extra):
         # A helper owns no name: a second connection of the app, as a library's would be.
-        argv = [sys.executable, CONNECTOR, "--service", f"{self.service}.Helper{len(self.helpers)}", "--app", self.service,
+        argv = [*connector(self.stack), "--service", f"{self.service}.Helper{len(self.helpers)}", "--app", self.service,
                 "--out", self.out, *extra]
         if self.v1:
             argv.append("--v1")

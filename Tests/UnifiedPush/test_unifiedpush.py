@@ -1,10 +1,14 @@
 """UnifiedPush as an app and its server meet it. One hub; an agent on a private session bus
-(dbus-daemon from Debian) is the distributor; each app is a real connector process on that bus
-(Tests/Support/upconnector.py, jeepney); each application server is pywebpush, a real Web Push
+(dbus-daemon from Debian) is the distributor; each app is a real connector process on that bus,
+written with one of two D-Bus stacks: jeepney (Tests/Support/upconnector.py) and GLib's GDBus
+(Tests/Support/gdbusconnector.py, python3-gi), as a GTK app's; each application server is pywebpush, a real Web Push
 server that encrypts (RFC 8291) and signs (VAPID, RFC 8292). What the app gets is decrypted with
 its own keys (http_ece) and compared byte for byte.
 
 - register (Distributor2 with a VAPID key, and Distributor1): NewEndpoint, and `nh-agent apps`;
+- each registration's endpoint is the gateway's address and a secret alone, linking apps to nothing;
+- each message at least once under a stable id, across a SIGKILL of the agent mid-stream;
+- the Matrix push gateway: a notification to each device's pushkey, `rejected` for others;
 - a push: 201 with Location and TTL, the Message to the app, decrypted; the outcome, /metrics;
 - refusals: unknown and unregistered endpoints 410, oversize 413, no or the wrong VAPID key
   401/403, bad TTL, Urgency and Topic 400;
@@ -39,6 +43,9 @@ from hubharness import BIN, ROOT, Hub, free_port, wait_until  # noqa: E402
 pytestmark = pytest.mark.skipif(bool(unifiedpush.missing()), reason=f"cannot run UnifiedPush here: missing {', '.join(unifiedpush.missing())}")
 
 AGENT = "up-device"
+# The D-Bus stacks the apps are written with; GDBus where Debian's python3-gi is there.
+STACKS = ["jeepney", pytest.param("gdbus", marks=pytest.mark.skipif(bool(unifiedpush.gdbus_missing()),
+                                                                    reason=str(unifiedpush.gdbus_missing())))]
 
 
 def b64url(data):
@@ -125,9 +132,9 @@ class Setup:
         done = self.agent("health", check=False)
         return dict(line.split(": ", 1) for line in done.stdout.splitlines() if ": " in line) if done.returncode in (0, 1) else None
 
-    def app(self, v1=False, keys=True, running=True):
+    def app(self, v1=False, keys=True, running=True, stack="jeepney"):
         service = f"org.example.App{uuid.uuid4().hex[:8]}"
-        app = self.bus.app(service, v1=v1) if running else self.bus.activatable(service, v1=v1)
+        app = self.bus.app(service, v1=v1, stack=stack) if running else self.bus.activatable(service, v1=v1, stack=stack)
         app.keys = Keys() if keys else None
         app.token = str(uuid.uuid4())
         return app
@@ -158,8 +165,9 @@ def setup():
     s.stop()
 
 
-def test_register_push_and_decrypt(setup):
-    app = setup.app()
+@pytest.mark.parametrize("stack", STACKS)
+def test_register_push_and_decrypt(setup, stack):
+    app = setup.app(stack=stack)
     endpoint = setup.register(app)
     assert requests.get(endpoint, timeout=10).json() == {"unifiedpush": {"version": 1}}
     assert requests.get(setup.hub.base + "/up", timeout=10).json() == {"unifiedpush": {"version": 1}}
@@ -187,11 +195,12 @@ def test_register_push_and_decrypt(setup):
     assert len(app.events("Message")) == 1
 
 
-def test_endpoints_link_apps_to_nothing(setup):
+@pytest.mark.parametrize("stack", STACKS)
+def test_endpoints_link_apps_to_nothing(setup, stack):
     """Each registration's endpoint is the gateway's address and a random secret alone: two apps of
     one device share nothing else, and an app registered again keeps its endpoint. An endpoint given
     in the earlier form, which named the installation, still reaches its app."""
-    first, second = setup.app(), setup.app()
+    first, second = setup.app(stack=stack), setup.app(stack=stack)
     one, two = setup.register(first), setup.register(second)
     for endpoint in (one, two):
         path = endpoint[len(setup.hub.base):]
@@ -211,6 +220,44 @@ def test_endpoints_link_apps_to_nothing(setup):
     assert wait_until(lambda: requests.post(one, data=b"x", timeout=10).status_code == 410, timeout=10)
 
 
+def test_matrix_gateway_forwards_to_the_endpoint(setup):
+    """/_matrix/push/v1/notify as the Matrix push gateway API defines it: each device's notification
+    goes to its pushkey, the app's endpoint, as the bytes the homeserver posted; pushkeys that are
+    not endpoints here, or are gone, come back in `rejected`; bad bodies get Matrix errors."""
+    gateway = f"{setup.hub.base}/_matrix/push/v1/notify"
+    assert requests.get(gateway, timeout=10).json() == {"unifiedpush": {"gateway": "matrix"}}
+    app = setup.app()
+    endpoint = setup.register(app, vapid=False)
+    gone = setup.register(setup.app(), vapid=False)
+    assert setup.agent("apps", "remove", gone).returncode == 0
+    notification = {"notification": {"event_id": "$e1", "room_id": "!r:hub.test", "type": "m.room.message", "sender": "@a:hub.test",
+                                     "content": {"msgtype": "m.text", "body": "hello über"}, "prio": "high", "counts": {"unread": 1},
+                                     "devices": [{"app_id": "org.example.chat", "pushkey": endpoint, "pushkey_ts": 1, "data": {}}]}}
+    body = json.dumps(notification).encode()
+    answer = requests.post(gateway, data=body, timeout=10)
+    assert answer.status_code == 200 and answer.json() == {"rejected": []}, answer.text
+    assert base64.b64decode(app.wait_for("Message")["message"]) == body
+    # Two devices in one request: each gets the notification narrowed to itself; others rejected.
+    strangers = ["https://elsewhere.example/up/x", f"{setup.hub.base}/up/never-given", gone]
+    notification["notification"]["devices"] = [{"app_id": "a", "pushkey": key} for key in [endpoint, *strangers]]
+    answer = requests.post(gateway, json=notification, timeout=10)
+    assert answer.status_code == 200 and sorted(answer.json()["rejected"]) == sorted(strangers), answer.text
+    second = json.loads(base64.b64decode(app.wait_for("Message", count=2)["message"]))
+    assert second["notification"]["devices"] == [{"app_id": "a", "pushkey": endpoint}]
+    assert second["notification"]["content"]["body"] == "hello über"
+    # Over a push message's 4,096 bytes: the event's content stays behind, the ids go.
+    notification["notification"]["devices"] = [{"app_id": "a", "pushkey": endpoint}]
+    notification["notification"]["content"]["body"] = "x" * 5000
+    assert requests.post(gateway, json=notification, timeout=10).json() == {"rejected": []}
+    third = json.loads(base64.b64decode(app.wait_for("Message", count=3)["message"]))
+    assert third["notification"]["event_id"] == "$e1" and "content" not in third["notification"]
+    for bad, code in ((b"not json", "M_NOT_JSON"), (b"[]", "M_BAD_JSON"), (b'{"notification":{"devices":[]}}', "M_BAD_JSON")):
+        refused = requests.post(gateway, data=bad, timeout=10)
+        assert refused.status_code == 400 and refused.json()["errcode"] == code, refused.text
+    time.sleep(0.5)
+    assert len(app.events("Message")) == 3
+
+
 def test_connector_v1(setup):
     app = setup.app(v1=True)
     endpoint = setup.register(app, vapid=False)
@@ -220,11 +267,19 @@ def test_connector_v1(setup):
     assert app.keys.decrypt(base64.b64decode(message["message"])) == b"over Connector1"
 
 
-def test_refusals(setup):
-    app = setup.app()
+@pytest.mark.parametrize("stack", STACKS)
+def test_refusals(setup, stack):
+    app = setup.app(stack=stack)
     # A Register whose arguments do not follow the spec fails as the spec says a registration fails.
     bad = app.register(app.token, vapid="not-a-key")
     assert bad.get("success") == "REGISTRATION_FAILED" and bad.get("reason") == "INTERNAL_ERROR" and "vapid" in bad.get("message", ""), bad
+    if stack == "gdbus":
+        for fields, word in [({"service": ["s", "not a bus name"], "token": ["s", "t"]}, "service"),
+                             ({"service": ["s", app.service]}, "token"),
+                             ({"service": ["s", app.service], "token": ["s", "x" * 101]}, "token"),
+                             ({"service": ["s", app.service], "token": ["s", "t"], "description": ["s", "d" * 101]}, "description")]:
+            answer = app.register_raw(fields)
+            assert answer.get("success") == "REGISTRATION_FAILED" and word in answer.get("message", ""), (fields, answer)
     endpoint = setup.register(app)
     # Unknown endpoints: another secret, another installation, a malformed path.
     assert requests.post(endpoint[:-4] + "AAAA", data=b"x", timeout=10).status_code == 410
@@ -291,7 +346,8 @@ def test_urgency_follows_the_power_supply(setup):
     assert [app.keys.decrypt(m) for m in app.messages()][3:] == [b"advert", b"later"]
 
 
-def test_a_registration_starts_the_agent_through_the_bus(setup):
+@pytest.mark.parametrize("stack", STACKS)
+def test_a_registration_starts_the_agent_through_the_bus(setup, stack):
     """An app that registers while no agent runs gets its endpoint and its messages: the session bus
     starts the agent from the service file the nh-agent package installs. Here the bus has no systemd
     manager, so it runs Exec, pointed at the built agent with this hub's settings."""
@@ -299,7 +355,7 @@ def test_a_registration_starts_the_agent_through_the_bus(setup):
     assert "Name=org.unifiedpush.Distributor.nh" in shipped and "SystemdService=nh-agent.service" in shipped
     bus = unifiedpush.SessionBus(root=setup.hub.data)
     pidfile = os.path.join(bus.dir, "agent.pid")
-    env = {**setup.hub.env, "NH_AGENT_HOME": os.path.join(bus.dir, "agent"), "NH_AGENT_INSTALLATION_ID": "up-activated",
+    env = {**setup.hub.env, "NH_AGENT_HOME": os.path.join(bus.dir, "agent"), "NH_AGENT_INSTALLATION_ID": f"up-activated-{stack}",
            "NH_AGENT_DESKTOP": "0", "NH_AGENT_POWER_SUPPLY": setup.power,
            "NH_AGENT_REQUESTS": f"tcp://127.0.0.1:{free_port()}", **bus.env}
     wrapper = os.path.join(bus.dir, "nh-agent")
@@ -311,7 +367,7 @@ def test_a_registration_starts_the_agent_through_the_bus(setup):
     with open(os.path.join(bus.services, "org.unifiedpush.Distributor.nh.service"), "w") as f:
         f.write(shipped.replace("Exec=/usr/bin/nh-agent", f"Exec={wrapper}"))
     try:
-        app = bus.app(f"org.example.Activated{uuid.uuid4().hex[:8]}")
+        app = bus.app(f"org.example.Activated{uuid.uuid4().hex[:8]}", stack=stack)
         app.keys, app.token = Keys(), str(uuid.uuid4())
         answer = app.register(app.token, vapid=app.keys.vapid_public)
         assert answer.get("success") == "REGISTRATION_SUCCEEDED", answer
@@ -356,6 +412,31 @@ def test_activation_and_an_app_that_cannot_start(setup):
     gone.wait_for("Message", count=3)
     time.sleep(1)
     assert [gone.keys.decrypt(m) for m in gone.messages()] == [b"kept 0", b"kept 1", b"kept 2"]
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_a_kill_mid_stream_repeats_a_message_only_under_its_id(setup, stack):
+    """At least once, under a stable id: the agent killed (SIGKILL) while it hands 300 messages
+    over; once it is back, every message has reached the app, and any that came twice came under the
+    id it had the first time, as the README promises."""
+    app = setup.app(keys=True, stack=stack)
+    endpoint = setup.register(app, vapid=False)
+    session = requests.Session()
+    for i in range(300):
+        assert session.post(endpoint, data=f"k{i:03d}".encode(), headers={"TTL": "600"}, timeout=30).status_code == 201
+        if i == 100:
+            assert wait_until(lambda: len(app.events("Message")) >= 20, timeout=30)
+            setup.hub.kill(AGENT)
+    setup.start_agent()
+    app.wait_for("Message", count=300, timeout=120)
+    time.sleep(1)
+    ids = {}
+    for event in app.events("Message"):
+        ids.setdefault(base64.b64decode(event["message"]).decode(), set()).add(event["id"])
+    assert sorted(ids) == [f"k{i:03d}" for i in range(300)], f"{300 - len(ids)} missing"
+    assert all(len(seen) == 1 for seen in ids.values()), {m: seen for m, seen in ids.items() if len(seen) > 1}
+    assert len(set().union(*ids.values())) == 300
+    print(f"\n{len(app.events('Message')) - 300} repeats of 300 after a SIGKILL")
 
 
 def test_thousand_messages_in_order(setup):
