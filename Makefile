@@ -5,7 +5,8 @@ SWIFT        ?= swift
 DATA_DIR     ?= $(or $(NH_DATA_DIR),$(CURDIR)/data)
 APT_PACKAGES := libzmq3-dev libsqlite3-dev libssl-dev libcurl4-openssl-dev libmicrohttpd-dev libmosquitto-dev libpq-dev pkg-config openssl curl mosquitto mosquitto-clients postgresql \
                 chromium chromium-driver \
-                libsystemd-dev xvfb dunst libnotify-bin \
+                libsystemd-dev xvfb dunst libnotify-bin python3-gi gir1.2-glib-2.0 python3-venv \
+                xfce4-notifyd notification-daemon mate-notification-daemon xdotool imagemagick \
                 dpkg-dev lintian patchelf help2man systemd debootstrap faketime python3-zmq valgrind
 PY_PACKAGES  := pytest requests pyzmq selenium matplotlib h2 http-ece py-vapid cryptography jeepney pywebpush
 SUDO         := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
@@ -42,7 +43,7 @@ all: build
 help:
 	@echo "make deps     install missing Debian and Python packages"
 	@echo "make build    debug build of every module and service"
-	@echo "make test     deps, then the whole test suite beside a throwaway PostgreSQL server (Swift with a short parser fuzz; then the REST tests, a one-minute soak, a short socket fuzz, the desktop tests with Xvfb, dbus-daemon and dunst, the store's failover with a streaming replica, and the UnifiedPush tests with app connectors and pywebpush in Python; then make deb and the packaging tests: lintian, contents, the executables with the toolchain out of reach, units, make install, upgrade folders)"
+	@echo "make test     deps, then the whole test suite beside a throwaway PostgreSQL server (Swift with a short parser fuzz; then the REST tests, a one-minute soak, a short socket fuzz, the desktop tests with Xvfb, dbus-daemon and dunst, the store's failover with a streaming replica, and the UnifiedPush tests with app connectors (jeepney and GDBus), pywebpush and a Matrix homeserver (Synapse, installed in its own venv) in Python; then make deb and the packaging tests: lintian, contents, the executables with the toolchain out of reach, units, make install, upgrade folders)"
 	@echo "make soak     deps, debug build, then ten minutes of mixed load while services and agents are killed"
 	@echo "make run      deps, release build, then every service on loopback (Ctrl-C stops them)"
 	@echo "make bench    deps, release build, then throughput against raw libzmq and Mosquitto; writes $(BENCH_DIR)/results.json"
@@ -161,6 +162,7 @@ package-test: deb
 # The packages are built too (make deb): Tests/Packaging checks them and the upgrade folders, and
 # package_test.py installs them on a Debian 12 root (make package-test).
 test: deps stamp
+	@python3 Tests/Support/synapse.py install 900
 	$(SWIFT) build --build-tests
 	python3 Tests/Support/pgserver.py run --require -- $(SWIFT) test --skip-build
 	$(MAKE) --no-print-directory deb

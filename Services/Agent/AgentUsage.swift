@@ -48,6 +48,8 @@ enum AgentUsage {
           NH_AGENT_INSTALLATION_ID    the installation id (default: one made at the first start and kept)
           NH_AGENT_RICH_ATTEMPTS      tries to fetch a rich payload before it is reported failed (default: 8)
           NH_AGENT_DESKTOP            0: no popups
+          NH_AGENT_POPUP_BURST        popups shown on their own within 10 s before the rest of a burst
+                                      are counted in one summary popup (default 3; 0: never grouped)
           NH_AGENT_UNIFIEDPUSH        0: no UnifiedPush distributor (with NH_AGENT_DESKTOP=0 too, the
                                       session bus is never contacted)
           NH_AGENT_UNIFIEDPUSH_NAME   the distributor's bus name (default: org.unifiedpush.Distributor.nh)

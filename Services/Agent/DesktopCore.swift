@@ -7,6 +7,8 @@ struct Popup: Equatable {
     enum Key: Hashable {
         case user(String)
         case delivery(String)
+        /// The popup that stands for a burst's popups (`BurstGrouping`), numbered.
+        case summary(Int)
     }
 
     var key: Key
@@ -48,6 +50,18 @@ struct DesktopServer: Equatable {
 
     var hasActions: Bool { capabilities.contains("actions") }
     var summary: String { "\(name) \(version) (\(vendor))" }
+
+    /// notification-daemon (GNOME's): `CloseNotification` takes a popup off its list but leaves the
+    /// bubble on screen until the bubble's own timer, and shows nothing else meanwhile; and it keeps
+    /// popups that timed out until they are closed, refusing more past 20. Its popups carry the
+    /// `transient` hint, so one that times out leaves its list, and the agent withdraws one by
+    /// replacing it with one that expires at once.
+    var keepsClosedBubbles: Bool { name == "Notification Daemon" && vendor == "GNOME" }
+    /// mate-notification-daemon (1.26, Debian 12's) reports the person's × as an expiry (reason 1).
+    /// Its popups are sent with its own default timeout, 7 s, asked for explicitly, so that a
+    /// reason 1 well before it can only be the ×, and is taken as the person's close.
+    var reportsCloseAsExpiry: Bool { vendor == "MATE" }
+    static let mateTimeout: Int32 = 7_000
 }
 
 /// The agent's popups with no IO: which are shown under which id, which wait for the server,
@@ -57,6 +71,13 @@ struct DesktopServer: Equatable {
 /// Popup ids belong to one server instance: when the server's owner changes they are forgotten,
 /// and only popups this agent opened on the current server are ever closed or replaced.
 struct DesktopCore {
+    /// How bursts are grouped; nil: every popup is shown on its own.
+    let grouping: BurstGrouping?
+
+    init(grouping: BurstGrouping? = BurstGrouping()) {
+        self.grouping = grouping
+    }
+
     /// Notify calls awaiting their answer at once; more wait here, so a hung server holds only memory.
     static let window = 32
     /// Popups waiting for the server at most; the oldest go first.
@@ -119,6 +140,9 @@ struct DesktopCore {
         case shown(Popup.Key, id: UInt32, owner: String)
         /// The popup is gone from this server (closed, expired, withdrawn).
         case gone(Popup.Key, owner: String)
+        /// Withdraw a popup from a server that leaves closed bubbles on screen: replace it with a
+        /// `transient` one that expires at once.
+        case expire(UInt32, Popup)
         /// A server (new, or the first since the agent started) is ready: show again what is current.
         case reshow(owner: String)
         case log(String, warning: Bool)
@@ -130,6 +154,9 @@ struct DesktopCore {
     private var asking = false
     private var popups: [Popup.Key: UInt32] = [:]
     private var keys: [UInt32: Popup.Key] = [:]
+    /// What each popup up shows, and since when (its last Notify's answer): for the servers'
+    /// quirks (`DesktopServer`).
+    private var shown: [UInt32: (popup: Popup, at: Date)] = [:]
     /// Notify calls awaiting their answer, by token: the server generation they went to, and when.
     private var inFlight: [Int: (popup: Popup, generation: Int, sentAt: Date)] = [:]
     /// Moves on whenever the server is forgotten: answers from an earlier one are not kept.
@@ -150,6 +177,13 @@ struct DesktopCore {
     private var acted: Set<UInt32> = []
     private var nextToken = 1
     private var dropped = 0
+    /// When new popups were last shown on their own, within the grouping's window.
+    private var recentShows: [Date] = []
+    /// The bursts whose summary is wanted or up, by number: the popups each stands for.
+    private var groups: [Int: [Popup]] = [:]
+    /// The burst being grouped now, and when its last popup came.
+    private var burst: (number: Int, lastAt: Date)?
+    private var burstCount = 0
 
     var shownCount: Int { popups.count }
     var pending: Int { queue.count + inFlight.count }
@@ -219,6 +253,7 @@ struct DesktopCore {
             asking = true
             return [.askServer]
         case .show(let popup):
+            if let grouped = group(popup, now: now) { return grouped }
             // Merged only with a call to the current server; one to a server that has gone is left
             // to its answer.
             if let token = inFlightToken(popup.key, currentOnly: true) {
@@ -238,6 +273,10 @@ struct DesktopCore {
             }
             return flush(now: now)
         case .withdraw(let key):
+            if let number = groups.first(where: { $0.value.contains { $0.key == key } })?.key {
+                groups[number]?.removeAll { $0.key == key }
+                return showSummary(number, now: now)
+            }
             queue.removeAll { $0.key == key }
             if inFlightToken(key) != nil {
                 after[key] = .some(.none)
@@ -246,6 +285,8 @@ struct DesktopCore {
             guard let id = popups.removeValue(forKey: key), let server else { return [] }
             keys[id] = nil
             acted.remove(id)
+            let content = shown.removeValue(forKey: id)?.popup
+            if server.keepsClosedBubbles, let content { return [.expire(id, content), .gone(key, owner: server.owner)] }
             return [.close(id), .gone(key, owner: server.owner)]
         case .adopt(let key, let id, let owner):
             guard let server, server.owner == owner, popups[key] == nil, keys[id] == nil else { return [] }
@@ -268,9 +309,13 @@ struct DesktopCore {
                     case .none: return on(.show(popup), now: now)
                     }
                 }
-                if let previous = popups[popup.key], previous != id { keys[previous] = nil }
+                if let previous = popups[popup.key], previous != id {
+                    keys[previous] = nil
+                    shown[previous] = nil
+                }
                 popups[popup.key] = id
                 keys[id] = popup.key
+                shown[id] = (popup, now)
                 actions.append(.shown(popup.key, id: id, owner: server.owner))
             case .failure(.noServer):
                 // The popup (or its newer content) waits for a server; asking again finds out when
@@ -309,9 +354,16 @@ struct DesktopCore {
             }
             guard let server, sender == server.owner, let key = keys.removeValue(forKey: id) else { return room }
             popups[key] = nil
+            let since = shown.removeValue(forKey: id)?.at
+            // A summary closed, however: it alone goes; what it stood for stays as it is in the store.
+            if case .summary(let number) = key { groups[number] = nil }
             var actions: [Action] = [.gone(key, owner: server.owner)] + room
-            // 2: dismissed by the user. 1 (expired), 3 (closed by a call) and 4 (undefined) change nothing.
-            if acted.remove(id) == nil, reason == 2, case .user(let notification) = key {
+            // 2: dismissed by the user. 1 (expired), 3 (closed by a call) and 4 (undefined) change
+            // nothing, but for MATE's expiry that came too soon to be one.
+            let closedByPerson = reason == 2 || (reason == 1 && server.reportsCloseAsExpiry && since.map {
+                now.timeIntervalSince($0) < Double(DesktopServer.mateTimeout) / 1000 - Self.mateMargin
+            } == true)
+            if acted.remove(id) == nil, closedByPerson, case .user(let notification) = key {
                 actions.insert(.userAction(notification, .dismiss), at: 0)
             }
             return actions
@@ -324,6 +376,10 @@ struct DesktopCore {
             return [.userAction(notification, userAction), .close(id)]
         }
     }
+
+    /// How much sooner than MATE's timeout a reason 1 must come to be the person's ×: the timer
+    /// starts as the server takes the Notify, a little before its answer reaches the agent.
+    static let mateMargin: TimeInterval = 0.5
 
     /// Sends what waits, up to the window, once a server is ready.
     private mutating func flush(now: Date) -> [Action] {
@@ -348,7 +404,9 @@ struct DesktopCore {
             nextToken += 1
             inFlight[token] = (popup, generation, now)
             let offered = popup.offersActions && server.hasActions ? Self.actions.flatMap { [$0.key, $0.label] } : []
-            actions.append(.notify(token: token, popup, replaces: popups[popup.key] ?? 0, actions: offered, timeout: timeout))
+            actions.append(.notify(
+                token: token, popup, replaces: popups[popup.key] ?? 0, actions: offered,
+                timeout: server.reportsCloseAsExpiry ? DesktopServer.mateTimeout : timeout))
         }
         return actions
     }
@@ -365,12 +423,55 @@ struct DesktopCore {
         }
     }
 
+    /// Groups a new popup that comes in a burst: from the grouping's `limit + 1`th new popup within
+    /// its window on, new popups are counted in one summary popup, replaced in place as more come,
+    /// until none has come for a window. A replacement of a popup shown, and a critical one, are
+    /// shown as ever. Nil when the popup is to be shown on its own.
+    private mutating func group(_ popup: Popup, now: Date) -> [Action]? {
+        guard let grouping, server != nil else { return nil }
+        if case .summary = popup.key { return nil }
+        // One counted already: its newer content is counted instead.
+        if let number = groups.first(where: { $0.value.contains { $0.key == popup.key } })?.key {
+            groups[number] = groups[number]?.map { $0.key == popup.key ? popup : $0 }
+            return showSummary(number, now: now)
+        }
+        guard popups[popup.key] == nil, !pendingNow(popup.key), popup.urgency < 2 else { return nil }
+        recentShows.removeAll { now.timeIntervalSince($0) >= grouping.window }
+        if let current = burst, now.timeIntervalSince(current.lastAt) < grouping.window, groups[current.number] != nil {
+            burst = (current.number, now)
+        } else if recentShows.count >= grouping.limit {
+            burstCount += 1
+            burst = (burstCount, now)
+            groups[burstCount] = []
+        } else {
+            recentShows.append(now)
+            return nil
+        }
+        let number = burst!.number
+        groups[number, default: []].append(popup)
+        return showSummary(number, now: now)
+    }
+
+    /// Shows a burst's summary as it stands, or withdraws it once it stands for nothing current.
+    private mutating func showSummary(_ number: Int, now: Date) -> [Action] {
+        let members = (groups[number] ?? []).filter { $0.expiresAt > now }
+        guard !members.isEmpty, let grouping else {
+            groups[number] = nil
+            return on(.withdraw(.summary(number)), now: now)
+        }
+        return on(.show(grouping.summary(number, of: members)), now: now)
+    }
+
     private mutating func forgetServer() {
         server = nil
+        groups = [:]
+        burst = nil
+        recentShows = []
         full = false
         generation += 1
         popups = [:]
         keys = [:]
+        shown = [:]
         acted = []
     }
 
@@ -396,6 +497,38 @@ struct DesktopCore {
     /// Whether the key waits in the queue, or is on its way to the current server.
     private func pendingNow(_ key: Popup.Key) -> Bool {
         queue.contains { $0.key == key } || inFlightToken(key, currentOnly: true) != nil
+    }
+}
+
+/// How a burst of popups is grouped, as desktops and phones group them: the first `limit` new
+/// popups within `window` seconds are shown on their own; the next, and every one that follows
+/// less than `window` after the one before, are counted in one summary popup ("12 new
+/// notifications", the latest titles below), replaced in place as more come. A summary has no
+/// buttons; closing it or clicking it closes it alone, and the notifications it stands for stay
+/// unread and not dismissed, in `nh-agent list`, the inbox and the history.
+struct BurstGrouping: Equatable {
+    var limit = 3
+    var window: TimeInterval = 10
+    /// The latest titles a summary lists.
+    static let titles = 3
+
+    /// From `NH_AGENT_POPUP_BURST`: the popups shown on their own before the rest are grouped
+    /// (default 3); 0 shows every popup on its own. Nil when it does not parse.
+    static func from(environment: [String: String]) -> BurstGrouping?? {
+        guard let text = environment["NH_AGENT_POPUP_BURST"] else { return .some(BurstGrouping()) }
+        guard let limit = Int(text), limit >= 0 else { return nil }
+        return .some(limit == 0 ? nil : BurstGrouping(limit: limit))
+    }
+
+    /// The summary popup for a burst's popups, oldest first.
+    func summary(_ number: Int, of members: [Popup]) -> Popup {
+        let latest = members.suffix(Self.titles).reversed().map(\.title)
+        var body = latest.joined(separator: "\n")
+        if members.count > latest.count { body += "\n…" }
+        return Popup(
+            key: .summary(number), title: members.count == 1 ? "1 new notification" : "\(members.count) new notifications", body: body,
+            icon: nil, urgency: members.map(\.urgency).max() ?? 1, expiresAt: members.map(\.expiresAt).max() ?? .distantPast,
+            category: "x-nh.summary", offersActions: false)
     }
 }
 

@@ -31,7 +31,7 @@ final class DesktopNotifications {
     let enabled: Bool
     private let bus: SessionBus
     private let logger: Logger
-    private var core = DesktopCore()
+    private var core: DesktopCore
     private var connection: DBusConnection? { bus.connection }
     /// When to ask a server that did not answer again (`DesktopCore.Action.askServerAfter`).
     private var askAgainAt: ContinuousClock.Instant?
@@ -42,6 +42,12 @@ final class DesktopNotifications {
         self.logger = logger
         self.bus = bus
         enabled = environment["NH_AGENT_DESKTOP"] != "0"
+        if let grouping = BurstGrouping.from(environment: environment) {
+            core = DesktopCore(grouping: grouping)
+        } else {
+            logger.warning("NH_AGENT_POPUP_BURST is a count of popups, 0 or more; bursts are grouped after 3")
+            core = DesktopCore()
+        }
         guard enabled else { return }
         if bus.address == nil {
             let display = environment["DISPLAY"] != nil || environment["WAYLAND_DISPLAY"] != nil
@@ -143,6 +149,10 @@ final class DesktopNotifications {
                 onPopup(id, nil, owner)
             case .shown, .gone:
                 break
+            case .expire(let id, let popup):
+                guard let owner = core.server?.owner else { break }
+                call("Notify", Self.arguments(popup, replaces: id, actions: [], timeout: 1, server: core.server), to: owner,
+                     timeout: .seconds(10)) { _ in }
             case .reshow(let owner):
                 onReshow(owner)
                 handle(.resume)
@@ -194,17 +204,7 @@ final class DesktopNotifications {
             handle(.notified(token: token, .failure(.noServer)))
             return
         }
-        // A server that reads markup in the body gets it escaped, so "a < b" and "Tom & Jerry" show as written.
-        let body = server.capabilities.contains("body-markup") ? Self.escapeMarkup(popup.body) : popup.body
-        var hints: [(String, DBusValue)] = [
-            ("urgency", .byte(popup.urgency)), ("category", .string(popup.category)), ("desktop-entry", .string(Self.appName)),
-        ]
-        if let icon = popup.icon { hints.append(("image-path", .string(icon))) }
-        let arguments: [DBusValue] = [
-            .string(Self.appName), .uint32(replaces), .string(popup.icon ?? Self.appIcon), .string(popup.title), .string(body),
-            .strings(actions), .stringVariants(hints), .int32(timeout),
-        ]
-        call("Notify", arguments, to: server.owner, timeout: Self.notifyTimeout) { [unowned self] result in
+        call("Notify", Self.arguments(popup, replaces: replaces, actions: actions, timeout: timeout, server: server), to: server.owner, timeout: Self.notifyTimeout) { [unowned self] result in
             // A connection that is closing answers every call with an error: those popups stay on
             // their way, and the disconnect puts them back in the queue for the next connection.
             guard self.connection?.isOpen == true else { return }
@@ -222,6 +222,21 @@ final class DesktopNotifications {
                 self.handle(.notified(token: token, .failure(failure)))
             }
         }
+    }
+
+    /// A Notify call's arguments for `popup` on `server`.
+    static func arguments(_ popup: Popup, replaces: UInt32, actions: [String], timeout: Int32, server: DesktopServer?) -> [DBusValue] {
+        // A server that reads markup in the body gets it escaped, so "a < b" and "Tom & Jerry" show as written.
+        let body = server?.capabilities.contains("body-markup") == true ? escapeMarkup(popup.body) : popup.body
+        var hints: [(String, DBusValue)] = [
+            ("urgency", .byte(popup.urgency)), ("category", .string(popup.category)), ("desktop-entry", .string(appName)),
+        ]
+        if let icon = popup.icon { hints.append(("image-path", .string(icon))) }
+        if server?.keepsClosedBubbles == true { hints.append(("transient", .boolean(true))) }
+        return [
+            .string(appName), .uint32(replaces), .string(popup.icon ?? appIcon), .string(popup.title), .string(body),
+            .strings(actions), .stringVariants(hints), .int32(timeout),
+        ]
     }
 
     /// Calls the notification server: `to` a unique name (an instance), or the well-known name.

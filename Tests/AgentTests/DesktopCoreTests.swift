@@ -19,8 +19,8 @@ struct DesktopCoreTests {
     static let buttons = ["default", "Open", "dismiss", "Dismiss", "snooze", "Snooze"]
 
     /// A core with a ready server.
-    static func ready(_ server: DesktopServer = dunst) -> DesktopCore {
-        var core = DesktopCore()
+    static func ready(_ server: DesktopServer = dunst, grouping: BurstGrouping? = nil) -> DesktopCore {
+        var core = DesktopCore(grouping: grouping)
         #expect(core.on(.connected, now: t0) == [.askServer])
         _ = core.on(.server(server), now: t0)
         _ = core.on(.resume, now: t0)
@@ -39,7 +39,7 @@ struct DesktopCoreTests {
 
     @Test("a popup waits for the server's answer, then goes with the buttons, urgency and timeout")
     func showAfterServer() {
-        var core = DesktopCore()
+        var core = DesktopCore(grouping: nil)
         #expect(core.on(.show(Self.popup("a", urgency: 2)), now: Self.t0) == [])
         #expect(core.on(.connected, now: Self.t0) == [.askServer])
         let actions = core.on(.server(Self.dunst), now: Self.t0)
@@ -127,6 +127,95 @@ struct DesktopCoreTests {
         ])
     }
 
+    @Test("a burst: the first three in 10 s shown on their own, the rest counted in one summary replaced in place; its close records nothing")
+    func burstGrouping() {
+        var core = Self.ready(grouping: BurstGrouping())
+        for (i, id) in ["a", "b", "c"].enumerated() { Self.shown(&core, Self.popup(id, title: id.uppercased()), id: UInt32(10 + i)) }
+        let grouping = BurstGrouping()
+        // The fourth within the window: the summary stands for it.
+        let first = grouping.summary(1, of: [Self.popup("d", title: "D")])
+        #expect(first.title == "1 new notification" && first.body == "D" && !first.offersActions)
+        #expect(core.on(.show(Self.popup("d", title: "D")), now: Self.t0.addingTimeInterval(1)) == [
+            .notify(token: 4, first, replaces: 0, actions: [], timeout: -1)
+        ])
+        // More while its Notify is on its way: only the newest count goes after the answer.
+        #expect(core.on(.show(Self.popup("e", title: "E")), now: Self.t0.addingTimeInterval(2)) == [])
+        #expect(core.on(.show(Self.popup("f", title: "F")), now: Self.t0.addingTimeInterval(3)) == [])
+        let three = grouping.summary(1, of: ["d", "e", "f"].map { Self.popup($0, title: $0.uppercased()) })
+        #expect(three.title == "3 new notifications" && three.body == "F\nE\nD")
+        #expect(core.on(.notified(token: 4, .success(20)), now: Self.t0.addingTimeInterval(3)) == [
+            .shown(.summary(1), id: 20, owner: ":1.7"), .notify(token: 5, three, replaces: 20, actions: [], timeout: -1),
+        ])
+        _ = core.on(.notified(token: 5, .success(20)), now: Self.t0.addingTimeInterval(3))
+        // A replacement of one shown on its own, and a critical one, are shown as ever.
+        #expect(core.on(.show(Self.popup("a", title: "A2")), now: Self.t0.addingTimeInterval(4)).first
+                == .notify(token: 6, Self.popup("a", title: "A2"), replaces: 10, actions: Self.buttons, timeout: -1))
+        #expect(core.on(.show(Self.popup("z", urgency: 2)), now: Self.t0.addingTimeInterval(4)).count == 1)
+        // One counted is handled elsewhere: the count goes down; the last one gone withdraws the summary.
+        let two = grouping.summary(1, of: ["d", "f"].map { Self.popup($0, title: $0.uppercased()) })
+        #expect(core.on(.withdraw(.user("e")), now: Self.t0.addingTimeInterval(5)) == [.notify(token: 8, two, replaces: 20, actions: [], timeout: -1)])
+        _ = core.on(.notified(token: 8, .success(20)), now: Self.t0.addingTimeInterval(5))
+        // The person closes the summary: it goes, nothing is recorded for what it stood for.
+        #expect(core.on(.closed(id: 20, reason: 2, sender: ":1.7"), now: Self.t0.addingTimeInterval(6)) == [.gone(.summary(1), owner: ":1.7")])
+        #expect(core.on(.withdraw(.user("d")), now: Self.t0.addingTimeInterval(6)) == [])
+        // Still within the burst: a new summary starts.
+        #expect(core.on(.show(Self.popup("g", title: "G")), now: Self.t0.addingTimeInterval(7)) == [
+            .notify(token: 9, grouping.summary(2, of: [Self.popup("g", title: "G")]), replaces: 0, actions: [], timeout: -1)
+        ])
+        _ = core.on(.notified(token: 9, .success(21)), now: Self.t0.addingTimeInterval(7))
+        // A window after the last: shown on its own again.
+        #expect(core.on(.show(Self.popup("h")), now: Self.t0.addingTimeInterval(18)) == [
+            .notify(token: 10, Self.popup("h"), replaces: 0, actions: Self.buttons, timeout: -1)
+        ])
+        #expect(core.on(.withdraw(.user("g")), now: Self.t0.addingTimeInterval(19)) == [.close(21), .gone(.summary(2), owner: ":1.7")])
+        // NH_AGENT_POPUP_BURST: a count, 0 for none; anything else is refused.
+        #expect(BurstGrouping.from(environment: [:]) == .some(BurstGrouping()))
+        #expect(BurstGrouping.from(environment: ["NH_AGENT_POPUP_BURST": "0"]) == .some(nil))
+        #expect(BurstGrouping.from(environment: ["NH_AGENT_POPUP_BURST": "5"]) == .some(BurstGrouping(limit: 5)))
+        #expect(BurstGrouping.from(environment: ["NH_AGENT_POPUP_BURST": "x"]) == nil)
+    }
+
+    @Test("a summary of many lists the latest three titles and says there are more")
+    func summaryOfMany() {
+        let members = (1...12).map { Self.popup("n\($0)", title: "T\($0)") }
+        let summary = BurstGrouping().summary(4, of: members)
+        #expect(summary.key == .summary(4) && summary.title == "12 new notifications" && summary.body == "T12\nT11\nT10\n…")
+    }
+
+    @Test("notification-daemon: a withdrawn popup is replaced by one that expires at once, since a closed bubble stays on its screen")
+    func notificationDaemonWithdraws() {
+        let server = DesktopServer(owner: ":1.8", name: "Notification Daemon", vendor: "GNOME", version: "3.20.0", capabilities: ["actions"])
+        #expect(server.keepsClosedBubbles && !server.reportsCloseAsExpiry && !Self.dunst.keepsClosedBubbles)
+        var core = Self.ready(server)
+        Self.shown(&core, Self.popup("a"), id: 10)
+        #expect(core.on(.withdraw(.user("a")), now: Self.t0) == [.expire(10, Self.popup("a")), .gone(.user("a"), owner: ":1.8")])
+        // The expiry that follows changes nothing.
+        #expect(core.on(.closed(id: 10, reason: 1, sender: ":1.8"), now: Self.t0) == [])
+        let hints = DesktopNotifications.arguments(Self.popup("b"), replaces: 0, actions: [], timeout: -1, server: server)[6]
+        #expect(hints == .stringVariants([
+            ("urgency", .byte(1)), ("category", .string("x-nh.user")), ("desktop-entry", .string("nh-agent")), ("transient", .boolean(true)),
+        ]))
+    }
+
+    @Test("MATE: popups ask for its 7 s; an expiry well before that is the person's ×, one after it is an expiry")
+    func mateCloseReportedAsExpiry() {
+        let server = DesktopServer(owner: ":1.9", name: "Notification Daemon", vendor: "MATE", version: "1.26.0", capabilities: ["actions"])
+        var core = Self.ready(server)
+        #expect(core.on(.show(Self.popup("a")), now: Self.t0) == [
+            .notify(token: 1, Self.popup("a"), replaces: 0, actions: Self.buttons, timeout: 7_000)
+        ])
+        _ = core.on(.notified(token: 1, .success(10)), now: Self.t0)
+        #expect(core.on(.closed(id: 10, reason: 1, sender: ":1.9"), now: Self.t0.addingTimeInterval(1.5)) == [
+            .userAction("a", .dismiss), .gone(.user("a"), owner: ":1.9"),
+        ])
+        Self.shown(&core, Self.popup("b"), id: 11)
+        #expect(core.on(.closed(id: 11, reason: 1, sender: ":1.9"), now: Self.t0.addingTimeInterval(7)) == [.gone(.user("b"), owner: ":1.9")])
+        // Elsewhere an expiry is an expiry, however soon.
+        var other = Self.ready()
+        Self.shown(&other, Self.popup("c"), id: 12)
+        #expect(other.on(.closed(id: 12, reason: 1, sender: ":1.7"), now: Self.t0.addingTimeInterval(0.1)) == [.gone(.user("c"), owner: ":1.7")])
+    }
+
     @Test("at most a window of Notify calls wait for answers; the rest wait in order, and a hung server holds only them")
     func window() {
         var core = Self.ready()
@@ -200,7 +289,7 @@ struct DesktopCoreTests {
 
     @Test("no server: one line, popups wait; a Notify that finds none puts its popup back")
     func absentServer() {
-        var core = DesktopCore()
+        var core = DesktopCore(grouping: nil)
         _ = core.on(.connected, now: Self.t0)
         let first = core.on(.serverAbsent, now: Self.t0)
         #expect(first.count == 1)
@@ -215,7 +304,7 @@ struct DesktopCoreTests {
 
     @Test("a name with an owner that does not answer as a server yet is asked again, 0.25 s doubling to 5 s, until it answers")
     func serverNotReady() {
-        var core = DesktopCore()
+        var core = DesktopCore(grouping: nil)
         _ = core.on(.connected, now: Self.t0)
         let first = core.on(.serverNotReady("UnknownMethod"), now: Self.t0)
         #expect(first.count == 2 && first.last == .askServerAfter(0.25), "said once, then asked again")

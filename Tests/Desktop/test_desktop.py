@@ -13,7 +13,12 @@ as dunst's own mouse bindings do it, and must reach the store and the other devi
 - a notification server stopped with SIGSTOP: the agent keeps answering, its dispatcher session
   and acknowledgements go on, and the popups appear after SIGCONT;
 - no session bus: one log line, deliveries as usual, and no bus is started;
-- a burst of 200 posts: each shown once on each device, no session ended.
+- a burst of 200 posts with grouping off: each shown once on each device, no session ended;
+- a burst of 200 posts on two desktops with Debian's default dunst configuration: a handful of
+  popups, the rest counted in a summary replaced in place; closing it dismisses nothing.
+
+The devices of the other tests show every popup on its own (NH_AGENT_POPUP_BURST=0), so that each
+test decides what is on screen; the burst test runs agents with the default grouping.
 
 Skipped, with the reason, only where Xvfb, dbus-daemon, dunst or jeepney cannot be had."""
 import datetime
@@ -47,13 +52,13 @@ class Devices:
         self.desktops = [desktops.Desktop(f"device-{i}") for i in (1, 2)]
         self.agents = []
         for i, desktop in enumerate(self.desktops, 1):
-            self.agents.append(self.start_agent(f"device-{i}", desktop.env))
+            self.agents.append(self.start_agent(f"device-{i}", desktop.env, {"NH_AGENT_POPUP_BURST": "0"}))
         assert wait_until(lambda: self.sessions() == 2, timeout=60), "both agents reach the dispatcher"
         assert wait_until(lambda: all(self.ready(a) for a in self.agents), timeout=30), [self.health(a) for a in self.agents]
 
-    def start_agent(self, name, desktop_env, extra=None):
+    def start_agent(self, name, desktop_env, extra=None, credential=None):
         env = {"NH_AGENT_HOME": os.path.join(self.hub.data, name), "NH_AGENT_INSTALLATION_ID": name,
-               "NH_AGENT_REQUESTS": f"tcp://127.0.0.1:{free_port()}", "NH_AGENT_USER_CREDENTIAL": self.credential,
+               "NH_AGENT_REQUESTS": f"tcp://127.0.0.1:{free_port()}", "NH_AGENT_USER_CREDENTIAL": credential or self.credential,
                **desktop_env, **(extra or {})}
         done = subprocess.run([os.path.join(BIN, "nh-agent"), "subscribe", "News"], env={**self.hub.env, **env},
                               capture_output=True, text=True, timeout=60)
@@ -93,20 +98,20 @@ class Devices:
         with open(os.path.join(self.hub.data, "nh-dispatch.log")) as f:
             return f.read().count("agent session ended")
 
-    def post(self, app_id, title, body="", priority=None, hours=2.0, session=None):
+    def post(self, app_id, title, body="", priority=None, hours=2.0, session=None, user=USER):
         expires = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(hours=hours)
         document = {"appNotificationId": app_id, "visual": {"title": title, "body": body or title},
                     "expiresAt": expires.strftime("%Y-%m-%dT%H:%M:%S.%fZ")[:-4] + "Z"}
         if priority:
             document["priority"] = priority
-        r = (session or requests).post(f"{self.hub.base}/hub/users/{USER}/notifications?{API}",
+        r = (session or requests).post(f"{self.hub.base}/hub/users/{user}/notifications?{API}",
                                        headers={"Authorization": self.hub.token()}, data=json.dumps(document), timeout=30)
         assert r.status_code == 201, r.text
         return r.json()["notification"]["id"]
 
-    def stored(self, notification):
+    def stored(self, notification, user=USER):
         """(readState, userActionState) in the store."""
-        for line in self.nhctl("user", "list", USER).stdout.splitlines():
+        for line in self.nhctl("user", "list", user).stdout.splitlines():
             fields = line.split()
             if fields and fields[0] == notification:
                 return fields[1], fields[2]
@@ -413,7 +418,7 @@ def test_a_session_bus_that_restarts_is_reached_again(devices):
     devices.clear()
 
 
-def test_a_burst_of_200_is_shown_once_with_no_session_ended(devices):
+def test_a_burst_of_200_with_grouping_off_is_shown_once_with_no_session_ended(devices):
     one, two = devices.desktops
     devices.clear()
     ended = devices.sessions_ended()
@@ -432,6 +437,52 @@ def test_a_burst_of_200_is_shown_once_with_no_session_ended(devices):
     print(f"\n200 posts made in {posted - started:.2f} s; shown on both desktops {shown - started:.2f} s after the first post")
     assert devices.sessions() == 2 and devices.sessions_ended() == ended
     devices.clear()
+
+
+def test_a_burst_of_200_is_grouped_on_debians_default_dunst(devices):
+    """Two desktops of carol's with dunst as Debian configures it (no limit on popups on screen) and
+    agents that group bursts, as they do by default: 200 posts in a burst put the first three on
+    screen and one summary, replaced in place, that counts the rest. Every notification stays in
+    the store untouched, and closing the summary dismisses none of them."""
+    burst_desktops = [desktops.Desktop(f"burst-{i}", dunst_config=desktops.DEBIAN_DUNSTRC) for i in (1, 2)]
+    credential = devices.nhctl("user", "credential", "carol").stdout.strip()
+    agents = [devices.start_agent(f"burst-{i}", d.env, credential=credential) for i, d in enumerate(burst_desktops, 1)]
+    try:
+        assert wait_until(lambda: all(devices.ready(a) for a in agents), timeout=60), [devices.health(a) for a in agents]
+        session = requests.Session()
+        ids = [devices.post(f"carol-{i}", f"Carol {i}", session=session, user="carol") for i in range(200)]
+        posted = time.time()
+
+        def summary(desktop):
+            shown = [p for p in desktop.popups() if p["hints"].get("category") == "x-nh.summary" and p["id"] is not None]
+            return shown[-1] if shown else None
+        for desktop in burst_desktops:
+            assert wait_until(lambda: (summary(desktop) or {}).get("summary") == "197 new notifications", timeout=60), summary(desktop)
+        settled = max(max(p["answered"] for p in d.popups() if p["answered"]) for d in burst_desktops)
+        for desktop in burst_desktops:
+            popups = desktop.popups()
+            singles = [p["summary"] for p in popups if p["hints"].get("category") == "x-nh.user"]
+            assert singles == ["Carol 0", "Carol 1", "Carol 2"], singles
+            assert len({p["id"] for p in popups if p["id"] is not None}) == 4, "three popups and one summary, replaced in place"
+            assert summary(desktop)["body"].startswith("Carol 199\nCarol 198\nCarol 197"), summary(desktop)["body"]
+            assert desktop.displayed() <= 4
+        print(f"\n200 posts in a burst: {len(burst_desktops[0].popups())} and {len(burst_desktops[1].popups())} Notify calls; "
+              f"both desktops settled {settled - posted:.2f} s after the last post")
+        # The person closes every popup on one desktop: the three shown on their own are dismissed,
+        # and none of those the summary counted.
+        burst_desktops[0].dunstctl("close-all")
+        assert wait_until(lambda: burst_desktops[0].displayed() == 0, timeout=20)
+        assert wait_until(lambda: all(devices.stored(i, user="carol")[1] == "dismissed" for i in ids[:3]), timeout=20)
+        time.sleep(1)
+        states = {devices.stored(i, user="carol") for i in ids[3:]}
+        assert states == {("unread", "noInteraction")}, states
+        listed = subprocess.run([os.path.join(BIN, "nh-agent"), "list"], env=agents[0]["env"], capture_output=True, text=True, timeout=30)
+        assert sum(1 for line in listed.stdout.splitlines() if "Carol " in line) == 200, listed.stdout[-500:]
+    finally:
+        for agent in agents:
+            devices.hub.stop(agent["name"])
+        for desktop in burst_desktops:
+            desktop.stop()
 
 
 def test_the_desktop_benchmark_runs_short():

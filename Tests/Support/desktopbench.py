@@ -1,5 +1,7 @@
 """The desktop figures of `make bench` (nh-bench runs this script): two devices of one user, each
-with its own Xvfb display, session bus and dunst, and an nh-agent on each, against one hub.
+with its own Xvfb display, session bus and dunst, and an nh-agent on each, against one hub. The
+agents show every popup on its own (NH_AGENT_POPUP_BURST=0), so the figures are of popups, not of
+a burst's summary.
 
 - popups/s: device 1's agent is stopped (SIGSTOP) while N notifications are posted, then let go;
   from its first Notify until dunst has answered the N-th, through the agent's own D-Bus connection.
@@ -58,7 +60,7 @@ class Bench:
             desktop = desktops.Desktop(f"bench-{i}")
             self.desktops.append(desktop)
             env = {"NH_AGENT_HOME": os.path.join(self.hub.data, f"device-{i}"), "NH_AGENT_INSTALLATION_ID": f"device-{i}",
-                   "NH_AGENT_REQUESTS": f"tcp://127.0.0.1:{free_port()}", "NH_AGENT_USER_CREDENTIAL": credential, **desktop.env}
+                   "NH_AGENT_REQUESTS": f"tcp://127.0.0.1:{free_port()}", "NH_AGENT_USER_CREDENTIAL": credential, "NH_AGENT_POPUP_BURST": "0", **desktop.env}
             self.hub.start(f"device-{i}", "nh-agent", env=env, stdout=subprocess.DEVNULL)
             self.agents.append(env)
         for env in self.agents:
