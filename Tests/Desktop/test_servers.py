@@ -245,7 +245,8 @@ def test_a_dismissal_on_device_2_takes_the_popup_off_device_1s_screen(devices):
     notification on device 2: device 1's popup leaves the screen at once, and the next
     notification is shown there. (notification-daemon 3.20 answers CloseNotification with
     NotificationClosed reason 3 but leaves the bubble on screen until its own timeout, which the
-    pointer's moves put off, and shows nothing else meanwhile.)"""
+    pointer's moves put off, and shows nothing else meanwhile: there the agent replaces the popup
+    with one that expires at once.)"""
     one, two = devices.desktops
     devices.clear()
     notification, first, other = devices.show("withdraw-1", "Lunch menu")
