@@ -34,7 +34,7 @@ import requests
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "Support"))
 
 import desktop as desktops  # noqa: E402
-from hubharness import BIN, Hub, free_port, health_row, json_lines, wait_until  # noqa: E402
+from hubharness import BIN, Hub, agent_health, dispatcher_sessions, free_port, health_row, json_lines, wait_until  # noqa: E402
 
 pytestmark = pytest.mark.skipif(bool(desktops.missing()), reason=f"cannot run a desktop here: missing {', '.join(desktops.missing())}")
 
@@ -74,14 +74,7 @@ class Devices:
 
     def health(self, agent, timeout=10):
         """What `nh-agent health` prints, as a dict; None when it does not answer in time."""
-        try:
-            done = subprocess.run([os.path.join(BIN, "nh-agent"), "health"], env=agent["env"], capture_output=True, text=True,
-                                  timeout=timeout)
-        except subprocess.TimeoutExpired:
-            return None
-        if done.returncode != 0:
-            return None
-        return dict(line.split(": ", 1) for line in done.stdout.splitlines() if ": " in line)
+        return agent_health(agent["env"], timeout=timeout)
 
     def ready(self, agent):
         return (self.health(agent) or {}).get("desktop") == "ready"
@@ -92,7 +85,7 @@ class Devices:
         return health_row(done.stdout, "nh-dispatch").get("details", {})
 
     def sessions(self):
-        return int(self.dispatcher().get("agents", 0))
+        return dispatcher_sessions(self.hub)
 
     def sessions_ended(self):
         with open(os.path.join(self.hub.data, "nh-dispatch.log")) as f:

@@ -29,7 +29,7 @@ import requests
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "Support"))
 
 import desktop as desktops  # noqa: E402
-from hubharness import BIN, Hub, free_port, health_row, wait_until  # noqa: E402
+from hubharness import BIN, Hub, agent_health, dispatcher_sessions, free_port, wait_until  # noqa: E402
 
 pytestmark = pytest.mark.skipif(bool(desktops.missing()), reason=f"cannot run a desktop here: missing {', '.join(desktops.missing())}")
 
@@ -81,21 +81,13 @@ class Devices:
         return done
 
     def health(self, agent):
-        try:
-            done = subprocess.run([os.path.join(BIN, "nh-agent"), "health"], env=agent["env"], capture_output=True, text=True, timeout=10)
-        except subprocess.TimeoutExpired:
-            return None
-        if done.returncode != 0:
-            return None
-        return dict(line.split(": ", 1) for line in done.stdout.splitlines() if ": " in line)
+        return agent_health(agent["env"])
 
     def ready(self, agent):
         return (self.health(agent) or {}).get("desktop") == "ready"
 
     def sessions(self):
-        done = subprocess.run([os.path.join(BIN, "nhctl"), "--json", "health"], env=self.hub.env, capture_output=True, text=True,
-                              timeout=30)
-        return int(health_row(done.stdout, "nh-dispatch").get("details", {}).get("agents", 0))
+        return dispatcher_sessions(self.hub)
 
     def post(self, app_id, title, body=""):
         expires = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(hours=2)

@@ -210,6 +210,24 @@ def health_row(output, service):
     return {}
 
 
+def agent_health(env, timeout=10):
+    """What `nh-agent health` prints for the agent of `env` (the hub's and the agent's settings),
+    as a dict; None when it does not answer in time or fails."""
+    try:
+        done = subprocess.run([os.path.join(BIN, "nh-agent"), "health"], env=env, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return None
+    if done.returncode != 0:
+        return None
+    return dict(line.split(": ", 1) for line in done.stdout.splitlines() if ": " in line)
+
+
+def dispatcher_sessions(hub):
+    """How many agents the hub's dispatcher holds sessions with, as `nhctl health` says."""
+    done = subprocess.run([os.path.join(BIN, "nhctl"), "--json", "health"], env=hub.env, capture_output=True, text=True, timeout=30)
+    return int(health_row(done.stdout, "nh-dispatch").get("details", {}).get("agents", 0))
+
+
 def stopped(pid):
     """Whether the process is stopped (SIGSTOP: state T in /proc)."""
     try:

@@ -26,7 +26,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
 
 import synapse  # noqa: E402
 import unifiedpush  # noqa: E402
-from hubharness import BIN, Hub, wait_until  # noqa: E402
+from hubharness import BIN, Hub, agent_health, wait_until  # noqa: E402
 
 MISSING = synapse.missing() + unifiedpush.missing() + [m for m in [unifiedpush.gdbus_missing()] if m]
 pytestmark = pytest.mark.skipif(bool(MISSING), reason=f"cannot run Matrix here: missing {', '.join(MISSING)}")
@@ -66,9 +66,7 @@ class Chat:
         self.server.set_pusher(self.bob, self.endpoint, self.hub.base)
 
     def health(self):
-        done = subprocess.run([os.path.join(BIN, "nh-agent"), "health"], env={**self.hub.env, **self.agent_env},
-                              capture_output=True, text=True, timeout=30)
-        return dict(line.split(": ", 1) for line in done.stdout.splitlines() if ": " in line)
+        return agent_health({**self.hub.env, **self.agent_env}) or {}
 
     def stop(self):
         if self.server:
