@@ -8,8 +8,9 @@ import Testing
 
 @testable import NHGateway
 
-/// The push server side of UnifiedPush and Web Push, in process: `/up/{installation}/{secret}`
-/// against a stand-in registry (the installation and its endpoints) and publish service.
+/// The push server side of UnifiedPush and Web Push, in process: `/up/{secret}` (and the earlier
+/// `/up/{installation}/{secret}`) against a stand-in registry (the installation and its endpoints)
+/// and publish service; and the Matrix push gateway in front of them.
 @Suite("Push endpoints, in process")
 struct PushEndpointRoutesTests {
     static let secret = PushEndpointSecret.make()
@@ -35,6 +36,10 @@ struct PushEndpointRoutesTests {
             ])
         registry.on(InstallationGet.self) { request, _ in
             guard request.installationId == "dev-1" else { throw HubError(.notFound, "no installation") }
+            return InstallationReply(installation: installation)
+        }
+        registry.on(InstallationByEndpoint.self) { request, _ in
+            guard installation.endpoints?[request.endpoint] != nil else { throw HubError(.notFound, "no installation holds it") }
             return InstallationReply(installation: installation)
         }
         publish.on(SendNotification.self) { _, _ in SendAccepted(notificationId: "n-\(UUID().uuidString.prefix(4))", state: .enqueued) }
@@ -74,7 +79,8 @@ struct PushEndpointRoutesTests {
         #expect(post("/up/dev-1/\(PushEndpointSecret.make())").status == 410)
         #expect(post("/up/nobody/\(Self.secret)").status == 410)
         #expect(routes.handle(HTTPRequest(method: "GET", path: "/up/dev-1/unknown")).status == 410)
-        #expect(post("/up/dev-1").status == 404)
+        #expect(post("/up/\(PushEndpointSecret.make())").status == 410)
+        #expect(post("/up/a/b/c/d").status == 404)
         #expect(routes.handle(HTTPRequest(method: "DELETE", path: "/up/dev-1/\(Self.secret)")).status == 405)
         let big = post("/up/dev-1/\(Self.secret)", Data(count: 4_097))
         #expect(big.status == 413 && error(big)["error"] as? String == "payload_too_large")
@@ -88,6 +94,50 @@ struct PushEndpointRoutesTests {
             #expect(refused.status == 400 && (error(refused)["message"] as? String)?.contains(what) == true, "\(headers)")
         }
         #expect(publish.calls.isEmpty)
+    }
+
+    @Test("an endpoint of the secret alone reaches the installation the registry finds by its hash")
+    func secretAlone() throws {
+        let response = post("/up/\(Self.secret)", Data("by secret".utf8))
+        #expect(response.status == 201)
+        #expect(response.header("Location")?.hasPrefix("http://127.0.0.1:7780/hub/messages/n-") == true)
+        let send = try #require(publish.requests(SendNotification.self).first)
+        #expect(send.installationId == "dev-1")
+        #expect(AppPushMessage.from(payload: send.body ?? "")?.bytes == Data("by secret".utf8))
+        #expect(registry.requests(InstallationByEndpoint.self).map(\.endpoint) == [PushEndpointSecret.id(of: Self.secret)])
+        #expect(registry.requests(InstallationGet.self).isEmpty)
+        #expect(post("/up/\(Self.signed)").status == 401)
+    }
+
+    @Test("the Matrix push gateway: each device's pushkey an endpoint here gets the notification; others are rejected")
+    func matrix() throws {
+        func notify(_ body: Data) -> HTTPResponse {
+            routes.handle(HTTPRequest(method: "POST", path: "/_matrix/push/v1/notify", headers: ["host": "127.0.0.1:7780"], body: body))
+        }
+        func json(_ value: Any) throws -> Data { try JSONSerialization.data(withJSONObject: value) }
+        let mine = "http://127.0.0.1:7780/up/\(Self.secret)"
+        let signed = "http://127.0.0.1:7780/up/\(Self.signed)"
+        let strangers = ["https://elsewhere.example/up/\(Self.secret)", "http://127.0.0.1:7780/up/\(PushEndpointSecret.make())"]
+        let body = try json(["notification": ["event_id": "$e", "prio": "low", "devices": [["pushkey": mine]]]])
+        let answer = notify(body)
+        #expect(answer.status == 200 && answer.text == #"{"rejected":[]}"#)
+        let send = try #require(publish.requests(SendNotification.self).first)
+        let message = try #require(AppPushMessage.from(payload: send.body ?? ""))
+        #expect(message.bytes == body && message.urgency == .low && send.installationId == "dev-1")
+        // Several devices: each alone in what it gets; pushkeys not endpoints here, or of an app
+        // that asked for VAPID, rejected.
+        let many = try json(["notification": ["type": "m.call.invite", "devices": ([mine, signed] + strangers).map { ["pushkey": $0] }]])
+        let rejected = try #require(try JSONSerialization.jsonObject(with: notify(many).body) as? [String: [String]])["rejected"]
+        #expect(Set(rejected ?? []) == Set([signed] + strangers))
+        let second = try #require(AppPushMessage.from(payload: publish.requests(SendNotification.self).last?.body ?? ""))
+        let narrowed = try #require(try JSONSerialization.jsonObject(with: second.bytes ?? Data()) as? [String: [String: Any]])
+        #expect((narrowed["notification"]?["devices"] as? [[String: String]]) == [["pushkey": mine]] && second.urgency == .high)
+        #expect(publish.calls.count == 2)
+        for bad in ["not json", "[]", #"{"notification":{"devices":[{"app_id":"a"}]}}"#] {
+            #expect(notify(Data(bad.utf8)).status == 400)
+        }
+        let discovery = routes.handle(HTTPRequest(method: "GET", path: "/_matrix/push/v1/notify"))
+        #expect(discovery.text == #"{"unifiedpush":{"gateway":"matrix"}}"#)
     }
 
     @Test("an endpoint with a VAPID key takes only pushes signed with it")

@@ -1,7 +1,8 @@
 """Simulated Linux desktops for the tests and the benchmark, made of real parts from Debian: an
 Xvfb display, a private session bus (dbus-daemon) and a real notification server (dunst by default;
-xfce4-notifyd, notification-daemon or MATE's on request), each started here and ended by its
-process id. A monitor on the bus (jeepney, BecomeMonitor) records every call to and signal from
+xfce4-notifyd, notification-daemon, MATE's or GNOME Shell on request), each started here and ended
+by its process id. GNOME Shell runs as the display's window manager and compositor (X11, software
+GL), with a private system bus of its own too. A monitor on the bus (jeepney, BecomeMonitor) records every call to and signal from
 org.freedesktop.Notifications, so a test reads the popups exactly as the server was asked to show
 them.
 
@@ -19,6 +20,12 @@ them.
 
 A person's clicks are real pointer events (xdotool) at places found on a screenshot of the popup
 (ImageMagick's import); what each server does with them, and what it reports, is in SERVERS.
+GNOME Shell draws its banners inside its own stage, not as windows of their own: there a popup's
+"window" is the banner's box on a screenshot of the whole screen.
+
+    desktop = Desktop("device-1", server="gnome-shell")
+    desktop.rest()                  # the person idle, so that the next banner waits for them
+    desktop.restart_server()        # the shell killed by its pid and started again
 """
 import os
 import re
@@ -46,7 +53,20 @@ POINTER_PACKAGES = {"xdotool": "xdotool", "import": "imagemagick"}
 #               ActionInvoked "default" even for a popup without one), "button" (xfce4-notifyd
 #               shows "default" as a button with its label) or "dunst" (a right click, do_action)
 #   buttons_skip  actions with no button of their own
-#   expire_default  what expire_timeout -1 means there, in ms (dunst: 0, per DUNST_CONFIG)
+#   expire_default  what expire_timeout -1 means there, in ms (dunst: 0, per DUNST_CONFIG; None:
+#               never closed by a timer)
+#   requires    the executables it needs, with their packages, where they are more than `executable`
+#   helper      (GNOME Shell) the activation file of the process that owns org.freedesktop.Notifications
+#               for the shell: the shell has the bus start it
+#
+# GNOME Shell 43 shows one banner at a time, at the top centre of the screen below its top bar, and
+# queues the rest. A banner shown while the person is idle stays until they are active; then it
+# goes 2 to 4 s later unless the pointer rests on it, and its notification stays in the shell's list
+# without a NotificationClosed. The pointer on a banner expands it: its × (top right) and its action
+# buttons (every action but "default", side by side across its bottom) appear. A click on the × closes
+# it (reason 2); a click on the banner sends ActionInvoked "default" (where the popup has that action)
+# and closes it with reason 2, as a button does after its ActionInvoked. The helper forwards each
+# signal to the program whose popup it is (the shell itself broadcasts them too, from its own name).
 SERVERS = {
     "dunst": {"executable": "dunst", "package": "dunst", "window": "Dunst", "close": "dunst", "close_reason": 2,
               "default": "dunst", "buttons_skip": None, "expire_default": 0},
@@ -61,6 +81,10 @@ SERVERS = {
              "service": "/usr/share/dbus-1/services/org.freedesktop.mate.Notifications.service",
              "window": "mate-notification-daemon", "close": "corner", "close_reason": 1, "default": "body",
              "buttons_skip": ("default",), "expire_default": 7000},
+    "gnome-shell": {"executable": "gnome-shell", "package": "gnome-shell", "requires": {"gnome-shell": "gnome-shell", "gjs": "gjs"},
+                    "helper": "/usr/share/dbus-1/services/org.gnome.Shell.Notifications.service",
+                    "window": None, "close": "banner", "close_reason": 2, "default": "banner", "buttons_skip": ("default",),
+                    "expire_default": None},
 }
 
 
@@ -71,7 +95,8 @@ def missing(server="dunst", pointer=False):
         raise ValueError(f"unknown notification server {server!r}: one of {', '.join(SERVERS)}")
     needed = {name: package for name, package in PACKAGES.items() if server == "dunst" or not name.startswith("dunst")}
     if server != "dunst":
-        needed[_executable(SERVERS[server])] = SERVERS[server]["package"]
+        spec = SERVERS[server]
+        needed.update(spec.get("requires") or {_executable(spec): spec["package"]})
     if pointer:
         needed.update(POINTER_PACKAGES)
     absent = [f"{name} (Debian package {package})" for name, package in needed.items()
@@ -131,6 +156,26 @@ DUNST_CONFIG = """[global]
 [urgency_critical]
     timeout = 0
 """
+
+
+# GNOME Shell's settings (GSettings' keyfile backend, in the session's own folder): a plain wallpaper of
+# one colour, so that a banner is told from it on a screenshot by its red channel (the wallpaper's,
+# and its shadow's on it, stay near 0), and no animations, so that a banner is where it will stay as
+# soon as it is drawn.
+GNOME_WALLPAPER = (2, 60, 136)
+GNOME_SETTINGS = """[org/gnome/desktop/background]
+picture-uri=''
+picture-uri-dark=''
+picture-options='none'
+primary-color='#{:02x}{:02x}{:02x}'
+color-shading-type='solid'
+
+[org/gnome/desktop/interface]
+enable-animations=false
+""".format(*GNOME_WALLPAPER)
+# How long the person must have left pointer and keyboard alone for GNOME Shell to count them idle
+# (its IDLE_TIME is 1 s), with a margin: a banner shown then waits for them.
+GNOME_IDLE = 1.3
 
 
 def _free_display():
@@ -199,6 +244,7 @@ class Desktop:
         self.processes = {}
         self.activated = {}  # the servers the bus started: process id -> its start time
         self.monitor = None
+        self.last_input = 0.0  # when the pointer or keyboard was last used here (time.time())
         try:
             self._start()
         except BaseException:
@@ -231,6 +277,8 @@ class Desktop:
             self.session_env[key] = os.path.join(self.dir, folder)
             os.makedirs(self.session_env[key], mode=0o700)
         self._install_icon()
+        if self.server == "gnome-shell":
+            self._prepare_gnome()
         self.start_bus()
         self.dmenu = os.path.join(self.dir, "dmenu")
         with open(self.dmenu, "w") as f:
@@ -252,9 +300,36 @@ class Desktop:
             os.makedirs(folder)
             shutil.copy(icon, folder)
 
+    def _prepare_gnome(self):
+        """What GNOME Shell needs besides the display and the session bus: a home and settings of its
+        own (GNOME_SETTINGS), the activation file of its notification helper on the session bus, and
+        an empty system bus (its services, such as logind, accounts or NetworkManager, are simply
+        absent there, as the shell allows)."""
+        home = os.path.join(self.dir, "home")
+        os.makedirs(home, mode=0o700)
+        settings = os.path.join(self.session_env["XDG_CONFIG_HOME"], "glib-2.0", "settings")
+        os.makedirs(settings)
+        with open(os.path.join(settings, "keyfile"), "w") as f:
+            f.write(GNOME_SETTINGS)
+        shutil.copy(self.spec["helper"], self.services)
+        self.system_socket = os.path.join(self.dir, "system-bus")
+        config = os.path.join(self.dir, "system-bus.conf")
+        with open(config, "w") as f:
+            f.write(BUS_CONFIG.replace("<type>session</type>", "<type>system</type>").format(path=self.system_socket))
+        self.session_env.update({
+            "HOME": home, "GSETTINGS_BACKEND": "keyfile", "XDG_SESSION_TYPE": "x11", "XDG_CURRENT_DESKTOP": "GNOME",
+            "LIBGL_ALWAYS_SOFTWARE": "1", "DBUS_SYSTEM_BUS_ADDRESS": f"unix:path={self.system_socket}"})
+        self.start_process("system-dbus", ["dbus-daemon", f"--config-file={config}", "--nofork", "--nopidfile"])
+        deadline = time.time() + 20
+        while not os.path.exists(self.system_socket):
+            if time.time() > deadline:
+                raise RuntimeError("the system bus (dbus-daemon) did not start")
+            time.sleep(0.05)
+
     def start_process(self, key, argv):
         log = open(os.path.join(self.dir, f"{key}.log"), "ab")
-        env = {**{k: v for k, v in os.environ.items() if k not in ("DISPLAY", "DBUS_SESSION_BUS_ADDRESS")},
+        outside = ("DISPLAY", "DBUS_SESSION_BUS_ADDRESS", "WAYLAND_DISPLAY", "SESSION_MANAGER")
+        env = {**{k: v for k, v in os.environ.items() if k not in outside},
                **getattr(self, "session_env", {}), **getattr(self, "env", {})}
         self.processes[key] = subprocess.Popen(argv, stdout=log, stderr=log, env=env)
         return self.processes[key]
@@ -298,8 +373,14 @@ class Desktop:
         """Starts the notification server and waits until it owns org.freedesktop.Notifications;
         returns its unique name. A server with an activation file is started through the bus (and
         the bus starts it again whenever it is called while the server is gone)."""
+        log_start = 0
         if self.server == "dunst":
             self.start_process("server", ["dunst", "-config", self.dunstrc])
+        elif self.server == "gnome-shell":
+            # The window manager and compositor of the display; it has the bus start its helper.
+            log = os.path.join(self.dir, "server.log")
+            log_start = os.path.getsize(log) if os.path.exists(log) else 0
+            self.start_process("server", ["gnome-shell", "--x11", "--replace", "--sm-disable"])
         elif self.spec.get("service"):
             with open(self.spec["service"]) as f:
                 text = f.read()
@@ -315,8 +396,10 @@ class Desktop:
         while time.time() < deadline:
             owner = self.owner()
             if owner:
-                if "server" not in self.processes:
+                if "server" not in self.processes or self.spec.get("helper"):
                     self.server_pid()
+                if self.server == "gnome-shell":
+                    self._gnome_ready(log_start, time.time() + 60)
                 return owner
             process = self.processes.get("server")
             if process is not None and process.poll() is not None:
@@ -324,13 +407,66 @@ class Desktop:
             time.sleep(0.05)
         raise RuntimeError(f"{self.server} did not take {NOTIFICATIONS}")
 
+    def restart_server(self):
+        """Kills the notification server by its process id (GNOME Shell: the shell, whose helper
+        then quits) and starts it again on the same display and bus; returns the new owner's unique
+        name."""
+        self.stop_server(kill=True)
+        return self.start_server()
+
+    def _gnome_ready(self, log_start, deadline):
+        """Waits until GNOME Shell is ready for a person: its helper answers (it owns the name
+        before it has exported its object), the shell says it has started, the person has left the
+        overview it starts in (Escape), and the banners it shows at its start ("Logged in as a
+        privileged user" when run as root, "Screen Lock disabled" in a new home) have gone: the
+        pointer moves in the bottom left corner until no banner has been up for 1.5 s."""
+        while True:
+            try:
+                self.call("GetServerInformation")
+                break
+            except RuntimeError:
+                pass  # org.freedesktop.DBus.Error.UnknownMethod: not exported yet
+            if time.time() > deadline:
+                raise RuntimeError("GNOME Shell's notification helper does not answer")
+            time.sleep(0.05)
+        log = os.path.join(self.dir, "server.log")
+        while True:
+            with open(log, "rb") as f:
+                f.seek(log_start)
+                if b"GNOME Shell started at" in f.read():
+                    break
+            if self.processes["server"].poll() is not None or time.time() > deadline:
+                raise RuntimeError(f"GNOME Shell did not start (see {log})")
+            time.sleep(0.1)
+        quiet_since = None
+        corner = 0
+        while True:
+            image = self._screen()
+            if not image.desktop():
+                quiet_since = None
+                self.key("Escape")
+            elif image.banner() is not None:
+                quiet_since = None
+                corner = 1 - corner
+                self.point(2 + 6 * corner, SCREEN[1] - 2 - 6 * corner)
+            elif quiet_since is None:
+                quiet_since = time.time()
+            elif time.time() - quiet_since >= 1.5:
+                break
+            if time.time() > deadline:
+                path = self.screenshot(os.path.join(self.dir, f"not-ready-{int(time.time() * 1000)}.png"))
+                raise RuntimeError(f"GNOME Shell is not ready for a person (see {path})")
+            time.sleep(0.25)
+        self.move_away()
+
     def server_pid(self):
-        """The process id of the server that owns org.freedesktop.Notifications now, or None."""
+        """The process id of the server that owns org.freedesktop.Notifications now (GNOME Shell:
+        its helper), or None."""
         try:
             pid = self._bus_call("GetConnectionUnixProcessID", "s", (NOTIFICATIONS,))[0]
         except Exception:
             return None
-        if "server" not in self.processes and pid not in self.activated:
+        if ("server" not in self.processes or self.spec.get("helper")) and pid not in self.activated:
             self.activated[pid] = _started(pid)
         return pid
 
@@ -380,6 +516,11 @@ class Desktop:
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait(timeout=5)
+        if self.spec.get("helper"):
+            # GNOME Shell's helper quits on its own once the shell has left the bus.
+            deadline = time.time() + 5
+            while any(_alive(pid, started) for pid, started in self.activated.items()) and time.time() < deadline:
+                time.sleep(0.05)
         for pid, started in list(self.activated.items()):
             if _alive(pid, started):
                 os.kill(pid, signal.SIGCONT)
@@ -458,7 +599,7 @@ class Desktop:
     def popups(self):
         """Every Notify call, in order: app_name, replaces_id, icon, summary, body, actions (a dict),
         hints, expire_timeout, when it was called and answered, and the id the server answered with
-        (None while unanswered)."""
+        (None while unanswered) and the unique name it answered from (server)."""
         messages = self.monitor.snapshot()
         replies = {(m["destination"], m["reply_serial"]): m for m in messages if m["type"] in ("method_return", "error")}
         popups = []
@@ -471,16 +612,20 @@ class Desktop:
                 "app": app, "replaces": replaces, "icon": icon, "summary": summary, "body": body,
                 "actions": dict(zip(actions[::2], actions[1::2])), "hints": {k: v[1] for k, v in hints.items()},
                 "timeout": timeout, "sender": m["sender"], "at": m["at"], "answered": reply["at"] if reply else None,
-                "id": reply["body"][0] if reply and reply["type"] == "method_return" else None})
+                "id": reply["body"][0] if reply and reply["type"] == "method_return" else None,
+                "server": reply["sender"] if reply else None})
         return popups
 
     def calls(self, member):
         """The bodies of every call of `member`, such as CloseNotification, in order."""
         return [m["body"] for m in self.monitor.snapshot() if m["type"] == "method_call" and m["member"] == member]
 
-    def signals(self, member):
-        """(body, time) of every signal `member`, such as NotificationClosed."""
-        return [(m["body"], m["at"]) for m in self.monitor.snapshot() if m["type"] == "signal" and m["member"] == member]
+    def signals(self, member, sender=None):
+        """(body, time) of every signal `member`, such as NotificationClosed; with sender, only
+        those from that unique name (GNOME Shell sends each twice: from the shell to everyone, and
+        from its helper to the program whose popup it is)."""
+        return [(m["body"], m["at"]) for m in self.monitor.snapshot()
+                if m["type"] == "signal" and m["member"] == member and sender in (None, m["sender"])]
 
     def open_popups(self):
         """The popups the server has not reported closed, by the monitor: the last Notify of each id,
@@ -503,7 +648,11 @@ class Desktop:
 
     def popup_windows(self):
         """The popups on the screen now: their X windows (id, x, y, width, height), top to bottom.
-        dunst draws all its popups in one window."""
+        dunst draws all its popups in one window; GNOME Shell's banner (one at most) is no window of
+        its own, but its box on a screenshot, with id 0."""
+        if self.spec["window"] is None:
+            banner = self._screen().banner()
+            return [banner] if banner else []
         found = self.xdotool("search", "--onlyvisible", "--class", f"^{self.spec['window']}$", check=False).split()
         windows = []
         for window in found:
@@ -568,6 +717,12 @@ class Desktop:
         subprocess.run(argv + [path], env={**os.environ, **self.env}, check=True, capture_output=True, timeout=20)
         return path
 
+    def _screen(self):
+        """A screenshot of the whole screen, as an _Image."""
+        done = subprocess.run(["import", "-window", "root", "-depth", "8", "ppm:-"], env={**os.environ, **self.env},
+                              capture_output=True, timeout=20, check=True)
+        return _Image(done.stdout)
+
     def _image(self, window):
         done = subprocess.run(["import", "-window", "root", "-depth", "8", "-crop", f"{window['width']}x{window['height']}+{window['x']}+{window['y']}",
                                "+repage", "ppm:-"], env={**os.environ, **self.env}, capture_output=True, timeout=20, check=True)
@@ -578,6 +733,20 @@ class Desktop:
         here = dict(line.split(":", 1) for line in self.xdotool("getmouselocation").split() if ":" in line)
         if (int(here.get("x", -1)), int(here.get("y", -1))) != (x, y):
             self.xdotool("mousemove", "--sync", x, y)
+            self.last_input = time.time()
+
+    def key(self, name):
+        """A person's key press, such as Escape."""
+        self.xdotool("key", name)
+        self.last_input = time.time()
+
+    def rest(self, seconds=GNOME_IDLE):
+        """Waits until pointer and keyboard have been left alone for `seconds`: GNOME Shell then
+        counts the person idle, and a banner it shows stays until they are active again (shown
+        while they are active, it goes 4 s later unless the pointer rests on it)."""
+        wait = self.last_input + seconds - time.time()
+        if wait > 0:
+            time.sleep(wait)
 
     def point_at(self, which=None, dx=0):
         """Rests the pointer on a popup (its middle, moved dx to the side), as a person reading it."""
@@ -593,6 +762,7 @@ class Desktop:
         """A person's click at (x, y) on the screen; the pointer is moved away after it."""
         self.point(x, y)
         self.xdotool("click", button)
+        self.last_input = time.time()
         time.sleep(0.05)
         self.move_away()
 
@@ -601,6 +771,10 @@ class Desktop:
         on it (xfce4-notifyd, which has no ×) or a left click (dunst, per DUNST_CONFIG). Returns the
         point clicked."""
         window = self.popup_window(which)
+        if self.spec["close"] == "banner":
+            x, y = self._banner_layout(window, lambda image, box: image.banner_close(box), "the ×")
+            self.click(x, y)
+            return x, y
         if self.spec["close"] == "corner":
             x, y = self._wait_layout(window, lambda layout: layout.corner(), "the ×")
         elif self.spec["close"] == "body":
@@ -622,6 +796,11 @@ class Desktop:
                 raise LookupError(f"no open popup {which!r} with a default action")
             return self.click_action(popup["actions"]["default"], which)
         window = self.popup_window(which)
+        if self.spec["default"] == "banner":
+            # The banner itself, above its title: clear of its icon, its × and its buttons.
+            x, y = window["width"] // 2, min(14, window["height"] // 4)
+            self.click(window["x"] + x, window["y"] + y)
+            return window["x"] + x, window["y"] + y
         if self.spec["default"] == "body":
             x, y = window["width"] // 3, min(30, window["height"] // 3)
             self.click(window["x"] + x, window["y"] + y)
@@ -643,6 +822,11 @@ class Desktop:
         labels = [text for key, text in popup["actions"].items() if key not in self.spec["buttons_skip"]]
         if label not in labels:
             raise LookupError(f"no button {label!r} on {popup['summary']!r}: {labels}")
+        if self.spec["window"] is None:
+            buttons = self._banner_layout(window, lambda image, box: image.banner_buttons(box, len(labels)), f"{len(labels)} buttons")
+            x0, x1, y0, y1 = buttons[labels.index(label)]
+            self.click((x0 + x1) // 2, (y0 + y1) // 2)
+            return (x0 + x1) // 2, (y0 + y1) // 2
         buttons = self._wait_layout(window, lambda layout: layout.buttons(len(labels)), f"{len(labels)} buttons")
         x0, x1, y0, y1 = buttons[labels.index(label)]
         x, y = (x0 + x1) // 2, (y0 + y1) // 2
@@ -661,6 +845,22 @@ class Desktop:
                 raise LookupError(f"{self.server}: {what} not found on the popup (see {path})")
             time.sleep(0.2)
 
+    def _banner_layout(self, window, find, what, timeout=5):
+        """What `find` finds on GNOME Shell's banner, in screen coordinates, once the pointer rests
+        on the banner: it expands then, and shows its × and its buttons."""
+        self.point(window["x"] + window["width"] // 2, window["y"] + min(30, window["height"] // 3))
+        deadline = time.time() + timeout
+        while True:
+            image = self._screen()
+            box = image.banner()
+            found = find(image, box) if box else None
+            if found:
+                return found
+            if time.time() > deadline:
+                path = self.screenshot(os.path.join(self.dir, f"not-found-{int(time.time() * 1000)}.png"))
+                raise LookupError(f"{self.server}: {what} not found on the banner {box} (see {path})")
+            time.sleep(0.1)
+
     def _dunst_popup_point(self, window, which):
         """A point on one of dunst's popups: they are stacked in its one window, newest first."""
         count = max(1, self.displayed())
@@ -673,7 +873,7 @@ class Desktop:
             self.monitor.stop()
             self.monitor = None
         self.stop_server()
-        for key in ["dbus", "xvfb"]:
+        for key in ["dbus", "system-dbus", "xvfb"]:
             process = self.processes.pop(key, None)
             if process is None:
                 continue
@@ -783,3 +983,72 @@ class _Image:
         if len(clusters) < count:
             return None
         return [(x0 + a, x0 + b, y0 + top, y0 + bottom) for a, b in clusters[-count:]]
+
+    # GNOME Shell's screen: a plain wallpaper (GNOME_WALLPAPER), its top bar, and at most one banner.
+    # The wallpaper, and the banner's shadow on it, have a red channel near 0; the top bar is black;
+    # the banner, its text, its × and its buttons are grey or white.
+    BANNER_RED = bytes(1 if value >= 40 else 0 for value in range(256))
+
+    def wallpaper(self, x, y):
+        """Whether the wallpaper shows at (x, y) (or its banner's shadow)."""
+        r, g, b = self.pixel(x, y)
+        return r < 20 and b > 80
+
+    def desktop(self):
+        """Whether the desktop shows, not the overview GNOME Shell starts in (whose background at
+        the screen's left edge is dark grey)."""
+        return self.wallpaper(2, self.height // 2)
+
+    def banner(self):
+        """The box of the banner below the top bar ({"id": 0, "x", "y", "width", "height"}), or
+        None when there is none (or the overview shows)."""
+        if not self.desktop():
+            return None
+        top = next((y for y in range(self.height // 2) if self.wallpaper(2, y)), None)
+        if top is None:
+            return None
+        run = []
+        for y in range(top, self.height * 2 // 3):
+            start = y * self.width * 3
+            marks = self.data[start:start + self.width * 3:3].translate(self.BANNER_RED)
+            first = marks.find(1)
+            if first < 0:
+                if run and y - run[-1][0] > 2:
+                    break
+                continue
+            run.append((y, first, marks.rfind(1)))
+        if not run:
+            return None
+        x0, x1 = min(r[1] for r in run), max(r[2] for r in run)
+        y0, y1 = run[0][0], run[-1][0]
+        if x1 - x0 < 100 or y1 - y0 < 30:
+            return None
+        return {"id": 0, "x": x0, "y": y0, "width": x1 - x0 + 1, "height": y1 - y0 + 1}
+
+    def banner_close(self, box):
+        """The middle of the banner's × (white, at its top right, drawn while the pointer is on the
+        banner), in screen coordinates, or None."""
+        x0, x1 = box["x"] + box["width"] - 40, box["x"] + box["width"] - 8
+        y0, y1 = box["y"] + 6, box["y"] + min(44, box["height"])
+        white = [(x, y) for y in range(y0, y1) for x in range(x0, x1) if min(self.pixel(x, y)) >= 200]
+        if len(white) < 6:
+            return None
+        xs, ys = [x for x, _ in white], [y for _, y in white]
+        return (min(xs) + max(xs)) // 2, (min(ys) + max(ys)) // 2
+
+    def banner_buttons(self, box, count):
+        """The boxes (x0, x1, y0, y1), in screen coordinates, of the `count` buttons across the
+        bottom of an expanded banner, left to right (each as wide as the others); None while the
+        banner is not expanded. The band of the buttons is where the banner's left edge, inside its
+        rounding, has a colour other than the banner's own."""
+        x = box["x"] + 14
+        background = self.pixel(box["x"] + 8, box["y"] + box["height"] // 3)
+        bottom = box["y"] + box["height"] - 4
+        y = bottom
+        while y > box["y"] and max(abs(a - b) for a, b in zip(self.pixel(x, y), background)) > 6:
+            y -= 1
+        top = y + 1
+        if bottom - top < 20 or top < box["y"] + box["height"] // 3:
+            return None
+        width = box["width"] / count
+        return [(box["x"] + int(i * width), box["x"] + int((i + 1) * width) - 1, top, bottom) for i in range(count)]
