@@ -2,9 +2,9 @@
 Xvfb display, a private session bus (dbus-daemon) and a real notification server (dunst by default;
 xfce4-notifyd, notification-daemon, MATE's or GNOME Shell on request), each started here and ended
 by its process id. GNOME Shell runs as the display's window manager and compositor (X11, software
-GL), with a private system bus of its own too. A monitor on the bus (jeepney, BecomeMonitor) records every call to and signal from
-org.freedesktop.Notifications, so a test reads the popups exactly as the server was asked to show
-them.
+GL), with a private system bus of its own too. A monitor on the bus (jeepney, BecomeMonitor)
+records every call to and signal from org.freedesktop.Notifications, so a test reads the popups
+exactly as the server was asked to show them.
 
     desktop = Desktop("device-1")   # display, bus and dunst
     env = desktop.env               # DISPLAY and DBUS_SESSION_BUS_ADDRESS for an agent
@@ -45,19 +45,24 @@ POINTER_PACKAGES = {"xdotool": "xdotool", "import": "imagemagick"}
 #   service     the package's D-Bus activation file: the server is started through the bus with a
 #               copy of it, so that the bus starts it again after it quits on its own (MATE's does
 #               after 30 s without a popup)
-#   window      the X class of its popup windows (one window per popup, but dunst's one for all)
+#   window      the X class of its popup windows (one window per popup, but dunst's one for all;
+#               None: GNOME Shell's banners are drawn in its own stage)
 #   close       where a person closes a popup: "corner" (the × at the top right), "body" (a click
-#               on the popup: xfce4-notifyd has no ×) or "dunst" (a left click, per DUNST_CONFIG)
+#               on the popup: xfce4-notifyd has no ×), "dunst" (a left click, per DUNST_CONFIG) or
+#               "banner" (the × GNOME Shell shows at the banner's top right under the pointer)
 #   close_reason  the NotificationClosed reason that close sends (MATE's × says 1, expired)
 #   default     how a person takes the default action: "body" (a click on the popup, which sends
 #               ActionInvoked "default" even for a popup without one), "button" (xfce4-notifyd
-#               shows "default" as a button with its label) or "dunst" (a right click, do_action)
+#               shows "default" as a button with its label), "dunst" (a right click, do_action) or
+#               "banner" (a click on GNOME Shell's banner, above its title)
 #   buttons_skip  actions with no button of their own
 #   expire_default  what expire_timeout -1 means there, in ms (dunst: 0, per DUNST_CONFIG; None:
 #               never closed by a timer)
 #   requires    the executables it needs, with their packages, where they are more than `executable`
 #   helper      (GNOME Shell) the activation file of the process that owns org.freedesktop.Notifications
 #               for the shell: the shell has the bus start it
+#   inner       names the server calls on the same interface itself (GNOME Shell's helper passes every
+#               call on to the shell, org.gnome.Shell, at its unique name): not a client's calls
 #
 # GNOME Shell 43 shows one banner at a time, at the top centre of the screen below its top bar, and
 # queues the rest. A banner shown while the person is idle stays until they are active; then it
@@ -82,7 +87,7 @@ SERVERS = {
              "window": "mate-notification-daemon", "close": "corner", "close_reason": 1, "default": "body",
              "buttons_skip": ("default",), "expire_default": 7000},
     "gnome-shell": {"executable": "gnome-shell", "package": "gnome-shell", "requires": {"gnome-shell": "gnome-shell", "gjs": "gjs"},
-                    "helper": "/usr/share/dbus-1/services/org.gnome.Shell.Notifications.service",
+                    "helper": "/usr/share/dbus-1/services/org.gnome.Shell.Notifications.service", "inner": ("org.gnome.Shell",),
                     "window": None, "close": "banner", "close_reason": 2, "default": "banner", "buttons_skip": ("default",),
                     "expire_default": None},
 }
@@ -245,6 +250,7 @@ class Desktop:
         self.activated = {}  # the servers the bus started: process id -> its start time
         self.monitor = None
         self.last_input = 0.0  # when the pointer or keyboard was last used here (time.time())
+        self.inner = set()  # the unique names of the spec's "inner" names, as each server started had them
         try:
             self._start()
         except BaseException:
@@ -400,6 +406,8 @@ class Desktop:
                     self.server_pid()
                 if self.server == "gnome-shell":
                     self._gnome_ready(log_start, time.time() + 60)
+                for name in self.spec.get("inner", ()):
+                    self.inner.add(self._bus_call("GetNameOwner", "s", (name,))[0])
                 return owner
             process = self.processes.get("server")
             if process is not None and process.poll() is not None:
@@ -604,7 +612,7 @@ class Desktop:
         replies = {(m["destination"], m["reply_serial"]): m for m in messages if m["type"] in ("method_return", "error")}
         popups = []
         for m in messages:
-            if m["type"] != "method_call" or m["member"] != "Notify":
+            if m["type"] != "method_call" or m["member"] != "Notify" or m["destination"] in self.inner:
                 continue
             app, replaces, icon, summary, body, actions, hints, timeout = m["body"]
             reply = replies.get((m["sender"], m["serial"]))
@@ -618,7 +626,8 @@ class Desktop:
 
     def calls(self, member):
         """The bodies of every call of `member`, such as CloseNotification, in order."""
-        return [m["body"] for m in self.monitor.snapshot() if m["type"] == "method_call" and m["member"] == member]
+        return [m["body"] for m in self.monitor.snapshot()
+                if m["type"] == "method_call" and m["member"] == member and m["destination"] not in self.inner]
 
     def signals(self, member, sender=None):
         """(body, time) of every signal `member`, such as NotificationClosed; with sender, only
@@ -823,7 +832,8 @@ class Desktop:
         if label not in labels:
             raise LookupError(f"no button {label!r} on {popup['summary']!r}: {labels}")
         if self.spec["window"] is None:
-            buttons = self._banner_layout(window, lambda image, box: image.banner_buttons(box, len(labels)), f"{len(labels)} buttons")
+            buttons = self._banner_layout(window, lambda image, box: image.banner_buttons(box, len(labels)),
+                                          f"{len(labels)} buttons")
             x0, x1, y0, y1 = buttons[labels.index(label)]
             self.click((x0 + x1) // 2, (y0 + y1) // 2)
             return (x0 + x1) // 2, (y0 + y1) // 2

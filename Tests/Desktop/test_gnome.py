@@ -1,0 +1,298 @@
+"""The agent on GNOME Shell 43, as a person uses it: device 1 of a user runs GNOME Shell (X11, on
+its own Xvfb display, session bus and an empty system bus, with software GL), device 2 runs dunst,
+with nh-agent on each against one hub. GNOME Shell draws its banners inside its own stage, so a
+person's clicks are real pointer events (xdotool) at screen coordinates found on a screenshot of
+the whole screen (Tests/Support/desktop.py says where, and what the shell sends for each):
+
+- a posted notification is shown as a banner, and `nh-agent health` names GNOME Shell;
+- the person closes the banner (its ×, or its Dismiss button): the notification is dismissed in the
+  store and device 2's popup is withdrawn;
+- the person clicks the banner (the default action): it is activated and read;
+- the person presses Snooze on the banner: it is snoozed;
+- the person dismisses it on device 2: the agent withdraws the banner, which leaves the screen;
+- the shell is killed by its process id and started again on the same display and bus: its new
+  helper takes org.freedesktop.Notifications before it answers there, the agent asks until it
+  does, and shows again what is still unread.
+
+GNOME Shell is too heavy for `make test`: these run in `make test-gnome`, which sets
+NH_TEST_GNOME=1, and are skipped without it, or where GNOME Shell, gjs, Xvfb, dbus-daemon, dunst,
+xdotool, ImageMagick or jeepney cannot be had."""
+import datetime
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+import requests
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "Support"))
+
+import desktop as desktops  # noqa: E402
+from hubharness import BIN, Hub, agent_health, dispatcher_sessions, free_port, wait_until  # noqa: E402
+
+ABSENT = sorted(set(desktops.missing() + desktops.missing("gnome-shell", pointer=True)))
+pytestmark = [
+    pytest.mark.skipif(os.environ.get("NH_TEST_GNOME") != "1",
+                       reason="GNOME Shell is tested by `make test-gnome` (NH_TEST_GNOME=1), not by `make test`"),
+    pytest.mark.skipif(bool(ABSENT), reason=f"cannot run GNOME Shell here: missing {', '.join(ABSENT)}"),
+]
+
+API = "api-version=2015-01"
+USER = "gwen"
+ACTIONS = {"default": "Open", "dismiss": "Dismiss", "snooze": "Snooze"}
+
+
+@pytest.fixture(scope="module")
+def hub():
+    hub = Hub(prefix="nh-gnome-")
+    try:
+        assert hub.start_services()
+        yield hub
+    finally:
+        hub.stop_all()
+
+
+class Devices:
+    """A user's two devices: device 1 with GNOME Shell, device 2 with dunst."""
+
+    def __init__(self, hub):
+        self.hub = hub
+        self.credential = self.nhctl("user", "credential", USER).stdout.strip()
+        self.desktops, self.agents = [], []
+        self.desktops.append(desktops.Desktop("gnome-1", server="gnome-shell"))
+        self.desktops.append(desktops.Desktop("gnome-2"))
+        for i, desktop in enumerate(self.desktops, 1):
+            self.agents.append(self.start_agent(f"gnome-{i}", desktop.env))
+        assert wait_until(lambda: self.sessions() == 2, timeout=60), "both agents reach the dispatcher"
+        assert wait_until(lambda: all(self.ready(a) for a in self.agents), timeout=30), [self.health(a) for a in self.agents]
+
+    def start_agent(self, name, desktop_env):
+        # Every popup on its own: no burst is grouped into a summary.
+        env = {"NH_AGENT_HOME": os.path.join(self.hub.data, name), "NH_AGENT_INSTALLATION_ID": name,
+               "NH_AGENT_REQUESTS": f"tcp://127.0.0.1:{free_port()}", "NH_AGENT_USER_CREDENTIAL": self.credential,
+               "NH_AGENT_POPUP_BURST": "0", **desktop_env}
+        done = subprocess.run([os.path.join(BIN, "nh-agent"), "subscribe", "News"], env={**self.hub.env, **env},
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        self.hub.start(name, "nh-agent", env=env, stdout=open(os.path.join(self.hub.data, f"{name}.jsonl"), "ab"))
+        return {"name": name, "env": {**self.hub.env, **env}}
+
+    def nhctl(self, *arguments):
+        done = subprocess.run([os.path.join(BIN, "nhctl"), *arguments], env=self.hub.env, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        return done
+
+    def health(self, agent):
+        return agent_health(agent["env"])
+
+    def ready(self, agent):
+        return (self.health(agent) or {}).get("desktop") == "ready"
+
+    def sessions(self):
+        return dispatcher_sessions(self.hub)
+
+    def post(self, app_id, title, body=""):
+        expires = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(hours=2)
+        document = {"appNotificationId": app_id, "visual": {"title": title, "body": body or title},
+                    "expiresAt": expires.strftime("%Y-%m-%dT%H:%M:%S.%fZ")[:-4] + "Z"}
+        r = requests.post(f"{self.hub.base}/hub/users/{USER}/notifications?{API}", headers={"Authorization": self.hub.token()},
+                          data=json.dumps(document), timeout=30)
+        assert r.status_code == 201, r.text
+        return r.json()["notification"]["id"]
+
+    def stored(self, notification):
+        """(readState, userActionState) in the store."""
+        for line in self.nhctl("user", "list", USER).stdout.splitlines():
+            fields = line.split()
+            if fields and fields[0] == notification:
+                return fields[1], fields[2]
+        return None
+
+    def popup(self, desktop, title, server=None):
+        """The last Notify with this summary on a desktop, once answered (by `server` when given)."""
+        shown = [p for p in desktop.popups() if p["summary"] == title and p["id"] is not None and server in (None, p["server"])]
+        return shown[-1] if shown else None
+
+    def withdrawn(self, desktop, popup_id, since=0):
+        """Whether the agent called CloseNotification for the popup of this id (since `since`: ids
+        start again at 1 on a restarted shell)."""
+        return any(m["type"] == "method_call" and m["member"] == "CloseNotification" and list(m["body"]) == [popup_id]
+                   and m["at"] >= since and m["destination"] not in desktop.inner for m in desktop.monitor.snapshot())
+
+    def closed(self, popup):
+        """The reasons of the NotificationClosed that GNOME Shell's helper sent for this popup."""
+        return [body[1] for body, _ in self.desktops[0].signals("NotificationClosed", sender=popup["server"]) if body[0] == popup["id"]]
+
+    def invoked(self, popup):
+        """The actions of the ActionInvoked that GNOME Shell's helper sent for this popup."""
+        return [body[1] for body, _ in self.desktops[0].signals("ActionInvoked", sender=popup["server"]) if body[0] == popup["id"]]
+
+    def show(self, app_id, title):
+        """Posts a notification while the person is idle (so that GNOME Shell's banner waits for
+        them), waits until both devices show it, and rests the pointer on the banner, as when
+        reading it: it expands, with its × and its buttons. Returns the notification's id and the
+        popups (Notify records) on device 1 and device 2."""
+        one, two = self.desktops
+        one.rest()
+        notification = self.post(app_id, title)
+        assert wait_until(lambda: self.popup(one, title) and self.popup(two, title), timeout=20), (one.popups()[-3:], two.popups()[-3:])
+        one.point_at(title)
+        assert wait_until(lambda: two.displayed() == 1, timeout=10)
+        return notification, self.popup(one, title), self.popup(two, title)
+
+    def clear(self):
+        """Closes what is left on either screen as a person would, and waits until it is gone."""
+        one, two = self.desktops
+        deadline = time.time() + 20
+        while one.popup_windows() and time.time() < deadline:
+            try:
+                one.click_close(0)
+            except LookupError:
+                pass
+            time.sleep(0.3)
+        two.dunstctl("close-all")
+        assert wait_until(lambda: one.displayed() == 0 and two.displayed() == 0, timeout=20), (one.popup_windows(), two.displayed())
+        one.move_away()
+
+    def asks(self, since):
+        """The agent's GetServerInformation calls on device 1 since `since`: (the name asked, what
+        came back: "method_return" or the error's text, or None while unanswered), in order."""
+        messages = [m for m in self.desktops[0].monitor.snapshot() if m["at"] >= since]
+        replies = {(m["destination"], m["reply_serial"]): m for m in messages if m["type"] in ("method_return", "error")}
+        agent = {p["sender"] for p in self.desktops[0].popups()}
+        found = []
+        for m in messages:
+            if m["type"] == "method_call" and m["member"] == "GetServerInformation" and m["sender"] in agent:
+                reply = replies.get((m["sender"], m["serial"]))
+                answer = None if reply is None else "method_return" if reply["type"] == "method_return" else str(reply["body"])
+                found.append((m["destination"], answer))
+        return found
+
+    def stop(self):
+        for agent in self.agents:
+            if agent["name"] in self.hub.processes:
+                self.hub.stop(agent["name"])
+        for desktop in self.desktops:
+            desktop.stop()
+
+
+@pytest.fixture(scope="module")
+def devices(hub):
+    devices = Devices(hub)
+    try:
+        yield devices
+    finally:
+        devices.stop()
+
+
+def test_a_notification_is_shown_as_a_gnome_banner(devices):
+    one, two = devices.desktops
+    health = devices.health(devices.agents[0])
+    assert health["desktop"] == "ready"
+    assert health["desktopServer"].startswith("gnome-shell ") and health["desktopServer"].endswith("(GNOME)"), health["desktopServer"]
+    assert "actions" in health["desktopCapabilities"].split(",")
+    devices.clear()
+    _, popup, _ = devices.show("shown-1", "Build failed")
+    # Answered with an id by the helper that owns the name for the shell.
+    assert popup["id"] > 0 and popup["server"] == one.owner()
+    assert popup["actions"] == ACTIONS
+    assert popup["icon"] == "nh-agent" and popup["timeout"] == -1
+    banner = one.popup_window("Build failed")
+    assert banner["width"] > 300 and banner["height"] > 50, banner
+    devices.clear()
+
+
+@pytest.mark.parametrize("how", ["×", "Dismiss"])
+def test_a_close_on_the_banner_dismisses_it_everywhere(devices, how):
+    one, two = devices.desktops
+    devices.clear()
+    notification, popup, other = devices.show(f"close-{how}", f"Deploy finished ({how})")
+    if how == "×":
+        one.click_close(popup["summary"])
+    else:
+        one.click_action("Dismiss", popup["summary"])
+        assert wait_until(lambda: devices.invoked(popup) == ["dismiss"], timeout=10), devices.invoked(popup)
+    # GNOME Shell reports both as the person's (reason 2).
+    assert wait_until(lambda: devices.closed(popup), timeout=10), "the server reports the close"
+    assert devices.closed(popup) == [2]
+    assert wait_until(lambda: devices.stored(notification) == ("unread", "dismissed"), timeout=20), devices.stored(notification)
+    assert wait_until(lambda: devices.withdrawn(two, other["id"]), timeout=20), "device 2's popup is withdrawn"
+    assert wait_until(lambda: two.displayed() == 0 and one.displayed() == 0, timeout=10)
+
+
+def test_a_click_on_the_banner_activates_it(devices):
+    one, two = devices.desktops
+    devices.clear()
+    notification, popup, other = devices.show("default-1", "Review requested")
+    one.click_default("Review requested")
+    assert wait_until(lambda: devices.invoked(popup) == ["default"], timeout=10), devices.invoked(popup)
+    assert wait_until(lambda: devices.stored(notification) == ("read", "activated"), timeout=20), devices.stored(notification)
+    assert wait_until(lambda: devices.withdrawn(two, other["id"]), timeout=20), "device 2's popup is withdrawn"
+    assert wait_until(lambda: one.displayed() == 0 and two.displayed() == 0, timeout=10)
+    # GNOME Shell closes an activated banner with reason 2, as a person's close: that is no dismissal.
+    assert wait_until(lambda: devices.closed(popup), timeout=10) and devices.closed(popup) == [2]
+    time.sleep(0.5)
+    assert devices.stored(notification) == ("read", "activated")
+
+
+def test_a_click_on_snooze_snoozes_it(devices):
+    one, two = devices.desktops
+    devices.clear()
+    notification, popup, other = devices.show("snooze-1", "Standup in 5 minutes")
+    one.click_action("Snooze", "Standup in 5 minutes")
+    assert wait_until(lambda: devices.invoked(popup) == ["snooze"], timeout=10), devices.invoked(popup)
+    assert wait_until(lambda: devices.stored(notification) == ("unread", "snoozed"), timeout=20), devices.stored(notification)
+    assert wait_until(lambda: devices.withdrawn(two, other["id"]), timeout=20), "device 2's popup is withdrawn"
+    assert wait_until(lambda: one.displayed() == 0 and two.displayed() == 0, timeout=10)
+
+
+def test_a_dismissal_on_device_2_takes_the_banner_off_device_1s_screen(devices):
+    one, two = devices.desktops
+    devices.clear()
+    notification, popup, other = devices.show("withdraw-1", "Lunch menu")
+    assert one.displayed() == 1
+    two.dunstctl("close")  # a person's click on device 2's popup
+    assert wait_until(lambda: devices.stored(notification) == ("unread", "dismissed"), timeout=20), devices.stored(notification)
+    assert wait_until(lambda: devices.withdrawn(one, popup["id"]), timeout=20), "the agent withdraws device 1's banner"
+    # Closed by the call (3), and off the screen, though the pointer rests where it was.
+    assert wait_until(lambda: devices.closed(popup), timeout=10) and devices.closed(popup) == [3], devices.closed(popup)
+    assert wait_until(lambda: one.displayed() == 0, timeout=10), one.popup_windows()
+    one.move_away()
+
+
+def test_a_shell_restart_shows_what_is_unread_again(devices):
+    """The shell is killed by its process id (its helper quits with it) and started again on the
+    same display and bus. The new helper owns org.freedesktop.Notifications before it answers
+    there: the agent asks until it does, then shows again what is unread and not acted on, and
+    nothing that was."""
+    one, two = devices.desktops
+    agent = devices.agents[0]
+    devices.clear()
+    _, before, other = devices.show("restart-1", "Still unread")
+    one.move_away()
+    old_owner = before["server"]
+    one.stop_server(kill=True)
+    assert wait_until(lambda: one.owner() is None, timeout=10), "the helper quits with the shell"
+    assert wait_until(lambda: (devices.health(agent) or {}).get("desktop") not in (None, "ready"), timeout=10), devices.health(agent)
+    since = time.time()
+    new_owner = one.start_server()
+    assert new_owner != old_owner
+    assert wait_until(lambda: devices.ready(agent), timeout=30), devices.health(agent)
+    health = devices.health(agent)
+    assert health["desktopServer"].startswith("gnome-shell "), health
+    # Asked the new helper until it answered: every ask that failed was followed by another.
+    asks = [(name, answer) for name, answer in devices.asks(since) if name in (new_owner, desktops.NOTIFICATIONS)]
+    assert asks and asks[-1][1] == "method_return", asks
+    # What is unread is shown again, on the new server, and on device 2 it is left as it was.
+    assert wait_until(lambda: devices.popup(one, "Still unread", server=new_owner), timeout=20), one.popups()[-3:]
+    again = devices.popup(one, "Still unread", server=new_owner)
+    assert again["replaces"] == 0 and again["actions"] == ACTIONS
+    shown_after = [p["summary"] for p in one.popups() if p["server"] == new_owner]
+    assert shown_after == ["Still unread"], shown_after
+    assert not devices.withdrawn(two, other["id"])
+    # The new server's id is the one the agent now uses: a dismissal on device 2 closes it there.
+    two.dunstctl("close")
+    assert wait_until(lambda: devices.withdrawn(one, again["id"], since), timeout=20), "the agent withdraws the banner on the new server"
+    assert wait_until(lambda: devices.closed(again) == [3], timeout=10), devices.closed(again)
