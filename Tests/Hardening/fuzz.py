@@ -1855,11 +1855,14 @@ class HttpCase:
     """A request over a raw socket (`raw`, judged on its status lines only) or a well-formed one
     (`method` …), whose answer must be the gateway's XML error with one of `codes`."""
     __slots__ = ("kind", "raw", "method", "target", "headers", "body", "codes", "via_requests", "may_wait", "control",
-                 "responses", "may_accept")
+                 "responses", "may_accept", "matrix")
 
     def __init__(self, kind, raw=None, method=None, target=None, headers=None, body=b"", codes=None,
-                 via_requests=False, may_wait=False, control=False, responses=1, may_accept=False):
+                 via_requests=False, may_wait=False, control=False, responses=1, may_accept=False, matrix=None):
         self.kind = kind
+        # The Matrix push gateway's request: its answer is Matrix's, `{"rejected": […]}` listing every
+        # one of these pushkeys (none is an endpoint of the hub's), or `{"errcode": …}` with one of `codes`.
+        self.matrix = matrix
         # A well-formed request the gateway may carry out; it must not fail with an internal error.
         self.may_accept = may_accept
         self.responses = responses
@@ -1892,7 +1895,7 @@ class HttpGenerator:
     def case(self):
         r = self.rng
         kinds = {"raw": 30, "auth": 15, "version": 6, "installation": 14, "patch": 6, "messages": 14, "users": 10,
-                 "routes": 5, "control": 0.3}
+                 "routes": 5, "matrix": 4, "control": 0.3}
         allowed = [kind for kind in kinds if kind not in self.excluded] or ["control"]
         kind = r.choices(allowed, weights=[kinds[k] for k in allowed])[0]
         case = getattr(self, "http_" + kind)()
@@ -2177,6 +2180,29 @@ class HttpGenerator:
                             body=body, codes=codes)
         return HttpCase("users", method="POST", target=f"/hub/users/{r.choice(['a%20b', '%C3%A9', 'x' * 130])}/notifications?{API}",
                         headers=send, body=b'{"appNotificationId":"a","raw":"r"}', codes={"invalid_argument"})
+
+    def http_matrix(self):
+        """The Matrix push gateway: bodies that are not JSON, not the API's shape, or notifications for
+        pushkeys that are no endpoint of the hub's (another host's, a secret never given out)."""
+        r = self.rng
+        target = "/_matrix/push/v1/notify"
+        keys = [r.choice([f"http://{self.host}/up/{r.randbytes(20).hex()}", "https://elsewhere.example/up/x", f"http://{self.host}/up/a/b",
+                          f"http://{self.host}/hub/installations/x", "not a url", "x" * r.randint(1, 3000)])
+                for _ in range(r.randint(1, 4))]
+        notification = {"event_id": "$fz", "room_id": "!fz:hub.test", "prio": r.choice(["high", "low", 7, None]),
+                        "content": {"body": "x" * r.choice([1, 5000])}, "devices": [{"app_id": "fz", "pushkey": k} for k in keys]}
+        shape = r.choice(["good", "good", "not json", "array", "no devices", "bad device", "deep", "method"])
+        if shape == "good":
+            return HttpCase("matrix", method="POST", target=target, body=json.dumps({"notification": notification}).encode(),
+                            matrix=keys, codes={"M_LIMIT_EXCEEDED"})
+        if shape == "method":
+            return HttpCase("matrix", method=r.choice(["PUT", "DELETE", "PATCH"]), target=target, matrix=[], codes={"M_UNRECOGNIZED"})
+        body = {"not json": lambda: r.randbytes(r.randint(0, 200)).replace(b"{", b"(").replace(b"[", b"("),
+                "array": lambda: b"[]",
+                "no devices": lambda: json.dumps({"notification": {**notification, "devices": []}}).encode(),
+                "bad device": lambda: json.dumps({"notification": {**notification, "devices": [{"pushkey": 7}]}}).encode(),
+                "deep": lambda: b'{"notification":' * 300 + b"{}" + b"}" * 300}[shape]()
+        return HttpCase("matrix", method="POST", target=target, body=body, matrix=[], codes={"M_NOT_JSON", "M_BAD_JSON"})
 
     def http_routes(self):
         r = self.rng
@@ -2736,6 +2762,9 @@ class HttpWorker(threading.Thread):
             if status != 200:
                 self.fail("control refused", f"GET /metrics answered {status}", case, data)
             return
+        if case.matrix is not None:
+            self.judge_matrix(case, data, status, body)
+            return
         if status < 400:
             if case.may_accept:
                 fuzzer.accepted_installations.add(case.target.split("/")[-1].split("?")[0])
@@ -2759,6 +2788,25 @@ class HttpWorker(threading.Thread):
         elif case.codes is not None and code not in case.codes:
             self.fail("wrong error code", f"got {code}, expected {' or '.join(sorted(case.codes))}: "
                       f"{body[:200].decode('utf-8', 'replace')}", case, data)
+
+    def judge_matrix(self, case, data, status, body):
+        """A Matrix answer: 200 rejecting every pushkey given (none is the hub's), or Matrix's error."""
+        try:
+            answer = json.loads(body)
+        except ValueError:
+            answer = None
+        if not isinstance(answer, dict):
+            self.fail("error without a code", f"HTTP {status} without Matrix's JSON: {body[:200]!r}", case, data)
+        elif status == 200:
+            if "rejected" not in answer or sorted(answer["rejected"]) != sorted(case.matrix) or not case.matrix:
+                self.fail("accepted malformed input", f"answered 200 {body[:200]!r} for pushkeys {case.matrix!r}"[:400], case, data)
+        elif status == 503:
+            with self.fuzzer.stats.lock:
+                self.fuzzer.stats.busy["nh-gateway http"] += 1
+        elif status >= 500:
+            self.fail("internal error", body[:300].decode("utf-8", "replace"), case, data)
+        elif answer.get("errcode") not in case.codes:
+            self.fail("wrong error code", f"got HTTP {status} {answer.get('errcode')}, expected {' or '.join(sorted(case.codes))}", case, data)
 
 
 # ---------------------------------------------------------------------------------------------
