@@ -535,7 +535,9 @@ struct BurstGrouping: Equatable {
 extension Popup {
     /// A user's notification's popup, with Open, Dismiss and Snooze; nil for one with nothing to show.
     init?(user notification: UserNotification) {
-        guard let visual = notification.visual else { return nil }
+        // Encrypted content this device cannot read is shown as such, never as its record.
+        let shown = notification.visual ?? (notification.encrypted == nil ? nil : Self.encryptedContent)
+        guard let visual = shown else { return nil }
         self.init(
             key: .user(notification.id), title: visual.title, body: visual.body, icon: nil,
             urgency: Popup.urgency(priority: notification.priority), expiresAt: notification.expiresAt,
@@ -567,10 +569,13 @@ extension Popup {
         case none
     }
 
+    /// What a popup shows of a notification encrypted end to end that this device cannot read.
+    static let encryptedContent = VisualContent(title: "Encrypted notification", body: "This device does not hold the key to read it.")
+
     /// Current: unread, neither acted on nor expired, and with something to show.
     static func isCurrent(_ notification: UserNotification, now: Date) -> Bool {
         notification.userActionState == .noInteraction && notification.readState == .unread && notification.expiresAt > now
-            && notification.visual != nil
+            && (notification.visual != nil || notification.encrypted != nil)
     }
 
     /// A created or updated notification: shown when current and new, or changed on screen (a
@@ -580,7 +585,7 @@ extension Popup {
         guard let current else { return .withdraw }
         if isCurrent(current, now: now) {
             guard let previous, isCurrent(previous, now: now) else { return Popup(user: current).map(Change.show) ?? .none }
-            let looksSame = previous.visual == current.visual && previous.priority == current.priority
+            let looksSame = previous.visual == current.visual && previous.encrypted == current.encrypted && previous.priority == current.priority
                 && previous.expiresAt == current.expiresAt
             return looksSame ? .none : Popup(user: current).map(Change.show) ?? .none
         }

@@ -51,7 +51,9 @@ enum CtlUser {
                     if parsed.has("json") {
                         print(String(decoding: try encoder.encode(notification), as: UTF8.self))
                     } else {
-                        let title = notification.visual.map { "\($0.title): \($0.body)" } ?? notification.raw ?? ""
+                        // An encrypted notification's content is never shown: the hub cannot read it.
+                        let title = notification.encrypted != nil
+                            ? "(encrypted)" : notification.visual.map { "\($0.title): \($0.body)" } ?? notification.raw ?? ""
                         print("\(notification.id)  \(notification.readState.rawValue)  \(notification.userActionState.rawValue)  \(title)")
                     }
                 }

@@ -65,7 +65,7 @@ struct UserRoutes {
     /// `POST /{hub}/users/{user}/notifications`: a notification to every device of the user.
     func post(to user: String, _ request: HTTPRequest) throws -> HTTPResponse {
         guard var object = JSONValue.parse(request.body)?.objectValue else {
-            throw HubError(.invalidPayload, "the body must be a JSON object with appNotificationId and visual and/or raw content")
+            throw HubError(.invalidPayload, "the body must be a JSON object with appNotificationId and visual and/or raw content, or encrypted content")
         }
         object["userId"] = .string(user)
         let post = try HubCodec.decodePayload(PostUserNotification.self, from: try JSONValue.object(object).encoded())

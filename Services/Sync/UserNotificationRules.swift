@@ -13,8 +13,14 @@ enum UserNotificationRules {
         guard !post.appNotificationId.isEmpty, post.appNotificationId.utf8.count <= 200 else {
             throw HubError(.invalidArgument, "appNotificationId must be 1 to 200 characters")
         }
-        guard post.visual != nil || post.raw != nil else {
-            throw HubError(.invalidPayload, "a user notification needs visual content (title and body), raw content, or both")
+        if let encrypted = post.encrypted {
+            guard post.visual == nil, post.raw == nil else {
+                throw HubError(
+                    .invalidPayload, "an encrypted notification carries its visual and raw content inside the record; leave visual and raw out")
+            }
+            try EncryptedRecord.check(encrypted)
+        } else if post.visual == nil && post.raw == nil {
+            throw HubError(.invalidPayload, "a user notification needs visual content (title and body), raw content, or both, or encrypted content")
         }
         if let visual = post.visual, visual.title.isEmpty && visual.body.isEmpty {
             throw HubError(.invalidPayload, "visual content needs a title or a body")

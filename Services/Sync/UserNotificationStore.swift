@@ -96,7 +96,7 @@ enum UserNotificationRecords {
         let previous = try existing?.optionalData("document", of: table).map { try decoder.decode(UserNotification.self, from: $0) }
         return UserNotification(
             id: try existing?.string("id", of: table) ?? RandomID.timeOrdered(at: now), appNotificationId: post.appNotificationId,
-            userId: post.userId, visual: post.visual, raw: post.raw, priority: post.priority ?? "normal", group: post.group,
+            userId: post.userId, visual: post.visual, raw: post.raw, encrypted: post.encrypted, priority: post.priority ?? "normal", group: post.group,
             expiresAt: expiresAt, createdAt: previous?.createdAt ?? now, modifiedAt: now)
     }
 

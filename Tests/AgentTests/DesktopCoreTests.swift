@@ -175,6 +175,19 @@ struct DesktopCoreTests {
         #expect(BurstGrouping.from(environment: ["NH_AGENT_POPUP_BURST": "x"]) == nil)
     }
 
+    @Test("a notification encrypted end to end shows that it is, never its record")
+    func encryptedPopup() throws {
+        let notification = UserNotification(
+            id: "e1", appNotificationId: "a", userId: "u", encrypted: "AAAA", expiresAt: Self.t0.addingTimeInterval(60), createdAt: Self.t0,
+            modifiedAt: Self.t0)
+        let popup = try #require(Popup(user: notification))
+        #expect(popup.title == "Encrypted notification" && !popup.body.contains("AAAA"))
+        #expect(Popup.isCurrent(notification, now: Self.t0))
+        var replaced = notification
+        replaced.encrypted = "BBBB"
+        #expect(Popup.change(from: notification, to: replaced, now: Self.t0) == .show(popup))
+    }
+
     @Test("a summary of many lists the latest three titles and says there are more")
     func summaryOfMany() {
         let members = (1...12).map { Self.popup("n\($0)", title: "T\($0)") }

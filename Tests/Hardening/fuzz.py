@@ -129,7 +129,7 @@ PAYLOADS = {
     "rich.fetch": struct({"richId": "str", "ticket": "str"}),
     "user.post": struct(
         {"userId": "str", "appNotificationId": "str"},
-        {"visual": VISUAL, "raw": "str", "priority": "str", "group": "str", "expiresAt": "date"}),
+        {"visual": VISUAL, "raw": "str", "encrypted": "str", "priority": "str", "group": "str", "expiresAt": "date"}),
     "user.changes": struct({"cursor": "uint"}, {"limit": "int"}),
     "user.history": struct(),
     "user.state": struct(
@@ -1687,7 +1687,14 @@ class Generator:
     def bad_user_post(self):
         r = self.rng
         payload = {"userId": "fz-user", "appNotificationId": "fz-app-0", "visual": {"title": "t", "body": "b"}}
-        choice = r.randrange(9)
+        choice = r.randrange(10)
+        if choice == 9:
+            # Encrypted content that is not one RFC 8291 record (or is beside visual content).
+            record = base64.urlsafe_b64encode(bytes(16) + (4096).to_bytes(4, "big") + bytes([65, 4]) + bytes(64 + 17)).rstrip(b"=").decode()
+            payload["encrypted"] = r.choice(["not base64!", "", "QUJD", record[:60], record])
+            if payload["encrypted"] != record:
+                del payload["visual"]
+            return payload, {"invalid_payload"}
         if choice == 0:
             payload["userId"] = r.choice(["", "a b", "u" * 121, "\u00e9"])
             return payload, {"invalid_argument"}

@@ -174,7 +174,8 @@
   function item(notification) {
     const classes = [notification.readState, notification.userActionState].join(" ");
     const title = notification.visual ? notification.visual.title : notification.appNotificationId;
-    const body = notification.visual ? notification.visual.body : (notification.raw || "");
+    const body = notification.visual ? notification.visual.body
+        : notification.encrypted ? "(encrypted: this page does not hold the key to read it)" : (notification.raw || "");
     const action = (label, name, change) => el("button", {
       class: `plain small ${name}`, onclick: () => act(notification.id, change),
     }, label);
