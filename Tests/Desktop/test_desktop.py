@@ -21,7 +21,6 @@ The devices of the other tests show every popup on its own (NH_AGENT_POPUP_BURST
 test decides what is on screen; the burst test runs agents with the default grouping.
 
 Skipped, with the reason, only where Xvfb, dbus-daemon, dunst or jeepney cannot be had."""
-import datetime
 import json
 import os
 import subprocess
@@ -34,7 +33,8 @@ import requests
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "Support"))
 
 import desktop as desktops  # noqa: E402
-from hubharness import BIN, Hub, agent_health, dispatcher_sessions, free_port, health_row, json_lines, wait_until  # noqa: E402
+from hubharness import BIN, Hub, health_row, json_lines, wait_until  # noqa: E402
+from userdevices import UserDevices  # noqa: E402
 
 pytestmark = pytest.mark.skipif(bool(desktops.missing()), reason=f"cannot run a desktop here: missing {', '.join(desktops.missing())}")
 
@@ -42,78 +42,22 @@ API = "api-version=2015-01"
 USER = "alice"
 
 
-class Devices:
+class Devices(UserDevices):
     """The hub, and alice's two devices: a desktop and an agent each."""
 
     def __init__(self):
         self.hub = Hub(prefix="nh-desktop-")
         assert self.hub.start_services()
-        self.credential = self.nhctl("user", "credential", USER).stdout.strip()
-        self.desktops = [desktops.Desktop(f"device-{i}") for i in (1, 2)]
-        self.agents = []
-        for i, desktop in enumerate(self.desktops, 1):
-            self.agents.append(self.start_agent(f"device-{i}", desktop.env, {"NH_AGENT_POPUP_BURST": "0"}))
-        assert wait_until(lambda: self.sessions() == 2, timeout=60), "both agents reach the dispatcher"
-        assert wait_until(lambda: all(self.ready(a) for a in self.agents), timeout=30), [self.health(a) for a in self.agents]
-
-    def start_agent(self, name, desktop_env, extra=None, credential=None):
-        env = {"NH_AGENT_HOME": os.path.join(self.hub.data, name), "NH_AGENT_INSTALLATION_ID": name,
-               "NH_AGENT_REQUESTS": f"tcp://127.0.0.1:{free_port()}", "NH_AGENT_USER_CREDENTIAL": credential or self.credential,
-               **desktop_env, **(extra or {})}
-        done = subprocess.run([os.path.join(BIN, "nh-agent"), "subscribe", "News"], env={**self.hub.env, **env},
-                              capture_output=True, text=True, timeout=60)
-        assert done.returncode == 0, done.stderr
-        output = os.path.join(self.hub.data, f"{name}.jsonl")
-        self.hub.start(name, "nh-agent", env=env, stdout=open(output, "ab"))
-        return {"name": name, "env": {**self.hub.env, **env}, "output": output, "log": os.path.join(self.hub.data, f"{name}.log")}
-
-    def nhctl(self, *arguments):
-        done = subprocess.run([os.path.join(BIN, "nhctl"), *arguments], env=self.hub.env, capture_output=True, text=True, timeout=60)
-        assert done.returncode == 0, done.stderr
-        return done
-
-    def health(self, agent, timeout=10):
-        """What `nh-agent health` prints, as a dict; None when it does not answer in time."""
-        return agent_health(agent["env"], timeout=timeout)
-
-    def ready(self, agent):
-        return (self.health(agent) or {}).get("desktop") == "ready"
+        super().__init__(self.hub, USER, [desktops.Desktop(f"device-{i}") for i in (1, 2)], "device")
 
     def dispatcher(self):
         done = subprocess.run([os.path.join(BIN, "nhctl"), "--json", "health"], env=self.hub.env, capture_output=True, text=True,
                               timeout=30)
         return health_row(done.stdout, "nh-dispatch").get("details", {})
 
-    def sessions(self):
-        return dispatcher_sessions(self.hub)
-
     def sessions_ended(self):
         with open(os.path.join(self.hub.data, "nh-dispatch.log")) as f:
             return f.read().count("agent session ended")
-
-    def post(self, app_id, title, body="", priority=None, hours=2.0, session=None, user=USER):
-        expires = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(hours=hours)
-        document = {"appNotificationId": app_id, "visual": {"title": title, "body": body or title},
-                    "expiresAt": expires.strftime("%Y-%m-%dT%H:%M:%S.%fZ")[:-4] + "Z"}
-        if priority:
-            document["priority"] = priority
-        r = (session or requests).post(f"{self.hub.base}/hub/users/{user}/notifications?{API}",
-                                       headers={"Authorization": self.hub.token()}, data=json.dumps(document), timeout=30)
-        assert r.status_code == 201, r.text
-        return r.json()["notification"]["id"]
-
-    def stored(self, notification, user=USER):
-        """(readState, userActionState) in the store."""
-        for line in self.nhctl("user", "list", user).stdout.splitlines():
-            fields = line.split()
-            if fields and fields[0] == notification:
-                return fields[1], fields[2]
-        return None
-
-    def popup(self, desktop, title):
-        """The last Notify with this summary on a desktop, once answered."""
-        shown = [p for p in desktop.popups() if p["summary"] == title and p["id"] is not None]
-        return shown[-1] if shown else None
 
     def withdrawn(self, desktop, popup_id):
         """Whether the agent called CloseNotification for this id."""
@@ -623,9 +567,7 @@ def test_popups_a_full_server_refuses_are_shown_when_there_is_room(devices, tmp_
     try:
         server.start_agent()
         for i in range(3):
-            r = requests.post(f"{devices.hub.base}/hub/users/fiona/notifications?{API}", headers={"Authorization": devices.hub.token()},
-                              data=json.dumps({"appNotificationId": f"full-{i}", "visual": {"title": f"Full {i}", "body": "-"}}), timeout=30)
-            assert r.status_code == 201, r.text
+            devices.post(f"full-{i}", f"Full {i}", user="fiona")
         assert wait_until(lambda: any(e["summary"] == "Full 2" for e in server.events("full")), timeout=20), server.events()
         assert server.notified() == ["Full 0", "Full 1"]
         server.click("expire")

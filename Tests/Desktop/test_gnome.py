@@ -17,20 +17,17 @@ the whole screen (Tests/Support/desktop.py says where, and what the shell sends 
 GNOME Shell is too heavy for `make test`: these run in `make test-gnome`, which sets
 NH_TEST_GNOME=1, and are skipped without it, or where GNOME Shell, gjs, Xvfb, dbus-daemon, dunst,
 xdotool, ImageMagick or jeepney cannot be had."""
-import datetime
-import json
 import os
-import subprocess
 import sys
 import time
 
 import pytest
-import requests
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "Support"))
 
 import desktop as desktops  # noqa: E402
-from hubharness import BIN, Hub, agent_health, dispatcher_sessions, free_port, wait_until  # noqa: E402
+from hubharness import Hub, wait_until  # noqa: E402
+from userdevices import UserDevices  # noqa: E402
 
 ABSENT = sorted(set(desktops.missing() + desktops.missing("gnome-shell", pointer=True)))
 pytestmark = [
@@ -39,7 +36,6 @@ pytestmark = [
     pytest.mark.skipif(bool(ABSENT), reason=f"cannot run GNOME Shell here: missing {', '.join(ABSENT)}"),
 ]
 
-API = "api-version=2015-01"
 USER = "gwen"
 ACTIONS = {"default": "Open", "dismiss": "Dismiss", "snooze": "Snooze"}
 
@@ -54,61 +50,11 @@ def hub():
         hub.stop_all()
 
 
-class Devices:
+class Devices(UserDevices):
     """A user's two devices: device 1 with GNOME Shell, device 2 with dunst."""
 
     def __init__(self, hub):
-        self.hub = hub
-        self.credential = self.nhctl("user", "credential", USER).stdout.strip()
-        self.desktops, self.agents = [], []
-        self.desktops.append(desktops.Desktop("gnome-1", server="gnome-shell"))
-        self.desktops.append(desktops.Desktop("gnome-2"))
-        for i, desktop in enumerate(self.desktops, 1):
-            self.agents.append(self.start_agent(f"gnome-{i}", desktop.env))
-        assert wait_until(lambda: self.sessions() == 2, timeout=60), "both agents reach the dispatcher"
-        assert wait_until(lambda: all(self.ready(a) for a in self.agents), timeout=30), [self.health(a) for a in self.agents]
-
-    def start_agent(self, name, desktop_env):
-        # Every popup on its own: no burst is grouped into a summary.
-        env = {"NH_AGENT_HOME": os.path.join(self.hub.data, name), "NH_AGENT_INSTALLATION_ID": name,
-               "NH_AGENT_REQUESTS": f"tcp://127.0.0.1:{free_port()}", "NH_AGENT_USER_CREDENTIAL": self.credential,
-               "NH_AGENT_POPUP_BURST": "0", **desktop_env}
-        done = subprocess.run([os.path.join(BIN, "nh-agent"), "subscribe", "News"], env={**self.hub.env, **env},
-                              capture_output=True, text=True, timeout=60)
-        assert done.returncode == 0, done.stderr
-        self.hub.start(name, "nh-agent", env=env, stdout=open(os.path.join(self.hub.data, f"{name}.jsonl"), "ab"))
-        return {"name": name, "env": {**self.hub.env, **env}}
-
-    def nhctl(self, *arguments):
-        done = subprocess.run([os.path.join(BIN, "nhctl"), *arguments], env=self.hub.env, capture_output=True, text=True, timeout=60)
-        assert done.returncode == 0, done.stderr
-        return done
-
-    def health(self, agent):
-        return agent_health(agent["env"])
-
-    def ready(self, agent):
-        return (self.health(agent) or {}).get("desktop") == "ready"
-
-    def sessions(self):
-        return dispatcher_sessions(self.hub)
-
-    def post(self, app_id, title, body=""):
-        expires = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(hours=2)
-        document = {"appNotificationId": app_id, "visual": {"title": title, "body": body or title},
-                    "expiresAt": expires.strftime("%Y-%m-%dT%H:%M:%S.%fZ")[:-4] + "Z"}
-        r = requests.post(f"{self.hub.base}/hub/users/{USER}/notifications?{API}", headers={"Authorization": self.hub.token()},
-                          data=json.dumps(document), timeout=30)
-        assert r.status_code == 201, r.text
-        return r.json()["notification"]["id"]
-
-    def stored(self, notification):
-        """(readState, userActionState) in the store."""
-        for line in self.nhctl("user", "list", USER).stdout.splitlines():
-            fields = line.split()
-            if fields and fields[0] == notification:
-                return fields[1], fields[2]
-        return None
+        super().__init__(hub, USER, [desktops.Desktop("gnome-1", server="gnome-shell"), desktops.Desktop("gnome-2")], "gnome")
 
     def popup(self, desktop, title, server=None):
         """The last Notify with this summary on a desktop, once answered (by `server` when given)."""
@@ -170,12 +116,6 @@ class Devices:
                 found.append((m["destination"], answer))
         return found
 
-    def stop(self):
-        for agent in self.agents:
-            if agent["name"] in self.hub.processes:
-                self.hub.stop(agent["name"])
-        for desktop in self.desktops:
-            desktop.stop()
 
 
 @pytest.fixture(scope="module")

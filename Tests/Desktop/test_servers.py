@@ -16,24 +16,20 @@ real pointer events (xdotool) on the popup's window, at places found on its scre
 Skipped, with the reason, where a server's package (or Xvfb, dbus-daemon, dunst, xdotool,
 ImageMagick or jeepney) cannot be had. What each server does with a click, and what it reports,
 is in Tests/Support/desktop.py (SERVERS) and comes from Tests/Support/serverfacts.py."""
-import datetime
-import json
 import os
-import subprocess
 import sys
 import time
 
 import pytest
-import requests
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "Support"))
 
 import desktop as desktops  # noqa: E402
-from hubharness import BIN, Hub, agent_health, dispatcher_sessions, free_port, wait_until  # noqa: E402
+from hubharness import Hub, wait_until  # noqa: E402
+from userdevices import UserDevices  # noqa: E402
 
 pytestmark = pytest.mark.skipif(bool(desktops.missing()), reason=f"cannot run a desktop here: missing {', '.join(desktops.missing())}")
 
-API = "api-version=2015-01"
 # Each server's devices belong to a user of their own, so that nothing of one run is current on the other's.
 SERVERS = {"xfce4-notifyd": ("xavier", "Xfce Notify Daemon"), "notification-daemon": ("nadia", "Notification Daemon"),
            "mate": ("mateo", "Notification Daemon")}
@@ -49,67 +45,13 @@ def hub():
         hub.stop_all()
 
 
-class Devices:
+class Devices(UserDevices):
     """A user's two devices: device 1 with the server under test, device 2 with dunst."""
 
     def __init__(self, hub, server):
-        self.hub, self.server = hub, server
-        self.user, self.server_name = SERVERS[server]
-        self.credential = self.nhctl("user", "credential", self.user).stdout.strip()
-        self.desktops, self.agents = [], []
-        self.desktops.append(desktops.Desktop(f"{server}-1", server=server))
-        self.desktops.append(desktops.Desktop(f"{server}-2"))
-        for i, desktop in enumerate(self.desktops, 1):
-            self.agents.append(self.start_agent(f"{server}-{i}", desktop.env))
-        assert wait_until(lambda: self.sessions() == 2, timeout=60), "both agents reach the dispatcher"
-        assert wait_until(lambda: all(self.ready(a) for a in self.agents), timeout=30), [self.health(a) for a in self.agents]
-
-    def start_agent(self, name, desktop_env):
-        # Every popup on its own: no burst is grouped into a summary.
-        env = {"NH_AGENT_HOME": os.path.join(self.hub.data, name), "NH_AGENT_INSTALLATION_ID": name,
-               "NH_AGENT_REQUESTS": f"tcp://127.0.0.1:{free_port()}", "NH_AGENT_USER_CREDENTIAL": self.credential,
-               "NH_AGENT_POPUP_BURST": "0", **desktop_env}
-        done = subprocess.run([os.path.join(BIN, "nh-agent"), "subscribe", "News"], env={**self.hub.env, **env},
-                              capture_output=True, text=True, timeout=60)
-        assert done.returncode == 0, done.stderr
-        self.hub.start(name, "nh-agent", env=env, stdout=open(os.path.join(self.hub.data, f"{name}.jsonl"), "ab"))
-        return {"name": name, "env": {**self.hub.env, **env}}
-
-    def nhctl(self, *arguments):
-        done = subprocess.run([os.path.join(BIN, "nhctl"), *arguments], env=self.hub.env, capture_output=True, text=True, timeout=60)
-        assert done.returncode == 0, done.stderr
-        return done
-
-    def health(self, agent):
-        return agent_health(agent["env"])
-
-    def ready(self, agent):
-        return (self.health(agent) or {}).get("desktop") == "ready"
-
-    def sessions(self):
-        return dispatcher_sessions(self.hub)
-
-    def post(self, app_id, title, body=""):
-        expires = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(hours=2)
-        document = {"appNotificationId": app_id, "visual": {"title": title, "body": body or title},
-                    "expiresAt": expires.strftime("%Y-%m-%dT%H:%M:%S.%fZ")[:-4] + "Z"}
-        r = requests.post(f"{self.hub.base}/hub/users/{self.user}/notifications?{API}", headers={"Authorization": self.hub.token()},
-                          data=json.dumps(document), timeout=30)
-        assert r.status_code == 201, r.text
-        return r.json()["notification"]["id"]
-
-    def stored(self, notification):
-        """(readState, userActionState) in the store."""
-        for line in self.nhctl("user", "list", self.user).stdout.splitlines():
-            fields = line.split()
-            if fields and fields[0] == notification:
-                return fields[1], fields[2]
-        return None
-
-    def popup(self, desktop, title):
-        """The last Notify with this summary on a desktop, once answered."""
-        shown = [p for p in desktop.popups() if p["summary"] == title and p["id"] is not None]
-        return shown[-1] if shown else None
+        self.server = server
+        user, self.server_name = SERVERS[server]
+        super().__init__(hub, user, [desktops.Desktop(f"{server}-1", server=server), desktops.Desktop(f"{server}-2")], server)
 
     def withdrawn(self, desktop, popup_id):
         """Whether the agent withdrew the popup of this id: CloseNotification, or on a server that
@@ -155,12 +97,6 @@ class Devices:
         assert wait_until(lambda: one.displayed() == 0 and two.displayed() == 0, timeout=20), (one.popup_windows(), two.displayed())
         one.move_away()
 
-    def stop(self):
-        for agent in self.agents:
-            if agent["name"] in self.hub.processes:
-                self.hub.stop(agent["name"])
-        for desktop in self.desktops:
-            desktop.stop()
 
 
 @pytest.fixture(scope="module", params=list(SERVERS))

@@ -12,16 +12,15 @@ writes each event as one JSON line to --out:
     {"event": "Unregistered", "token": "..."}
 
 Run it with /usr/bin/python3, whose python3-gi GLib is Debian's."""
-import argparse
 import base64
 import json
-import os
 import sys
 import time
 
 from gi.repository import Gio, GLib
 
-DISTRIBUTOR = "org.unifiedpush.Distributor.nh"
+import connectorcli
+
 CONNECTOR_XML = """
 <node>
   <interface name="org.unifiedpush.Connector2">
@@ -34,24 +33,10 @@ CONNECTOR_XML = """
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--service", required=True)
-    parser.add_argument("--out", required=True)
-    parser.add_argument("--app", help="the service name to register (default: --service)")
-    parser.add_argument("--register", metavar="TOKEN")
-    parser.add_argument("--unregister", metavar="TOKEN")
-    parser.add_argument("--vapid")
-    parser.add_argument("--description", default="")
-    parser.add_argument("--distributor", default=DISTRIBUTOR)
-    parser.add_argument("--exit-idle", type=float, default=0)
-    parser.add_argument("--exit-after-register", action="store_true")
+    parser = connectorcli.parser()
     parser.add_argument("--raw", metavar="JSON", help="Register with these a{sv} fields as given (name: [signature, value])")
     args = parser.parse_args()
-    out = open(args.out, "a")
-
-    def log(event, **fields):
-        out.write(json.dumps({"event": event, "at": time.time(), "pid": os.getpid(), "stack": "gdbus", **fields}) + "\n")
-        out.flush()
+    log = connectorcli.event_log(args.out, stack="gdbus")
 
     loop = GLib.MainLoop()
     connection = Gio.bus_get_sync(Gio.BusType.SESSION, None)

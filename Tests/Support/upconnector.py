@@ -12,9 +12,7 @@ line to --out (flushed at once), so a test reads exactly what the app was given:
 
 Started by a test, or by dbus-daemon through a .service file (D-Bus activation). --exit-idle N ends
 it after N seconds without a call, as an activated app does."""
-import argparse
 import base64
-import json
 import os
 import sys
 import time
@@ -23,28 +21,15 @@ from jeepney import DBusAddress, MessageType, new_error, new_method_call, new_me
 from jeepney.bus_messages import message_bus
 from jeepney.io.blocking import open_dbus_connection
 
-DISTRIBUTOR = "org.unifiedpush.Distributor.nh"
+import connectorcli
+
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--service", required=True)
-    parser.add_argument("--out", required=True)
-    parser.add_argument("--app", help="the service name to register (default: --service)")
+    parser = connectorcli.parser()
     parser.add_argument("--v1", action="store_true")
-    parser.add_argument("--register", metavar="TOKEN")
-    parser.add_argument("--unregister", metavar="TOKEN")
-    parser.add_argument("--vapid")
-    parser.add_argument("--description", default="")
-    parser.add_argument("--distributor", default=DISTRIBUTOR)
-    parser.add_argument("--exit-idle", type=float, default=0)
-    parser.add_argument("--exit-after-register", action="store_true")
     args = parser.parse_args()
-    out = open(args.out, "a")
-
-    def log(event, **fields):
-        out.write(json.dumps({"event": event, "at": time.time(), "pid": os.getpid(), **fields}) + "\n")
-        out.flush()
+    log = connectorcli.event_log(args.out)
 
     connection = open_dbus_connection(bus=os.environ["DBUS_SESSION_BUS_ADDRESS"])
     # A call queued for an activated app arrives as soon as it owns the name, maybe before the

@@ -2,6 +2,8 @@ import Foundation
 import HubProtocol
 import Testing
 
+@testable import NHSync
+
 /// The framing the hub checks of content encrypted end to end, and nothing inside it.
 @Suite("Encrypted records")
 struct EncryptedRecordTests {
