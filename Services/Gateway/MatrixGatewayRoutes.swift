@@ -56,6 +56,9 @@ struct MatrixGatewayRoutes {
                 if try !forward(request, notification, to: device, devices: devices.count) { rejected.append(pushkey) }
             } catch let refusal as PushRefusal where refusal.status == 429 {
                 return Self.error(429, "M_LIMIT_EXCEEDED", refusal.message, retryAfter: refusal.retryAfter)
+            } catch let refusal as PushRefusal where refusal.status == 503 {
+                // Not rejected: the homeserver would remove the pusher. It tries again.
+                return Self.error(503, "M_UNKNOWN", refusal.message, retryAfter: refusal.retryAfter)
             } catch let refusal as PushRefusal {
                 services.context.logger.debug("a Matrix pushkey is rejected", ("status", String(refusal.status)), ("reason", refusal.message))
                 rejected.append(pushkey)

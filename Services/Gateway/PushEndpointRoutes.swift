@@ -76,7 +76,13 @@ struct PushEndpointRoutes {
         // The hub by its name, in its current generation: an installation of a generation deleted is gone.
         let keyed = HubScope.of(key: installation.installationId)
         let scope = services.context.scope(keyed.isDefault ? nil : keyed.name)
-        guard scope == keyed, services.context.hubs.has(scope) else { throw PushRefusal.gone }
+        guard scope == keyed, services.context.hubs.has(scope) else {
+            // The registry deletes a hub's installations with it, so one it holds is of a hub that
+            // is there: this gateway has not read the catalog since the hub was made. Not 410, which
+            // would have the application server drop the endpoint for good.
+            throw PushRefusal(
+                503, ErrorCode.unavailable.rawValue, "this endpoint's hub is newer than this gateway's list of hubs; retry in a second")
+        }
         services.current.set(scope.isDefault ? services.context.config.hub : scope.name, scope)
         return PushTarget(installationId: scope.id(installation.installationId), endpointId: endpointId, found: installation)
     }

@@ -15,6 +15,8 @@ import Testing
 struct PushEndpointRoutesTests {
     static let secret = PushEndpointSecret.make()
     static let signed = PushEndpointSecret.make()
+    /// An endpoint of an installation of a hub this gateway has not read of yet.
+    static let newHub = PushEndpointSecret.make()
     let vapidKey = P256Key.generate()
     let routes: GatewayRouter
     let registry = StandIn(), publish = StandIn()
@@ -38,7 +40,11 @@ struct PushEndpointRoutesTests {
             guard request.installationId == "dev-1" else { throw HubError(.notFound, "no installation") }
             return InstallationReply(installation: installation)
         }
-        registry.on(InstallationByEndpoint.self) { request, _ in
+        var ofNewHub = installation
+        ofNewHub.installationId = "new-hub/dev-2"
+        ofNewHub.endpoints = [PushEndpointSecret.id(of: Self.newHub): PushEndpoint()]
+        registry.on(InstallationByEndpoint.self) { [ofNewHub] request, _ in
+            if ofNewHub.endpoints?[request.endpoint] != nil { return InstallationReply(installation: ofNewHub) }
             guard installation.endpoints?[request.endpoint] != nil else { throw HubError(.notFound, "no installation holds it") }
             return InstallationReply(installation: installation)
         }
@@ -107,6 +113,9 @@ struct PushEndpointRoutesTests {
         #expect(registry.requests(InstallationByEndpoint.self).map(\.endpoint) == [PushEndpointSecret.id(of: Self.secret)])
         #expect(registry.requests(InstallationGet.self).isEmpty)
         #expect(post("/up/\(Self.signed)").status == 401)
+        // A hub the gateway's catalog does not hold yet: try again, never gone.
+        let newer = post("/up/\(Self.newHub)")
+        #expect(newer.status == 503 && newer.header("Retry-After") == "1")
     }
 
     @Test("the Matrix push gateway: each device's pushkey an endpoint here gets the notification; others are rejected")
@@ -133,6 +142,8 @@ struct PushEndpointRoutesTests {
         let narrowed = try #require(try JSONSerialization.jsonObject(with: second.bytes ?? Data()) as? [String: [String: Any]])
         #expect((narrowed["notification"]?["devices"] as? [[String: String]]) == [["pushkey": mine]] && second.urgency == .high)
         #expect(publish.calls.count == 2)
+        let later = notify(try json(["notification": ["devices": [["pushkey": "http://127.0.0.1:7780/up/\(Self.newHub)"]]]]))
+        #expect(later.status == 503, "the homeserver tries again; a rejection would remove its pusher")
         for bad in ["not json", "[]", #"{"notification":{"devices":[{"app_id":"a"}]}}"#] {
             #expect(notify(Data(bad.utf8)).status == 400)
         }
