@@ -28,9 +28,11 @@ public struct DBusError: Error, Equatable, CustomStringConvertible, Sendable {
         name == "org.freedesktop.DBus.Error.ServiceUnknown" || name == "org.freedesktop.DBus.Error.NameHasNoOwner"
     }
 
-    /// The peer left the bus while the call waited for its answer (the bus says so with NoReply).
+    /// The peer left the bus while the call waited for its answer (the bus says so with NoReply), or
+    /// the bus itself went first, and sd-bus answered the call as it closed ("Connection terminated").
     public var isPeerGone: Bool {
-        name == "org.freedesktop.DBus.Error.NoReply" && message.contains("disconnected from message bus")
+        name == "org.freedesktop.DBus.Error.NoReply"
+            && (message.contains("disconnected from message bus") || message.contains("Connection terminated"))
     }
 
     public var isTimeout: Bool {
