@@ -372,8 +372,13 @@ def test_pages_work_on_the_hub_a_connection_string_or_credential_names(web_hub, 
 
     # The same user name in both hubs; the inbox signed in as the second hub's shows its own alone.
     post_user_notification(hub, "frank", "home-1", "For the default hub's frank", "-")
-    r = requests.post(f"{hub.base}/web-b/users/frank/notifications?{API}", headers={"Authorization": token},
-                      data=json.dumps({"appNotificationId": "b-1", "visual": {"title": "For web-b's frank", "body": "-"}}))
+    # Each service reads the hub catalog on its own, within about a second: until the sync store's
+    # publish path has, the hub is unknown there (404), and nothing is stored.
+    def posted():
+        return requests.post(f"{hub.base}/web-b/users/frank/notifications?{API}", headers={"Authorization": token},
+                             data=json.dumps({"appNotificationId": "b-1", "visual": {"title": "For web-b's frank", "body": "-"}}))
+    assert wait_until(lambda: posted().status_code == 201, timeout=10)
+    r = posted()  # the same appNotificationId again: the same notification, replaced
     assert r.status_code == 201, r.text
     theirs = r.json()["notification"]["id"]
     issued = nhctl(hub, "--hub", "web-b", "user", "credential", "frank")

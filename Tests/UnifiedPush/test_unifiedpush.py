@@ -517,7 +517,9 @@ def test_an_endpoint_reaches_its_own_hubs_installation_alone(setup):
         their_endpoint = theirs.wait_for("NewEndpoint")["endpoint"]
         # The endpoint names neither the hub nor the installation: the registry finds both by its secret.
         assert "up-b" not in their_endpoint[len(setup.hub.base):] and AGENT not in their_endpoint, their_endpoint
-        assert theirs.keys.push(their_endpoint, b"to B's app").status_code == 201
+        # The gateway reads the hub catalog each second: until it has read the new hub, a push is
+        # 503, to try again (nothing is stored).
+        assert wait_until(lambda: theirs.keys.push(their_endpoint, b"to B's app").status_code == 201, timeout=10)
         assert theirs.keys.decrypt(base64.b64decode(theirs.wait_for("Message")["message"])) == b"to B's app"
 
         mine = setup.app()
