@@ -81,7 +81,7 @@ let package = Package(
         module("HTTPServer", dependencies: ["CMicroHTTPD"]),
         module("Bus", dependencies: ["CLibZMQ"]),
         module("DBus", dependencies: ["CSystemdBus"]),
-        module("Auth", dependencies: ["COpenSSL"]),
+        module("Auth", dependencies: ["COpenSSL", "HubProtocol"]),
         module("HubProtocol", exclude: ["README.md"]),
         module("Storage", dependencies: ["CSQLite", "HubProtocol"]),
         module("Postgres", dependencies: ["CLibPQ", "HubProtocol", "Storage"]),

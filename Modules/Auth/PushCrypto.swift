@@ -1,4 +1,3 @@
-import Auth
 import COpenSSL
 import Foundation
 import HubProtocol
