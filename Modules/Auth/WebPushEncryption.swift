@@ -4,7 +4,7 @@ import HubProtocol
 /// Message encryption for Web Push (RFC 8291), content coding aes128gcm (RFC 8188), one record.
 public enum WebPushEncryption {
     /// The record size written in the header, and the most one body may take.
-    static let recordSize = 4096
+    public static let recordSize = 4096
     /// salt 16, rs 4, idlen 1, keyid 65 (the sender's public point).
     static let headerLength = 16 + 4 + 1 + 65
 
@@ -13,9 +13,12 @@ public enum WebPushEncryption {
 
     /// The encrypted body: the aes128gcm header (salt 16, rs 4 big-endian = 4096, idlen 1 = 65, keyid = the sender's
     /// public point) and one record (plaintext || 0x02, sealed). `salt` and `senderKey` default to fresh random ones.
+    /// A larger `recordSize` than Web Push's 4096 makes one record of more (the keyrings the user's
+    /// devices seal for each other).
     public static func encrypt(
-        _ plaintext: Data, p256dh: Data, auth: Data, salt: Data? = nil, senderKey: P256Key? = nil
+        _ plaintext: Data, p256dh: Data, auth: Data, salt: Data? = nil, senderKey: P256Key? = nil, recordSize: Int = recordSize
     ) throws(PushCryptoError) -> Data {
+        let maxPlaintext = recordSize - headerLength - AESGCM.tagLength - 1
         guard plaintext.count <= maxPlaintext else {
             throw PushCryptoError("a Web Push message carries at most \(maxPlaintext) bytes; this one has \(plaintext.count)")
         }

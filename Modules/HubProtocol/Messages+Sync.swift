@@ -29,6 +29,8 @@ public struct UserNotification: Codable, Sendable, Equatable {
     /// The content encrypted end to end: one RFC 8291 aes128gcm record, base64url (the sync service's
     /// `EncryptedRecord` checks its framing), which the hub stores and syncs unread.
     public var encrypted: String?
+    /// The id of the user's key `encrypted` is for (`UserKey.keyId`).
+    public var keyId: String?
     public var priority: String
     public var group: String?
     public var expiresAt: Date
@@ -39,8 +41,8 @@ public struct UserNotification: Codable, Sendable, Equatable {
 
     public init(
         id: String, appNotificationId: String, userId: String, visual: VisualContent? = nil, raw: String? = nil,
-        encrypted: String? = nil, priority: String = "normal", group: String? = nil, expiresAt: Date, readState: ReadState = .unread,
-        userActionState: UserActionState = .noInteraction, createdAt: Date, modifiedAt: Date
+        encrypted: String? = nil, keyId: String? = nil, priority: String = "normal", group: String? = nil, expiresAt: Date,
+        readState: ReadState = .unread, userActionState: UserActionState = .noInteraction, createdAt: Date, modifiedAt: Date
     ) {
         self.id = id
         self.appNotificationId = appNotificationId
@@ -48,6 +50,7 @@ public struct UserNotification: Codable, Sendable, Equatable {
         self.visual = visual
         self.raw = raw
         self.encrypted = encrypted
+        self.keyId = keyId
         self.priority = priority
         self.group = group
         self.expiresAt = expiresAt
@@ -69,6 +72,9 @@ public struct PostUserNotification: HubRequest {
     /// The content encrypted end to end for the user, instead of visual and raw: one RFC 8291
     /// aes128gcm record, base64url, whose plaintext is `{"visual": {…}, "raw": …}`.
     public var encrypted: String?
+    /// With `encrypted`: the id of the user's key it is encrypted for, as `user.key` answered it.
+    /// The hub refuses a record for a key that is no longer the user's current one.
+    public var keyId: String?
     public var priority: String?
     public var group: String?
     /// When it leaves the store; at most 30 days ahead. Absent: the store's default.
@@ -76,13 +82,14 @@ public struct PostUserNotification: HubRequest {
 
     public init(
         userId: String, appNotificationId: String, visual: VisualContent? = nil, raw: String? = nil, encrypted: String? = nil,
-        priority: String? = nil, group: String? = nil, expiresAt: Date? = nil
+        keyId: String? = nil, priority: String? = nil, group: String? = nil, expiresAt: Date? = nil
     ) {
         self.userId = userId
         self.appNotificationId = appNotificationId
         self.visual = visual
         self.raw = raw
         self.encrypted = encrypted
+        self.keyId = keyId
         self.priority = priority
         self.group = group
         self.expiresAt = expiresAt

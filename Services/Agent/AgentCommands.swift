@@ -1,3 +1,4 @@
+import Auth
 import Bus
 import Foundation
 import HubProtocol
@@ -11,7 +12,7 @@ enum AgentCommands {
         let parsed: Arguments
         let config: HubConfig
         do {
-            parsed = try Arguments(arguments, valued: ["config"], flags: [])
+            parsed = try Arguments(arguments, valued: ["config", "revoke", "plaintext"], flags: [])
             config = try ConfigLoader.load(
                 file: ConfigLoader.file(option: parsed[option: "config"], environment: environment, installedName: "agent.json"), environment: environment)
         } catch {
@@ -94,13 +95,20 @@ enum AgentCommands {
                 try store.set("userCredential", parsed.positionals[0])
                 print("signed in; the agent uses this credential from its next start")
                 return 0
+            case "keys", "pair":
+                guard let sync = try userSync(store, config, environment, identity) else { return fail("not signed in as a user; run nh-agent login CREDENTIAL") }
+                let keys = AgentKeys(store: store, device: sync.device)
+                return try keyCommand(command, parsed, AgentKeyCommands(keys: keys, sync: sync))
             case "list":
                 let cache = UserCache(database: store.database)
-                for notification in try cache.all() { print(describe(notification)) }
+                let sync = try userSync(store, config, environment, identity)
+                sync?.keys = AgentKeys(store: store, device: try environment["NH_AGENT_INSTALLATION_ID"] ?? store.installationId())
+                for notification in try cache.all() { print(describe(sync?.readable(notification) ?? notification)) }
                 return 0
             case "history":
                 guard let sync = try userSync(store, config, environment, identity) else { return fail("not signed in as a user; run nh-agent login CREDENTIAL") }
-                for notification in try sync.history().notifications { print(describe(notification)) }
+                sync.keys = AgentKeys(store: store, device: sync.device)
+                for notification in try sync.history().notifications { print(describe(sync.readable(notification))) }
                 return 0
             case let name where AgentUserAction.Action(rawValue: name) != nil:
                 guard parsed.positionals.count == 1 else { return fail("usage: nh-agent \(name) NOTIFICATION_ID") }
@@ -132,6 +140,41 @@ enum AgentCommands {
             FileHandle.standardError.write(Data("nh-agent: \(error)\n".utf8))
             return 1
         }
+    }
+
+    /// `keys [init [--plaintext refuse] | rotate [--revoke DEVICE,…] [--plaintext refuse|accept] | recover [KEY]]`,
+    /// `pair`, `pair accept CODE`.
+    static func keyCommand(_ command: String, _ parsed: Arguments, _ keys: AgentKeyCommands) throws -> Int32 {
+        let words = parsed.positionals
+        do {
+            switch (command, words.first) {
+            case ("keys", nil): return try keys.show()
+            case ("keys", "init"): return try keys.initialize(refusePlaintext: try plaintext(parsed) ?? false)
+            case ("keys", "rotate"):
+                let revoke = (parsed[option: "revoke"] ?? "").split(separator: ",").map(String.init)
+                return try keys.rotate(revoke: revoke, refusePlaintext: try plaintext(parsed))
+            case ("keys", "recover"): return try keys.recover(words.count > 1 ? words[1...].joined() : nil)
+            case ("pair", nil): return try keys.pairNew()
+            case ("pair", "accept"):
+                guard words.count == 2 else { return fail("usage: nh-agent pair accept CODE") }
+                return try keys.pairAccept(words[1])
+            default:
+                return fail("usage: nh-agent keys [init [--plaintext refuse] | rotate [--revoke DEVICE[,DEVICE…]] [--plaintext refuse|accept] | recover [KEY]], nh-agent pair [accept CODE]")
+            }
+        } catch let error as HubError {
+            return fail("\(error.code.rawValue): \(error.message)")
+        } catch let error as PushCryptoError {
+            return fail(error.message)
+        } catch let error as AgentKeyError {
+            return fail(error.description)
+        }
+    }
+
+    /// `--plaintext refuse|accept`: whether the hub refuses the user's posts that are not encrypted.
+    static func plaintext(_ parsed: Arguments) throws -> Bool? {
+        guard let value = parsed[option: "plaintext"] else { return nil }
+        guard ["refuse", "accept"].contains(value) else { throw AgentKeyError("--plaintext takes refuse or accept, not '\(value)'") }
+        return value == "refuse"
     }
 
     /// `nh-agent apps` lists the apps registered for push; `nh-agent apps remove APP` unregisters
@@ -203,6 +246,7 @@ enum AgentCommands {
         let client = try HubClient(
             connect: config.sync.requests, policy: RetryPolicy(timeout: 3_000, attempts: 1),
             curve: (try BusSecurity.clientKeys(for: listen), try BusKeys.serverPublicKey(config: config, environment: environment)))
+        client.hub = { [identity] in identity.envelopeHub }
         let output = AgentOutput(hook: nil, logger: logger)
         output.lines = false
         return AgentUserSync(

@@ -61,6 +61,7 @@ final class AgentDaemon {
             userSync = AgentUserSync(
                 cache: cache, credential: credential, device: installationId, logger: context.logger, output: output, client: sync)
             userSync?.desktop = desktop
+            userSync?.keys = AgentKeys(store: store, device: installationId)
         } else {
             userSync = nil
         }

@@ -15,6 +15,8 @@ final class AgentUserSync {
     let client: HubClient
     /// The desktop's popups, for the daemon; nil for one-shot commands.
     var desktop: DesktopNotifications?
+    /// The user's keyring on this device, which opens encrypted notifications before they are shown.
+    var keys: AgentKeys?
     private(set) var userId: String?
     private var token: UserToken?
     private var tokenFailure = ""
@@ -57,7 +59,7 @@ final class AgentUserSync {
     }
 
     /// Calls the store with the current user token, getting a fresh one once if it was refused.
-    private func call<R: HubRequest>(_ request: R) throws -> R.Reply {
+    func call<R: HubRequest>(_ request: R) throws -> R.Reply {
         guard let first = accessToken() else { throw HubError(.unauthorized, "no user token") }
         do {
             return try client.call(request, auth: first)
@@ -225,7 +227,7 @@ final class AgentUserSync {
                 // person's close as an expiry): it stays closed until it changes, as the person left it.
                 continue
             }
-            if let popup = Popup(user: notification) { popups.append(popup) }
+            if let popup = Popup(user: readable(notification)) { popups.append(popup) }
         }
         // A popup this agent opened on this server that is no longer current (acted on elsewhere
         // while the agent was down, or expired) is withdrawn.
@@ -239,14 +241,26 @@ final class AgentUserSync {
         for popup in popups { desktop.show(popup) }
     }
 
+    /// An encrypted notification opened with the device's keyring (as it came when it cannot be).
+    func readable(_ notification: UserNotification) -> UserNotification {
+        guard notification.encrypted != nil, let keys else { return notification }
+        let (readable, failure) = keys.readable(notification) { try call(UserKeyRequest(device: device)) }
+        if let failure {
+            logger.warning("cannot open an encrypted notification", ("notification", notification.id), ("reason", failure))
+        }
+        return readable
+    }
+
     private func show(_ events: [UserCache.Event]) {
         let now = Date()
         for event in events {
             switch event {
             case .created(let notification):
+                let notification = readable(notification)
                 output.userEvent("user.created", notification)
                 present(Popup.change(from: nil, to: notification, now: now), notification.id)
             case .updated(let notification, let previous):
+                let (notification, previous) = (readable(notification), readable(previous))
                 output.userEvent("user.updated", notification)
                 present(Popup.change(from: previous, to: notification, now: now), notification.id)
             case .deleted(let notification):

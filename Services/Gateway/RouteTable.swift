@@ -96,6 +96,11 @@ enum RouteTable {
             try gateway.users.delete(p[0], request, token: token)
         },
         Route("POST", "users/{}/notifications", .send) { gateway, request, p, _ in try gateway.users.post(to: p[0], request) },
+        // A user's encryption key: its public part for backends, the whole record and pairings for the user's devices.
+        Route("GET", "users/me/key", .userToken) { gateway, request, _, token in try gateway.users.ownKey(request, token: token) },
+        Route("PUT", "users/me/key", .userToken) { gateway, request, _, token in try gateway.users.putKey(request, token: token) },
+        Route("POST", "users/me/pairing", .userToken) { gateway, request, _, token in try gateway.users.pairing(request, token: token) },
+        Route("GET", "users/{}/key", .send) { gateway, _, p, _ in try gateway.users.key(of: p[0]) },
     ]
 
     enum Match {

@@ -73,4 +73,27 @@ struct UserRoutes {
         return GatewayResponse.json(201, HubCodec.encodePayload(reply),
                                     headers: [("Location", "\(services.baseURL(request))\(request.path)/\(reply.notification.id)")])
     }
+
+    /// `GET /{hub}/users/{user}/key` (Send): the user's public key, for a backend to encrypt a post.
+    func key(of user: String) throws -> HTTPResponse {
+        GatewayResponse.json(200, HubCodec.encodePayload(try services.sync.call(UserKeyRequest(userId: user))))
+    }
+
+    /// `GET /{hub}/users/me/key?device=`: the user's own key record.
+    func ownKey(_ request: HTTPRequest, token: String) throws -> HTTPResponse {
+        let reply = try services.sync.call(UserKeyRequest(device: request.query["device"]), auth: token)
+        return GatewayResponse.json(200, HubCodec.encodePayload(reply))
+    }
+
+    /// `PUT /{hub}/users/me/key`: a device sets the user's key (`user.key.put`'s fields).
+    func putKey(_ request: HTTPRequest, token: String) throws -> HTTPResponse {
+        let put = try HubCodec.decodePayload(PutUserKey.self, from: request.body)
+        return GatewayResponse.json(200, HubCodec.encodePayload(try services.sync.call(put, auth: token)))
+    }
+
+    /// `POST /{hub}/users/me/pairing`: one step of pairing a device (`user.pairing`'s fields).
+    func pairing(_ request: HTTPRequest, token: String) throws -> HTTPResponse {
+        let step = try HubCodec.decodePayload(UserPairingRequest.self, from: request.body)
+        return GatewayResponse.json(200, HubCodec.encodePayload(try services.sync.call(step, auth: token)))
+    }
 }

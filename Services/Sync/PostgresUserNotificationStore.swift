@@ -43,6 +43,15 @@ final class PostgresUserNotificationStore: UserNotificationEngine, PostgresBacke
             INSERT INTO sync.stream (id, sequence) VALUES (1, 0);
             CREATE TABLE sync.changes (sequence BIGINT PRIMARY KEY, user_id TEXT NOT NULL, user_sequence BIGINT NOT NULL, origin TEXT);
             """),
+        // A user's encryption key (its public part) and pairings under way (`UserVault`).
+        Migration(
+            version: 2,
+            """
+            CREATE TABLE sync.user_vault (
+                user_id TEXT NOT NULL, name TEXT NOT NULL, value TEXT NOT NULL, expires_at DOUBLE PRECISION, PRIMARY KEY (user_id, name)
+            );
+            CREATE INDEX user_vault_by_expiry ON sync.user_vault(expires_at) WHERE expires_at IS NOT NULL;
+            """),
     ]
 
     static let sql = UserNotificationSQL(

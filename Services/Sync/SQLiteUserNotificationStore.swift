@@ -41,6 +41,13 @@ final class SQLiteUserNotificationStore: UserNotificationEngine {
             """
             CREATE TABLE changes (sequence INTEGER PRIMARY KEY, user_id TEXT NOT NULL, user_sequence INTEGER NOT NULL, origin TEXT);
             """),
+        // A user's encryption key (its public part) and pairings under way (`UserVault`).
+        Migration(
+            version: 3,
+            """
+            CREATE TABLE user_vault (user_id TEXT NOT NULL, name TEXT NOT NULL, value TEXT NOT NULL, expires_at REAL, PRIMARY KEY (user_id, name));
+            CREATE INDEX user_vault_by_expiry ON user_vault(expires_at) WHERE expires_at IS NOT NULL;
+            """),
     ]
 
     static let sql = UserNotificationSQL(

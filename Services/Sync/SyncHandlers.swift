@@ -21,7 +21,12 @@ struct SyncHandlers {
         server.on(DeleteUserNotification.self) { try delete($0) }
         server.on(IssueUserCredential.self) { try credential($0) }
         server.on(UserTokenRequest.self) { try token($0) }
+        server.on(UserKeyRequest.self) { try key($0) }
+        server.on(PutUserKey.self) { try putKey($0) }
+        server.on(UserPairingRequest.self) { try pairing($0) }
     }
+
+    var vault: UserVault { UserVault(store: store) }
 
     /// A user is of one hub: the store keys them by the hub's key of their id (`HubScope`), and a
     /// user token names that key, so every request below reaches its own hub's user alone.
@@ -29,7 +34,9 @@ struct SyncHandlers {
         let scope = try context.authorize(request, needs: .send)
         let now = Date()
         let expiresAt = try UserNotificationRules.validate(request.payload, defaultLifetime: context.config.defaultTimeToLive, now: now)
-        let (notification, _) = try store.post(request.payload, user: scope.key(request.payload.userId), expiresAt: expiresAt, now: now)
+        let user = scope.key(request.payload.userId)
+        try vault.checkPost(request.payload, user: user)
+        let (notification, _) = try store.post(request.payload, user: user, expiresAt: expiresAt, now: now)
         try announce()
         return UserNotificationReply(notification: notification)
     }
@@ -90,5 +97,27 @@ struct SyncHandlers {
         guard context.hubs.has(owner) else { throw HubError(.unauthorized, "the credential's hub '\(owner)' is gone") }
         let (token, expiresAt) = context.userTokens.issue(user: claims.user, kind: .token, lifetime: context.config.userTokenLifetime)
         return UserToken(userId: owner.id(claims.user), token: token, expiresAt: expiresAt)
+    }
+
+    /// A backend (Send) reads a user's public key; a user (their token) reads their own, with the
+    /// devices, the recovery record and this device's envelope.
+    func key(_ request: Envelope<UserKeyRequest>) throws -> UserKey {
+        if let userId = request.payload.userId {
+            let scope = try context.authorize(request, needs: .send)
+            try UserNotificationRules.identifier(userId, "userId")
+            return try vault.key(user: scope.key(userId), userId: userId, own: false, device: nil)
+        }
+        let (user, scope) = try context.authorizeUser(request.auth, hub: request.hub)
+        return try vault.key(user: user, userId: scope.id(user), own: true, device: request.payload.device)
+    }
+
+    func putKey(_ request: Envelope<PutUserKey>) throws -> UserKey {
+        let (user, scope) = try context.authorizeUser(request.auth, hub: request.hub)
+        return try vault.putKey(request.payload, user: user, userId: scope.id(user))
+    }
+
+    func pairing(_ request: Envelope<UserPairingRequest>) throws -> UserPairing {
+        let user = try context.authorizeUser(request.auth, hub: request.hub).key
+        return try vault.pairing(request.payload, user: user)
     }
 }

@@ -52,6 +52,16 @@ struct UserNotificationSQL: Sendable {
     /// (count, at least 1): keeps the newest `count` changes, counted, not numbered: a new history's
     /// numbers start far above the old one's.
     var pruneStream: String
+    /// (user, name, now) → (value, expires at).
+    var vaultGet: String
+    /// (user, name, value, expires at).
+    var vaultPut: String
+    /// (user, name).
+    var vaultDelete: String
+    /// (now): drops expired entries.
+    var vaultExpire: String
+    /// (prefix, its length): a deleted hub's users' entries.
+    var purgeHubVault: String
 
     /// The statements over tables named with `prefix` (a schema and a dot, or nothing), spelled as
     /// the engine spells numbered parameters; `expiring` and `raiseFloors` are each engine's own.
@@ -79,8 +89,17 @@ struct UserNotificationSQL: Sendable {
         tombstone = spell("UPDATE \(p)user_notifications SET document = NULL, sequence = $1, deleted_at = $2 WHERE id = $3")
         expiryDue = spell("""
             SELECT CASE WHEN EXISTS (SELECT 1 FROM \(p)user_notifications WHERE deleted_at IS NULL AND expires_at <= $1)
-                OR EXISTS (SELECT 1 FROM \(p)user_notifications WHERE deleted_at IS NOT NULL AND deleted_at < $2) THEN 1 ELSE 0 END AS due
+                OR EXISTS (SELECT 1 FROM \(p)user_notifications WHERE deleted_at IS NOT NULL AND deleted_at < $2)
+                OR EXISTS (SELECT 1 FROM \(p)user_vault WHERE expires_at <= $1) THEN 1 ELSE 0 END AS due
             """)
+        vaultGet = spell("SELECT value, expires_at FROM \(p)user_vault WHERE user_id = $1 AND name = $2 AND (expires_at IS NULL OR expires_at > $3)")
+        vaultPut = spell("""
+            INSERT INTO \(p)user_vault (user_id, name, value, expires_at) VALUES ($1, $2, $3, $4)
+            ON CONFLICT (user_id, name) DO UPDATE SET value = excluded.value, expires_at = excluded.expires_at
+            """)
+        vaultDelete = spell("DELETE FROM \(p)user_vault WHERE user_id = $1 AND name = $2")
+        vaultExpire = spell("DELETE FROM \(p)user_vault WHERE expires_at <= $1")
+        purgeHubVault = spell("DELETE FROM \(p)user_vault WHERE substr(user_id, 1, $2) = $1")
         self.expiring = spell(expiring)
         purgeHubNotifications = spell("DELETE FROM \(p)user_notifications WHERE substr(user_id, 1, $2) = $1")
         purgeHubUsers = spell("DELETE FROM \(p)users WHERE substr(user_id, 1, $2) = $1")
@@ -205,6 +224,7 @@ extension UserNotificationEngine {
             }
             try run(sql.raiseFloors, [cutoff])
             try run(sql.dropTombstones, [cutoff])
+            try run(sql.vaultExpire, [now])
             return changes
         }
     }
@@ -215,6 +235,7 @@ extension UserNotificationEngine {
         return try write {
             let count = try run(sql.purgeHubNotifications, [scope.prefix, scope.prefix.count])
             try run(sql.purgeHubUsers, [scope.prefix, scope.prefix.count])
+            try run(sql.purgeHubVault, [scope.prefix, scope.prefix.count])
             return count
         }
     }
@@ -242,4 +263,22 @@ extension UserNotificationEngine {
     }
 
     func pruneStream(keeping count: Int) throws { try run(sql.pruneStream, [count]) }
+
+    func vault<T>(user: String, name: String, now: Date, _ body: (inout VaultEntry?) throws -> T) throws -> T {
+        try write {
+            let stored = try one(sql.vaultGet, [user, name, now]).map { row in
+                VaultEntry(value: Data(try row.string("value", of: "user_vault").utf8), expiresAt: try row.optionalDate("expires_at", of: "user_vault"))
+            }
+            var entry = stored
+            let result = try body(&entry)
+            if entry != stored {
+                if let entry {
+                    try run(sql.vaultPut, [user, name, String(decoding: entry.value, as: UTF8.self), entry.expiresAt])
+                } else {
+                    try run(sql.vaultDelete, [user, name])
+                }
+            }
+            return result
+        }
+    }
 }

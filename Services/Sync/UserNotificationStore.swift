@@ -47,6 +47,9 @@ protocol UserNotificationStore: AnyObject {
     /// Forgets logged changes but the latest `count`; a reader further behind sees a gap, and
     /// signals every user's devices to fetch.
     func pruneStream(keeping count: Int) throws
+    /// Reads one of a user's vault entries (`UserVault`: their key, a pairing under way), unless it
+    /// has expired, and writes what `body` leaves in it, in one transaction; nil deletes it.
+    func vault<T>(user: String, name: String, now: Date, _ body: (inout VaultEntry?) throws -> T) throws -> T
     /// The group the service serves its requests in when the engine's writes commit together
     /// (SQLite); nil when each write commits in its call (PostgreSQL).
     var commitGroup: CommitGroup? { get }
@@ -67,6 +70,13 @@ extension UserNotificationStore {
             try effect()
         }
     }
+}
+
+/// A value the sync store keeps for a user beside their notifications, JSON text, until it expires
+/// (never when `expiresAt` is nil).
+struct VaultEntry: Equatable {
+    var value: Data
+    var expiresAt: Date?
 }
 
 /// One change as the stream carries it: the user's new sequence, under the stream's sequence
@@ -96,7 +106,7 @@ enum UserNotificationRecords {
         let previous = try existing?.optionalData("document", of: table).map { try decoder.decode(UserNotification.self, from: $0) }
         return UserNotification(
             id: try existing?.string("id", of: table) ?? RandomID.timeOrdered(at: now), appNotificationId: post.appNotificationId,
-            userId: post.userId, visual: post.visual, raw: post.raw, encrypted: post.encrypted, priority: post.priority ?? "normal", group: post.group,
+            userId: post.userId, visual: post.visual, raw: post.raw, encrypted: post.encrypted, keyId: post.keyId, priority: post.priority ?? "normal", group: post.group,
             expiresAt: expiresAt, createdAt: previous?.createdAt ?? now, modifiedAt: now)
     }
 
