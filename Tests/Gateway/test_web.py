@@ -390,3 +390,67 @@ def test_pages_work_on_the_hub_a_connection_string_or_credential_names(web_hub, 
     assert driver.find_element(By.CSS_SELECTOR, "[data-hub-name]").text == "web-b"
     assert "For the default hub's frank" not in driver.page_source
     driver.find_element(By.ID, "signout").click()
+
+
+def test_inbox_pairs_with_a_device_and_opens_encrypted_notifications(web_hub, browser):
+    """The inbox as a new device of the user's: paired with the agent on a laptop that holds the
+    key (the person compares the confirmation strings), it opens notifications a backend encrypted
+    with http_ece, WebCrypto doing the work, and those that come live too."""
+    import base64
+    import http_ece
+    from cryptography.hazmat.primitives.asymmetric import ec
+    hub, driver = web_hub, browser
+    user = "gwen"
+    laptop = {**hub.env, "NH_AGENT_HOME": os.path.join(hub.data, "gwen-laptop"), "NH_AGENT_INSTALLATION_ID": "gwen-laptop",
+              "NH_AGENT_USER_CREDENTIAL": credential(hub, user)}
+    made = subprocess.run([os.path.join(BIN, "nh-agent"), "keys", "init"], env=laptop, capture_output=True, text=True, timeout=60)
+    assert made.returncode == 0, made.stderr
+
+    def b64url(data):
+        return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+    def post_encrypted(app_id, body):
+        key = requests.get(f"{hub.base}/hub/users/{user}/key?{API}", headers={"Authorization": hub.token()}, timeout=30).json()
+        point = base64.urlsafe_b64decode(key["p256dh"] + "==")
+        auth = base64.urlsafe_b64decode(key["auth"] + "==")
+        plaintext = json.dumps({"visual": {"title": "Sealed", "body": body}}).encode()
+        record = http_ece.encrypt(plaintext, private_key=ec.generate_private_key(ec.SECP256R1()), dh=point, auth_secret=auth, version="aes128gcm")
+        r = requests.post(f"{hub.base}/hub/users/{user}/notifications?{API}", headers={"Authorization": hub.token()},
+                          data=json.dumps({"appNotificationId": app_id, "encrypted": b64url(record), "keyId": key["keyId"]}), timeout=30)
+        assert r.status_code == 201, r.text
+        return r.json()["notification"]["id"]
+
+    first = post_encrypted("sealed-1", "the vault opens at dawn")
+    driver.get(f"{hub.base}/inbox")
+    driver.execute_script("sessionStorage.clear(); localStorage.clear()")
+    driver.get(f"{hub.base}/inbox")
+    type_into(driver, "credential", credential(hub, user))
+    driver.find_element(By.ID, "signin-button").click()
+    assert until(lambda: item(driver, first) is not None, timeout=10)
+    assert "does not hold the key" in item(driver, first).text and "vault" not in item(driver, first).text
+
+    driver.find_element(By.ID, "pair-button").click()
+    assert until(lambda: text(driver, "pair-code"), timeout=10)
+    code = text(driver, "pair-code")
+    accepting = subprocess.Popen([os.path.join(BIN, "nh-agent"), "pair", "accept", code], env=laptop, stdin=subprocess.PIPE,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1)
+    shown = None
+    for line in accepting.stdout:
+        if line.startswith("Confirmation:"):
+            shown = line.split(":", 1)[1].strip()
+            break
+    assert shown, accepting.stderr.read()
+    assert until(lambda: visible(driver, "pair-ask") and text(driver, "pair-confirmation") == shown, timeout=10), \
+        (text(driver, "pair-confirmation"), shown)
+    driver.find_element(By.ID, "pair-yes").click()
+    accepting.stdin.write("y\n")
+    accepting.stdin.flush()
+    out, err = accepting.communicate(timeout=60)
+    assert accepting.returncode == 0, out + err
+    assert until(lambda: "the vault opens at dawn" in item(driver, first).text, timeout=15), item(driver, first).text
+    assert "Paired" in text(driver, "pair-status")
+
+    # One that comes while the page is open opens as it comes.
+    second = post_encrypted("sealed-2", "bring the second key")
+    assert until(lambda: item(driver, second) is not None and "bring the second key" in item(driver, second).text, timeout=15)
+    screenshot(driver, "inbox-encrypted.png")

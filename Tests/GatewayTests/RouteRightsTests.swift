@@ -112,6 +112,10 @@ struct RouteRightsTests {
         RouteRow("PATCH", "users/me/notifications/{}", .userToken),
         RouteRow("DELETE", "users/me/notifications/{}", .userToken),
         RouteRow("POST", "users/{}/notifications", .send),
+        RouteRow("GET", "users/me/key", .userToken),
+        RouteRow("PUT", "users/me/key", .userToken),
+        RouteRow("POST", "users/me/pairing", .userToken),
+        RouteRow("GET", "users/{}/key", .send),
     ]
 
     static let refusals: [Refusal] = rows.flatMap { row in
@@ -186,6 +190,19 @@ struct RightsGateway {
             _ = try context.authorizeUser(auth, hub: nil)
             return Ack()
         }
+        base.sync.on(UserKeyRequest.self) { request, auth in
+            // A backend's request names the user, and the gateway has checked its Send right.
+            if request.userId == nil { _ = try context.authorizeUser(auth, hub: nil) }
+            throw HubError(.notFound, "no key")
+        }
+        base.sync.on(PutUserKey.self) { _, auth in
+            _ = try context.authorizeUser(auth, hub: nil)
+            throw HubError(.invalidArgument, "no key")
+        }
+        base.sync.on(UserPairingRequest.self) { _, auth in
+            _ = try context.authorizeUser(auth, hub: nil)
+            throw HubError(.notFound, "no pairing")
+        }
     }
 
     func request(_ route: RouteRow, _ credential: Credential) -> HTTPResponse {
@@ -226,6 +243,10 @@ struct RightsGateway {
         }
         // A body the handler takes, where it reads one before the sync store checks the token.
         if route.method == "PATCH" && route.right == .userToken { body = #"{"readState":"read"}"# }
+        if route.path == "users/me/pairing" { body = #"{"step":"get","code":"1234-5678"}"# }
+        if route.method == "PUT" && route.path == "users/me/key" {
+            body = #"{"p256dh":"x","auth":"x","devices":[],"devicesSignature":"x","recovery":{"publicKey":"x","auth":"x","record":"x"}}"#
+        }
         let path = "/hub/" + route.path.replacingOccurrences(of: "{}", with: "x-1")
         return base.request(route.method, path, query: query, headers: headers, body: body, key: nil)
     }

@@ -129,7 +129,7 @@ PAYLOADS = {
     "rich.fetch": struct({"richId": "str", "ticket": "str"}),
     "user.post": struct(
         {"userId": "str", "appNotificationId": "str"},
-        {"visual": VISUAL, "raw": "str", "encrypted": "str", "priority": "str", "group": "str", "expiresAt": "date"}),
+        {"visual": VISUAL, "raw": "str", "encrypted": "str", "keyId": "str", "priority": "str", "group": "str", "expiresAt": "date"}),
     "user.changes": struct({"cursor": "uint"}, {"limit": "int"}),
     "user.history": struct(),
     "user.state": struct(

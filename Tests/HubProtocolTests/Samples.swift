@@ -18,7 +18,7 @@ enum Samples {
 
     static let userNotification = UserNotification(
         id: "un-1", appNotificationId: "app-1", userId: "alice", visual: VisualContent(title: "Hi", body: "There"),
-        raw: #"{"k":1}"#, priority: "high", group: "chat", expiresAt: later, readState: .read,
+        raw: #"{"k":1}"#, encrypted: "ZW5jcnlwdGVk", keyId: "a2V5LWlk", priority: "high", group: "chat", expiresAt: later, readState: .read,
         userActionState: .dismissed, createdAt: instant, modifiedAt: later)
 
     static let sendOfHub: SendNotification = {
@@ -95,7 +95,7 @@ enum Samples {
             targets: 3, delivered: 3, acknowledged: 2, expired: 0, failed: 1),
         PostUserNotification(
             userId: "alice", appNotificationId: "app-1", visual: VisualContent(title: "Hi", body: "There"),
-            raw: "r", priority: "high", group: "chat", expiresAt: later),
+            raw: "r", encrypted: "ZW5jcnlwdGVk", keyId: "a2V5LWlk", priority: "high", group: "chat", expiresAt: later),
         UserNotificationReply(notification: userNotification),
         UserChangesRequest(cursor: 7, limit: 100),
         UserChanges(
@@ -111,6 +111,21 @@ enum Samples {
         UserCredential(userId: "alice", credential: "nhu1.e30.c2ln", expiresAt: later),
         UserTokenRequest(credential: "nhu1.e30.c2ln"),
         UserToken(userId: "alice", token: "nhu1.e30.c2ln", expiresAt: later),
+        UserKeyRequest(userId: "alice", device: "laptop"),
+        UserKey(
+            userId: "alice", keyId: "a2V5LWlkLTEyYnl0", p256dh: "BPoint", auth: "YXV0aA", refusePlaintext: true, createdAt: later,
+            devices: [UserKeyDevice(device: "laptop", publicKey: "BDevice", name: "Laptop")], devicesSignature: "c2lnbmF0dXJl",
+            recovery: UserKeyRecovery(publicKey: "BRecovery", auth: "YXV0aA", record: "cmVjb3Jk"), envelope: "ZW52ZWxvcGU"),
+        PutUserKey(
+            p256dh: "BPoint", auth: "YXV0aA", replaces: "b2xkLWtleS1pZA", refusePlaintext: false,
+            devices: [UserKeyDevice(device: "laptop", publicKey: "BDevice", name: "Laptop")], devicesSignature: "c2lnbmF0dXJl",
+            envelopes: ["phone": "ZW52ZWxvcGU"], recovery: UserKeyRecovery(publicKey: "BRecovery", auth: "YXV0aA", record: "cmVjb3Jk")),
+        UserPairingRequest(
+            step: .reveal, code: "1234-5678", commitment: "Y29tbWl0", publicKey: "BEphemeral",
+            device: UserKeyDevice(device: "phone", publicKey: "BDevice", name: "Phone"), sealed: "c2VhbGVk"),
+        UserPairing(
+            code: "1234-5678", expiresAt: later, commitment: "Y29tbWl0", answerKey: "BAnswer", revealKey: "BReveal",
+            device: UserKeyDevice(device: "phone", publicKey: "BDevice", name: "Phone"), sealed: "c2VhbGVk"),
         AgentSignal(userId: "alice", sequence: 9),
         AgentUserAction(id: "un-1", action: .dismiss),
         AgentAppsRequest(),

@@ -53,6 +53,7 @@
   /** The whole history, then the stream from the cursor it stands at. */
   async function reload() {
     const history = await (await api("GET", "users/me/notifications/history")).json();
+    await E2E.load();
     notifications.clear();
     for (const notification of history.notifications) notifications.set(notification.id, notification);
     cursor = history.cursor;
@@ -157,6 +158,168 @@
     return null;
   }
 
+  // End-to-end encryption: the user's keyring, held by this browser once paired, in its local
+  // storage; records opened with WebCrypto (ECDH P-256, HKDF, AES-GCM) as RFC 8291 writes them.
+  const E2E = (() => {
+    const utf8 = (text) => new TextEncoder().encode(text);
+    const concat = (...parts) => {
+      const out = new Uint8Array(parts.reduce((n, p) => n + p.length, 0));
+      let at = 0;
+      for (const part of parts) { out.set(part, at); at += part.length; }
+      return out;
+    };
+    const b64u = {
+      enc: (bytes) => btoa(String.fromCharCode(...bytes)).replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, ""),
+      dec: (text) => Uint8Array.from(atob(text.replace(/-/g, "+").replace(/_/g, "/") + "===".slice((text.length + 3) % 4)), (c) => c.charCodeAt(0)),
+    };
+    const subtle = () => {
+      if (!window.crypto || !crypto.subtle) throw new Error("this page is not a secure context (HTTPS or localhost): WebCrypto is not there");
+      return crypto.subtle;
+    };
+    const sha256 = async (bytes) => new Uint8Array(await subtle().digest("SHA-256", bytes));
+    async function hkdf(salt, ikm, info, length) {
+      const key = await subtle().importKey("raw", ikm, "HKDF", false, ["deriveBits"]);
+      return new Uint8Array(await subtle().deriveBits({ name: "HKDF", hash: "SHA-256", salt, info }, key, length * 8));
+    }
+    const curve = { name: "ECDH", namedCurve: "P-256" };
+    const publicKey = (point) => subtle().importKey("raw", point, curve, false, []);
+    const privateKey = (scalar, point) => subtle().importKey("jwk", {
+      kty: "EC", crv: "P-256", d: scalar, x: b64u.enc(b64u.dec(point).slice(1, 33)), y: b64u.enc(b64u.dec(point).slice(33, 65)),
+    }, curve, false, ["deriveBits"]);
+    const ecdh = async (own, peerPoint) => new Uint8Array(await subtle().deriveBits({ name: "ECDH", public: await publicKey(peerPoint) }, own, 256));
+    const keyId = async (point) => b64u.enc((await sha256(b64u.dec(point))).slice(0, 12));
+
+    let keyring = null, storageName = null;
+    const opened = new Map(), failed = new Map();
+
+    async function load() {
+      const user = $("who").textContent.replace(/^signed in as /, "");
+      storageName = `nh-inbox-keyring:${Hub.hub}:${user}`;
+      keyring = JSON.parse(localStorage.getItem(storageName) || "null");
+      opened.clear();
+      failed.clear();
+      $("key-state").textContent = keyring ? `this browser holds the key ${await keyId(keyring.keys[keyring.keys.length - 1].p256dh)}` : "this browser holds no key";
+    }
+
+    /** The plaintext of an aes128gcm record (RFC 8188) for one of the keyring's keys (RFC 8291). */
+    async function open(record, id) {
+      const bytes = b64u.dec(record);
+      const salt = bytes.slice(0, 16), idLength = bytes[20], sender = bytes.slice(21, 21 + idLength), sealed = bytes.slice(21 + idLength);
+      for (const key of [...keyring.keys].reverse()) {
+        if (id && await keyId(key.p256dh) !== id) continue;
+        const shared = await ecdh(await privateKey(key.privateKey, key.p256dh), sender);
+        const ikm = await hkdf(b64u.dec(key.auth), shared, concat(utf8("WebPush: info\0"), b64u.dec(key.p256dh), sender), 32);
+        const cek = await subtle().importKey("raw", await hkdf(salt, ikm, utf8("Content-Encoding: aes128gcm\0"), 16), "AES-GCM", false, ["decrypt"]);
+        const nonce = await hkdf(salt, ikm, utf8("Content-Encoding: nonce\0"), 12);
+        const padded = new Uint8Array(await subtle().decrypt({ name: "AES-GCM", iv: nonce }, cek, sealed));
+        let end = padded.length;
+        while (end > 0 && padded[end - 1] === 0) end--;
+        if (padded[end - 1] !== 2) throw new Error("the record does not end with the last-record delimiter");
+        return JSON.parse(new TextDecoder().decode(padded.slice(0, end - 1)));
+      }
+      throw new Error(`encrypted for key ${id}, which this browser does not hold: pair it again`);
+    }
+
+    /** The notification with its content opened, when it is; opening starts in the background. */
+    function readable(notification) {
+      if (!notification.encrypted || !keyring) return notification;
+      const content = opened.get(notification.id);
+      if (content && content.record === notification.encrypted) return { ...notification, visual: content.visual, raw: content.raw };
+      if (!failed.has(notification.id) && !(content && content.pending)) {
+        opened.set(notification.id, { pending: true });
+        open(notification.encrypted, notification.keyId).then((plain) => {
+          opened.set(notification.id, { record: notification.encrypted, visual: plain.visual, raw: plain.raw });
+          render();
+        }, (error) => {
+          opened.delete(notification.id);
+          failed.set(notification.id, error.message);
+          render();
+        });
+      }
+      return notification;
+    }
+
+    const placeholder = (notification) => failed.get(notification.id)
+      ? `(encrypted: ${failed.get(notification.id)})` : keyring ? "(encrypted: opening…)" : "(encrypted: this browser does not hold the key; pair it below)";
+
+    /** This browser as a device: its id and P-256 key, made once. */
+    async function device() {
+      let stored = JSON.parse(localStorage.getItem("nh-inbox-device") || "null");
+      if (!stored) {
+        const pair = await subtle().generateKey(curve, true, ["deriveBits"]);
+        const id = b64u.enc(crypto.getRandomValues(new Uint8Array(6)));
+        stored = { device: `browser-${id.replace(/[^A-Za-z0-9]/g, "x")}`, name: "browser",
+                   publicKey: b64u.enc(new Uint8Array(await subtle().exportKey("raw", pair.publicKey))),
+                   privateKey: await subtle().exportKey("jwk", pair.privateKey) };
+        localStorage.setItem("nh-inbox-device", JSON.stringify(stored));
+      }
+      return { device: stored.device, publicKey: stored.publicKey, name: stored.name };
+    }
+
+    const step = async (body) => (await api("POST", "users/me/pairing", {
+      headers: { "Content-Type": "application/json" }, body: JSON.stringify(body),
+    })).json();
+    async function waitFor(code, expiresAt, done) {
+      while (Date.now() < new Date(expiresAt).getTime()) {
+        const pairing = await step({ step: "get", code });
+        if (done(pairing)) return pairing;
+        await new Promise((resolve) => setTimeout(resolve, 300));
+      }
+      throw new Error(`pairing ${code} expired`);
+    }
+
+    /** Pairs this browser as a new device: the code shown, the other device's answer, the
+        confirmation compared by the person, and the keyring sealed for this pairing alone. */
+    async function pair() {
+      const status = (text) => { $("pair-status").textContent = text; };
+      show($("pair-ask"), false);
+      const ephemeral = await subtle().generateKey(curve, true, ["deriveBits"]);
+      const ownPoint = new Uint8Array(await subtle().exportKey("raw", ephemeral.publicKey));
+      const opened = await step({ step: "open", commitment: b64u.enc(await sha256(ownPoint)) });
+      $("pair-code").textContent = opened.code;
+      show($("pair-panel"), true);
+      status(`On a device that holds the key, run: nh-agent pair accept ${opened.code}`);
+      const answered = await waitFor(opened.code, opened.expiresAt, (p) => p.answerKey);
+      const me = await device();
+      await step({ step: "reveal", code: opened.code, publicKey: b64u.enc(ownPoint), device: me });
+      const answer = b64u.dec(answered.answerKey);
+      const shared = await ecdh(ephemeral.privateKey, answer);
+      const transcript = concat(utf8("nh-pairing-1"), answer, ownPoint, utf8(`${me.device} ${me.publicKey}`));
+      const digits = await hkdf(transcript, shared, utf8("confirmation"), 4);
+      const number = String(((digits[0] * 16777216) + (digits[1] << 16) + (digits[2] << 8) + digits[3]) % 1000000).padStart(6, "0");
+      $("pair-confirmation").textContent = `${number.slice(0, 3)} ${number.slice(3)}`;
+      show($("pair-ask"), true);
+      status("Compare the confirmation with the other device's.");
+      const same = await new Promise((resolve) => {
+        $("pair-yes").onclick = () => resolve(true);
+        $("pair-no").onclick = () => resolve(false);
+      });
+      show($("pair-ask"), false);
+      if (!same) { status("Pairing abandoned: nothing was taken."); return; }
+      status("Waiting for the other device to send the key…");
+      const delivered = await waitFor(opened.code, opened.expiresAt, (p) => p.sealed);
+      const sealKey = await subtle().importKey("raw", await hkdf(transcript, shared, utf8("seal"), 16), "AES-GCM", false, ["decrypt"]);
+      const sealed = b64u.dec(delivered.sealed);
+      let plain;
+      try {
+        plain = await subtle().decrypt({ name: "AES-GCM", iv: sealed.slice(0, 12) }, sealKey, sealed.slice(12));
+      } catch (error) {
+        status("The key that came does not open with this pairing's secret: the exchange was changed on the way; nothing was kept.");
+        return;
+      }
+      localStorage.setItem(storageName, new TextDecoder().decode(plain));
+      await load();
+      status(`Paired: ${$("key-state").textContent}.`);
+      render();
+    }
+
+    return { load, readable, placeholder, pair };
+  })();
+
+  $("pair-button").addEventListener("click", () => E2E.pair().catch((error) => {
+    $("pair-status").textContent = error instanceof Hub.HubError ? `${error.status} ${error.code}: ${error.message}` : error.message;
+  }));
+
   // The list
   function render() {
     const showDismissed = $("show-dismissed").checked;
@@ -172,10 +335,11 @@
   }
 
   function item(notification) {
+    notification = E2E.readable(notification);
     const classes = [notification.readState, notification.userActionState].join(" ");
     const title = notification.visual ? notification.visual.title : notification.appNotificationId;
     const body = notification.visual ? notification.visual.body
-        : notification.encrypted ? "(encrypted: this page does not hold the key to read it)" : (notification.raw || "");
+        : notification.encrypted ? E2E.placeholder(notification) : (notification.raw || "");
     const action = (label, name, change) => el("button", {
       class: `plain small ${name}`, onclick: () => act(notification.id, change),
     }, label);
