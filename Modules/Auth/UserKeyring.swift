@@ -66,7 +66,9 @@ public struct UserKeyring: Codable, Sendable, Equatable {
 
     static func newUserKey(now: Date) -> Key {
         let (scalar, key) = newKey()
-        return Key(privateKey: scalar.base64URL, p256dh: key.publicPoint.base64URL, auth: Crypto.randomBytes(16).base64URL, createdAt: now)
+        // Whole seconds, as the keyring's ISO 8601 dates keep them.
+        let createdAt = Date(timeIntervalSince1970: now.timeIntervalSince1970.rounded(.down))
+        return Key(privateKey: scalar.base64URL, p256dh: key.publicPoint.base64URL, auth: Crypto.randomBytes(16).base64URL, createdAt: createdAt)
     }
 
     /// The keyring after a rotation: a new current key and a new signing key, for `devices`. A

@@ -14,6 +14,14 @@ enum AgentUsage {
           nh-agent login CREDENTIAL            sign in as a user, with a credential from nhctl user credential
           nh-agent list                        this user's notifications as this agent has them, with states
           nh-agent history                     the user's notifications in the store, dismissed ones included
+          nh-agent keys                        the user's encryption key and the devices that hold it
+          nh-agent keys init [--plaintext refuse]
+                                               make the user's key on this device; prints the recovery key once
+          nh-agent keys rotate [--revoke DEVICE,...] [--plaintext refuse|accept]
+                                               a new key for every device but the revoked ones
+          nh-agent keys recover [RECOVERY-KEY] restore the key on this device with the recovery key
+          nh-agent pair                        get the key from a device that holds it: shows a code
+          nh-agent pair accept CODE            hand the key to the device that shows CODE
           nh-agent read|dismiss|activate|snooze|delete ID
                                                change a notification for the user on every device
           nh-agent health                      whether the running agent is up, registered, and reaches
