@@ -20,6 +20,7 @@ let usage = """
            nh-bench fanout-mqtt [--fanout N,N...] [--broadcasts B] [--rate SENDS/S] [--latency-count C] [--json] [--output FILE]
            nh-bench fanout-shards [--fanout N] [--broadcasts B] [--json] [--output FILE]
            nh-bench hubs [--hubs H] [--per-hub I] [--sends N] [--offline M] [--json] [--output FILE]
+           nh-bench users [--posts N] [--dismisses N] [--json] [--output FILE]
            nh-bench curve-connect [--fanout N] [--json] [--output FILE]
            nh-bench instructions [--fanout N] [--broadcasts B] [--json] [--output FILE]
            nh-bench desktop [--popups N] [--tries N] [--json] [--output FILE]
@@ -242,6 +243,12 @@ do {
         try report(
             CurveConnectBench.results(n: agents, outcome: outcome),
             settings: BenchSettings(messages: 0, roundTrips: 0, size: 5), parsed)
+        exit(0)
+    case "users":
+        try report(
+            try UserSyncBench.run(
+                posts: parsed[option: "posts"].flatMap(Int.init) ?? 1_000, dismisses: parsed[option: "dismisses"].flatMap(Int.init) ?? 1_000),
+            settings: BenchSettings(messages: 0, roundTrips: 0, size: 0), parsed)
         exit(0)
     case "hubs":
         try report(
