@@ -1,4 +1,5 @@
 import Foundation
+import HubProtocol
 
 /// What a user's devices hold to read notifications encrypted end to end for the user, and what
 /// they hand each other: every key the user has had (old notifications stay readable after a
@@ -25,16 +26,8 @@ public struct UserKeyring: Codable, Sendable, Equatable {
     public var recoveryPublicKey: String
     public var recoveryAuth: String
 
-    public struct DeviceEntry: Codable, Sendable, Equatable {
-        public var device: String
-        public var publicKey: String
-        public var name: String?
-        public init(device: String, publicKey: String, name: String? = nil) {
-            self.device = device
-            self.publicKey = publicKey
-            self.name = name
-        }
-    }
+    /// A device's id, name and own public key: the protocol's `UserKeyDevice`.
+    public typealias DeviceEntry = UserKeyDevice
 
     public init(keys: [Key], signingKey: String, devices: [DeviceEntry], recoveryPublicKey: String, recoveryAuth: String) {
         self.keys = keys

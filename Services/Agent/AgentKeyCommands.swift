@@ -119,14 +119,12 @@ struct AgentKeyCommands {
         let record = try keyring.seal(forPublicKey: recoveryPoint, auth: recoveryAuth)
         return try sync.call(PutUserKey(
             p256dh: keyring.current.p256dh, auth: keyring.current.auth, replaces: replaces, refusePlaintext: refusePlaintext,
-            devices: keyring.devices.map { UserKeyDevice(device: $0.device, publicKey: $0.publicKey, name: $0.name) },
+            devices: keyring.devices,
             devicesSignature: try keyring.signDevices(), envelopes: envelopes,
             recovery: UserKeyRecovery(publicKey: keyring.recoveryPublicKey, auth: keyring.recoveryAuth, record: record)))
     }
 
-    private func devices(_ key: UserKey) -> [UserKeyring.DeviceEntry] {
-        (key.devices ?? []).map { UserKeyring.DeviceEntry(device: $0.device, publicKey: $0.publicKey, name: $0.name) }
-    }
+    private func devices(_ key: UserKey) -> [UserKeyDevice] { key.devices ?? [] }
 
     // MARK: pair
 
@@ -142,9 +140,7 @@ struct AgentKeyCommands {
         let answered = try wait(opened.code, until: opened.expiresAt) { $0.answerKey != nil }
         guard let answer = answered.answerKey.flatMap({ Data(base64URL: $0) }) else { throw AgentKeyError("the answer is not a key") }
         let device = try keys.deviceEntry()
-        _ = try sync.call(UserPairingRequest(
-            step: .reveal, code: opened.code, publicKey: ephemeral.publicPoint.base64URL,
-            device: UserKeyDevice(device: device.device, publicKey: device.publicKey, name: device.name)))
+        _ = try sync.call(UserPairingRequest(step: .reveal, code: opened.code, publicKey: ephemeral.publicPoint.base64URL, device: device))
         let (confirmation, sealKey) = try Pairing.derive(
             own: ephemeral, peer: answer, answerKey: answer, revealKey: ephemeral.publicPoint, device: device)
         guard confirm(confirmation) else {
@@ -180,7 +176,7 @@ struct AgentKeyCommands {
             say("Pairing refused: the new device's key is not the one it opened the pairing with; the exchange was changed on the way. Nothing was sent.")
             return 1
         }
-        let entry = UserKeyring.DeviceEntry(device: device.device, publicKey: device.publicKey, name: device.name)
+        let entry = device
         let (confirmation, sealKey) = try Pairing.derive(
             own: ephemeral, peer: reveal, answerKey: ephemeral.publicPoint, revealKey: reveal, device: entry)
         guard confirm(confirmation) else {

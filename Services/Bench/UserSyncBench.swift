@@ -35,28 +35,10 @@ enum UserSyncBench {
         while try cluster.waitHealthy(dispatcher).details?["agents"] != String(watchers.count) && Date() < deadline { Thread.sleep(forTimeInterval: 0.05) }
 
         // Durable posts from four concurrent backends; each reply comes after the sync store's commit.
-        let ids = Mutex<[String]>([])
         let start = ContinuousClock.now
-        let group = DispatchGroup()
-        let threads = 4
-        let publish = cluster.environment["NH_PUBLISH_REQUESTS"]!
-        let full = try cluster.credential()
-        let bus = cluster.bus
-        for thread in 0..<threads {
-            group.enter()
-            Thread {
-                defer { group.leave() }
-                guard let client = try? HubCluster.client(publish, credential: full, bus: bus) else { return }
-                for index in stride(from: thread, to: posts, by: threads) {
-                    guard let reply = try? client.call(PostUserNotification(
-                        userId: "bench", appNotificationId: "post-\(index)", visual: VisualContent(title: "Bench", body: "post \(index)")))
-                    else { continue }
-                    ids.withLock { $0.append(reply.notification.id) }
-                }
-            }.start()
+        let (ids, postSeconds) = try timedPosts(cluster, posts: posts) { index in
+            PostUserNotification(userId: "bench", appNotificationId: "post-\(index)", visual: VisualContent(title: "Bench", body: "post \(index)"))
         }
-        group.wait()
-        let postSeconds = seconds(since: start)
         let everywhere = watchers.allSatisfy { $0.wait(count: posts, of: "user.created") }
         let shownSeconds = seconds(since: start)
 
@@ -65,7 +47,7 @@ enum UserSyncBench {
         let token = try user.call(UserTokenRequest(credential: credential)).token
         user.auth = { token }
         var latencies: [Double] = []
-        for id in ids.withLock({ $0 }).prefix(watchers.count >= 2 ? dismisses : 0) {
+        for id in ids.prefix(watchers.count >= 2 ? dismisses : 0) {
             let sent = ContinuousClock.now
             _ = try user.call(UpdateUserNotificationState(id: id, userActionState: .dismissed, device: devices[0]))
             guard let shown = watchers[1].wait("user.updated", id) else { continue }
@@ -76,7 +58,7 @@ enum UserSyncBench {
         func percentile(_ p: Double) -> Double {
             latencies.isEmpty ? 0 : latencies[min(latencies.count - 1, Int((Double(latencies.count) * p).rounded(.up)) - 1)]
         }
-        let posted = ids.withLock { $0.count }
+        let posted = ids.count
         let encrypted = try encryptedPosts(cluster, posts: posts)
         return encrypted + [
             BenchResult(
@@ -125,21 +107,22 @@ enum UserSyncBench {
         }
         return [
             BenchResult(
-                name: "user posts, plaintext, to a user with no device", unit: "post/s", count: plain.count, seconds: plain.seconds,
-                note: "\(plain.count) posts, 4 backends: the hub's cost alone"),
+                name: "user posts, plaintext, to a user with no device", unit: "post/s", count: plain.ids.count, seconds: plain.seconds,
+                note: "\(plain.ids.count) posts, 4 backends: the hub's cost alone"),
             BenchResult(
-                name: "user posts, encrypted end to end (RFC 8291)", unit: "post/s", count: sealed.count, seconds: sealed.seconds,
+                name: "user posts, encrypted end to end (RFC 8291)", unit: "post/s", count: sealed.ids.count, seconds: sealed.seconds,
                 baseline: "user posts, plaintext, to a user with no device",
                 note: "record \(records.first?.utf8.count ?? 0) B beside \(content.utf8.count) B of plaintext; the backend's encryption "
                     + String(format: "%.0f µs a post (not counted)", encryptMicroseconds)),
         ]
     }
 
-    /// Posts from 4 backends to the publish service; how many were accepted and in how long.
+    /// Posts from 4 backends to the publish service, each reply after the sync store's commit; the
+    /// ids of those accepted, and how long they took.
     static func timedPosts(_ cluster: HubCluster, posts: Int, _ make: @escaping @Sendable (Int) -> PostUserNotification) throws
-        -> (count: Int, seconds: Double)
+        -> (ids: [String], seconds: Double)
     {
-        let accepted = Mutex(0)
+        let accepted = Mutex<[String]>([])
         let publish = cluster.environment["NH_PUBLISH_REQUESTS"]!
         let full = try cluster.credential()
         let bus = cluster.bus
@@ -150,8 +133,9 @@ enum UserSyncBench {
             Thread {
                 defer { group.leave() }
                 guard let client = try? HubCluster.client(publish, credential: full, bus: bus) else { return }
-                for index in stride(from: thread, to: posts, by: 4) where (try? client.call(make(index))) != nil {
-                    accepted.withLock { $0 += 1 }
+                for index in stride(from: thread, to: posts, by: 4) {
+                    guard let reply = try? client.call(make(index)) else { continue }
+                    accepted.withLock { $0.append(reply.notification.id) }
                 }
             }.start()
         }

@@ -90,6 +90,8 @@ INSTALLATION = struct(
 PATCH_OPERATION = struct({"op": "str", "path": "str"}, {"value": "json"})
 RICH_REFERENCE = struct({"richId": "str", "richType": "str", "message": "str", "contentType": "str", "size": "int"})
 VISUAL = struct({"title": "str", "body": "str"})
+DEVICE = struct({"device": "str", "publicKey": "str"}, {"name": "str"})
+RECOVERY = struct({"publicKey": "str", "auth": "str", "record": "str"})
 APPLE_SETTINGS = struct(None, {"keyFile": "str", "key": "str", "keyId": "str", "teamId": "str", "bundleId": "str", "endpoint": "str"})
 FCM_SETTINGS = struct(None, {"serviceAccountFile": "str", "serviceAccount": "str", "endpoint": "str"})
 WEB_PUSH_SETTINGS = struct(None, {"subject": "str", "keyFile": "str"})
@@ -139,6 +141,13 @@ PAYLOADS = {
     "user.delete": struct({"id": "str"}, {"device": "str"}),
     "user.credential": struct({"userId": "str"}, {"lifetime": "int"}),
     "user.token": struct({"credential": "str"}),
+    "user.key": struct(None, {"userId": "str", "device": "str"}),
+    "user.key.put": struct(
+        {"p256dh": "str", "auth": "str", "devices": ("list", DEVICE), "devicesSignature": "str", "recovery": RECOVERY},
+        {"replaces": "str", "refusePlaintext": "bool", "envelopes": ("map", "str")}),
+    "user.pairing": struct(
+        {"step": ("enum", {"open", "get", "answer", "reveal", "deliver"})},
+        {"code": "str", "commitment": "str", "publicKey": "str", "device": DEVICE, "sealed": "str"}),
     "agent.user.action": struct({"id": "str", "action": ("enum", {"read", "dismiss", "activate", "snooze", "delete"})}),
     "agent.categories": struct({"categories": ("list", "str")}),
     "agent.apps": struct(),
@@ -160,7 +169,8 @@ REPLY_TYPES = {
     "rich.send": "rich.accepted", "rich.fetch": "rich.payload",
     "user.post": "user.notification", "user.changes": "user.changes.reply", "user.history": "user.history.reply",
     "user.state": "user.notification", "user.delete": "ack", "user.credential": "user.credential.reply",
-    "user.token": "user.token.reply", "agent.user.action": "ack", "agent.categories": "ack",
+    "user.token": "user.token.reply", "user.key": "user.key.reply", "user.key.put": "user.key.reply",
+    "user.pairing": "user.pairing.reply", "agent.user.action": "ack", "agent.categories": "ack",
     "agent.apps": "agent.apps.reply", "agent.apps.remove": "ack",
 }
 
@@ -173,7 +183,7 @@ SERVICE_TYPES = {
                                    "installation.list", "registry.snapshot", "installation.byEndpoint", "hub.create", "hub.get", "hub.list", "hub.delete",
                                    "hub.policy.put", "hub.policy.delete", "hub.keys.regenerate", "hub.limits.put", "hub.catalog"},
     "nh-sync": COMMON_TYPES | {"user.post", "user.changes", "user.history", "user.state", "user.delete", "user.credential",
-                               "user.token"},
+                               "user.token", "user.key", "user.key.put", "user.pairing"},
     "nh-dispatch": COMMON_TYPES | {"notification.outcome", "notification.test.results", "push.credentials", "push.credentials.set"},
     "nh-publish": COMMON_TYPES | {"notification.send", "notification.cancel", "rich.send", "rich.fetch",
                                   "notification.pending", "notification.outcome", "user.post"},
@@ -194,7 +204,8 @@ SAS_RIGHTS = {
     **{kind: "namespace" for kind in ("hub.create", "hub.get", "hub.list", "hub.delete", "hub.policy.put", "hub.policy.delete",
                                       "hub.keys.regenerate", "hub.limits.put", "hub.catalog")},
 }
-USER_TOKEN_TYPES = {"user.changes", "user.history", "user.state", "user.delete"}
+# user.key is a user's own (a user token) without userId, a backend's (Send) with it.
+USER_TOKEN_TYPES = {"user.changes", "user.history", "user.state", "user.delete", "user.key", "user.key.put", "user.pairing"}
 KEY_RIGHTS = {FULL_KEY: {"listen", "send", "manage"}, LISTEN_KEY: {"listen"}}
 
 TAG_CHARACTERS = re.compile(r"^[A-Za-z0-9_@#.:\-]+$")
@@ -716,15 +727,18 @@ def request_verdict(service, frames, credentials, semantic=None, unique_keys=Fal
     if isinstance(hub, str) and hub.lower() != "hub" and (kind in SAS_RIGHTS or kind in USER_TOKEN_TYPES):
         return error(maybe | {"not_found", "unauthorized"}, "a hub the namespace does not have", expected_id, kind)
     # Credentials.
-    if kind in SAS_RIGHTS:
+    sas_right = SAS_RIGHTS.get(kind)
+    if kind == "user.key" and payload.get("userId") is not None:
+        sas_right = "send"
+    if sas_right:
         rights = credentials.sas(auth)
         if rights in ("none", "forged"):
             return error(maybe | {"unauthorized"}, f"{rights} credential", expected_id, kind)
         if rights == "unsure":
             return Verdict("any", reason="credential the oracle cannot judge", request_type=kind, forwarded=forwarded)
-        if SAS_RIGHTS[kind] == "namespace":
+        if sas_right == "namespace":
             return error(maybe | {"unauthorized"}, "a hub's credential where the namespace's is needed", expected_id, kind)
-        if SAS_RIGHTS[kind] not in rights and "manage" not in rights:
+        if sas_right not in rights and "manage" not in rights:
             return error(maybe | {"forbidden"}, "credential without the right", expected_id, kind)
     elif kind in USER_TOKEN_TYPES:
         user = credentials.user(auth, "token")
@@ -1010,6 +1024,15 @@ class Generator:
             return {}
         if kind == "agent.apps.remove":
             return {"app": f"org.example.Fz{r.randrange(10)}"}
+        if kind == "user.key":
+            return {"device": "fz-device"} if r.random() < 0.5 else {}
+        if kind == "user.key.put":
+            # Keys that are not points on the curve: refused, whatever else the store holds.
+            return {"p256dh": "BAAA", "auth": "AAAAAAAAAAAAAAAAAAAAAA", "devices": [{"device": "fz-device", "publicKey": "BAAA"}],
+                    "devicesSignature": "AA", "recovery": {"publicKey": "BAAA", "auth": "AA", "record": "AA"}}
+        if kind == "user.pairing":
+            return r.choice([{"step": "get", "code": f"0000-{r.randrange(10000):04d}"},
+                             {"step": "open", "commitment": base64.urlsafe_b64encode(r.randbytes(32)).rstrip(b"=").decode()}])
         raise AssertionError(kind)
 
     def valid_auth(self, kind):
