@@ -395,7 +395,9 @@ def test_pages_work_on_the_hub_a_connection_string_or_credential_names(web_hub, 
 def test_inbox_pairs_with_a_device_and_opens_encrypted_notifications(web_hub, browser):
     """The inbox as a new device of the user's: paired with the agent on a laptop that holds the
     key (the person compares the confirmation strings), it opens notifications a backend encrypted
-    with http_ece, WebCrypto doing the work, and those that come live too."""
+    with http_ece, WebCrypto doing the work, and those that come live too. Then, as a device that
+    holds the key, it hands it to a new agent, and after the laptop rotates the key it takes the
+    keyring the rotation left for it."""
     import base64
     import http_ece
     from cryptography.hazmat.primitives.asymmetric import ec
@@ -454,3 +456,45 @@ def test_inbox_pairs_with_a_device_and_opens_encrypted_notifications(web_hub, br
     second = post_encrypted("sealed-2", "bring the second key")
     assert until(lambda: item(driver, second) is not None and "bring the second key" in item(driver, second).text, timeout=15)
     screenshot(driver, "inbox-encrypted.png")
+
+    # The page, holding the key now, hands it to a new device: the code typed into the page, the
+    # strings compared, and the hub's device list signed anew by the page.
+    desktop = {**laptop, "NH_AGENT_HOME": os.path.join(hub.data, "gwen-desktop"), "NH_AGENT_INSTALLATION_ID": "gwen-desktop"}
+    joining = subprocess.Popen([os.path.join(BIN, "nh-agent"), "pair"], env=desktop, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, bufsize=1)
+    code = None
+    for line in joining.stdout:
+        if line.startswith("Pairing code:"):
+            code = line.split(":", 1)[1].strip()
+            break
+    assert code, joining.stderr.read()
+    assert until(lambda: visible(driver, "accept-form"), timeout=5)
+    type_into(driver, "accept-code", code)
+    driver.find_element(By.ID, "accept-button").click()
+    shown = None
+    for line in joining.stdout:
+        if line.startswith("Confirmation:"):
+            shown = line.split(":", 1)[1].strip()
+            break
+    assert shown, joining.stderr.read()
+    assert until(lambda: visible(driver, "pair-ask") and text(driver, "pair-confirmation") == shown, timeout=10), \
+        (text(driver, "pair-confirmation"), shown)
+    driver.find_element(By.ID, "pair-yes").click()
+    joining.stdin.write("y\n")
+    joining.stdin.flush()
+    out, err = joining.communicate(timeout=60)
+    assert joining.returncode == 0, out + err
+    assert until(lambda: "Sent the key" in text(driver, "pair-status"), timeout=10), text(driver, "pair-status")
+    history = subprocess.run([os.path.join(BIN, "nh-agent"), "history"], env=desktop, capture_output=True, text=True, timeout=60)
+    assert "the vault opens at dawn" in history.stdout, history.stdout + history.stderr
+    listed = subprocess.run([os.path.join(BIN, "nh-agent"), "keys"], env=desktop, capture_output=True, text=True, timeout=60).stdout
+    assert "gwen-desktop" in listed and "browser-" in listed and "not signed" not in listed, listed
+
+    # The laptop rotates the key: the page takes the keyring the rotation sealed for it, and opens
+    # what comes for the new key as well as what came before.
+    rotated = subprocess.run([os.path.join(BIN, "nh-agent"), "keys", "rotate"], env=laptop, capture_output=True, text=True, timeout=60)
+    assert rotated.returncode == 0 and "sealed for 2 other devices" in rotated.stdout, rotated.stdout + rotated.stderr
+    third = post_encrypted("sealed-3", "the new key works")
+    assert until(lambda: item(driver, third) is not None and "the new key works" in item(driver, third).text, timeout=15), \
+        item(driver, third) and item(driver, third).text
+    assert "the vault opens at dawn" in item(driver, first).text

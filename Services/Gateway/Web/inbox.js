@@ -183,9 +183,13 @@
     }
     const curve = { name: "ECDH", namedCurve: "P-256" };
     const publicKey = (point) => subtle().importKey("raw", point, curve, false, []);
-    const privateKey = (scalar, point) => subtle().importKey("jwk", {
-      kty: "EC", crv: "P-256", d: scalar, x: b64u.enc(b64u.dec(point).slice(1, 33)), y: b64u.enc(b64u.dec(point).slice(33, 65)),
-    }, curve, false, ["deriveBits"]);
+    // A P-256 private key from its 32-byte scalar alone, as PKCS#8 without the public point (which
+    // WebCrypto computes): the keyring keeps scalars.
+    const pkcs8 = (scalar) => concat(Uint8Array.from([0x30, 0x41, 0x02, 0x01, 0x00, 0x30, 0x13, 0x06, 0x07, 0x2a, 0x86, 0x48, 0xce,
+      0x3d, 0x02, 0x01, 0x06, 0x08, 0x2a, 0x86, 0x48, 0xce, 0x3d, 0x03, 0x01, 0x07, 0x04, 0x27, 0x30, 0x25, 0x02, 0x01, 0x01, 0x04, 0x20]),
+      b64u.dec(scalar));
+    const privateKey = (scalar) => subtle().importKey("pkcs8", pkcs8(scalar), curve, false, ["deriveBits"]);
+    const signingKey = (scalar) => subtle().importKey("pkcs8", pkcs8(scalar), { name: "ECDSA", namedCurve: "P-256" }, false, ["sign"]);
     const ecdh = async (own, peerPoint) => new Uint8Array(await subtle().deriveBits({ name: "ECDH", public: await publicKey(peerPoint) }, own, 256));
     const keyId = async (point) => b64u.enc((await sha256(b64u.dec(point))).slice(0, 12));
 
@@ -198,26 +202,71 @@
       keyring = JSON.parse(localStorage.getItem(storageName) || "null");
       opened.clear();
       failed.clear();
+      show($("accept-form"), keyring !== null);
       $("key-state").textContent = keyring ? `this browser holds the key ${await keyId(keyring.keys[keyring.keys.length - 1].p256dh)}` : "this browser holds no key";
     }
 
-    /** The plaintext of an aes128gcm record (RFC 8188) for one of the keyring's keys (RFC 8291). */
-    async function open(record, id) {
+    /** The content key and nonce of RFC 8291 (§3.4) and RFC 8188 (§2.2). */
+    async function contentKeys(shared, auth, receiverPoint, senderPoint, salt, usage) {
+      const ikm = await hkdf(auth, shared, concat(utf8("WebPush: info\0"), receiverPoint, senderPoint), 32);
+      const cek = await subtle().importKey("raw", await hkdf(salt, ikm, utf8("Content-Encoding: aes128gcm\0"), 16), "AES-GCM", false, [usage]);
+      return { cek, nonce: await hkdf(salt, ikm, utf8("Content-Encoding: nonce\0"), 12) };
+    }
+
+    /** The plaintext bytes of one aes128gcm record (RFC 8188) for a receiver's private key (RFC 8291). */
+    async function openRecord(record, own, ownPoint, auth) {
       const bytes = b64u.dec(record);
       const salt = bytes.slice(0, 16), idLength = bytes[20], sender = bytes.slice(21, 21 + idLength), sealed = bytes.slice(21 + idLength);
+      const { cek, nonce } = await contentKeys(await ecdh(own, sender), auth, ownPoint, sender, salt, "decrypt");
+      const padded = new Uint8Array(await subtle().decrypt({ name: "AES-GCM", iv: nonce }, cek, sealed));
+      let end = padded.length;
+      while (end > 0 && padded[end - 1] === 0) end--;
+      if (padded[end - 1] !== 2) throw new Error("the record does not end with the last-record delimiter");
+      return padded.slice(0, end - 1);
+    }
+
+    /** One aes128gcm record of `plaintext` for a receiver's public point and auth secret (RFC 8291). */
+    async function sealRecord(plaintext, point, auth) {
+      const sender = await subtle().generateKey(curve, true, ["deriveBits"]);
+      const senderPoint = new Uint8Array(await subtle().exportKey("raw", sender.publicKey));
+      const salt = crypto.getRandomValues(new Uint8Array(16));
+      const { cek, nonce } = await contentKeys(await ecdh(sender.privateKey, point), auth, point, senderPoint, salt, "encrypt");
+      const sealed = new Uint8Array(await subtle().encrypt({ name: "AES-GCM", iv: nonce }, cek, concat(plaintext, Uint8Array.of(2))));
+      const size = sealed.length + 86;
+      return b64u.enc(concat(salt, Uint8Array.of(size >>> 24, (size >>> 16) & 255, (size >>> 8) & 255, size & 255, 65), senderPoint, sealed));
+    }
+
+    /** A notification's content, opened with the keyring's key `id` (each in turn without one). */
+    async function open(record, id) {
+      if (id && !(await Promise.all(keyring.keys.map((k) => keyId(k.p256dh)))).includes(id)) await takeRotation();
       for (const key of [...keyring.keys].reverse()) {
         if (id && await keyId(key.p256dh) !== id) continue;
-        const shared = await ecdh(await privateKey(key.privateKey, key.p256dh), sender);
-        const ikm = await hkdf(b64u.dec(key.auth), shared, concat(utf8("WebPush: info\0"), b64u.dec(key.p256dh), sender), 32);
-        const cek = await subtle().importKey("raw", await hkdf(salt, ikm, utf8("Content-Encoding: aes128gcm\0"), 16), "AES-GCM", false, ["decrypt"]);
-        const nonce = await hkdf(salt, ikm, utf8("Content-Encoding: nonce\0"), 12);
-        const padded = new Uint8Array(await subtle().decrypt({ name: "AES-GCM", iv: nonce }, cek, sealed));
-        let end = padded.length;
-        while (end > 0 && padded[end - 1] === 0) end--;
-        if (padded[end - 1] !== 2) throw new Error("the record does not end with the last-record delimiter");
-        return JSON.parse(new TextDecoder().decode(padded.slice(0, end - 1)));
+        const plain = await openRecord(record, await privateKey(key.privateKey), b64u.dec(key.p256dh), b64u.dec(key.auth));
+        return JSON.parse(new TextDecoder().decode(plain));
       }
       throw new Error(`encrypted for key ${id}, which this browser does not hold: pair it again`);
+    }
+
+    /** The keyring a rotation sealed for this browser's device key, merged with the one held. */
+    let rotation = null;
+    function takeRotation() {
+      rotation = rotation || (async () => {
+        const me = JSON.parse(localStorage.getItem("nh-inbox-device") || "null");
+        if (!me) return;
+        const key = await (await api("GET", `users/me/key?device=${encodeURIComponent(me.device)}`)).json();
+        if (!key.envelope) throw new Error(`the user's key is now ${key.keyId}, and none of it was left for this browser: pair it again`);
+        const own = await subtle().importKey("jwk", me.privateKey, curve, false, ["deriveBits"]);
+        const point = b64u.dec(me.publicKey);
+        const auth = (await sha256(concat(utf8("nh-device-auth"), point))).slice(0, 16);
+        const newer = JSON.parse(new TextDecoder().decode(await openRecord(key.envelope, own, point, auth)));
+        const known = new Set(newer.keys.map((k) => k.p256dh));
+        const current = newer.keys[newer.keys.length - 1];
+        newer.keys = [...keyring.keys.filter((k) => !known.has(k.p256dh)), ...newer.keys.filter((k) => k !== current)]
+          .sort((a, b) => new Date(a.createdAt) - new Date(b.createdAt)).concat([current]);
+        localStorage.setItem(storageName, JSON.stringify(newer));
+        await load();
+      })().finally(() => { rotation = null; });
+      return rotation;
     }
 
     /** The notification with its content opened, when it is; opening starts in the background. */
@@ -283,22 +332,14 @@
       const me = await device();
       await step({ step: "reveal", code: opened.code, publicKey: b64u.enc(ownPoint), device: me });
       const answer = b64u.dec(answered.answerKey);
-      const shared = await ecdh(ephemeral.privateKey, answer);
       const transcript = concat(utf8("nh-pairing-1"), answer, ownPoint, utf8(`${me.device} ${me.publicKey}`));
-      const digits = await hkdf(transcript, shared, utf8("confirmation"), 4);
-      const number = String(((digits[0] * 16777216) + (digits[1] << 16) + (digits[2] << 8) + digits[3]) % 1000000).padStart(6, "0");
-      $("pair-confirmation").textContent = `${number.slice(0, 3)} ${number.slice(3)}`;
-      show($("pair-ask"), true);
+      const { confirmation, sealBits } = await derive(await ecdh(ephemeral.privateKey, answer), transcript);
       status("Compare the confirmation with the other device's.");
-      const same = await new Promise((resolve) => {
-        $("pair-yes").onclick = () => resolve(true);
-        $("pair-no").onclick = () => resolve(false);
-      });
-      show($("pair-ask"), false);
+      const same = await ask(confirmation);
       if (!same) { status("Pairing abandoned: nothing was taken."); return; }
       status("Waiting for the other device to send the key…");
       const delivered = await waitFor(opened.code, opened.expiresAt, (p) => p.sealed);
-      const sealKey = await subtle().importKey("raw", await hkdf(transcript, shared, utf8("seal"), 16), "AES-GCM", false, ["decrypt"]);
+      const sealKey = await subtle().importKey("raw", sealBits, "AES-GCM", false, ["decrypt"]);
       const sealed = b64u.dec(delivered.sealed);
       let plain;
       try {
@@ -313,8 +354,74 @@
       render();
     }
 
-    return { load, readable, placeholder, pair };
+    /** The confirmation both sides derive, and the key that seals the keyring: as the agent's `Pairing.derive`. */
+    async function derive(shared, transcript) {
+      const digits = await hkdf(transcript, shared, utf8("confirmation"), 4);
+      const number = String(((digits[0] * 16777216) + (digits[1] << 16) + (digits[2] << 8) + digits[3]) % 1000000).padStart(6, "0");
+      return { confirmation: `${number.slice(0, 3)} ${number.slice(3)}`, sealBits: await hkdf(transcript, shared, utf8("seal"), 16) };
+    }
+
+    /** Shows the confirmation and waits for the person's answer. */
+    function ask(confirmation) {
+      $("pair-confirmation").textContent = confirmation;
+      show($("pair-panel"), true);
+      show($("pair-ask"), true);
+      return new Promise((resolve) => {
+        $("pair-yes").onclick = () => { show($("pair-ask"), false); resolve(true); };
+        $("pair-no").onclick = () => { show($("pair-ask"), false); resolve(false); };
+      });
+    }
+
+    /** This browser, holding the keyring, hands it to the new device that shows `code`; then
+        sets the hub's record: the same key, the device list with the new device, signed, and the
+        keyring sealed for the recovery key again. */
+    async function accept(code) {
+      const status = (text) => { $("pair-status").textContent = text; };
+      const ephemeral = await subtle().generateKey(curve, true, ["deriveBits"]);
+      const ownPoint = new Uint8Array(await subtle().exportKey("raw", ephemeral.publicKey));
+      const pairing = await step({ step: "answer", code, publicKey: b64u.enc(ownPoint) });
+      $("pair-code").textContent = code;
+      show($("pair-panel"), true);
+      status("Answered. Waiting for the new device…");
+      const revealed = await waitFor(code, pairing.expiresAt, (p) => p.revealKey);
+      const reveal = b64u.dec(revealed.revealKey), device = revealed.device;
+      if (b64u.enc(await sha256(reveal)) !== pairing.commitment) {
+        status("Pairing refused: the new device's key is not the one it opened the pairing with; the exchange was changed on the way. Nothing was sent.");
+        return;
+      }
+      const transcript = concat(utf8("nh-pairing-1"), ownPoint, reveal, utf8(`${device.device} ${device.publicKey}`));
+      const { confirmation, sealBits } = await derive(await ecdh(ephemeral.privateKey, reveal), transcript);
+      status("Compare the confirmation with the new device's.");
+      if (!await ask(confirmation)) { status("Pairing abandoned: nothing was sent."); return; }
+      keyring.devices = keyring.devices.filter((d) => d.device !== device.device).concat([device]);
+      const sealKey = await subtle().importKey("raw", sealBits, "AES-GCM", false, ["encrypt"]);
+      const nonce = crypto.getRandomValues(new Uint8Array(12));
+      const plain = utf8(JSON.stringify(keyring));
+      const sealed = new Uint8Array(await subtle().encrypt({ name: "AES-GCM", iv: nonce }, sealKey, plain));
+      await step({ step: "deliver", code, sealed: b64u.enc(concat(nonce, sealed)) });
+      localStorage.setItem(storageName, JSON.stringify(keyring));
+      const held = await (await api("GET", "users/me/key")).json();
+      const current = keyring.keys[keyring.keys.length - 1];
+      const lines = keyring.devices.map((d) => `${d.device} ${d.publicKey}`).sort();
+      const message = utf8(["nh-user-devices-1", await keyId(current.p256dh), ...lines].join("\n"));
+      const signature = new Uint8Array(await subtle().sign({ name: "ECDSA", hash: "SHA-256" }, await signingKey(keyring.signingKey), message));
+      const recovery = { publicKey: keyring.recoveryPublicKey, auth: keyring.recoveryAuth,
+                         record: await sealRecord(plain, b64u.dec(keyring.recoveryPublicKey), b64u.dec(keyring.recoveryAuth)) };
+      await api("PUT", "users/me/key", { headers: { "Content-Type": "application/json" }, body: JSON.stringify({
+        p256dh: current.p256dh, auth: current.auth, replaces: held.keyId, refusePlaintext: held.refusePlaintext,
+        devices: keyring.devices, devicesSignature: b64u.enc(signature), recovery }) });
+      status(`Sent the key to ${device.name || device.device} (${device.device}).`);
+    }
+
+    return { load, readable, placeholder, pair, accept, holds: () => keyring !== null };
   })();
+
+  $("accept-form").addEventListener("submit", (event) => {
+    event.preventDefault();
+    E2E.accept($("accept-code").value.trim()).catch((error) => {
+      $("pair-status").textContent = error instanceof Hub.HubError ? `${error.status} ${error.code}: ${error.message}` : error.message;
+    });
+  });
 
   $("pair-button").addEventListener("click", () => E2E.pair().catch((error) => {
     $("pair-status").textContent = error instanceof Hub.HubError ? `${error.status} ${error.code}: ${error.message}` : error.message;
