@@ -115,6 +115,61 @@ def test_the_popup_as_shown_and_the_server_in_health(devices):
     devices.clear()
 
 
+def test_an_encrypted_notification_pops_up_opened_on_both_paired_desktops(devices):
+    """The user's key made on one desktop's agent and paired to the other; a backend encrypts with
+    http_ece for the key the hub hands out. Each popup shows the plaintext, and a close on one
+    desktop dismisses it everywhere, as for any notification."""
+    import base64
+    import http_ece
+    from cryptography.hazmat.primitives.asymmetric import ec
+    one, two = devices.desktops
+    first, second = devices.agents
+    devices.clear()
+
+    def agent(agent, *arguments, stdin=None):
+        return subprocess.Popen([os.path.join(BIN, "nh-agent"), *arguments], env=agent["env"], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1)
+
+    def line(process, prefix):
+        for text in process.stdout:
+            if text.startswith(prefix):
+                return text[len(prefix):].strip()
+        raise AssertionError(process.stderr.read())
+
+    made = subprocess.run([os.path.join(BIN, "nh-agent"), "keys", "init"], env=first["env"], capture_output=True, text=True, timeout=60)
+    assert made.returncode == 0, made.stderr
+    joining = agent(second, "pair")
+    accepting = agent(first, "pair", "accept", line(joining, "Pairing code:"))
+    assert line(joining, "Confirmation:") == line(accepting, "Confirmation:")
+    for process in (accepting, joining):
+        process.stdin.write("y\n")
+        process.stdin.flush()
+    for process in (accepting, joining):
+        out, err = process.communicate(timeout=60)
+        assert process.returncode == 0, out + err
+
+    key = requests.get(f"{devices.hub.base}/hub/users/{devices.user}/key?api-version=2015-01",
+                       headers={"Authorization": devices.hub.token()}, timeout=30).json()
+    unpad = lambda text: base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))  # noqa: E731
+    plaintext = json.dumps({"visual": {"title": "Vault", "body": "opens at dawn"}}).encode()
+    record = http_ece.encrypt(plaintext, private_key=ec.generate_private_key(ec.SECP256R1()), dh=unpad(key["p256dh"]),
+                              auth_secret=unpad(key["auth"]), version="aes128gcm")
+    r = requests.post(f"{devices.hub.base}/hub/users/{devices.user}/notifications?api-version=2015-01",
+                      headers={"Authorization": devices.hub.token()}, timeout=30,
+                      data=json.dumps({"appNotificationId": "vault-1", "keyId": key["keyId"],
+                                       "encrypted": base64.urlsafe_b64encode(record).rstrip(b"=").decode()}))
+    assert r.status_code == 201, r.text
+    notification = r.json()["notification"]["id"]
+    for desktop in (one, two):
+        assert wait_until(lambda: devices.popup(desktop, "Vault"), timeout=20), [p["summary"] for p in desktop.popups()][-3:]
+        assert devices.popup(desktop, "Vault")["body"] == "opens at dawn"
+    assert wait_until(lambda: one.displayed() == 1, timeout=10)
+    one.dunstctl("close")
+    assert wait_until(lambda: devices.stored(notification) == ("unread", "dismissed"), timeout=20), devices.stored(notification)
+    assert wait_until(lambda: devices.withdrawn(two, devices.popup(two, "Vault")["id"]), timeout=20)
+    devices.clear()
+
+
 def test_a_close_on_one_device_dismisses_it_everywhere(devices):
     one, two = devices.desktops
     devices.clear()
