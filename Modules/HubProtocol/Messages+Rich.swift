@@ -9,13 +9,17 @@ public struct RichReference: Codable, Sendable, Equatable {
     public var message: String
     public var contentType: String
     public var size: Int
+    /// The user's key the payload is encrypted for end to end (an RFC 8291 record); the device opens
+    /// it after the fetch.
+    public var keyId: String?
 
-    public init(richId: String, richType: String, message: String, contentType: String, size: Int) {
+    public init(richId: String, richType: String, message: String, contentType: String, size: Int, keyId: String? = nil) {
         self.richId = richId
         self.richType = richType
         self.message = message
         self.contentType = contentType
         self.size = size
+        self.keyId = keyId
     }
 
     public var sha256: String { richId }
@@ -38,12 +42,16 @@ public struct SendRichNotification: HubRequest {
     public var installationId: String?
     public var userId: String?
     public var timeToLive: Int?
+    /// The payload is one RFC 8291 record encrypted end to end for this key of the user's (`userId`
+    /// alone then): the hub stores and hands back the record, and the user's devices open it.
+    public var keyId: String?
 
     public init(
         idempotencyKey: String? = nil, message: String, richType: String, contentType: String, payload: Data,
         sha256: String? = nil, tagExpression: String? = nil, installationId: String? = nil, userId: String? = nil,
-        timeToLive: Int? = nil
+        timeToLive: Int? = nil, keyId: String? = nil
     ) {
+        self.keyId = keyId
         self.idempotencyKey = idempotencyKey
         self.message = message
         self.richType = richType

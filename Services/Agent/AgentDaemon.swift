@@ -75,6 +75,9 @@ final class AgentDaemon {
         rich = try RichFetcher(
             store: store, home: context.dataDirectory, client: publish, output: output, logger: context.logger,
             maxAttempts: Int(environment["NH_AGENT_RICH_ATTEMPTS"] ?? "") ?? 8)
+        if let userSync, let keys = userSync.keys {
+            rich.open = { record, keyId in try keys.open(record, keyId: keyId) { try userSync.call(UserKeyRequest(device: userSync.device)) } }
+        }
         let heartbeatMs = context.config.agentHeartbeatMs
         let leaseMs = context.config.leasePeriodMs
         dispatchers = HubConfig.dispatcherEndpoints(context.config.dispatch.agents)

@@ -61,12 +61,8 @@ final class AgentKeys {
     func readable(_ notification: UserNotification, fetch: () throws -> UserKey) -> (UserNotification, failure: String?) {
         guard let encrypted = notification.encrypted else { return (notification, nil) }
         do {
-            guard var keyring = try keyring() else { return (notification, "this device does not hold the user's key: pair it (nh-agent pair)") }
-            if let keyId = notification.keyId, keyring.key(id: keyId) == nil {
-                keyring = try takeRotation(keyring, fetch: fetch)
-            }
             guard let record = Data(base64URL: encrypted) else { return (notification, "the record is not base64url") }
-            let content = try JSONDecoder().decode(Content.self, from: try keyring.open(record, keyId: notification.keyId))
+            let content = try JSONDecoder().decode(Content.self, from: try open(record, keyId: notification.keyId, fetch: fetch))
             var readable = notification
             readable.visual = content.visual
             readable.raw = content.raw
@@ -76,6 +72,18 @@ final class AgentKeys {
         } catch {
             return (notification, "\(error)")
         }
+    }
+
+    /// The plaintext of an RFC 8291 record for the user's key `keyId` (each key in turn without
+    /// one), taking the keyring a rotation left for this device first when it lacks that key.
+    func open(_ record: Data, keyId: String?, fetch: () throws -> UserKey) throws -> Data {
+        guard var keyring = try keyring() else {
+            throw PushCryptoError("this device does not hold the user's key: pair it (nh-agent pair)")
+        }
+        if let keyId, keyring.key(id: keyId) == nil {
+            keyring = try takeRotation(keyring, fetch: fetch)
+        }
+        return try keyring.open(record, keyId: keyId)
     }
 
     /// The plaintext of a record: what a backend encrypted.

@@ -23,6 +23,8 @@ enum AgentLine {
             var message: String
             var contentType: String
             var size: Int
+            /// The user's key the payload was encrypted for; the file holds it opened.
+            var keyId: String?
             /// Where the fetched payload was written, when it was.
             var path: String?
         }
@@ -36,7 +38,7 @@ enum AgentLine {
             expiresAt = delivery.expiresAt
             template = delivery.template
             rich = delivery.rich.map {
-                Rich(richId: $0.richId, richType: $0.richType, message: $0.message, contentType: $0.contentType, size: $0.size, path: richPath)
+                Rich(richId: $0.richId, richType: $0.richType, message: $0.message, contentType: $0.contentType, size: $0.size, keyId: $0.keyId, path: richPath)
             }
         }
     }

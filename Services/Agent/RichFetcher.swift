@@ -12,6 +12,9 @@ final class RichFetcher {
     let store: AgentStore
     let cacheDirectory: URL
     let client: HubClient
+    /// Opens a payload encrypted end to end for the user's key (the id given); nil when the agent
+    /// is signed in as no user.
+    var open: ((Data, String) throws -> Data)?
     let output: AgentOutput
     let logger: Logger
     let maxAttempts: Int
@@ -117,8 +120,16 @@ final class RichFetcher {
             guard Crypto.sha256(payload.data).hexString == rich.richId else {
                 throw HubError(.invalidPayload, "the payload's SHA-256 does not match its id")
             }
+            // What the hub handed back is the record as stored; the file holds what it seals.
+            var contents = payload.data
+            if let keyId = rich.keyId {
+                guard let open else {
+                    throw HubError(.invalidPayload, "the rich payload is encrypted end to end, and this agent is signed in as no user to hold the key")
+                }
+                contents = try open(payload.data, keyId)
+            }
             let temporary = cacheDirectory.appendingPathComponent(".\(rich.richId)-\(UUID().uuidString)")
-            guard FileManager.default.createFile(atPath: temporary.path, contents: payload.data),
+            guard FileManager.default.createFile(atPath: temporary.path, contents: contents),
                 rename(temporary.path, target.path) == 0
             else {
                 unlink(temporary.path)

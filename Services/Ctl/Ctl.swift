@@ -24,6 +24,7 @@ enum Ctl {
                                       store FILE and send a silent notification; agents fetch it, then show it
                TARGET: --tag EXPRESSION | --installation ID | --user USER (none: everyone)
                --ttl SECONDS, --idempotency-key KEY
+               --encrypted-for KEYID: FILE is one RFC 8291 record for that key of --user's, opened by their devices
           send ... --schedule TIME    send at TIME (ISO 8601, at most 7 days ahead); --direct HANDLE sends to one device
           cancel ID                   cancel a scheduled send that has not fired
           outcome ID                  what became of a notification
@@ -76,7 +77,7 @@ enum Ctl {
         "app-id", "title", "body", "raw", "expires-in", "priority", "group", "lifetime", "rich", "message", "rich-type",
         "content-type", "schedule", "direct", "top", "platform", "headers", "channel", "key-file", "key-id", "team-id",
         "bundle-id", "endpoint", "service-account", "subject", "package-sid", "tenant-id", "client-id", "secret-file", "token-endpoint",
-        "api-key", "hub", "requests", "sends", "installations",
+        "api-key", "hub", "requests", "sends", "installations", "encrypted-for",
     ]
     /// The options that take none; each is named in `usage`, as is --help.
     static let flagOptions: Set<String> = ["json", "agent", "test", "defaults", "version", "yes"]

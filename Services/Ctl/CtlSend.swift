@@ -42,7 +42,8 @@ enum CtlSend {
             idempotencyKey: parsed[option: "idempotency-key"] ?? UUID().uuidString, message: message,
             richType: parsed[option: "rich-type"] ?? "file", contentType: parsed[option: "content-type"] ?? "application/octet-stream",
             payload: data, sha256: Crypto.sha256(data).hexString, tagExpression: parsed[option: "tag"],
-            installationId: parsed[option: "installation"], userId: parsed[option: "user"], timeToLive: parsed[option: "ttl"].flatMap(Int.init))
+            installationId: parsed[option: "installation"], userId: parsed[option: "user"], timeToLive: parsed[option: "ttl"].flatMap(Int.init),
+            keyId: parsed[option: "encrypted-for"])
         do {
             let client = try CtlCaller(parsed, config: config, environment: environment).client(config.publish.requests)
             defer { client.close() }

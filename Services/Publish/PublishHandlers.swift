@@ -98,7 +98,7 @@ struct PublishHandlers {
         var silent = send
         silent.rich = RichReference(
             richId: richId, richType: request.payload.richType, message: request.payload.message,
-            contentType: request.payload.contentType, size: request.payload.payload.count)
+            contentType: request.payload.contentType, size: request.payload.payload.count, keyId: request.payload.keyId)
         return RichAccepted(notificationId: try accept(silent, timeToLive, nil).notificationId, richId: richId)
     }
 

@@ -20,6 +20,12 @@ enum RichRules {
         guard !rich.message.isEmpty, rich.message.utf8.count <= 1024 else {
             throw HubError(.invalidArgument, "message must be 1 to 1024 bytes: the text shown with the rich content")
         }
+        if rich.keyId != nil {
+            guard rich.userId != nil, rich.tagExpression == nil, rich.installationId == nil else {
+                throw HubError(.invalidArgument, "a rich payload encrypted end to end (keyId) is for one user: give userId, and no tag expression or installation")
+            }
+            try EncryptedRecord.check(bytes: [UInt8](rich.payload), "the rich payload")
+        }
         if let claimed = rich.sha256 {
             let actual = Crypto.sha256(rich.payload).hexString
             guard claimed.lowercased() == actual else {

@@ -312,6 +312,48 @@ def test_posts_that_do_not_fit_the_key_are_refused(hub, devices):
     assert post(hub, "erin", {"appNotificationId": "enc-3", "encrypted": encrypt(key, content("y")), "keyId": key["keyId"]}).status_code == 201
 
 
+def test_a_rich_payload_encrypted_for_the_user_is_stored_sealed_and_opened_by_the_device(hub, devices):
+    """A rich send to the user whose payload is one RFC 8291 record: the hub stores and hands back
+    the record, and the device writes the file it seals."""
+    laptop = state["devices"]["laptop"]
+    key = user_key(hub, "erin").json()
+    picture = b"\x89PNG\r\n\x1a\n" + "a picture of the launch pad, ünd".encode() * 20
+    import http_ece
+    from cryptography.hazmat.primitives.asymmetric import ec
+    record = http_ece.encrypt(picture, private_key=ec.generate_private_key(ec.SECP256R1()), dh=unb64url(key["p256dh"]),
+                              auth_secret=unb64url(key["auth"]), version="aes128gcm")
+    path = os.path.join(devices, "picture.sealed")
+    with open(path, "wb") as f:
+        f.write(record)
+    nhctl = [os.path.join(BIN, "nhctl"), "send", "--rich", path, "--message", "New picture", "--rich-type", "image",
+             "--content-type", "image/png"]
+    wrong = subprocess.run(nhctl + ["--tag", "World", "--encrypted-for", key["keyId"]], env=hub.env, capture_output=True, text=True)
+    assert wrong.returncode != 0 and "for one user" in wrong.stderr, wrong.stderr
+    sent = subprocess.run(nhctl + ["--user", "erin", "--encrypted-for", key["keyId"], "--json"], env=hub.env, capture_output=True, text=True)
+    assert sent.returncode == 0, sent.stderr
+    notification = json.loads(sent.stdout)["notificationId"]
+
+    def fetched():
+        return [line for line in json_lines(laptop.output)
+                if line.get("notificationId") == notification and (line.get("rich") or {}).get("path")]
+    assert wait_until(fetched, timeout=30), json_lines(laptop.output)[-3:]
+    rich = fetched()[0]["rich"]
+    assert rich["keyId"] == key["keyId"]
+    with open(rich["path"], "rb") as f:
+        assert f.read() == picture
+    needle = "a picture of the launch pad".encode()
+    for folder, _, files in os.walk(hub.data):
+        for name in files:
+            with open(os.path.join(folder, name), "rb") as f:
+                assert needle not in f.read(), f"{name} holds the plaintext"
+    # A payload that claims encryption but is not a record is refused, saying so.
+    with open(os.path.join(devices, "picture.png"), "wb") as f:
+        f.write(picture)
+    plain = subprocess.run(nhctl[:3] + [os.path.join(devices, "picture.png")] + nhctl[4:] + ["--user", "erin", "--encrypted-for", key["keyId"]],
+                           env=hub.env, capture_output=True, text=True)
+    assert plain.returncode != 0 and "invalid_payload" in plain.stderr and "rich payload" in plain.stderr, plain.stderr
+
+
 @pytest.mark.parametrize("case", ["base64", "short", "keyid", "two records", "beside visual", "oversize"])
 def test_a_record_that_is_not_rfc_8291_is_refused(hub, case):
     key = {"p256dh": b64url(state_key()), "auth": b64url(os.urandom(16))}

@@ -127,7 +127,7 @@ PAYLOADS = {
     "rich.send": struct(
         {"message": "str", "richType": "str", "contentType": "str", "payload": "data"},
         {"idempotencyKey": "str", "sha256": "str", "tagExpression": "str", "installationId": "str", "userId": "str",
-         "timeToLive": "int"}),
+         "timeToLive": "int", "keyId": "str"}),
     "rich.fetch": struct({"richId": "str", "ticket": "str"}),
     "user.post": struct(
         {"userId": "str", "appNotificationId": "str"},

@@ -148,12 +148,12 @@ enum Samples {
         AgentDelivery(
             deliveryId: "n-5/inst-1/news", notificationId: "n-5", installationId: "inst-1", template: "news",
             payload: #"{"aps":{"alert":"hi"}}"#, expiresAt: later,
-            rich: RichReference(richId: "0390", richType: "image", message: "New photo", contentType: "image/png", size: 3),
+            rich: RichReference(richId: "0390", richType: "image", message: "New photo", contentType: "image/png", size: 3, keyId: "a2V5LWlk"),
             richTicket: "nhu1.e30.c2ln"),
         AgentAck(deliveryIds: ["n-5/inst-1/news"], failures: [DeliveryFailure(deliveryId: "n-6/inst-1/native", reason: "fetch failed")]),
         SendRichNotification(
             idempotencyKey: "r-1", message: "New photo", richType: "image", contentType: "image/png", payload: Data([1, 2, 3]),
-            sha256: "039058c6f2c0cb492c533b0a4d14ef77cc0f78abccced5287d84a1a2011cfb81", userId: "alice", timeToLive: 600),
+            sha256: "039058c6f2c0cb492c533b0a4d14ef77cc0f78abccced5287d84a1a2011cfb81", userId: "alice", timeToLive: 600, keyId: "a2V5LWlk"),
         RichAccepted(notificationId: "n-7", richId: "039058c6f2c0cb492c533b0a4d14ef77cc0f78abccced5287d84a1a2011cfb81"),
         RichFetchRequest(richId: "039058c6f2c0cb492c533b0a4d14ef77cc0f78abccced5287d84a1a2011cfb81", ticket: "nhu1.e30.c2ln"),
         RichPayload(

@@ -31,7 +31,7 @@ _nhctl() {
         hub) subcommands="list create delete keys policy regenerate limits" ;;
         health) options="$options --agent" ;;
         config) options="$options --defaults" ;;
-        send) options="$options --tag --installation --user --ttl --native --platform --headers --idempotency-key --test
+        send) options="$options --tag --installation --user --ttl --native --platform --headers --idempotency-key --encrypted-for --test
                        --rich --message --rich-type --content-type --schedule --direct" ;;
     esac
     if [[ -n "$subcommands" && $((i + 1)) -eq $cword ]]; then
