@@ -27,54 +27,13 @@ struct PublishHandlers {
         }
         server.on(SendNotification.self, payloadJSON: { try send($0, payloadJSON: $1) })
         server.on(CancelScheduledNotification.self) { try cancel($0) }
-        if let sync {
-            // A payload encrypted end to end is accepted only for the user's current key, which
-            // the sync store holds: asked first, without waiting on the loop.
-            server.onDeferred(SendRichNotification.self) { request, respond in
-                guard let keyId = request.payload.keyId, let userId = request.payload.userId else {
-                    respond(.success(try sendRich(request)))
-                    return
-                }
-                let scope = try context.authorize(request, needs: .send)
-                sync.forward(UserKeyRequest(userId: userId), hub: scope.envelopeHub) { result in
-                    respond(Self.richForKey(keyId, userId: userId, result) { try sendRich(request) })
-                }
-            }
-        } else {
-            server.on(SendRichNotification.self) { try sendRich($0) }
-        }
+        server.on(SendRichNotification.self) { try sendRich($0) }
         server.on(RichFetchRequest.self) { try fetchRich($0) }
         server.on(PendingNotificationsRequest.self) { try pending($0) }
         server.on(OutcomeRequest.self) { try outcome($0) }
     }
 
     private var config: HubConfig { context.config }
-
-    /// The answer to an encrypted rich send once the sync store told the user's key: `send` when
-    /// `keyId` is the current one, else what to fix.
-    static func richForKey(
-        _ keyId: String, userId: String, _ key: Result<UserKey, HubError>, send: () throws -> RichAccepted
-    ) -> Result<RichAccepted, HubError> {
-        switch key {
-        case .success(let key) where key.keyId == keyId:
-            do {
-                return .success(try send())
-            } catch let error as HubError {
-                return .failure(error)
-            } catch {
-                return .failure(HubError(.unavailable, "the rich payload could not be stored (\(error)); nothing was sent, so sending again is safe"))
-            }
-        case .success(let key):
-            return .failure(HubError(
-                .preconditionFailed,
-                "the payload is for key \(keyId), but user '\(userId)''s key is now \(key.keyId): fetch the key again and encrypt for it"))
-        case .failure(let error) where error.code == .notFound:
-            return .failure(HubError(.preconditionFailed, error.message))
-        case .failure(let error):
-            return .failure(error.code == .timeout
-                ? HubError(.unavailable, "the sync store did not answer in time; nothing was sent, so sending again is safe") : error)
-        }
-    }
 
     /// The answer to a user notification's post, from the sync store's: the sync store stores it
     /// and answers once it is persisted; one that did not answer in time may still have, so the
