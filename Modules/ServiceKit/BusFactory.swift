@@ -9,6 +9,9 @@ public final class BusFactory {
     let runtime: ServiceRuntime
     /// The token requests to other services are signed with; nil where there are no keys.
     public var credential: () -> String? = { nil }
+    /// The hub catalog's version as this service last read it (nil where there is none), which its
+    /// health reports as `hubCatalog`.
+    public var catalogVersion: () -> UInt64? = { nil }
 
     public init(runtime: ServiceRuntime) {
         self.runtime = runtime
@@ -28,7 +31,11 @@ public final class BusFactory {
         group?.onEffectError = { [logger = runtime.logger] error in
             logger.error("a step after a commit failed; what was committed stands", ("error", "\(error)"))
         }
-        server.on(HealthRequest.self) { [unowned runtime] _ in runtime.health(endpoints(), details: details()) }
+        server.on(HealthRequest.self) { [unowned runtime, unowned self] _ in
+            var reported = details()
+            if let version = self.catalogVersion() { reported = (reported ?? [:]).merging(["hubCatalog": String(version)]) { $1 } }
+            return runtime.health(endpoints(), details: reported)
+        }
         server.on(MetricsRequest.self) { [unowned runtime, unowned server] _ in
             var samples = server.samples
             // Numeric details, such as queue depths and counts, become gauges.

@@ -23,6 +23,7 @@ public final class ServiceContext {
         stores = StoreOpener(runtime: runtime)
         bus = BusFactory(runtime: runtime)
         bus.credential = { [unowned self] in self.serviceToken() }
+        bus.catalogVersion = { [unowned self] in self.security?.hubs.version }
     }
 
     /// A context for running a service's handlers in process (tests, tools): the keys and the

@@ -1,4 +1,5 @@
 import Auth
+import Bus
 import Foundation
 import HubProtocol
 import ServiceKit
@@ -35,6 +36,7 @@ enum CtlHub {
                 }
             case ("create", 2):
                 let hub = try registry.call(HubCreate(name: words[1]))
+                settle(caller, registry, config: config)
                 print(json ? String(decoding: try HubCodec.encodeValue(summary(hub)), as: UTF8.self) : "created hub \(hub.name)")
                 if !json { printKeys(hub, config: config) }
             case ("delete", 2):
@@ -55,11 +57,13 @@ enum CtlHub {
             case ("policy", 4):
                 let rights = words[3].split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }
                 let policy = try registry.call(HubPolicyPut(hub: words[1], name: words[2], rights: rights))
+                settle(caller, registry, config: config)
                 print(json
                     ? String(decoding: try HubCodec.encodeValue(connectionStrings(policy, hub: words[1], config: config)), as: UTF8.self)
                     : "policy \(policy.name) (\(policy.rights.joined(separator: ","))) of hub \(words[1]):\n  \(connectionStrings(policy, hub: words[1], config: config).primaryConnectionString)")
             case ("regenerate", 4):
                 let policy = try registry.call(HubKeysRegenerate(hub: words[1], name: words[2], policyKey: words[3].lowercased() == "secondary" ? "SecondaryKey" : words[3].lowercased() == "primary" ? "PrimaryKey" : words[3]))
+                settle(caller, registry, config: config)
                 let strings = connectionStrings(policy, hub: words[1], config: config)
                 print(json ? String(decoding: try HubCodec.encodeValue(strings), as: UTF8.self)
                     : "regenerated the \(words[3].lowercased()) key of \(policy.name) of hub \(words[1]):\n  primary:   \(strings.primaryConnectionString)\n  secondary: \(strings.secondaryConnectionString)")
@@ -72,6 +76,7 @@ enum CtlHub {
                 let hub = try registry.call(HubLimitsPut(
                     hub: words[1], limits: HubLimits(
                         requestsPerSecond: try number("requests"), sendsPerSecond: try number("sends"), installations: try number("installations"))))
+                settle(caller, registry, config: config)
                 let limits = hub.limits ?? HubLimits()
                 print(json ? String(decoding: try HubCodec.encodeValue(limits), as: UTF8.self)
                     : "hub \(hub.name): requests \(limits.requestsPerSecond.map(String.init) ?? "as configured")/s, sends \(limits.sendsPerSecond.map(String.init) ?? "as configured")/s, installations \(limits.installations.map(String.init) ?? "as configured") (0: none)")
@@ -103,6 +108,22 @@ enum CtlHub {
 
     static func summary(_ hub: HubDescription) -> HubSummary {
         HubSummary(name: hub.name, createdAt: hub.createdAt, isDefault: false, installations: 0)
+    }
+
+    /// Waits (at most 3 s) until the other services have read the change to the hub catalog, so
+    /// that the next command, whichever service it reaches, finds the hub or key just made.
+    static func settle(_ caller: CtlCaller, _ registry: HubClient, config: HubConfig) {
+        guard let version = HubCatalogSettling.version(of: registry) else { return }
+        let endpoints = [
+            ("nh-publish", config.publish.requests), ("nh-sync", config.sync.requests), ("nh-dispatch", config.dispatch.requests),
+            ("nh-gateway", config.gateway.requests),
+        ]
+        // A service that is not running answers nothing: each look waits a moment, not a request's timeout.
+        let clients = endpoints.compactMap { name, endpoint in
+            (try? HubClient(connect: endpoint, policy: RetryPolicy(timeout: 300, attempts: 1), curve: caller.bus.client)).map { (name, $0) }
+        }
+        defer { clients.forEach { $0.1.close() } }
+        HubCatalogSettling.wait(for: version, services: clients.map { ($0.0, $0.1 as any ServiceCalling) })
     }
 
     static func printKeys(_ hub: HubDescription, config: HubConfig) {

@@ -23,6 +23,23 @@ struct NamespaceRoutes {
     let services: GatewayServices
     static let segment = "$namespace"
 
+    /// After a change to the hub catalog, waits (at most 3 s) until the services this gateway
+    /// calls, and the gateway itself, have read it: a hub made, or a key put, is then found by the
+    /// next request whichever service it reaches.
+    func settle() {
+        guard let version = HubCatalogSettling.version(of: services.registry) else { return }
+        let late = HubCatalogSettling.wait(
+            for: version, services: [("nh-publish", services.publish), ("nh-sync", services.sync), ("nh-dispatch", services.dispatch)])
+        let deadline = Date().addingTimeInterval(3)
+        while (services.context.hubs.version ?? 0) < version && Date() < deadline { Thread.sleep(forTimeInterval: 0.05) }
+        let gatewayLate = (services.context.hubs.version ?? 0) < version
+        if !late.isEmpty || gatewayLate {
+            services.context.logger.warning(
+                "a change to the hub catalog is not yet read everywhere; it will be within a second",
+                ("version", "\(version)"), ("late", (late + (gatewayLate ? ["nh-gateway"] : [])).joined(separator: ",")))
+        }
+    }
+
     func handle(_ request: HTTPRequest, _ segments: [String]) throws -> HTTPResponse {
         try authorize(request)
         let registry = services.registry
@@ -36,6 +53,7 @@ struct NamespaceRoutes {
             case "PUT":
                 do {
                     let hub = try registry.call(HubCreate(name: name))
+                    settle()
                     return GatewayJSON.response(201, Resource(hub, services: services, request: request))
                 } catch let error as HubError where error.code == .conflict {
                     return GatewayJSON.response(200, Resource(try registry.call(HubGet(name: name)), services: services, request: request))
@@ -56,7 +74,9 @@ struct NamespaceRoutes {
             switch request.method {
             case "PUT":
                 let body = try GatewayJSON.decode(RuleBody.self, request.body, #"a JSON object such as {"properties":{"rights":["Listen","Send"]}}"#)
-                return GatewayJSON.response(200, Rule(try registry.call(HubPolicyPut(hub: hub, name: rule, rights: body.properties.rights)), hub: hub))
+                let put = try registry.call(HubPolicyPut(hub: hub, name: rule, rights: body.properties.rights))
+                settle()
+                return GatewayJSON.response(200, Rule(put, hub: hub))
             case "GET":
                 let found = try registry.call(HubGet(name: hub)).policies.first { $0.name == rule }
                 guard let found else { throw HubError(.notFound, "hub '\(hub)' has no authorization rule '\(rule)'") }
@@ -74,6 +94,7 @@ struct NamespaceRoutes {
         case ("POST", 5, "notificationHubs") where segments[2] == "authorizationRules" && segments[4] == "regenerateKeys":
             let body = try GatewayJSON.decode(RegenerateBody.self, request.body, #"a JSON object such as {"policyKey":"PrimaryKey"}"#)
             let policy = try registry.call(HubKeysRegenerate(hub: segments[1], name: segments[3], policyKey: body.policyKey))
+            settle()
             return GatewayJSON.response(200, ListKeys(policy, hub: segments[1], namespace: services.baseURL(request) + "/"))
         default:
             throw HubError(.notFound, "no resource at \(request.path); the namespace's are /$namespace/notificationHubs[/{hub}[/authorizationRules[/{rule}[/listKeys|/regenerateKeys]]]]")

@@ -234,6 +234,41 @@ def test_a_regenerated_key_is_refused_and_the_other_keeps_working(hub, other, ag
     other["full"] = fresh
 
 
+def test_a_hub_made_or_a_key_regenerated_holds_at_once_for_every_service(hub):
+    """Once the namespace answers, every service has read the change to the hub catalog: the next
+    request finds the hub, or is refused with the old key, whichever service it reaches, with no
+    waiting on the caller's side. Made over REST and with nhctl."""
+    def first_requests(name, token):
+        headers = {"Authorization": token, "Content-Type": "application/json"}
+        posted = requests.post(f"{hub.base}/{name}/users/ann/notifications?{API}", headers=headers, timeout=10,
+                               data=json.dumps({"appNotificationId": "first", "visual": {"title": "t", "body": "b"}}))
+        assert posted.status_code == 201, posted.text                     # gateway, publish, sync
+        installed = requests.put(f"{hub.base}/{name}/installations/first?{API}", headers=headers, timeout=10,
+                                 data=json.dumps({"installationId": "first", "platform": "linux", "pushChannel": "first"}))
+        assert installed.status_code == 200, installed.text               # registry
+        sent = send(hub, name, token, "first")
+        assert sent.status_code == 201, sent.text                         # publish
+        outcome = requests.get(sent.headers["Location"], headers=headers, timeout=10)
+        assert outcome.status_code == 200, outcome.text                   # dispatch
+        return headers
+
+    for round_ in range(3):
+        name = f"at-once-{round_}"
+        assert namespace(hub, "PUT", f"/{name}").status_code == 201
+        keys = list_keys(hub, name)
+        first_requests(name, token_of(hub, name, keys))
+        r = namespace(hub, "POST", f"/{name}/authorizationRules/{FULL}/regenerateKeys", body={"policyKey": "PrimaryKey"})
+        assert r.status_code == 200, r.text
+        old = requests.get(f"{hub.base}/{name}/installations/first?{API}", headers={"Authorization": token_of(hub, name, keys)}, timeout=10)
+        assert old.status_code == 401, old.text
+        first_requests(name, token_of(hub, name, r.json()))
+
+        made = nhctl(hub, "hub", "create", f"ctl-{name}")
+        assert made.returncode == 0, made.stderr
+        strings = {json.loads(line)["keyName"]: json.loads(line) for line in nhctl(hub, "--json", "hub", "keys", f"ctl-{name}").stdout.splitlines()}
+        first_requests(f"ctl-{name}", token_of(hub, f"ctl-{name}", strings[FULL]))
+
+
 def test_nhctl_makes_lists_and_deletes_hubs(hub):
     made = nhctl(hub, "hub", "create", "ctl-made")
     assert made.returncode == 0 and "EntityPath=ctl-made" in made.stdout, made.stderr

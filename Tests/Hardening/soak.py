@@ -223,6 +223,16 @@ class Tail:
             return marker in self.created
 
 
+def parse_time(text):
+    """Seconds since the epoch of an agent line's ISO 8601 time (UTC, "Z"); None when absent."""
+    if not text:
+        return None
+    try:
+        return datetime.datetime.strptime(text.replace("Z", "+0000"), "%Y-%m-%dT%H:%M:%S.%f%z").timestamp()
+    except ValueError:
+        return None
+
+
 def marker_of(line):
     """The sender's marker in an agent's output line, if any."""
     event = line.get("event")
@@ -830,7 +840,7 @@ class Soak:
         took = self.probe(agent, timeout=60)
         receiving = None if took is None else time.time() - killed
         entry = {"at": round(killed - self.started, 1), "target": agent.name, "pid": pid, "down": round(restarted - killed, 2),
-                 "long": long, "receiving": None if receiving is None else round(receiving, 2)}
+                 "long": long, "receiving": None if receiving is None else round(receiving, 2), "killedAt": killed}
         self.kills.append(entry)
         self.log(f"kill -9 {agent.name} (pid {pid}){' for longer than the session window' if long else ''}: "
                  f"down {entry['down']} s, receiving again after {entry['receiving']} s")
@@ -1008,6 +1018,16 @@ class Soak:
         user_events = collections.defaultdict(set)  # marker -> agents with any user event for it
         rich_failed = []
         misdelivered = []
+        # The agent shows a delivery, then remembers it as seen: a SIGKILL between the two shows it
+        # again when the agent is back, under the same delivery id (its one window for a repeat, as
+        # AgentDaemon says). Such a repeat is counted apart, not as a duplicate.
+        window = 0.25
+        kills = collections.defaultdict(list)
+        for kill in self.kills:
+            if "killedAt" in kill:
+                kills[kill["target"]].append(kill["killedAt"])
+        first_shown = {}
+        self.crash_window_repeats = []
         for agent in self.agents.values():
             with agent.tail.lock:
                 lines = list(agent.tail.lines)
@@ -1015,6 +1035,13 @@ class Soak:
                 event = line.get("event")
                 marker = marker_of(line)
                 if event == "notification":
+                    key = (agent.name, line.get("deliveryId"))
+                    shown_at = parse_time(line.get("receivedAt"))
+                    if key in first_shown and shown_at is not None and first_shown[key] is not None and any(
+                            first_shown[key] <= killed <= first_shown[key] + window for killed in kills[agent.name]):
+                        self.crash_window_repeats.append(f"{agent.name}: {marker}")
+                        continue
+                    first_shown.setdefault(key, shown_at)
                     deliveries[(agent.name, marker)] += 1
                     if line.get("installationId") != agent.installation:
                         misdelivered.append(f"{agent.name} showed a delivery for {line.get('installationId')}: {marker}")
@@ -1159,6 +1186,7 @@ class Soak:
             "lost": len(result["lost"]), "duplicated": len(result["duplicated"]), "misdelivered": len(result["misdelivered"]),
             "devicesAgree": result["devicesAgree"], "storeAgrees": result["storeAgrees"], "devices": result["devices"],
             "richFailed": result["richFailed"], "badLines": result["badLines"],
+            "crashWindowRepeats": list(getattr(self, "crash_window_repeats", [])),
             "kills": self.kills, "crashes": self.crashes, "harnessErrors": len(self.errors),
             "details": {k: result[k][:50] for k in ("lost", "duplicated", "misdelivered", "disagreements", "stateErrors")},
             "categoryChanges": sum(len(a.changes) for a in self.agents.values()),
@@ -1171,6 +1199,10 @@ class Soak:
               f"category changes {summary['categoryChanges']}")
         print(f"deliveries shown {result['deliveries']} (expected {result['expected']}, optional {result['optional']})")
         print(f"lost {len(result['lost'])}, duplicated {len(result['duplicated'])}, misdelivered {len(result['misdelivered'])}")
+        repeats = getattr(self, "crash_window_repeats", [])
+        if repeats:
+            print(f"shown again after a SIGKILL within {0.25} s of being shown, before it was remembered (the agent's one "
+                  f"window for a repeat, same delivery id): {', '.join(repeats[:10])}")
         print(f"devices agree: {'yes' if result['devicesAgree'] else 'NO'} "
               f"({', '.join(f'{k} holds {v}' for k, v in sorted(result['devices'].items()))}); "
               f"store agrees with the acknowledged changes: {'yes' if result['storeAgrees'] else 'NO'}")
