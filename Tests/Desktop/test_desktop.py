@@ -32,6 +32,7 @@ import requests
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "Support"))
 
+import agentprompt  # noqa: E402
 import desktop as desktops  # noqa: E402
 from hubharness import BIN, Hub, health_row, json_lines, wait_until  # noqa: E402
 from userdevices import UserDevices  # noqa: E402
@@ -126,27 +127,15 @@ def test_an_encrypted_notification_pops_up_opened_on_both_paired_desktops(device
     first, second = devices.agents
     devices.clear()
 
-    def agent(agent, *arguments, stdin=None):
-        return subprocess.Popen([os.path.join(BIN, "nh-agent"), *arguments], env=agent["env"], stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1)
-
-    def line(process, prefix):
-        for text in process.stdout:
-            if text.startswith(prefix):
-                return text[len(prefix):].strip()
-        raise AssertionError(process.stderr.read())
-
     made = subprocess.run([os.path.join(BIN, "nh-agent"), "keys", "init"], env=first["env"], capture_output=True, text=True, timeout=60)
     assert made.returncode == 0, made.stderr
-    joining = agent(second, "pair")
-    accepting = agent(first, "pair", "accept", line(joining, "Pairing code:"))
-    assert line(joining, "Confirmation:") == line(accepting, "Confirmation:")
+    joining = agentprompt.spawn(second["env"], "pair")
+    accepting = agentprompt.spawn(first["env"], "pair", "accept", agentprompt.after(joining, "Pairing code:"))
+    assert agentprompt.after(joining, "Confirmation:") == agentprompt.after(accepting, "Confirmation:")
     for process in (accepting, joining):
-        process.stdin.write("y\n")
-        process.stdin.flush()
+        agentprompt.answer(process, "y")
     for process in (accepting, joining):
-        out, err = process.communicate(timeout=60)
-        assert process.returncode == 0, out + err
+        agentprompt.finish(process)
 
     key = requests.get(f"{devices.hub.base}/hub/users/{devices.user}/key?api-version=2015-01",
                        headers={"Authorization": devices.hub.token()}, timeout=30).json()

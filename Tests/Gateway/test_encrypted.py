@@ -22,6 +22,7 @@ import tempfile
 import pytest
 import requests
 
+import agentprompt  # noqa: E402  (Tests/Support, on the path conftest sets)
 from conftest import BIN, free_port, json_lines, running_hub, wait_until
 
 API = "api-version=2015-01"
@@ -85,8 +86,7 @@ class Device:
                               text=True, timeout=60)
 
     def spawn(self, *arguments):
-        return subprocess.Popen([os.path.join(BIN, "nh-agent"), *arguments], env=self.env, stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1)
+        return agentprompt.spawn(self.env, *arguments)
 
     def start(self):
         self.hub.start(self.name, "nh-agent", env=self.env, stdout=open(self.output, "ab"))
@@ -105,21 +105,13 @@ def credential(hub, user):
                           check=True).stdout.strip()
 
 
-def read_until(process, prefix):
-    """The rest of the first line of the process's output that starts with `prefix`."""
-    for line in process.stdout:
-        if line.startswith(prefix):
-            return line[len(prefix):].strip()
-    raise AssertionError(f"no line starting {prefix!r}; stderr: {process.stderr.read()}")
-
-
 def pair(new, holder, answer_new="y", answer_holder="y"):
     """Pairs `new` with `holder` as a person does: the code from one typed into the other, the
     confirmation strings compared. Returns both strings and both processes' results."""
     joining = new.spawn("pair")
-    code = read_until(joining, "Pairing code:")
+    code = agentprompt.after(joining, "Pairing code:")
     accepting = holder.spawn("pair", "accept", code)
-    seen_new = read_until(joining, "Confirmation:")
+    seen_new = agentprompt.after(joining, "Confirmation:")
     lines = []
     seen_holder = None
     for line in accepting.stdout:
@@ -130,10 +122,8 @@ def pair(new, holder, answer_new="y", answer_holder="y"):
         if line.startswith("Pairing refused"):
             break
     if seen_holder is not None:
-        accepting.stdin.write(answer_holder + "\n")
-        accepting.stdin.flush()
-    joining.stdin.write(answer_new + "\n")
-    joining.stdin.flush()
+        agentprompt.answer(accepting, answer_holder)
+    agentprompt.answer(joining, answer_new)
     out_holder, err_holder = accepting.communicate(timeout=60)
     out_new, err_new = joining.communicate(timeout=60)
     return {"code": code, "new": seen_new, "holder": seen_holder, "new_rc": joining.returncode, "holder_rc": accepting.returncode,

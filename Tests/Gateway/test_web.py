@@ -12,7 +12,8 @@ import time
 import pytest
 import requests
 
-import browser as browser_support  # noqa: E402  (Tests/Support, on the path conftest sets)
+import agentprompt  # noqa: E402  (Tests/Support, on the path conftest sets)
+import browser as browser_support  # noqa: E402
 from conftest import BIN, ROOT, Hub, answers, json_lines, running_hub, sas_token, wait_until
 
 selenium = pytest.importorskip("selenium", reason="selenium comes from PyPI; make deps installs it")
@@ -422,6 +423,12 @@ def test_inbox_pairs_with_a_device_and_opens_encrypted_notifications(web_hub, br
         assert r.status_code == 201, r.text
         return r.json()["notification"]["id"]
 
+    def confirm_on_page(shown):
+        """The person compares the page's confirmation with the agent's and says they match."""
+        assert until(lambda: visible(driver, "pair-ask") and text(driver, "pair-confirmation") == shown, timeout=10), \
+            (text(driver, "pair-confirmation"), shown)
+        driver.find_element(By.ID, "pair-yes").click()
+
     first = post_encrypted("sealed-1", "the vault opens at dawn")
     driver.get(f"{hub.base}/inbox")
     driver.execute_script("sessionStorage.clear(); localStorage.clear()")
@@ -434,21 +441,10 @@ def test_inbox_pairs_with_a_device_and_opens_encrypted_notifications(web_hub, br
     driver.find_element(By.ID, "pair-button").click()
     assert until(lambda: text(driver, "pair-code"), timeout=10)
     code = text(driver, "pair-code")
-    accepting = subprocess.Popen([os.path.join(BIN, "nh-agent"), "pair", "accept", code], env=laptop, stdin=subprocess.PIPE,
-                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1)
-    shown = None
-    for line in accepting.stdout:
-        if line.startswith("Confirmation:"):
-            shown = line.split(":", 1)[1].strip()
-            break
-    assert shown, accepting.stderr.read()
-    assert until(lambda: visible(driver, "pair-ask") and text(driver, "pair-confirmation") == shown, timeout=10), \
-        (text(driver, "pair-confirmation"), shown)
-    driver.find_element(By.ID, "pair-yes").click()
-    accepting.stdin.write("y\n")
-    accepting.stdin.flush()
-    out, err = accepting.communicate(timeout=60)
-    assert accepting.returncode == 0, out + err
+    accepting = agentprompt.spawn(laptop, "pair", "accept", code)
+    confirm_on_page(agentprompt.after(accepting, "Confirmation:"))
+    agentprompt.answer(accepting, "y")
+    agentprompt.finish(accepting)
     assert until(lambda: "the vault opens at dawn" in item(driver, first).text, timeout=15), item(driver, first).text
     assert "Paired" in text(driver, "pair-status")
 
@@ -460,30 +456,14 @@ def test_inbox_pairs_with_a_device_and_opens_encrypted_notifications(web_hub, br
     # The page, holding the key now, hands it to a new device: the code typed into the page, the
     # strings compared, and the hub's device list signed anew by the page.
     desktop = {**laptop, "NH_AGENT_HOME": os.path.join(hub.data, "gwen-desktop"), "NH_AGENT_INSTALLATION_ID": "gwen-desktop"}
-    joining = subprocess.Popen([os.path.join(BIN, "nh-agent"), "pair"], env=desktop, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True, bufsize=1)
-    code = None
-    for line in joining.stdout:
-        if line.startswith("Pairing code:"):
-            code = line.split(":", 1)[1].strip()
-            break
-    assert code, joining.stderr.read()
+    joining = agentprompt.spawn(desktop, "pair")
+    code = agentprompt.after(joining, "Pairing code:")
     assert until(lambda: visible(driver, "accept-form"), timeout=5)
     type_into(driver, "accept-code", code)
     driver.find_element(By.ID, "accept-button").click()
-    shown = None
-    for line in joining.stdout:
-        if line.startswith("Confirmation:"):
-            shown = line.split(":", 1)[1].strip()
-            break
-    assert shown, joining.stderr.read()
-    assert until(lambda: visible(driver, "pair-ask") and text(driver, "pair-confirmation") == shown, timeout=10), \
-        (text(driver, "pair-confirmation"), shown)
-    driver.find_element(By.ID, "pair-yes").click()
-    joining.stdin.write("y\n")
-    joining.stdin.flush()
-    out, err = joining.communicate(timeout=60)
-    assert joining.returncode == 0, out + err
+    confirm_on_page(agentprompt.after(joining, "Confirmation:"))
+    agentprompt.answer(joining, "y")
+    agentprompt.finish(joining)
     assert until(lambda: "Sent the key" in text(driver, "pair-status"), timeout=10), text(driver, "pair-status")
     history = subprocess.run([os.path.join(BIN, "nh-agent"), "history"], env=desktop, capture_output=True, text=True, timeout=60)
     assert "the vault opens at dawn" in history.stdout, history.stdout + history.stderr
