@@ -95,6 +95,26 @@ final class PublishHandlersTests {
         #expect(code { try self.handlers.fetchRich(self.envelope(RichFetchRequest(richId: "nothing", ticket: missing), auth: listen)) } == .notFound)
     }
 
+    @Test("a rich payload encrypted end to end is one RFC 8291 record for one user, stored and handed back as it came")
+    func encryptedRich() throws {
+        let full = sas(AccessKey.defaultFullName), listen = sas(AccessKey.defaultListenName)
+        let user = P256Key.generate()
+        let record = try WebPushEncryption.encrypt(Data("a picture".utf8), p256dh: user.publicPoint, auth: Data(repeating: 1, count: 16))
+        func rich(_ payload: Data, user: String? = "alice", tag: String? = nil) -> SendRichNotification {
+            SendRichNotification(
+                message: "New photo", richType: "image", contentType: "image/png", payload: payload, tagExpression: tag, userId: user,
+                keyId: "a2V5LWlk")
+        }
+        let accepted = try handlers.sendRich(envelope(rich(record), auth: full))
+        let pulled = try handlers.pending(envelope(PendingNotificationsRequest(after: 0), auth: harness.root))
+        #expect(pulled.notifications.last?.send.rich?.keyId == "a2V5LWlk")
+        let ticket = context.userTokens.issue(user: "dev-1", kind: .ticket, lifetime: 60, resource: accepted.richId).token
+        #expect(try handlers.fetchRich(envelope(RichFetchRequest(richId: accepted.richId, ticket: ticket), auth: listen)).data == record)
+        #expect(code { try self.handlers.sendRich(self.envelope(rich(Data("a picture".utf8)), auth: full)) } == .invalidPayload)
+        #expect(code { try self.handlers.sendRich(self.envelope(rich(record, user: nil, tag: "World"), auth: full)) } == .invalidArgument)
+        #expect(code { try self.handlers.sendRich(self.envelope(rich(record, tag: "World"), auth: full)) } == .invalidArgument)
+    }
+
     @Test("another hub's send is its own: its outcome, its cancel and its rich payload are unknown to the first hub's keys")
     func sendsOfAnotherHub() throws {
         let keys = KeyStore.defaultHubKeys()
