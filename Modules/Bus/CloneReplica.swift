@@ -10,6 +10,12 @@ public final class CloneReplica {
     public private(set) var snapshots = 0
     /// How many messages arrived in a shape that is not a sequenced message.
     public private(set) var malformed = 0
+    /// Whether a message came on the stream since the last snapshot was taken, or the snapshot was
+    /// taken because of one. Until then the subscription may not have reached the owner (libzmq
+    /// sends it on its own time), and a change published meanwhile may be lost with nothing to show
+    /// the gap until the next heartbeat: the snapshot is the owner's state, the stream not yet known
+    /// to follow it. A reader that must not act on a stale copy waits for this.
+    public private(set) var confirmed = false
 
     private let snapshot: () throws -> UInt64
     private let apply: (SequencedMessage) throws -> Void
@@ -39,6 +45,7 @@ public final class CloneReplica {
         let sequence = try snapshot()
         snapshots += 1
         tracker.reset(to: sequence)
+        confirmed = false
     }
 
     /// Handles messages already waiting, at most `limit`, without blocking. Returns how many were applied.
@@ -58,7 +65,7 @@ public final class CloneReplica {
                 try apply(message)
                 applied += 1
             case .skip:
-                continue
+                break
             case .resync:
                 try resync()
                 // The message that revealed the gap may be the next one after the new snapshot.
@@ -67,6 +74,9 @@ public final class CloneReplica {
                     applied += 1
                 }
             }
+            // A message came: the subscription was in place before it was sent, and so before any
+            // snapshot taken from here on.
+            confirmed = true
         }
         return applied
     }

@@ -24,7 +24,10 @@ extension DispatchShell {
         return shards.owned.map { shards.cursors[$0] ?? 0 }.min()
     }
 
-    private var registryReady: Bool { registry?.position != nil }
+    /// Notifications are planned against a copy of the registry known to be current: one taken, and
+    /// followed by its stream since (a first snapshot taken before the subscription reached the
+    /// registry would miss installations saved meanwhile, until the next heartbeat showed the gap).
+    private var registryReady: Bool { registry?.position != nil && registry?.confirmed == true }
 
     /// Accepted notifications are pulled from the publish service after the stored cursor, one
     /// request in flight at a time and never waited on: the reply comes back through the loop.

@@ -36,6 +36,8 @@ final class RegistryFeed {
     var socket: ZMQSocket { replica.socket }
     /// The registry's sequence the index is at; nil before the first snapshot.
     var position: UInt64? { replica.tracker.position }
+    /// Whether the stream is known to follow the snapshot (`CloneReplica.confirmed`).
+    var confirmed: Bool { replica.confirmed }
 
     /// Reads what waits on the stream (a snapshot first, when one is due) and hands each update to
     /// `handle`, in order. What was read before a failure is handed over too.

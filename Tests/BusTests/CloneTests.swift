@@ -91,6 +91,23 @@ struct CloneTests {
         #expect(replica.tracker.position == 1)
     }
 
+    @Test("a snapshot is confirmed once a message comes on the stream: before that, changes sent meanwhile may be lost unseen")
+    func confirmedByAMessage() throws {
+        let owner = try Owner()
+        try owner.set("k1", "v1")
+        let replica = try CloneReplica(
+            connect: owner.publisher.endpoints[0], snapshot: { owner.publisher.sequence }, apply: { _ in })
+        defer { replica.close() }
+        #expect(try replica.pump() == 0)
+        // The first pump took the snapshot; no message has come yet.
+        #expect(replica.snapshots == 1 && replica.tracker.position == 1 && !replica.confirmed)
+        try pumpUntil(replica, owner) { replica.confirmed }
+        #expect(replica.snapshots == 1)
+        try replica.resync()
+        #expect(!replica.confirmed)
+        try pumpUntil(replica, owner) { replica.confirmed }
+    }
+
     /// Pumps the replica and sends heartbeats until `done`, for at most 5 seconds.
     func pumpUntil(_ replica: CloneReplica, _ owner: Owner, _ done: () -> Bool) throws {
         let deadline = Date().addingTimeInterval(5)
