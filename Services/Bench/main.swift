@@ -12,7 +12,7 @@ let usage = """
                     [--fanout N,N...] [--broadcasts B] [--rate SENDS/S] [--latency-count C]
                     [--push N] [--standins PATH] [--popups N] [--tries N] [--no-mosquitto] [--no-services]
                     [--no-fanout] [--no-push] [--no-postgres] [--no-desktop] [--no-unifiedpush] [--no-hubs] [--hubs H]
-                    [--json] [--output FILE]
+                    [--no-offline] [--devices N] [--json] [--output FILE]
            nh-bench http [--sends N]
            nh-bench postgres [--sends N] [--json] [--output FILE]
            nh-bench push [--push N] [--standins PATH] [--json] [--output FILE]
@@ -21,6 +21,7 @@ let usage = """
            nh-bench fanout-shards [--fanout N] [--broadcasts B] [--json] [--output FILE]
            nh-bench hubs [--hubs H] [--per-hub I] [--sends N] [--offline M] [--json] [--output FILE]
            nh-bench users [--posts N] [--dismisses N] [--json] [--output FILE]
+           nh-bench offline [--devices N] [--broadcasts B] [--json] [--output FILE]
            nh-bench curve-connect [--fanout N] [--json] [--output FILE]
            nh-bench instructions [--fanout N] [--broadcasts B] [--json] [--output FILE]
            nh-bench desktop [--popups N] [--tries N] [--json] [--output FILE]
@@ -63,6 +64,12 @@ let usage = """
     hub made; and, with one hub and with H, N template sends accepted durably from 4 backends, and
     a broadcast to M offline installations of the default hub (default 10,000) planned and stored,
     from the send until the dispatcher's outcome is Completed.
+
+    The offline figures (`offline`, and part of the whole run unless --no-offline) register N Linux
+    installations (default 100,000) with none connected, then broadcast B times (default 3) to all
+    of them: the registration rate; the dispatcher's resident memory per installation indexed; per
+    broadcast, the time until it is planned and durable, and what it adds to the data folder and to
+    the dispatcher's resident memory, per offline device.
 
     The push figures (`push`, and part of the whole run unless --no-push) start the stand-in push
     services (python3 Tests/Support/pushstandins.py, found above nh-bench's folder, under
@@ -172,9 +179,9 @@ do {
         Array(CommandLine.arguments.dropFirst()),
         valued: [
             "messages", "round-trips", "size", "posts", "dismisses", "sends", "fanout", "broadcasts", "rate", "latency-count", "output", "push",
-            "standins", "popups", "tries", "pushes", "hubs", "per-hub", "offline",
+            "standins", "popups", "tries", "pushes", "hubs", "per-hub", "offline", "devices",
         ],
-        flags: ["no-mosquitto", "no-services", "no-fanout", "no-push", "no-postgres", "no-desktop", "no-unifiedpush", "no-hubs", "json"])
+        flags: ["no-mosquitto", "no-services", "no-fanout", "no-push", "no-postgres", "no-desktop", "no-unifiedpush", "no-hubs", "no-offline", "json"])
     if parsed.has("help") {
         print(usage)
         exit(0)
@@ -244,6 +251,12 @@ do {
             CurveConnectBench.results(n: agents, outcome: outcome),
             settings: BenchSettings(messages: 0, roundTrips: 0, size: 5), parsed)
         exit(0)
+    case "offline":
+        try report(
+            try OfflineBench.run(devices: parsed[option: "devices"].flatMap(Int.init) ?? 100_000,
+                                 broadcasts: parsed[option: "broadcasts"].flatMap(Int.init) ?? 3),
+            settings: BenchSettings(messages: 0, roundTrips: 0, size: 0), parsed)
+        exit(0)
     case "users":
         try report(
             try UserSyncBench.run(
@@ -293,6 +306,9 @@ do {
             results += try HubsBench.run(
                 hubs: parsed[option: "hubs"].flatMap(Int.init) ?? 1_000, perHub: parsed[option: "per-hub"].flatMap(Int.init) ?? 10,
                 sends: 2 * sends, offline: parsed[option: "offline"].flatMap(Int.init) ?? 10_000)
+        }
+        if !parsed.has("no-offline") {
+            results += try OfflineBench.run(devices: parsed[option: "devices"].flatMap(Int.init) ?? 100_000)
         }
         if !parsed.has("no-postgres") {
             do {

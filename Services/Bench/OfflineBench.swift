@@ -1,0 +1,71 @@
+import Foundation
+import HubProtocol
+import ServiceKit
+
+/// What offline devices cost: N Linux installations registered with the tag Offline, none
+/// connected, then broadcasts to them. Registration over the bus; the dispatcher's resident memory
+/// per installation indexed; per broadcast, the time until it is planned and durable (the
+/// dispatcher's outcome Completed), and what it adds to the data folder and to the dispatcher's
+/// resident memory, per offline device. A broadcast stored once would add a fixed amount.
+enum OfflineBench {
+    static func run(devices: Int, broadcasts: Int = 3) throws -> [BenchResult] {
+        let cluster = try HubCluster()
+        defer { cluster.stopAll() }
+        try cluster.startServices()
+        guard let dispatcher = cluster.process("nh-dispatch")?.processIdentifier else { throw BenchError("no dispatcher") }
+        Thread.sleep(forTimeInterval: 1)
+        let idle = FanoutBench.residentBytes(dispatcher)
+        let registering = ContinuousClock.now
+        try HubsBench.registerOffline(cluster, count: devices)
+        // registerOffline waits a second past the dispatcher having every installation.
+        let registerSeconds = seconds(since: registering) - 1
+        let indexed = FanoutBench.residentBytes(dispatcher)
+
+        var planSeconds: [Double] = []
+        var storeGrowth: [Int] = []
+        var memoryGrowth: [Int] = []
+        var planned = 0
+        for _ in 0..<broadcasts {
+            let (store, memory) = (dataBytes(cluster.dataDirectory), FanoutBench.residentBytes(dispatcher))
+            let phase = try HubsBench.plan(cluster, broadcasts: 1)
+            planSeconds.append(phase.planSeconds)
+            planned += phase.planned
+            // The dispatcher writes what it planned in its next group; the WAL is checkpointed in the background.
+            Thread.sleep(forTimeInterval: 2)
+            storeGrowth.append(dataBytes(cluster.dataDirectory) - store)
+            memoryGrowth.append(FanoutBench.residentBytes(dispatcher) - memory)
+        }
+        func median<T: Comparable>(_ values: [T]) -> T { values.sorted()[values.count / 2] }
+        let perDevice = { (bytes: Int) in Double(bytes) / Double(max(devices, 1)) }
+        let scale = "\(devices.formatted()) offline devices"
+        return [
+            BenchResult(
+                name: "offline: installations registered over the bus", unit: "inst/s", count: devices, seconds: registerSeconds,
+                note: "\(scale), 128 in flight, until the dispatcher has them all; goal: 1,000,000 by an import job in 60 s"),
+            BenchResult(
+                name: "offline: dispatcher memory per installation indexed", unit: "B", count: devices, seconds: 0,
+                value: perDevice(indexed - idle), note: "resident growth over \(scale); goal 200 B"),
+            BenchResult(
+                name: "offline: a broadcast planned and durable", unit: "ms", count: 0, seconds: 0, value: median(planSeconds) * 1000,
+                note: "to \(scale) (targets \(planned / max(broadcasts, 1))), median of \(broadcasts); goal 5 s for 1,000,000"),
+            BenchResult(
+                name: "offline: data folder growth per broadcast, per offline device", unit: "B", count: 0, seconds: 0,
+                value: perDevice(median(storeGrowth)),
+                note: "\(String(format: "%.1f", Double(median(storeGrowth)) / 1_048_576)) MB for \(scale), median of \(broadcasts); goal 16 MB for 1,000,000"),
+            BenchResult(
+                name: "offline: dispatcher memory growth per broadcast, per offline device", unit: "B", count: 0, seconds: 0,
+                value: perDevice(median(memoryGrowth)),
+                note: "\(String(format: "%.1f", Double(median(memoryGrowth)) / 1_048_576)) MB for \(scale), median of \(broadcasts); goal 32 MB for 1,000,000"),
+        ]
+    }
+
+    /// Every file's size in the data folder, its subfolders included.
+    static func dataBytes(_ directory: URL) -> Int {
+        guard let walker = FileManager.default.enumerator(at: directory, includingPropertiesForKeys: [.fileSizeKey]) else { return 0 }
+        var total = 0
+        for case let url as URL in walker {
+            total += (try? url.resourceValues(forKeys: [.fileSizeKey]).fileSize) ?? 0
+        }
+        return total
+    }
+}
