@@ -97,17 +97,15 @@ enum AgentCommands {
                 return 0
             case "keys", "pair":
                 guard let sync = try userSync(store, config, environment, identity) else { return fail("not signed in as a user; run nh-agent login CREDENTIAL") }
-                let keys = AgentKeys(store: store, device: sync.device)
-                return try keyCommand(command, parsed, AgentKeyCommands(keys: keys, sync: sync))
+                return try keyCommand(command, parsed, AgentKeyCommands(keys: AgentKeys(store: store, device: sync.device), sync: sync))
             case "list":
                 let cache = UserCache(database: store.database)
-                let sync = try userSync(store, config, environment, identity)
-                sync?.keys = AgentKeys(store: store, device: try environment["NH_AGENT_INSTALLATION_ID"] ?? store.installationId())
+                // The local copy needs no hub; the user's sync, when it can be made, opens what is encrypted.
+                let sync = (try? userSync(store, config, environment, identity)) ?? nil
                 for notification in try cache.all() { print(describe(sync?.readable(notification) ?? notification)) }
                 return 0
             case "history":
                 guard let sync = try userSync(store, config, environment, identity) else { return fail("not signed in as a user; run nh-agent login CREDENTIAL") }
-                sync.keys = AgentKeys(store: store, device: sync.device)
                 for notification in try sync.history().notifications { print(describe(sync.readable(notification))) }
                 return 0
             case let name where AgentUserAction.Action(rawValue: name) != nil:
@@ -249,10 +247,11 @@ enum AgentCommands {
         client.hub = { [identity] in identity.envelopeHub }
         let output = AgentOutput(hook: nil, logger: logger)
         output.lines = false
-        return AgentUserSync(
-            cache: UserCache(database: store.database), credential: credential,
-            device: try environment["NH_AGENT_INSTALLATION_ID"] ?? store.installationId(), logger: logger, output: output,
-            client: client)
+        let device = try environment["NH_AGENT_INSTALLATION_ID"] ?? store.installationId()
+        let sync = AgentUserSync(
+            cache: UserCache(database: store.database), credential: credential, device: device, logger: logger, output: output, client: client)
+        sync.keys = AgentKeys(store: store, device: device)
+        return sync
     }
 
     static func describe(_ notification: UserNotification) -> String {

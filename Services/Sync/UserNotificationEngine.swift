@@ -264,11 +264,15 @@ extension UserNotificationEngine {
 
     func pruneStream(keeping count: Int) throws { try run(sql.pruneStream, [count]) }
 
+    func vaultEntry(user: String, name: String, now: Date) throws -> VaultEntry? {
+        try one(sql.vaultGet, [user, name, now]).map { row in
+            VaultEntry(value: Data(try row.string("value", of: "user_vault").utf8), expiresAt: try row.optionalDate("expires_at", of: "user_vault"))
+        }
+    }
+
     func vault<T>(user: String, name: String, now: Date, _ body: (inout VaultEntry?) throws -> T) throws -> T {
         try write {
-            let stored = try one(sql.vaultGet, [user, name, now]).map { row in
-                VaultEntry(value: Data(try row.string("value", of: "user_vault").utf8), expiresAt: try row.optionalDate("expires_at", of: "user_vault"))
-            }
+            let stored = try vaultEntry(user: user, name: name, now: now)
             var entry = stored
             let result = try body(&entry)
             if entry != stored {

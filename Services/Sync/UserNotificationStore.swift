@@ -50,6 +50,9 @@ protocol UserNotificationStore: AnyObject {
     /// Reads one of a user's vault entries (`UserVault`: their key, a pairing under way), unless it
     /// has expired, and writes what `body` leaves in it, in one transaction; nil deletes it.
     func vault<T>(user: String, name: String, now: Date, _ body: (inout VaultEntry?) throws -> T) throws -> T
+    /// One of a user's vault entries as committed, unless it has expired: a read alone, outside any
+    /// write (every post reads the user's key).
+    func vaultEntry(user: String, name: String, now: Date) throws -> VaultEntry?
     /// The group the service serves its requests in when the engine's writes commit together
     /// (SQLite); nil when each write commits in its call (PostgreSQL).
     var commitGroup: CommitGroup? { get }

@@ -47,9 +47,7 @@ struct UserVault {
     }
 
     func storedKey(user: String, now: Date = Date()) throws -> StoredUserKey? {
-        try store.vault(user: user, name: Self.keyEntry, now: now) { entry in
-            try entry.map { try decoder.decode(StoredUserKey.self, from: $0.value) }
-        }
+        try store.vaultEntry(user: user, name: Self.keyEntry, now: now).map { try decoder.decode(StoredUserKey.self, from: $0.value) }
     }
 
     /// Refuses a post that does not fit the user's key: an encrypted one without a key, or for

@@ -77,25 +77,9 @@ class Devices(UserDevices):
         screen 5 s after the pointer last moved on it, xfce4-notifyd keeps it while the pointer is
         there). Returns the notification's id and the popup ids on device 1 and device 2."""
         one, two = self.desktops
-        notification = self.post(app_id, title)
-        assert wait_until(lambda: self.popup(one, title) and self.popup(two, title), timeout=20), (one.popups()[-3:], two.popups()[-3:])
-        one.point_at(title)
-        assert wait_until(lambda: two.displayed() == 1, timeout=10)
+        notification = self.post_and_point(app_id, title)
         return notification, self.popup(one, title)["id"], self.popup(two, title)["id"]
 
-    def clear(self):
-        """Closes what is left on either screen as a person would, and waits until it is gone."""
-        one, two = self.desktops
-        deadline = time.time() + 20
-        while one.popup_windows() and time.time() < deadline:
-            try:
-                one.click_close(0)
-            except LookupError:
-                pass
-            time.sleep(0.3)
-        two.dunstctl("close-all")
-        assert wait_until(lambda: one.displayed() == 0 and two.displayed() == 0, timeout=20), (one.popup_windows(), two.displayed())
-        one.move_away()
 
 
 

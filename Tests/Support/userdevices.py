@@ -12,6 +12,7 @@ import datetime
 import json
 import os
 import subprocess
+import time
 
 import requests
 
@@ -84,6 +85,33 @@ class UserDevices:
         """The last Notify with this summary on a desktop, once answered."""
         shown = [p for p in desktop.popups() if p["summary"] == title and p["id"] is not None]
         return shown[-1] if shown else None
+
+    def post_and_point(self, app_id, title):
+        """For a real server on device 1 and dunst on device 2: posts a notification, waits until
+        both devices show it, and rests the person's pointer on device 1's popup, as when reading it.
+        Returns the notification's id."""
+        one, two = self.desktops
+        notification = self.post(app_id, title)
+        assert wait_until(lambda: self.popup(one, title) and self.popup(two, title), timeout=20), (one.popups()[-3:], two.popups()[-3:])
+        one.point_at(title)
+        assert wait_until(lambda: two.displayed() == 1, timeout=10)
+        return notification
+
+    def clear(self):
+        """For a real server on device 1 and dunst on device 2: closes what is left on either
+        screen as a person would (device 1's × clicked, dunst's popups closed), and waits until it
+        is gone."""
+        one, two = self.desktops
+        deadline = time.time() + 20
+        while one.popup_windows() and time.time() < deadline:
+            try:
+                one.click_close(0)
+            except LookupError:
+                pass
+            time.sleep(0.3)
+        two.dunstctl("close-all")
+        assert wait_until(lambda: one.displayed() == 0 and two.displayed() == 0, timeout=20), (one.popup_windows(), two.displayed())
+        one.move_away()
 
     def stop(self):
         for agent in self.agents:

@@ -1,6 +1,7 @@
 import Auth
 import Foundation
 import HubProtocol
+import TestSupport
 import Testing
 
 @testable import NHSync
@@ -18,16 +19,7 @@ struct UserVaultTests {
             envelopes: envelopes, recovery: recovery)
     }
 
-    static func code(_ body: () throws -> Any) -> ErrorCode? {
-        do {
-            _ = try body()
-            return nil
-        } catch let error as HubError {
-            return error.code
-        } catch {
-            return .internal
-        }
-    }
+    static func code(_ body: () throws -> Any) -> ErrorCode? { errorCode(of: body) }
 
     static let device = UserKeyring.DeviceEntry(device: "laptop", publicKey: UserKeyring.newKey().key.publicPoint.base64URL)
 

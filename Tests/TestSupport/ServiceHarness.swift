@@ -30,13 +30,16 @@ public struct ServiceHarness {
     public func envelope<R: HubRequest>(_ payload: R, auth: String?) -> Envelope<R> { Envelope(id: "1", auth: auth, payload: payload) }
 
     /// The code `body` fails with; nil when it succeeds.
-    public func code(_ body: () throws -> Any) -> ErrorCode? {
-        do {
-            _ = try body()
-            return nil
-        } catch {
-            return (error as? HubError)?.code ?? .internal
-        }
+    public func code(_ body: () throws -> Any) -> ErrorCode? { errorCode(of: body) }
+}
+
+/// The code of the `HubError` `body` throws (`internal` for any other error); nil when it succeeds.
+public func errorCode(of body: () throws -> Any) -> ErrorCode? {
+    do {
+        _ = try body()
+        return nil
+    } catch {
+        return (error as? HubError)?.code ?? .internal
     }
 }
 
