@@ -29,7 +29,7 @@ let serviceDependencies: [Target.Dependency] = ["Auth", "Bus", "HubProtocol", "S
 
 /// Extra modules per executable, beside the shared ones.
 let extraDependencies: [String: [Target.Dependency]] = [
-    "Gateway": ["HTTPServer", "Push"], "Registry": ["Postgres", "StoreEngines"], "Publish": ["Postgres", "StoreEngines"], "Sync": ["Postgres", "StoreEngines"],
+    "Gateway": ["HTTPServer", "Push", "Registrations"], "Registry": ["Postgres", "StoreEngines", "Registrations"], "Publish": ["Postgres", "StoreEngines"], "Sync": ["Postgres", "StoreEngines"],
     "Dispatch": ["DispatchCore", "Push", "Postgres", "StoreEngines"], "Agent": ["DBus", "DispatchCore"],
     "Bench": ["CLibZMQ", "CMosquitto", "DispatchCore", "Postgres", "Push", "NHPublish"],
 ]
@@ -89,6 +89,7 @@ let package = Package(
         module("Tags"),
         module("Templates"),
         module("DispatchCore", dependencies: ["HubProtocol", "Tags", "Templates"]),
+        module("Registrations", dependencies: ["HubProtocol"]),
         module("Push", dependencies: ["CCurl", "COpenSSL", "Auth", "HubProtocol", "DispatchCore"]),
         .target(name: "CBuildInfo", path: "Modules/CBuildInfo"),
         module("ServiceKit", dependencies: ["Bus", "HubProtocol", "Storage", "Auth", "CBuildInfo"]),
@@ -120,14 +121,14 @@ let package = Package(
             tests("PushTests", dependencies: ["Push", "Auth"]),
             tests("ServiceKitTests", dependencies: ["ServiceKit", "HubProtocol", "Storage"]),
             tests("DispatchCoreTests", dependencies: ["DispatchCore", "HubProtocol"]),
-            tests("RegistryTests", dependencies: ["NHRegistry", "HubProtocol", "Storage", "Postgres", "ServiceKit", "Auth", "Bus", "TestSupport"]),
+            tests("RegistryTests", dependencies: ["NHRegistry", "Registrations", "HubProtocol", "Storage", "Postgres", "ServiceKit", "Auth", "Bus", "TestSupport"]),
             tests("PublishTests", dependencies: ["NHPublish", "HubProtocol", "Storage", "Postgres", "ServiceKit", "Auth", "TestSupport"]),
             tests("SyncTests", dependencies: ["NHSync", "HubProtocol", "Storage", "Postgres", "ServiceKit", "Auth", "TestSupport"]),
             tests("DispatchTests", dependencies: ["NHDispatch", "DispatchCore", "HubProtocol", "Push", "Storage", "Postgres", "StoreEngines", "TestSupport"]),
             tests("AgentTests", dependencies: ["NHAgent", "HubProtocol", "DBus", "Storage", "ServiceKit"]),
             tests("CtlTests", dependencies: ["NHCtl"]),
             tests("BenchTests", dependencies: ["NHBench"]),
-            tests("GatewayTests", dependencies: ["NHGateway", "HTTPServer", "HubProtocol", "ServiceKit", "Auth", "Push"]),
+            tests("GatewayTests", dependencies: ["NHGateway", "Registrations", "HTTPServer", "HubProtocol", "ServiceKit", "Auth", "Push"]),
             tests("EndToEndTests", dependencies: ["Auth", "Bus", "HubProtocol", "ServiceKit"]),
         ]
 )

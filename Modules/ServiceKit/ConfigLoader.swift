@@ -160,7 +160,7 @@ public enum ConfigLoader {
     static let limitKeys = [
         "tagsPerInstallation", "expressionBytes", "requestsPerSecondPerKey", "requestsPerSecondPerHub", "sendsPerSecondPerHub",
         "installationsPerHub", "agentMessagesPerSecond", "agents", "storeBytes",
-        "httpThreads", "httpConnections", "httpConnectionsPerAddress", "httpIdleSeconds", "pushesPerSecondPerEndpoint",
+        "httpThreads", "httpConnections", "httpConnectionsPerAddress", "httpIdleSeconds", "pushesPerSecondPerEndpoint", "jobBatchLines",
     ]
 
     static func leafPaths() -> [[String]] {
@@ -224,6 +224,7 @@ public enum ConfigLoader {
         }
         guard limits.agentMessagesPerSecond >= 1 else { throw ConfigError("limits.agentMessagesPerSecond must be at least 1") }
         guard limits.agents >= 1 else { throw ConfigError("limits.agents must be at least 1") }
+        guard (1...100_000).contains(limits.jobBatchLines) else { throw ConfigError("limits.jobBatchLines must be 1 to 100000") }
         guard (1...256).contains(limits.httpThreads) else { throw ConfigError("limits.httpThreads must be 1 to 256") }
         guard limits.httpConnections >= 1, limits.httpConnectionsPerAddress >= 1 else {
             throw ConfigError("limits.httpConnections and limits.httpConnectionsPerAddress must be at least 1")

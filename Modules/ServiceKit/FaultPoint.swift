@@ -13,6 +13,8 @@ public enum FaultPoint: String, Sendable, CaseIterable {
     case committed
     /// Inside a lease beat, after the renewal and before the claim.
     case renewal
+    /// Inside a bulk job's batch transaction, after its lines are applied and before it commits.
+    case jobBatch
 
     private static let armingFile = ProcessInfo.processInfo.environment["NH_FAULT_PAUSE"]
 

@@ -109,6 +109,9 @@ public struct HubConfig: Codable, Sendable, Equatable {
         /// Pushes per second that one push endpoint (an app's, UnifiedPush or Web Push) takes, with
         /// bursts of twice as many; beyond it the gateway answers 429 with Retry-After.
         public var pushesPerSecondPerEndpoint: Int = 100
+        /// Lines of a bulk job applied in one transaction; a job stopped at any point goes on after
+        /// its last whole batch.
+        public var jobBatchLines: Int = 2_000
 
         public init() {}
     }

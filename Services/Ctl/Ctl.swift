@@ -48,6 +48,13 @@ enum Ctl {
           hub limits NAME [--requests N] [--sends N] [--installations N]
                                       the hub's own limits (requests and sends a second, installations held;
                                       0 lifts one), beside limits.…PerHub in the config
+          job import FILE [--mode create|upsert|delete] [--output DIR] [--no-wait]
+                                      apply FILE's installations (JSON, or registration descriptions as XML,
+                                      a line each; a path on the registration service's host), with a
+                                      progress bar; the lines it could not apply go to DIR/ID/Failed.txt
+                                      (DIR: FILE's directory); exit 1 when any line failed
+          job export DIR [--no-wait]  write the hub's installations to DIR/ID/Output.txt, a JSON line each
+          job list | show ID [--wait] the hub's jobs, or one (--wait: until it finishes)
           config [--defaults]         every setting with its value as this host loads it (or the defaults), as JSON
           pns show                    the push services the dispatcher delivers to (never their secrets)
           pns set apple --key-file F.p8 --key-id K --team-id T --bundle-id B [--endpoint production|sandbox|URL]
@@ -77,10 +84,10 @@ enum Ctl {
         "app-id", "title", "body", "raw", "expires-in", "priority", "group", "lifetime", "rich", "message", "rich-type",
         "content-type", "schedule", "direct", "top", "platform", "headers", "channel", "key-file", "key-id", "team-id",
         "bundle-id", "endpoint", "service-account", "subject", "package-sid", "tenant-id", "client-id", "secret-file", "token-endpoint",
-        "api-key", "hub", "requests", "sends", "installations", "encrypted-for",
+        "api-key", "hub", "requests", "sends", "installations", "encrypted-for", "mode", "output",
     ]
     /// The options that take none; each is named in `usage`, as is --help.
-    static let flagOptions: Set<String> = ["json", "agent", "test", "defaults", "version", "yes"]
+    static let flagOptions: Set<String> = ["json", "agent", "test", "defaults", "version", "yes", "no-wait", "wait"]
 
     static func main(_ arguments: [String], environment: [String: String]) -> Int32 {
         let parsed: Arguments
@@ -142,6 +149,8 @@ enum Ctl {
             return CtlSend.keys(config: config, json: parsed.has("json"))
         case "hub":
             return CtlHub.run(parsed, config: config, environment: environment)
+        case "job":
+            return CtlJobs.run(parsed, config: config, environment: environment)
         case let command:
             return fail("unknown command '\(command)'\n\n\(usage)")
         }

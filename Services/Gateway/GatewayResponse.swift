@@ -1,4 +1,5 @@
 import Foundation
+import Registrations
 import HTTPServer
 import HubProtocol
 
@@ -38,8 +39,5 @@ enum GatewayResponse {
         HTTPResponse(status: status, headers: headers)
     }
 
-    static func escape(_ text: String) -> String {
-        text.replacingOccurrences(of: "&", with: "&amp;").replacingOccurrences(of: "<", with: "&lt;")
-            .replacingOccurrences(of: ">", with: "&gt;").replacingOccurrences(of: "\"", with: "&quot;")
-    }
+    static func escape(_ text: String) -> String { RegistrationXML.escape(text) }
 }

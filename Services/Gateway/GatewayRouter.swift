@@ -15,6 +15,7 @@ final class GatewayRouter: @unchecked Sendable {
     let web: WebPages
     let installations: InstallationRoutes
     let registrations: RegistrationRoutes
+    let jobs: JobRoutes
     let messages: MessageRoutes
     let users: UserRoutes
     let pushServices: PushServiceRoutes
@@ -41,6 +42,7 @@ final class GatewayRouter: @unchecked Sendable {
         self.web = web
         installations = InstallationRoutes(services: services)
         registrations = RegistrationRoutes(services: services)
+        jobs = JobRoutes(services: services)
         messages = MessageRoutes(services: services)
         users = UserRoutes(services: services, streams: streams)
         pushServices = PushServiceRoutes(services: services)

@@ -1,5 +1,6 @@
 import Auth
 import Foundation
+import Registrations
 import HTTPServer
 import HubProtocol
 

@@ -1,4 +1,5 @@
 import Foundation
+import Registrations
 import HTTPServer
 import HubProtocol
 import ServiceKit

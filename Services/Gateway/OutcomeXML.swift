@@ -1,4 +1,5 @@
 import Foundation
+import Registrations
 import HTTPServer
 import HubProtocol
 
@@ -6,7 +7,7 @@ import HubProtocol
 /// `<NotificationDetails>` document, with its elements in the order the .NET SDK's serializer
 /// requires, and each platform's outcome counts.
 enum OutcomeXML {
-    static let namespace = "http://schemas.microsoft.com/netservices/2010/10/servicebus/connect"
+    static let namespace = RegistrationXML.namespace
 
     /// The element of each platform's counts, in document order; Linux agents' counts come last, in an element of the hub's own.
     static let countElements: [(Platform, String)] = [

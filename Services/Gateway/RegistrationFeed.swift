@@ -1,11 +1,12 @@
 import Foundation
+import Registrations
 import HTTPServer
 import HubProtocol
 
 /// Installations shown as registrations, in the Atom entries and feeds the registrations API
 /// answers: compact, each description in the order the .NET SDK reads it, with its ETag.
 enum RegistrationFeed {
-    static let namespace = "http://schemas.microsoft.com/netservices/2010/10/servicebus/connect"
+    static let namespace = RegistrationXML.namespace
     static let metadata = "http://schemas.microsoft.com/ado/2007/08/dataservices/metadata"
 
     static func entryXML(_ installation: Installation, base: String) -> String {

@@ -1,4 +1,5 @@
 import Foundation
+import Registrations
 import HubProtocol
 
 /// The `$filter` of `GET /{hub}/registrations`, as the SDKs write it: a field compared with `eq`

@@ -1,5 +1,6 @@
 import Auth
 import Foundation
+import Registrations
 import HTTPServer
 import HubProtocol
 
@@ -8,9 +9,7 @@ struct RegistrationRoutes {
     let services: GatewayServices
 
     /// Registration ids in the shape Azure gives them: two random numbers and a counter.
-    static func newRegistrationId() -> String {
-        "\(UInt64.random(in: 1..<UInt64.max))-\(UInt64.random(in: 1..<UInt64.max))-1"
-    }
+    static func newRegistrationId() -> String { RegistrationXML.newRegistrationId() }
 
     func newRegistrationId(_ request: HTTPRequest) throws -> HTTPResponse {
         let id = Self.newRegistrationId()

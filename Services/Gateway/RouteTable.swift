@@ -66,6 +66,10 @@ enum RouteTable {
         Route("PUT", "registrations/{}", .listen) { gateway, request, p, key in try gateway.registrations.save(p[0], request, key: key) },
         Route("DELETE", "registrations/{}", .listen) { gateway, request, p, _ in try gateway.installations.delete(p[0], request, status: 200) },
         Route("GET", "tags/{}/registrations", .manage) { gateway, request, p, _ in try gateway.registrations.list(request, tag: p[0]) },
+        // Bulk jobs: imports and exports of installations, run by the registration service.
+        Route("POST", "jobs", .manage) { gateway, request, _, _ in try gateway.jobs.create(request) },
+        Route("GET", "jobs", .manage) { gateway, request, _, _ in try gateway.jobs.list(request) },
+        Route("GET", "jobs/{}", .manage) { gateway, request, p, _ in try gateway.jobs.get(p[0], request) },
         // Sends and outcomes
         Route("POST", "messages", .send, forwardedSend: false) { gateway, request, _, _ in try gateway.messages.sendMessage(request, scheduled: false) },
         Route("POST", "messages/$batch", .send) { gateway, request, _, _ in try gateway.messages.sendBatch(request) },

@@ -7,6 +7,8 @@ import StoreEngines
 /// One engine's statements for the registry, written with numbered parameters (`$1`); `list`
 /// builds its statement from the table names and the byte-order collation.
 struct InstallationSQL: Sendable {
+    /// What precedes a table's name: the schema, where there is one.
+    var prefix: String
     /// Table names, with the schema where there is one.
     var installations: String
     var tags: String
@@ -66,6 +68,7 @@ struct InstallationSQL: Sendable {
 
     init(prefix p: String, byteOrder: String, spell: @escaping @Sendable (String) -> String = { $0 }) {
         self.spell = spell
+        prefix = p
         installations = "\(p)installations"
         tags = "\(p)installation_tags"
         changes = "\(p)changes"

@@ -4,7 +4,7 @@ import HubProtocol
 /// The registry's store: installations, their tags, and the change stream's sequence and log.
 /// Two engines implement it: SQLite, embedded, the default; and PostgreSQL, which several
 /// registry processes can share. The contract tests (RegistryTests) hold both to the same behaviour.
-protocol InstallationStore: AnyObject {
+protocol InstallationStore: JobStore {
     /// The sequence of the last change.
     func sequence() throws -> UInt64
     /// A live installation, or nil when there is none or it has expired.

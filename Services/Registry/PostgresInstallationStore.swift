@@ -61,6 +61,27 @@ final class PostgresInstallationStore: InstallationEngine, PostgresBacked {
                     THEN convert_from(i.document, 'UTF8')::jsonb -> 'endpoints' ELSE '{}'::jsonb END) e
                 ON CONFLICT DO NOTHING;
             """),
+        Migration(
+            version: 4,
+            """
+            CREATE TABLE registry.jobs (
+                job_id TEXT PRIMARY KEY,
+                hub TEXT NOT NULL,
+                created_at DOUBLE PRECISION NOT NULL,
+                document BYTEA NOT NULL,
+                input_offset BIGINT NOT NULL DEFAULT 0,
+                finished BOOLEAN NOT NULL DEFAULT FALSE,
+                owner TEXT,
+                lease_until DOUBLE PRECISION NOT NULL DEFAULT 0
+            );
+            CREATE TABLE registry.job_failures (
+                job_id TEXT NOT NULL REFERENCES registry.jobs(job_id) ON DELETE CASCADE,
+                line BIGINT NOT NULL,
+                code TEXT NOT NULL,
+                message TEXT NOT NULL,
+                PRIMARY KEY (job_id, line)
+            );
+            """),
     ]
 
     static let sql = InstallationSQL(prefix: "registry.", byteOrder: #" COLLATE "C""#)

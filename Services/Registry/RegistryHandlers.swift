@@ -106,7 +106,11 @@ struct RegistryHandlers {
     }
 
     /// Checks and stores an installation as its hub's clients know it; answers it the same way.
-    private func save(_ given: Installation, in scope: HubScope, rights: AccessRights, userToken: String?) throws -> InstallationReply {
+    /// `creating`: only when there is none under its id. `publish`: the change goes out on the
+    /// stream at once (a job publishes a batch's changes once it commits).
+    func save(
+        _ given: Installation, in scope: HubScope, rights: AccessRights, userToken: String?, creating: Bool = false, publish: Bool = true
+    ) throws -> InstallationReply {
         let now = Date()
         var installation = given
         // Platform names come in any case (fcmV1, APNS); they are kept as the hub names them.
@@ -114,6 +118,9 @@ struct RegistryHandlers {
         try InstallationRules.validate(
             installation, now: now, maxTags: context.config.limits.tagsPerInstallation, wnsChannelDomain: context.config.push.wnsChannelDomain)
         let current = try store.get(scope.key(installation.installationId), now: now)?.local(in: scope)
+        if creating, current != nil {
+            throw HubError(.conflict, "installation '\(installation.installationId)' exists; import it with ImportUpsertRegistrations to replace it")
+        }
         // Push endpoints are the agent's to give; a write without them (REST, a patch) keeps them.
         if installation.endpoints == nil, installation.platform == Platform.linux.rawValue, current?.platform == installation.platform {
             installation.endpoints = current?.endpoints
@@ -125,7 +132,7 @@ struct RegistryHandlers {
         }
         let (stored, _) = try store.upsert(installation.keyed(in: scope), now: now)
         if current == nil { counts.added(in: scope) }
-        try publishChanges()
+        if publish { try publishChanges() }
         context.logger.debug("installation saved", ("id", stored.installationId), ("tags", stored.tags.joined(separator: ",")))
         return InstallationReply(installation: stored.local(in: scope))
     }

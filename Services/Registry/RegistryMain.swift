@@ -25,7 +25,9 @@ public enum RegistryMain {
             let log = ChangeLog(
                 events, topic: "installation", read: { try store.changes(after: $0, limit: $1) }, sequence: \.sequence,
                 body: { HubCodec.encode($0.message, id: String($0.sequence)) })
-            RegistryHandlers(context: context, store: store, publishChanges: log.publish).install(on: server)
+            let handlers = RegistryHandlers(context: context, store: store, publishChanges: log.publish)
+            handlers.install(on: server)
+            JobRunner(context: context, store: store, handlers: handlers, publishChanges: log.publish).install(on: server)
             let hubs = HubHandlers(context: context, store: store, publishChanges: log.publish)
             hubs.install(on: server)
             try hubs.refresh()

@@ -65,6 +65,29 @@ final class SQLiteInstallationStore: InstallationEngine {
             INSERT OR IGNORE INTO installation_endpoints (endpoint_id, installation_id)
                 SELECT e.key, i.installation_id FROM installations i, json_each(CAST(i.document AS TEXT), '$.endpoints') e;
             """),
+        // Bulk jobs: each with the offset of its input read and applied so far, and its input's
+        // lines that could not be applied.
+        Migration(
+            version: 6,
+            """
+            CREATE TABLE jobs (
+                job_id TEXT PRIMARY KEY,
+                hub TEXT NOT NULL,
+                created_at REAL NOT NULL,
+                document BLOB NOT NULL,
+                input_offset INTEGER NOT NULL DEFAULT 0,
+                finished INTEGER NOT NULL DEFAULT 0,
+                owner TEXT,
+                lease_until REAL NOT NULL DEFAULT 0
+            );
+            CREATE TABLE job_failures (
+                job_id TEXT NOT NULL REFERENCES jobs(job_id) ON DELETE CASCADE,
+                line INTEGER NOT NULL,
+                code TEXT NOT NULL,
+                message TEXT NOT NULL,
+                PRIMARY KEY (job_id, line)
+            );
+            """),
     ]
 
     static let sql = InstallationSQL(prefix: "", byteOrder: "", spell: NumberedParameters.sqlite)

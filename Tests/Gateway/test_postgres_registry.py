@@ -77,3 +77,46 @@ def test_changes_through_either_registry_keep_one_sequence(hub):
         assert other.status_code == 200 and other.json()["tags"] == ["Both"]
         versions.append(other.json()["version"])
     assert versions == sorted(versions) and len(set(versions)) == len(versions)
+
+
+def test_an_import_job_is_taken_over_by_the_other_registry_process_and_applies_each_line_once(hub):
+    """One registry process runs the job under a lease its batches renew; killed in the middle,
+    the other process sharing the store takes the job over once the lease has run out, and every
+    good line is applied once, every bad one reported once."""
+    import signal
+    from test_jobs import import_file, read_job
+    source = os.path.join(hub.data, "import.txt")
+    bad, good = import_file(source)
+    first, second = hub.processes["nh-registry"], hub.processes["nh-registry-2"]
+    env = {**hub.env, **hub.second}
+
+    def nhctl(*arguments, environment=env):
+        done = subprocess.run([os.path.join(BIN, "nhctl"), "job", *arguments, "--json"], env=environment, capture_output=True, text=True,
+                              timeout=60)
+        return json.loads(done.stdout) if done.stdout.strip() else None
+
+    # The first process is stopped: the second, through which the job is made, takes it up.
+    os.kill(first.pid, signal.SIGSTOP)
+    try:
+        job = nhctl("import", source, "--no-wait")
+        assert job and job["status"] in ("Started", "Running"), job
+        assert wait_until(lambda: (nhctl("show", job["jobId"]) or {}).get("processed", 0) >= 1_000, timeout=60)
+    finally:
+        os.kill(first.pid, signal.SIGCONT)
+    hub.kill("nh-registry-2")
+    assert second.poll() is not None
+
+    def state():
+        r = requests.get(f"{hub.base}/hub/jobs/{job['jobId']}?{API}", headers={"Authorization": hub.token()}, timeout=10)
+        return read_job(r.text) if r.status_code == 200 else {"Status": r.text}
+
+    assert wait_until(lambda: state()["Status"] == "Completed", timeout=120), state()
+    done = state()["OutputProperties"]
+    assert (int(done["AppliedLines"]), int(done["FailedLines"])) == (len(good), len(bad))
+    with open(done["FailedFilePath"].removeprefix("file://")) as f:
+        assert [(row["line"], row["code"]) for row in map(json.loads, f)] == sorted(bad.items())
+    # Each process ran part of it.
+    for name in ("nh-registry", "nh-registry-2"):
+        with open(os.path.join(hub.data, f"{name}.log")) as f:
+            assert f"msg=\"job running\" job={job['jobId']}" in f.read(), name
+    assert wait_until(lambda: dispatcher_installations(hub) >= len(good), timeout=60)

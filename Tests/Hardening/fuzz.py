@@ -105,6 +105,9 @@ PAYLOADS = {
     "installation.list": struct(None, {"tag": "str", "pushChannel": "str", "limit": "int", "after": "str"}),
     "registry.snapshot": struct(),
     "installation.byEndpoint": struct({"endpoint": "str"}),
+    "job.create": struct({"type": ("enum", {"ImportCreateRegistrations", "ImportUpsertRegistrations", "ImportDeleteRegistrations",
+                                            "ExportRegistrations"}), "outputDirectory": "str"}, {"importFile": "str"}),
+    "job.get": struct({"jobId": "str"}), "job.list": struct(),
     "hub.create": struct({"name": "str"}), "hub.get": struct({"name": "str"}), "hub.list": struct(), "hub.delete": struct({"name": "str"}),
     "hub.policy.put": struct({"hub": "str", "name": "str", "rights": ("list", "str")}),
     "hub.policy.delete": struct({"hub": "str", "name": "str"}),
@@ -159,6 +162,7 @@ REPLY_TYPES = {
     "installation.upsert": "installation.reply", "installation.patch": "installation.reply",
     "installation.get": "installation.reply", "installation.delete": "ack", "installation.list": "installation.page",
     "registry.snapshot": "registry.snapshot.reply", "installation.byEndpoint": "installation.reply",
+    "job.create": "job.reply", "job.get": "job.reply", "job.list": "job.list.reply",
     "hub.create": "hub.description", "hub.get": "hub.description", "hub.list": "hub.list.reply", "hub.delete": "ack",
     "hub.policy.put": "hub.policy", "hub.policy.delete": "ack", "hub.keys.regenerate": "hub.policy", "hub.limits.put": "hub.description",
     "hub.catalog": "hub.catalog.reply",
@@ -181,7 +185,8 @@ STORING_TYPES = {"notification.send": "notifications", "rich.send": "notificatio
 SERVICE_TYPES = {
     "nh-registry": COMMON_TYPES | {"installation.upsert", "installation.patch", "installation.get", "installation.delete",
                                    "installation.list", "registry.snapshot", "installation.byEndpoint", "hub.create", "hub.get", "hub.list", "hub.delete",
-                                   "hub.policy.put", "hub.policy.delete", "hub.keys.regenerate", "hub.limits.put", "hub.catalog"},
+                                   "hub.policy.put", "hub.policy.delete", "hub.keys.regenerate", "hub.limits.put", "hub.catalog",
+                                   "job.create", "job.get", "job.list"},
     "nh-sync": COMMON_TYPES | {"user.post", "user.changes", "user.history", "user.state", "user.delete", "user.credential",
                                "user.token", "user.key", "user.key.put", "user.pairing"},
     "nh-dispatch": COMMON_TYPES | {"notification.outcome", "notification.test.results", "push.credentials", "push.credentials.set"},
@@ -201,6 +206,7 @@ SAS_RIGHTS = {
     "notification.send": "send", "notification.cancel": "send", "rich.send": "send", "rich.fetch": "listen",
     "notification.pending": "namespace", "notification.outcome": "send", "notification.test.results": "send", "user.post": "send",
     "user.credential": "manage", "push.credentials": "manage", "push.credentials.set": "manage",
+    "job.create": "manage", "job.get": "manage", "job.list": "manage",
     **{kind: "namespace" for kind in ("hub.create", "hub.get", "hub.list", "hub.delete", "hub.policy.put", "hub.policy.delete",
                                       "hub.keys.regenerate", "hub.limits.put", "hub.catalog")},
 }
@@ -920,8 +926,14 @@ class Generator:
 
     def base_payload(self, kind):
         r = self.rng
-        if kind in ("health", "metrics", "registry.snapshot", "user.history", "push.credentials", "hub.list"):
+        if kind in ("health", "metrics", "registry.snapshot", "user.history", "push.credentials", "hub.list", "job.list"):
             return {}
+        # Jobs whose files cannot be had: refused with what to fix, never run.
+        if kind == "job.create":
+            return {"type": r.choice(["ImportCreateRegistrations", "ImportDeleteRegistrations"]), "importFile": r.choice(["", "relative.txt", "/fz/none"]),
+                    "outputDirectory": r.choice(["", "relative", "/proc/fz"])}
+        if kind == "job.get":
+            return {"jobId": f"fz-job-{r.randrange(10)}"}
         # The namespace's hubs: refused to every key the fuzzer holds (a hub's own), whatever they name.
         if kind in ("hub.create", "hub.get", "hub.delete"):
             return {"name": r.choice(["fz-hub", "hub", "-bad", "x" * 300])}

@@ -21,6 +21,12 @@ enum Samples {
         raw: #"{"k":1}"#, encrypted: "ZW5jcnlwdGVk", keyId: "a2V5LWlk", priority: "high", group: "chat", expiresAt: later, readState: .read,
         userActionState: .dismissed, createdAt: instant, modifiedAt: later)
 
+    static let job = HubJob(
+        jobId: "01a24cd9-9c57-7277-95fc-62dfab68bb2e", type: .importCreate, status: .completed, progress: 100,
+        importFile: "/srv/import/devices.jsonl", outputDirectory: "/srv/import/out", createdAt: instant, updatedAt: later, processed: 10_000,
+        applied: 9_990, failed: 10, failure: "the input cannot be read", outputFile: "/srv/import/out/job/Output.txt",
+        failedFile: "/srv/import/out/job/Failed.txt")
+
     static let sendOfHub: SendNotification = {
         var send = SendNotification(
             idempotencyKey: "k-1", format: .template, body: nil, properties: ["messageParam": "Breaking News!"],
@@ -79,6 +85,11 @@ enum Samples {
         InstallationList(tag: "World", limit: 50, after: "inst-0"),
         InstallationPage(installations: [installation], next: "inst-1"),
         RegistrySnapshotRequest(),
+        JobCreate(type: .importUpsert, importFile: "/srv/import/devices.jsonl", outputDirectory: "/srv/import/out"),
+        JobGet(jobId: "01a24cd9-9c57-7277-95fc-62dfab68bb2e"),
+        JobList(),
+        job,
+        HubJobs(jobs: [job]),
         RegistrySnapshot(sequence: 12, installations: [installation]),
         InstallationChanged(change: .upserted, installationId: "inst-1", installation: installation),
         sendOfHub,

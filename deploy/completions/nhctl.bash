@@ -6,7 +6,7 @@ _nhctl() {
     else
         cur="${COMP_WORDS[COMP_CWORD]}"; prev="${COMP_WORDS[COMP_CWORD-1]}"; words=("${COMP_WORDS[@]}"); cword=$COMP_CWORD
     fi
-    local commands="health send cancel outcome installations user keys hub config pns"
+    local commands="health send cancel outcome installations user keys hub job config pns"
     local options="--config --connection-string --hub --json --timeout --help --version"
     case "$prev" in
         --config|--key-file|--service-account|--secret-file|--rich)
@@ -29,6 +29,7 @@ _nhctl() {
         user) subcommands="credential post list" ;;
         pns) subcommands="show set remove" ;;
         hub) subcommands="list create delete keys policy regenerate limits" ;;
+        job) subcommands="import export list show" ;;
         health) options="$options --agent" ;;
         config) options="$options --defaults" ;;
         send) options="$options --tag --installation --user --ttl --native --platform --headers --idempotency-key --encrypted-for --test
@@ -48,6 +49,9 @@ _nhctl() {
         installations/list) options="$options --tag --channel --top" ;;
         hub/delete) options="$options --yes" ;;
         hub/limits) options="$options --requests --sends --installations" ;;
+        job/import) options="$options --mode --output --no-wait" ;;
+        job/export) options="$options --no-wait" ;;
+        job/show) options="$options --wait" ;;
     esac
     [[ "$cur" == -* ]] && COMPREPLY=($(compgen -W "$options" -- "$cur"))
 }

@@ -2,15 +2,15 @@ import Foundation
 import HubProtocol
 
 /// Installations as the REST API writes them, checked as strictly as the bus checks its messages.
-enum InstallationJSON {
-    static let fields: Set<String> = [
+public enum InstallationJSON {
+    public static let fields: Set<String> = [
         "installationId", "platform", "pushChannel", "tags", "templates", "userId", "expirationTime",
         // Read-only fields the service returns; clients may send them back unchanged.
         "pushChannelExpired", "lastActiveOn", "lastUpdate", "createdAt", "lastSeen", "version",
     ]
-    static let templateFields: Set<String> = ["body", "tags", "expiry", "headers"]
+    public static let templateFields: Set<String> = ["body", "tags", "expiry", "headers"]
 
-    static func decode(_ body: Data) throws -> Installation {
+    public static func decode(_ body: Data) throws -> Installation {
         guard let object = JSONValue.parse(body)?.objectValue else {
             throw HubError(.invalidPayload, "the body must be a JSON installation object")
         }
@@ -49,7 +49,7 @@ enum InstallationJSON {
     /// A browser's subscription goes back in the shape it was written in: the object the REST
     /// reference and the JS SDK's `BrowserPushChannel` read, or the JSON string .NET's and Java's
     /// SDKs read.
-    static func encode(_ installation: Installation) throws -> Data {
+    public static func encode(_ installation: Installation) throws -> Data {
         var plain = installation
         plain.pushChannelObject = nil
         let data = try HubCodec.makeEncoder().encode(plain)
@@ -62,7 +62,7 @@ enum InstallationJSON {
 
     /// A Web Push subscription, `{"endpoint": "https://…", "p256dh": "…", "auth": "…"}`, checked
     /// and kept as canonical JSON text in the installation's push channel.
-    static func browserChannel(_ channel: [String: JSONValue]) throws -> String {
+    public static func browserChannel(_ channel: [String: JSONValue]) throws -> String {
         for key in channel.keys where !["endpoint", "p256dh", "auth"].contains(key) {
             throw HubError(.unknownField, "a browser pushChannel has endpoint, p256dh and auth, not '\(key)'")
         }
@@ -83,12 +83,12 @@ enum InstallationJSON {
     }
 
     /// A subscription given as its three texts, such as from headers or XML elements.
-    static func browserChannel(endpoint: String, p256dh: String, auth: String) throws -> String {
+    public static func browserChannel(endpoint: String, p256dh: String, auth: String) throws -> String {
         try browserChannel(["endpoint": .string(endpoint), "p256dh": .string(p256dh), "auth": .string(auth)])
     }
 
     /// A JSON Patch document (RFC 6902): an array of {op, path, value}.
-    static func patch(_ body: Data) throws -> [PatchOperation] {
+    public static func patch(_ body: Data) throws -> [PatchOperation] {
         guard let items = JSONValue.parse(body)?.arrayValue, items.allSatisfy({ $0.objectValue != nil }) else {
             throw HubError(.invalidPayload, "a patch is a JSON array of operations such as {\"op\":\"add\",\"path\":\"/tags\",\"value\":\"World\"}")
         }

@@ -5,15 +5,15 @@ import HubProtocol
 /// Registrations as the registrations API reads and writes them: an Atom entry whose content is a
 /// `…RegistrationDescription` of one platform, native or with one template. A registration is an
 /// installation here, its registration id the installation id, so the two APIs see the same devices.
-enum RegistrationXML {
+public enum RegistrationXML {
     /// The platform of each description type, and the element that carries its handle.
-    struct Kind {
-        let name: String
-        let platform: Platform
-        let handleFields: [String]
+    public struct Kind: Sendable {
+        public let name: String
+        public let platform: Platform
+        public let handleFields: [String]
     }
 
-    static let kinds: [Kind] = [
+    public static let kinds: [Kind] = [
         Kind(name: "Apple", platform: .apns, handleFields: ["DeviceToken"]),
         Kind(name: "Gcm", platform: .gcm, handleFields: ["GcmRegistrationId"]),
         Kind(name: "Fcm", platform: .gcm, handleFields: ["FcmRegistrationId"]),
@@ -25,20 +25,33 @@ enum RegistrationXML {
         Kind(name: "Linux", platform: .linux, handleFields: ["DeviceHandle"]),
     ]
 
-    static let defaultTemplateName = "template"
+    public static let defaultTemplateName = "template"
+    /// The namespace of Notification Hubs' descriptions.
+    public static let namespace = "http://schemas.microsoft.com/netservices/2010/10/servicebus/connect"
+
+    /// Text as XML character data or an attribute value.
+    public static func escape(_ text: String) -> String {
+        text.replacingOccurrences(of: "&", with: "&amp;").replacingOccurrences(of: "<", with: "&lt;")
+            .replacingOccurrences(of: ">", with: "&gt;").replacingOccurrences(of: "\"", with: "&quot;")
+    }
+
+    /// Registration ids in the shape Azure gives them: two random numbers and a counter.
+    public static func newRegistrationId() -> String {
+        "\(UInt64.random(in: 1..<UInt64.max))-\(UInt64.random(in: 1..<UInt64.max))-1"
+    }
 
     // MARK: Reading
 
     /// The fields of the description in an entry, by element name; headers as name → value.
-    struct Description {
-        var type = ""
-        var fields: [String: String] = [:]
-        var headers: [String: String] = [:]
+    public struct Description {
+        public var type = ""
+        public var fields: [String: String] = [:]
+        public var headers: [String: String] = [:]
     }
 
     /// Reads the description in an Atom entry: `<AppleRegistrationDescription>`, or the .NET SDK's
     /// `<RegistrationDescription i:type="…">`, its fields in any order, `i:nil` ones left out.
-    static func parse(_ body: Data) throws -> Description {
+    public static func parse(_ body: Data) throws -> Description {
         let reader = Reader()
         let parser = XMLParser(data: body)
         parser.shouldProcessNamespaces = true
@@ -105,7 +118,7 @@ enum RegistrationXML {
     }
 
     /// The installation a registration description stands for.
-    static func installation(_ description: Description, id: String) throws -> Installation {
+    public static func installation(_ description: Description, id: String) throws -> Installation {
         var type = description.type
         guard type.hasSuffix("RegistrationDescription") else {
             throw HubError(.invalidPayload, "'\(type)' is not a registration description")
@@ -147,7 +160,7 @@ enum RegistrationXML {
     }
 
     /// A template name as the hub keeps it: characters outside A–Z a–z 0–9 _ @ # . : - become _.
-    static func templateName(_ given: String?) -> String {
+    public static func templateName(_ given: String?) -> String {
         guard let given, !given.isEmpty else { return defaultTemplateName }
         let allowed = Set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_@#.:-")
         return String(given.prefix(64).map { allowed.contains($0) ? $0 : "_" })
@@ -157,13 +170,13 @@ enum RegistrationXML {
 
     /// The description of an installation, its members in the order the .NET SDK reads them. An
     /// installation with several templates shows its first (by name), as one registration.
-    static func description(_ installation: Installation) -> String {
-        let escape = GatewayResponse.escape
+    public static func description(_ installation: Installation) -> String {
+        let escape = RegistrationXML.escape
         let platform = Platform(name: installation.platform) ?? .linux
         let kind = kinds.first { $0.platform == platform && $0.name != "Fcm" } ?? kinds.last!
         let template = (installation.templates ?? [:]).sorted { $0.key < $1.key }.first
         let type = "\(kind.name)\(template == nil ? "" : "Template")RegistrationDescription"
-        var xml = #"<\#(type) xmlns="\#(RegistrationFeed.namespace)" xmlns:i="http://www.w3.org/2001/XMLSchema-instance">"#
+        var xml = #"<\#(type) xmlns="\#(RegistrationXML.namespace)" xmlns:i="http://www.w3.org/2001/XMLSchema-instance">"#
         xml += "<ETag>\(installation.etag)</ETag>"
         if let expiry = installation.expirationTime { xml += "<ExpirationTime>\(WireDate.format(expiry))</ExpirationTime>" }
         xml += "<RegistrationId>\(escape(installation.installationId))</RegistrationId>"
