@@ -85,8 +85,20 @@ public enum HubCodec {
     /// written around it. A string of the header that is not printable ASCII without `"` and `\`
     /// is written by the encoder, escaped as it escapes it; the others as they are.
     static func writeAround<M: HubMessage>(_ envelope: Envelope<M>) throws -> Data {
-        let type = envelope.type.rawValue
-        let payload = try envelope.payload.writtenJSON() ?? encoder.encode(envelope.payload)
+        try writeAround(payload: envelope.payload.writtenJSON() ?? encoder.encode(envelope.payload), of: envelope)
+    }
+
+    /// A message whose payload is written already, as the encoder writes it (`InstallationChanged.payload`).
+    public static func encode<M: HubMessage>(_: M.Type, payload: Data, id: String) -> Data {
+        writeAround(payload: payload, of: Envelope<Empty>(id: id, payload: Empty()), type: M.messageType)
+    }
+
+    private struct Empty: HubMessage {
+        static let messageType: MessageType = "empty"
+    }
+
+    private static func writeAround<M: HubMessage>(payload: Data, of envelope: Envelope<M>, type messageType: MessageType? = nil) -> Data {
+        let type = (messageType ?? envelope.type).rawValue
         // Written into an array and handed over once: Data's generic appends cost more than the bytes.
         var out: [UInt8] = []
         out.reserveCapacity(

@@ -222,4 +222,21 @@ public struct InstallationChanged: HubMessage {
         self.installationId = installationId
         self.installation = installation
     }
+
+    /// The payload as `HubCodec` writes it, around an installation already encoded by its encoder
+    /// (`document`, as a store keeps it; nil when deleted): the registry publishes its stream from
+    /// its log without decoding each installation to encode it again.
+    public static func payload(installationId: String, document: Data?) -> Data {
+        var out: [UInt8] = []
+        out.reserveCapacity((document?.count ?? 0) + installationId.utf8.count + 64)
+        out.append(contentsOf: document == nil ? #"{"change":"deleted","#.utf8 : #"{"change":"upserted","installation":"#.utf8)
+        if let document {
+            out.append(contentsOf: document)
+            out.append(UInt8(ascii: ","))
+        }
+        out.append(contentsOf: #""installationId":"#.utf8)
+        HubCodec.appendString(installationId, to: &out)
+        out.append(UInt8(ascii: "}"))
+        return Data(out)
+    }
 }

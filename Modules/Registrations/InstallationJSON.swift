@@ -11,6 +11,9 @@ public enum InstallationJSON {
     public static let templateFields: Set<String> = ["body", "tags", "expiry", "headers"]
 
     public static func decode(_ body: Data) throws -> Installation {
+        // Most installations are read in one pass; one that needs more than checking (a browser's
+        // subscription, a field left to its default) or that fails is read again below, which says why.
+        if let installation = try? HubCodec.makeDecoder().decode(Checked.self, from: body).installation { return installation }
         guard let object = JSONValue.parse(body)?.objectValue else {
             throw HubError(.invalidPayload, "the body must be a JSON installation object")
         }
@@ -43,6 +46,38 @@ public enum InstallationJSON {
             return try HubCodec.makeDecoder().decode(Installation.self, from: JSONValue.object(cleaned).encoded())
         } catch let error as DecodingError {
             throw HubError(.invalidPayload, "installation: \(HubCodec.describe(error))")
+        }
+    }
+
+    /// An installation whose fields are all known and that needs nothing filled in or reshaped,
+    /// checked and decoded in the one pass of its decoder; anything else throws.
+    private struct Checked: Decodable {
+        var installation: Installation
+
+        private struct Key: CodingKey {
+            var stringValue: String
+            var intValue: Int? { nil }
+            init(stringValue: String) { self.stringValue = stringValue }
+            init?(intValue: Int) { nil }
+        }
+        private struct Unchecked: Error {}
+
+        init(from decoder: any Decoder) throws {
+            let container = try decoder.container(keyedBy: Key.self)
+            let keys = Set(container.allKeys.map(\.stringValue))
+            guard keys.isSubset(of: fields), keys.contains("tags"), keys.contains("platform"),
+                try container.decode(String.self, forKey: Key(stringValue: "platform")).lowercased() != Platform.browser.rawValue
+            else { throw Unchecked() }
+            if keys.contains("templates") {
+                let templates = try container.nestedContainer(keyedBy: Key.self, forKey: Key(stringValue: "templates"))
+                for name in templates.allKeys {
+                    let template = try templates.nestedContainer(keyedBy: Key.self, forKey: name)
+                    guard Set(template.allKeys.map(\.stringValue)).isSubset(of: templateFields) else { throw Unchecked() }
+                }
+            }
+            installation = try Installation(from: decoder)
+            installation.platform = installation.platform.lowercased()
+            (installation.createdAt, installation.lastSeen, installation.version) = (nil, nil, nil)
         }
     }
 

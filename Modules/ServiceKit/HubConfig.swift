@@ -111,7 +111,7 @@ public struct HubConfig: Codable, Sendable, Equatable {
         public var pushesPerSecondPerEndpoint: Int = 100
         /// Lines of a bulk job applied in one transaction; a job stopped at any point goes on after
         /// its last whole batch.
-        public var jobBatchLines: Int = 2_000
+        public var jobBatchLines: Int = 5_000
 
         public init() {}
     }

@@ -248,7 +248,7 @@ extension InstallationEngine {
         try query(sql.changesAfter, [Int64(clamping: sequence), limit]).map { row in
             InstallationChange(
                 sequence: try row.sequence("sequence", of: "changes"), installationId: try row.string("installation_id", of: "changes"),
-                installation: try row.optionalData("document", of: "changes").map { try decoder.decode(Installation.self, from: $0) })
+                document: try row.optionalData("document", of: "changes"))
         }
     }
 

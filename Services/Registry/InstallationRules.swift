@@ -1,5 +1,6 @@
 import Bus
 import Foundation
+import Synchronization
 import HubProtocol
 import Tags
 import Templates
@@ -8,6 +9,8 @@ import Templates
 /// `HubError` out.
 enum InstallationRules {
     static let maxTemplates = 20
+    /// Template bodies that compiled, with their markup, a thousand at most.
+    private static let compiled = Mutex<Set<String>>([])
     static let maxIdLength = 200
 
     static func validate(
@@ -138,10 +141,19 @@ enum InstallationRules {
         } catch {
             throw HubError(.invalidTemplate, error.message)
         }
-        do {
-            _ = try Template(template.body, markup: Template.markup(platform: platform, headers: template.headers))
-        } catch {
-            throw HubError(.invalidTemplate, "template '\(name)': \(error.message)")
+        let markup = Template.markup(platform: platform, headers: template.headers)
+        // Installations of one app share their templates: a body that compiled is not compiled again.
+        let key = "\(markup.rawValue)\u{0}\(template.body)"
+        if !compiled.withLock({ $0.contains(key) }) {
+            do {
+                _ = try Template(template.body, markup: markup)
+            } catch {
+                throw HubError(.invalidTemplate, "template '\(name)': \(error.message)")
+            }
+            compiled.withLock {
+                if $0.count >= 1_000 { $0.removeAll() }
+                $0.insert(key)
+            }
         }
         if let expiry = template.expiry {
             do {

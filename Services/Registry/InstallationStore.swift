@@ -40,21 +40,27 @@ protocol InstallationStore: JobStore {
     func count(in scope: HubScope, now: Date) throws -> Int
 }
 
-/// One logged change: the installation as stored, or nil when it was deleted.
+/// One logged change: the installation as stored (its document, as the store's encoder wrote it),
+/// or nil when it was deleted.
 struct InstallationChange: Equatable {
     var sequence: UInt64
     var installationId: String
-    var installation: Installation?
+    var document: Data?
 
-    init(sequence: UInt64, installationId: String, installation: Installation?) {
+    init(sequence: UInt64, installationId: String, document: Data?) {
         self.sequence = sequence
         self.installationId = installationId
-        self.installation = installation
+        self.document = document
     }
 
-    var message: InstallationChanged {
-        installation.map { InstallationChanged(change: .upserted, installationId: installationId, installation: $0) }
-            ?? InstallationChanged(change: .deleted, installationId: installationId)
+    /// The installation, decoded.
+    var installation: Installation? {
+        get throws { try document.map { try HubCodec.makeDecoder().decode(Installation.self, from: $0) } }
+    }
+
+    /// The change as its stream publishes it, written around the stored document.
+    var body: Data {
+        HubCodec.encode(InstallationChanged.self, payload: InstallationChanged.payload(installationId: installationId, document: document), id: String(sequence))
     }
 }
 

@@ -21,7 +21,7 @@ final class JobRunner {
     /// Lines per batch: a transaction each (`limits.jobBatchLines`).
     var batchLines: Int { context.config.limits.jobBatchLines }
     /// How long one turn of the loop may spend on jobs before it serves requests again.
-    var turnBudget: Duration = .milliseconds(100)
+    var turnBudget: Duration = .milliseconds(250)
 
     /// This runner's name on the jobs it holds the lease of.
     private let owner = RandomID.timeOrdered()

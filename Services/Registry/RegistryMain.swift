@@ -24,7 +24,7 @@ public enum RegistryMain {
 
             let log = ChangeLog(
                 events, topic: "installation", read: { try store.changes(after: $0, limit: $1) }, sequence: \.sequence,
-                body: { HubCodec.encode($0.message, id: String($0.sequence)) })
+                body: \.body)
             let handlers = RegistryHandlers(context: context, store: store, publishChanges: log.publish)
             handlers.install(on: server)
             JobRunner(context: context, store: store, handlers: handlers, publishChanges: log.publish).install(on: server)
