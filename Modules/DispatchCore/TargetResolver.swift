@@ -58,7 +58,7 @@ public struct TargetResolver {
         // The send's ids, user and tags are its hub's.
         let scope = HubScope(named: send.hub)
         var expression: TagExpression?
-        var candidates: [Installation]
+        let candidates: InstallationIndex.Candidates
         if let text = send.tagExpression {
             // The publish service checked it; a failure here means a newer sender, so nothing
             // matches, and `unplannable` says why (the dispatcher logs it).
@@ -71,16 +71,15 @@ public struct TargetResolver {
             expression = parsed
             candidates = index.candidates(for: parsed, in: scope)
         } else if let id = send.installationId {
-            candidates = index.installation(scope.key(id)).map { [$0] } ?? []
+            candidates = .init(index.installation(scope.key(id)).map { [$0] } ?? [])
         } else if let ids = send.installationIds {
             var seen = Set<String>()
-            candidates = ids.filter { seen.insert($0).inserted }.compactMap { index.installation(scope.key($0)) }
+            candidates = .init(ids.filter { seen.insert($0).inserted }.compactMap { index.installation(scope.key($0)) })
         } else if let user = send.userId {
-            candidates = index.installations(ofUser: scope.key(user))
+            candidates = .init(index.installations(ofUser: scope.key(user)))
         } else {
             candidates = index.everyone(in: scope)
         }
-        candidates = candidates.filter { ($0.expirationTime ?? .distantFuture) > now && (include?($0) ?? true) }
 
         var plans: [PlannedDelivery] = []
         // Installations of one app share their templates: each distinct body is rendered once per notification.
@@ -89,7 +88,7 @@ public struct TargetResolver {
         // The template of the installation before, and its payload: consecutive installations of
         // one app have the same, and comparing a body is cheaper than hashing it twice.
         var last: (body: String, markup: Template.Markup, template: Template, payload: String?)?
-        for installation in candidates {
+        for installation in candidates where (installation.expirationTime ?? .distantFuture) > now && (include?(installation) ?? true) {
             // The installation's effective tags, and a template's own beside them, asked one at a time.
             func matches(adding extra: [String]?) -> Bool {
                 expression?.matches { tag in
