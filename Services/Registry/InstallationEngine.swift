@@ -146,6 +146,18 @@ extension InstallationEngine {
         try one(sql.get, [id, now]).map(decode)
     }
 
+    func live(_ ids: [String], now: Date) throws -> [String: Installation] {
+        var found: [String: Installation] = [:]
+        for id in ids { found[id] = try get(id, now: now) }
+        return found
+    }
+
+    func upsert(all installations: [Installation], now: Date) throws {
+        try transaction {
+            for installation in installations { _ = try upsert(installation, now: now) }
+        }
+    }
+
     func upsert(_ installation: Installation, now: Date) throws -> (Installation, UInt64) {
         try transaction {
             let sequence = try nextSequence()

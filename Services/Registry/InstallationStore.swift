@@ -12,6 +12,12 @@ protocol InstallationStore: JobStore {
     /// Creates or replaces an installation, keeping its creation time. Returns it as stored (its
     /// `version` is the change's sequence) and the change's sequence.
     func upsert(_ installation: Installation, now: Date) throws -> (Installation, UInt64)
+    /// Each of `ids` that is live, by its key, read at once.
+    func live(_ ids: [String], now: Date) throws -> [String: Installation]
+    /// Creates or replaces installations as `upsert` does each, in one transaction; on an engine
+    /// where a statement can take many rows, with a statement for many. Their ids are distinct,
+    /// and none holds push endpoints (those go through `upsert`, which checks them).
+    func upsert(all installations: [Installation], now: Date) throws
     /// The live installation that holds the push endpoint whose id is `endpoint`, keyed as stored.
     func installation(holding endpoint: String, now: Date) throws -> Installation?
     /// Deletes an installation. Returns the change's sequence, or nil when there was none.

@@ -183,23 +183,21 @@ final class JobRunner {
         }
         var job = running.stored.job
         var next = (offset: lines.end, line: lines.nextLine)
+        let scope = running.stored.scope
+        // Creates and upserts go to the store together, a statement per table where the engine
+        // takes many rows in one; a hub with a limit on its installations counts them one by one.
+        let together = job.type != .importDelete && context.hubs.limits(scope).installations == 0
         try store.advance(job.jobId, owner: owner, from: from, until: Date().addingTimeInterval(leasePeriod)) {
-            let started = ContinuousClock.now
             var failures: [JobFailure] = []
-            for (index, (number, line, end)) in lines.lines.enumerated() {
-                do {
-                    try apply(line, type: job.type, scope: running.stored.scope)
-                    job.applied += 1
-                } catch let error as HubError {
-                    failures.append(JobFailure(line: number, code: error.code.rawValue, message: error.message))
-                }
-                job.processed += 1
-                // A batch ends early when the turn's time is spent, so that requests wait no longer.
-                if index < lines.lines.count - 1, ContinuousClock.now - started > turnBudget {
-                    next = (end, number + 1)
-                    break
-                }
+            let applied: [(Int, Data, Int64)]
+            if together {
+                applied = try applyTogether(lines.lines, type: job.type, scope: scope, failures: &failures)
+            } else {
+                applied = try applyEach(lines.lines, type: job.type, scope: scope, failures: &failures)
             }
+            if let last = applied.last, applied.count < lines.lines.count { next = (last.2, last.0 + 1) }
+            job.processed += applied.count
+            job.applied += applied.count - failures.count
             job.failed += failures.count
             job.progress = reader.size > 0 ? min(100, Double(next.offset) / Double(reader.size) * 100) : 100
             job.updatedAt = Date()
@@ -210,6 +208,82 @@ final class JobRunner {
         running.nextLine = next.line
         try publishChanges()
         return true
+    }
+
+    /// Applies lines one at a time, each in a savepoint of its own, until the turn's time is spent
+    /// (so that requests wait no longer); returns the lines it took, those it could not apply
+    /// among them, in `failures`.
+    private func applyEach(
+        _ lines: [(Int, Data, Int64)], type: HubJobType, scope: HubScope, failures: inout [JobFailure]
+    ) throws -> [(Int, Data, Int64)] {
+        let started = ContinuousClock.now
+        var taken = 0
+        for (number, line, _) in lines {
+            do {
+                try apply(line, type: type, scope: scope)
+            } catch let error as HubError {
+                failures.append(JobFailure(line: number, code: error.code.rawValue, message: error.message))
+            }
+            taken += 1
+            if ContinuousClock.now - started > turnBudget { break }
+        }
+        return Array(lines.prefix(taken))
+    }
+
+    /// Creates or upserts lines together: each read and checked as a Manage key's write would be
+    /// (the live ones under their ids read at once), then written at once. The lines it takes end
+    /// before the first that names an id taken already in the batch, which the next batch starts
+    /// with. Should the write together fail, each line is written alone.
+    private func applyTogether(
+        _ lines: [(Int, Data, Int64)], type: HubJobType, scope: HubScope, failures: inout [JobFailure]
+    ) throws -> [(Int, Data, Int64)] {
+        var parsed: [(line: Int, installation: Installation)] = []
+        var ids = Set<String>()
+        var taken = 0
+        for (number, line, _) in lines {
+            do {
+                let installation = try ImportLine.installation(line)
+                guard ids.insert(installation.installationId).inserted else { break }
+                parsed.append((number, installation))
+            } catch let error as HubError {
+                failures.append(JobFailure(line: number, code: error.code.rawValue, message: error.message))
+            }
+            taken += 1
+        }
+        let now = Date()
+        let current = try store.live(parsed.map { scope.key($0.installation.installationId) }, now: now)
+        var ready: [(line: Int, installation: Installation, new: Bool)] = []
+        var alone: [(line: Int, installation: Installation)] = []
+        for (number, given) in parsed {
+            do {
+                let existing = current[scope.key(given.installationId)]?.local(in: scope)
+                let installation = try handlers.checked(
+                    given, current: existing, in: scope, rights: .manage, userToken: nil, creating: type == .importCreate, now: now)
+                // Push endpoints are checked against every other installation's as each is written.
+                if installation.endpoints != nil {
+                    alone.append((number, given))
+                } else {
+                    ready.append((number, installation.keyed(in: scope), existing == nil))
+                }
+            } catch let error as HubError {
+                failures.append(JobFailure(line: number, code: error.code.rawValue, message: error.message))
+            }
+        }
+        do {
+            try store.upsert(all: ready.map(\.installation), now: now)
+            for entry in ready where entry.new { handlers.counts.added(in: scope) }
+        } catch {
+            // Written alone, each line's error is its own; a store that is down fails the batch there.
+            alone += ready.map { ($0.line, $0.installation.local(in: scope)) }
+        }
+        for (number, installation) in alone.sorted(by: { $0.line < $1.line }) {
+            do {
+                _ = try handlers.save(installation, in: scope, rights: .manage, userToken: nil, creating: type == .importCreate, publish: false)
+            } catch let error as HubError {
+                failures.append(JobFailure(line: number, code: error.code.rawValue, message: error.message))
+            }
+        }
+        return Array(lines.prefix(taken))
     }
 
     /// Applies one line as the job's type says, as a Manage key's write would.

@@ -108,6 +108,77 @@ final class PostgresInstallationStore: InstallationEngine, PostgresBacked {
         try connection.notify(Self.notifyChannel, payload: String(sequence))
     }
 
+    func live(_ ids: [String], now: Date) throws -> [String: Installation] {
+        var found: [String: Installation] = [:]
+        for row in try connection.query(Self.liveOfIds, [PostgresValue.textArray(ids), now]) {
+            let installation = try decoder.decode(Installation.self, from: try row.data("document", of: "installations"))
+            found[installation.installationId] = installation
+        }
+        return found
+    }
+
+    /// Many installations in a statement for each table: a round trip each, whatever their number.
+    func upsert(all installations: [Installation], now: Date) throws {
+        guard !installations.isEmpty else { return }
+        try transaction {
+            let ids = installations.map(\.installationId)
+            // The sequence moves by their number at once, its row locked until the commit as for one.
+            let last = try oneRow(Self.advanceSequence, [installations.count]).sequence("sequence", of: "stream")
+            var created: [String: Date] = [:]
+            for row in try connection.query(Self.storedOfIds, [PostgresValue.textArray(ids)]) {
+                let stored = try decoder.decode(Installation.self, from: try row.data("document", of: "installations"))
+                created[stored.installationId] = stored.createdAt
+            }
+            var documents: [Data?] = [], sequences: [String?] = [], users: [String?] = [], expiries: [String?] = [], channels: [String?] = []
+            var tagIds: [String?] = [], tags: [String?] = []
+            for (offset, installation) in installations.enumerated() {
+                var stored = installation
+                stored.createdAt = created[installation.installationId] ?? now
+                stored.lastSeen = now
+                stored.version = last - UInt64(installations.count - 1 - offset)
+                var seen = Set<String>()
+                stored.tags = stored.tags.filter { seen.insert($0).inserted }
+                documents.append(try encoder.encode(stored))
+                sequences.append(String(stored.version ?? 0))
+                users.append(stored.userId)
+                expiries.append(stored.expirationTime.map { String($0.timeIntervalSince1970) })
+                channels.append(stored.pushChannel)
+                for tag in stored.tags {
+                    tagIds.append(stored.installationId)
+                    tags.append(tag)
+                }
+            }
+            let idArray = PostgresValue.textArray(ids)
+            _ = try connection.run(Self.upsertArrays, [
+                idArray, PostgresValue.byteaArray(documents), PostgresValue.textArray(users), PostgresValue.textArray(expiries), now,
+                PostgresValue.textArray(channels),
+            ])
+            _ = try connection.run("DELETE FROM registry.installation_tags WHERE installation_id = ANY($1::text[])", [idArray])
+            if !tags.isEmpty {
+                _ = try connection.run("INSERT INTO registry.installation_tags (installation_id, tag) SELECT * FROM unnest($1::text[], $2::text[])",
+                        [PostgresValue.textArray(tagIds), PostgresValue.textArray(tags)])
+            }
+            _ = try connection.run("DELETE FROM registry.installation_endpoints WHERE installation_id = ANY($1::text[])", [idArray])
+            _ = try connection.run("INSERT INTO registry.changes (sequence, installation_id, document) SELECT * FROM unnest($1::bigint[], $2::text[], $3::bytea[])",
+                    [PostgresValue.textArray(sequences), idArray, PostgresValue.byteaArray(documents)])
+            try logged(last)
+        }
+    }
+
+    static let advanceSequence = "UPDATE registry.stream SET sequence = sequence + $1 WHERE id = 1 RETURNING sequence"
+    static let storedOfIds = "SELECT document FROM registry.installations WHERE installation_id = ANY($1::text[])"
+    static let liveOfIds = """
+        SELECT document FROM registry.installations WHERE installation_id = ANY($1::text[]) AND (expires_at IS NULL OR expires_at > $2)
+        """
+    /// (ids, documents, users, expiries, now, push channels).
+    static let upsertArrays = """
+        INSERT INTO registry.installations (installation_id, document, user_id, expires_at, updated_at, push_channel)
+        SELECT given.id, given.document, given.user_id, given.expires_at, $5, given.push_channel
+        FROM unnest($1::text[], $2::bytea[], $3::text[], $4::float8[], $6::text[]) AS given(id, document, user_id, expires_at, push_channel)
+        ON CONFLICT (installation_id) DO UPDATE SET document = excluded.document, user_id = excluded.user_id,
+            expires_at = excluded.expires_at, updated_at = excluded.updated_at, push_channel = excluded.push_channel
+        """
+
     func insertTags(_ tags: [String], of id: String) throws {
         try run("INSERT INTO registry.installation_tags (installation_id, tag) SELECT $1, unnest($2::text[])", [id, Self.textArray(tags)])
     }

@@ -112,12 +112,26 @@ struct RegistryHandlers {
         _ given: Installation, in scope: HubScope, rights: AccessRights, userToken: String?, creating: Bool = false, publish: Bool = true
     ) throws -> InstallationReply {
         let now = Date()
+        let current = try store.get(scope.key(given.installationId), now: now)?.local(in: scope)
+        let installation = try checked(given, current: current, in: scope, rights: rights, userToken: userToken, creating: creating, now: now)
+        let (stored, _) = try store.upsert(installation.keyed(in: scope), now: now)
+        if current == nil { counts.added(in: scope) }
+        if publish { try publishChanges() }
+        context.logger.debug("installation saved", ("id", stored.installationId), ("tags", stored.tags.joined(separator: ",")))
+        return InstallationReply(installation: stored.local(in: scope))
+    }
+
+    /// An installation as it is to be stored over `current` (the live one under its id, as its
+    /// hub's clients know it), once every rule lets it through; the hub's count takes a new one
+    /// as a place it will fill.
+    func checked(
+        _ given: Installation, current: Installation?, in scope: HubScope, rights: AccessRights, userToken: String?, creating: Bool, now: Date
+    ) throws -> Installation {
         var installation = given
         // Platform names come in any case (fcmV1, APNS); they are kept as the hub names them.
         installation.platform = Platform(name: given.platform)?.rawValue ?? given.platform
         try InstallationRules.validate(
             installation, now: now, maxTags: context.config.limits.tagsPerInstallation, wnsChannelDomain: context.config.push.wnsChannelDomain)
-        let current = try store.get(scope.key(installation.installationId), now: now)?.local(in: scope)
         if creating, current != nil {
             throw HubError(.conflict, "installation '\(installation.installationId)' exists; import it with ImportUpsertRegistrations to replace it")
         }
@@ -130,11 +144,7 @@ struct RegistryHandlers {
         try InstallationRules.checkUser(installation, current: current, mayClaim: rights.contains(.manage)) { () throws(HubError) in
             try context.authorizeUser(userToken, in: scope)
         }
-        let (stored, _) = try store.upsert(installation.keyed(in: scope), now: now)
-        if current == nil { counts.added(in: scope) }
-        if publish { try publishChanges() }
-        context.logger.debug("installation saved", ("id", stored.installationId), ("tags", stored.tags.joined(separator: ",")))
-        return InstallationReply(installation: stored.local(in: scope))
+        return installation
     }
 }
 

@@ -59,6 +59,31 @@ struct InstallationStoreContractTests {
         #expect(try store.sequence() == 2)
     }
 
+    @Test("installations written together are stored as each written alone: a sequence each in order, creation times kept, tags once, every change logged",
+          arguments: StoreEngine.available)
+    func writtenTogether(engine: StoreEngine) throws {
+        let store = try engine.makeStore()
+        _ = try store.upsert(Self.installation("b", tags: ["old"]), now: Self.now)
+        let later = Self.now.addingTimeInterval(60)
+        try store.upsert(all: [
+            Self.installation("a", tags: ["x", "y", "x"], user: "alice"), Self.installation("b", tags: ["new"]),
+            Self.installation("c", expires: later.addingTimeInterval(60)),
+        ], now: later)
+        #expect(try store.sequence() == 4)
+        let (a, b, c) = (try store.get("a", now: later), try store.get("b", now: later), try store.get("c", now: later))
+        #expect(a?.version == 2 && b?.version == 3 && c?.version == 4)
+        #expect(a?.tags == ["x", "y"] && a?.userId == "alice" && a?.createdAt == later && a?.lastSeen == later)
+        #expect(b?.tags == ["new"] && b?.createdAt == Self.now)
+        #expect(try store.list(tag: "old", pushChannel: nil, after: nil, limit: 10, now: later).installations.isEmpty)
+        #expect(try store.list(tag: "y", pushChannel: nil, after: nil, limit: 10, now: later).installations.map(\.installationId) == ["a"])
+        let changes = try store.changes(after: 1, limit: 10)
+        #expect(changes.map(\.installationId) == ["a", "b", "c"] && changes.map(\.sequence) == [2, 3, 4])
+        #expect(try changes[1].installation == b)
+        #expect(try store.live(["a", "c", "missing"], now: later.addingTimeInterval(120)).keys.sorted() == ["a"])
+        try store.upsert(all: [], now: later)
+        #expect(try store.sequence() == 4)
+    }
+
     @Test("deletes bump the sequence only when something was deleted", arguments: StoreEngine.available)
     func deletes(engine: StoreEngine) throws {
         let store = try engine.makeStore()
