@@ -103,6 +103,57 @@ final class SQLiteInstallationStore: InstallationEngine {
 
     func logged(_ sequence: UInt64) throws {}
 
+    /// Many installations with a statement per table for up to 64 of them: each statement's own
+    /// cost, and the binding of its values, shared.
+    func upsert(all installations: [Installation], now: Date) throws {
+        guard !installations.isEmpty else { return }
+        try transaction {
+            let ids = String(decoding: try encoder.encode(installations.map(\.installationId)), as: UTF8.self)
+            let last = try oneRow("UPDATE stream SET sequence = sequence + ?1 WHERE id = 1 RETURNING sequence", [installations.count])
+                .sequence("sequence", of: "stream")
+            var created: [String: Date] = [:]
+            for row in try query("SELECT document FROM installations WHERE installation_id IN (SELECT value FROM json_each(?1))", [ids]) {
+                let stored = try decoder.decode(Installation.self, from: try row.data("document", of: "installations"))
+                created[stored.installationId] = stored.createdAt
+            }
+            var rows: [[(any StoreValue)?]] = [], tags: [[(any StoreValue)?]] = [], changes: [[(any StoreValue)?]] = []
+            for (offset, installation) in installations.enumerated() {
+                var stored = installation
+                stored.createdAt = created[installation.installationId] ?? now
+                stored.lastSeen = now
+                let sequence = last - UInt64(installations.count - 1 - offset)
+                stored.version = sequence
+                var seen = Set<String>()
+                stored.tags = stored.tags.filter { seen.insert($0).inserted }
+                let document = try encoder.encode(stored)
+                rows.append([stored.installationId, document, stored.userId, stored.expirationTime, now, stored.pushChannel])
+                for tag in stored.tags { tags.append([stored.installationId, tag]) }
+                changes.append([Int64(sequence), stored.installationId, document])
+            }
+            try runMany("""
+                INSERT INTO installations (installation_id, document, user_id, expires_at, updated_at, push_channel) VALUES {}
+                ON CONFLICT (installation_id) DO UPDATE SET document = excluded.document, user_id = excluded.user_id,
+                    expires_at = excluded.expires_at, updated_at = excluded.updated_at, push_channel = excluded.push_channel
+                """, rows)
+            try run("DELETE FROM installation_tags WHERE installation_id IN (SELECT value FROM json_each(?1))", [ids])
+            try runMany("INSERT INTO installation_tags (installation_id, tag) VALUES {}", tags)
+            try run("DELETE FROM installation_endpoints WHERE installation_id IN (SELECT value FROM json_each(?1))", [ids])
+            try runMany("INSERT INTO changes (sequence, installation_id, document) VALUES {}", changes)
+        }
+    }
+
+    /// `statement` with `{}` standing for its VALUES, run for up to 64 rows at a time.
+    private func runMany(_ statement: String, _ rows: [[(any StoreValue)?]]) throws {
+        var start = 0
+        while start < rows.count {
+            let chunk = rows[start..<min(start + 64, rows.count)]
+            let width = chunk.first?.count ?? 0
+            let values = (0..<chunk.count).map { row in "(" + (1...width).map { "?\(row * width + $0)" }.joined(separator: ", ") + ")" }
+            try run(statement.replacingOccurrences(of: "{}", with: values.joined(separator: ", ")), Array(chunk.joined()))
+            start += 64
+        }
+    }
+
     func insertTags(_ tags: [String], of id: String) throws {
         for tag in tags { try run("INSERT INTO installation_tags (installation_id, tag) VALUES (?, ?)", [id, tag]) }
     }
