@@ -65,11 +65,13 @@ let usage = """
     a broadcast to M offline installations of the default hub (default 10,000) planned and stored,
     from the send until the dispatcher's outcome is Completed.
 
-    The offline figures (`offline`, and part of the whole run unless --no-offline) register N Linux
-    installations (default 100,000) with none connected, then broadcast B times (default 3) to all
-    of them: the registration rate; the dispatcher's resident memory per installation indexed; per
+    The offline figures (`offline`, and part of the whole run unless --no-offline) import N Linux
+    installations (default 1,000,000) by a job from a file, with none connected, then broadcast B
+    times (default 3) to all of them: the import's rate, until the job completed and until the
+    dispatcher had every one; the dispatcher's resident memory per installation indexed; per
     broadcast, the time until it is planned and durable, and what it adds to the data folder and to
-    the dispatcher's resident memory, per offline device.
+    the dispatcher's resident memory, per offline device. Then the same import with the stores on
+    a throwaway PostgreSQL server (unless --no-postgres).
 
     The push figures (`push`, and part of the whole run unless --no-push) start the stand-in push
     services (python3 Tests/Support/pushstandins.py, found above nh-bench's folder, under
@@ -253,8 +255,9 @@ do {
         exit(0)
     case "offline":
         try report(
-            try OfflineBench.run(devices: parsed[option: "devices"].flatMap(Int.init) ?? 100_000,
-                                 broadcasts: parsed[option: "broadcasts"].flatMap(Int.init) ?? 3),
+            try OfflineBench.run(devices: parsed[option: "devices"].flatMap(Int.init) ?? 1_000_000,
+                                 broadcasts: parsed[option: "broadcasts"].flatMap(Int.init) ?? 3)
+                + (parsed.has("no-postgres") ? [] : (try? OfflineBench.importOnPostgres(devices: parsed[option: "devices"].flatMap(Int.init) ?? 1_000_000)) ?? []),
             settings: BenchSettings(messages: 0, roundTrips: 0, size: 0), parsed)
         exit(0)
     case "users":
@@ -308,7 +311,15 @@ do {
                 sends: 2 * sends, offline: parsed[option: "offline"].flatMap(Int.init) ?? 10_000)
         }
         if !parsed.has("no-offline") {
-            results += try OfflineBench.run(devices: parsed[option: "devices"].flatMap(Int.init) ?? 100_000)
+            let devices = parsed[option: "devices"].flatMap(Int.init) ?? 1_000_000
+            results += try OfflineBench.run(devices: devices)
+            if !parsed.has("no-postgres") {
+                do {
+                    results += try OfflineBench.importOnPostgres(devices: devices)
+                } catch let error as BenchUnavailable {
+                    FileHandle.standardError.write(Data("nh-bench: PostgreSQL import skipped: \(error)\n".utf8))
+                }
+            }
         }
         if !parsed.has("no-postgres") {
             do {
