@@ -36,13 +36,7 @@ enum OfflineBench {
         func median<T: Comparable>(_ values: [T]) -> T { values.sorted()[values.count / 2] }
         let perDevice = { (bytes: Int) in Double(bytes) / Double(max(devices, 1)) }
         let scale = "\(devices.formatted()) offline devices"
-        return [
-            BenchResult(
-                name: "offline: installations imported by a job", unit: "inst/s", count: devices, seconds: imported.job,
-                note: "\(scale) in one file of JSON lines (ImportCreateRegistrations), until the job completed; goal: 1,000,000 in 60 s"),
-            BenchResult(
-                name: "offline: imported and indexed by the dispatcher", unit: "inst/s", count: devices, seconds: imported.indexed,
-                note: "\(scale), from the job's start until the dispatcher has every one"),
+        return importResults(imported, devices: devices, store: "", note: "in one file of JSON lines (ImportCreateRegistrations)") + [
             BenchResult(
                 name: "offline: dispatcher memory per installation indexed", unit: "B", count: devices, seconds: 0,
                 value: perDevice(indexed - idle), note: "resident growth over \(scale); goal 200 B"),
@@ -70,14 +64,19 @@ enum OfflineBench {
         defer { cluster.stopAll() }
         cluster.environment["NH_STORE"] = try PostgresConnection.createDatabase(on: server.line, prefix: "nh_bench_")
         try cluster.startServices()
-        let imported = try importOffline(cluster, count: devices)
+        return importResults(
+            try importOffline(cluster, count: devices), devices: devices, store: ", PostgreSQL", note: "stores on a throwaway server with fsync off")
+    }
+
+    /// The import's two figures: until the job completed, and until the dispatcher had every installation.
+    static func importResults(_ imported: (job: Double, indexed: Double), devices: Int, store: String, note: String) -> [BenchResult] {
         let scale = "\(devices.formatted()) offline devices"
         return [
             BenchResult(
-                name: "offline: installations imported by a job, PostgreSQL", unit: "inst/s", count: devices, seconds: imported.job,
-                note: "\(scale), stores on a throwaway server with fsync off; a statement per table for each batch of 5,000"),
+                name: "offline: installations imported by a job\(store)", unit: "inst/s", count: devices, seconds: imported.job,
+                note: "\(scale), \(note), until the job completed; goal: 1,000,000 in 60 s"),
             BenchResult(
-                name: "offline: imported and indexed by the dispatcher, PostgreSQL", unit: "inst/s", count: devices, seconds: imported.indexed,
+                name: "offline: imported and indexed by the dispatcher\(store)", unit: "inst/s", count: devices, seconds: imported.indexed,
                 note: "\(scale), from the job's start until the dispatcher has every one"),
         ]
     }
