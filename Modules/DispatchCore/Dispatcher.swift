@@ -276,7 +276,7 @@ public struct Dispatcher {
                 // Only this dispatcher's shards, and only those not planned for this notification yet.
                 let sequence = notification.sequence
                 plans = resolver.plan(notification, index: index, now: now) {
-                    let shard = Shards.of($0.installationId)
+                    let shard = Shards.of($0)
                     return eligible.contains(shard) && sequence > (shards.cursors[shard] ?? 0)
                 }
                 planning = eligible.filter { (shards.cursors[$0] ?? 0) < sequence }

@@ -18,7 +18,7 @@ public struct InstallationIndex {
 
     /// Each installation's slot, by key.
     private var slotOf: [String: Int32] = [:]
-    private var slots = Slots()
+    fileprivate var slots = Slots()
     private var byTag: [String: Set<Int32>] = [:]
     private var byUser: [String: Set<Int32>] = [:]
     /// The slots of each hub but the default one, by the hub's prefix. The default hub's are every
@@ -191,6 +191,12 @@ public struct InstallationIndex {
         public subscript(position: Int) -> Installation {
             guard let index else { return given[position] }
             return index.installation(at: slots[position])!
+        }
+
+        /// The key of the installation at `position`, without making it up.
+        public func key(at position: Int) -> String {
+            guard let index else { return given[position].installationId }
+            return index.slots.ids[Int(slots[position])]!
         }
     }
 }

@@ -49,10 +49,10 @@ public struct TargetResolver {
 
     private var templateCache: [String: Template] = [:]
 
-    /// `include` narrows the targets, as to the installations of a dispatcher's shards, before
-    /// anything is rendered for them.
+    /// `include` narrows the targets by their keys, as to the installations of a dispatcher's
+    /// shards, before each is read from the index and anything is rendered for it.
     public mutating func plan(
-        _ notification: AcceptedNotification, index: InstallationIndex, now: Date, include: ((Installation) -> Bool)? = nil
+        _ notification: AcceptedNotification, index: InstallationIndex, now: Date, include: ((String) -> Bool)? = nil
     ) -> [PlannedDelivery] {
         let send = notification.send
         // The send's ids, user and tags are its hub's.
@@ -88,7 +88,9 @@ public struct TargetResolver {
         // The template of the installation before, and its payload: consecutive installations of
         // one app have the same, and comparing a body is cheaper than hashing it twice.
         var last: (body: String, markup: Template.Markup, template: Template, payload: String?)?
-        for installation in candidates where (installation.expirationTime ?? .distantFuture) > now && (include?(installation) ?? true) {
+        for position in candidates.indices where include?(candidates.key(at: position)) ?? true {
+            let installation = candidates[position]
+            guard (installation.expirationTime ?? .distantFuture) > now else { continue }
             // The installation's effective tags, and a template's own beside them, asked one at a time.
             func matches(adding extra: [String]?) -> Bool {
                 expression?.matches { tag in
