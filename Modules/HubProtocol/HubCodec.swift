@@ -85,43 +85,40 @@ public enum HubCodec {
     /// written around it. A string of the header that is not printable ASCII without `"` and `\`
     /// is written by the encoder, escaped as it escapes it; the others as they are.
     static func writeAround<M: HubMessage>(_ envelope: Envelope<M>) throws -> Data {
-        try writeAround(payload: envelope.payload.writtenJSON() ?? encoder.encode(envelope.payload), of: envelope)
+        writeAround(
+            payload: try envelope.payload.writtenJSON() ?? encoder.encode(envelope.payload), type: envelope.type.rawValue, id: envelope.id,
+            auth: envelope.auth, hub: envelope.hub, v: envelope.v)
     }
 
     /// A message whose payload is written already, as the encoder writes it (`InstallationChanged.payload`).
     public static func encode<M: HubMessage>(_: M.Type, payload: Data, id: String) -> Data {
-        writeAround(payload: payload, of: Envelope<Empty>(id: id, payload: Empty()), type: M.messageType)
+        writeAround(payload: payload, type: M.messageType.rawValue, id: id, auth: nil, hub: nil, v: HubProtocolVersion.current)
     }
 
-    private struct Empty: HubMessage {
-        static let messageType: MessageType = "empty"
-    }
-
-    private static func writeAround<M: HubMessage>(payload: Data, of envelope: Envelope<M>, type messageType: MessageType? = nil) -> Data {
-        let type = (messageType ?? envelope.type).rawValue
+    private static func writeAround(payload: Data, type: String, id: String, auth: String?, hub: String?, v: Int) -> Data {
         // Written into an array and handed over once: Data's generic appends cost more than the bytes.
         var out: [UInt8] = []
         out.reserveCapacity(
-            payload.count + 48 + envelope.id.utf8.count + (envelope.auth?.utf8.count ?? 0) + (envelope.hub?.utf8.count ?? 0) + type.utf8.count)
+            payload.count + 48 + id.utf8.count + (auth?.utf8.count ?? 0) + (hub?.utf8.count ?? 0) + type.utf8.count)
         out.append(UInt8(ascii: "{"))
-        if let auth = envelope.auth {
+        if let auth {
             out.append(contentsOf: #""auth":"#.utf8)
             appendString(auth, to: &out)
             out.append(UInt8(ascii: ","))
         }
-        if let hub = envelope.hub {
+        if let hub {
             out.append(contentsOf: #""hub":"#.utf8)
             appendString(hub, to: &out)
             out.append(UInt8(ascii: ","))
         }
         out.append(contentsOf: #""id":"#.utf8)
-        appendString(envelope.id, to: &out)
+        appendString(id, to: &out)
         out.append(contentsOf: #","payload":"#.utf8)
         out.append(contentsOf: payload)
         out.append(contentsOf: #","type":"#.utf8)
         appendString(type, to: &out)
         out.append(contentsOf: #","v":"#.utf8)
-        out.append(contentsOf: String(envelope.v).utf8)
+        out.append(contentsOf: String(v).utf8)
         out.append(UInt8(ascii: "}"))
         return Data(out)
     }

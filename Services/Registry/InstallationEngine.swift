@@ -152,23 +152,41 @@ extension InstallationEngine {
         return found
     }
 
-    func upsert(all installations: [Installation], now: Date) throws {
-        try transaction {
-            for installation in installations { _ = try upsert(installation, now: now) }
+    /// An installation as it is stored under `sequence`, with its document: the creation time it
+    /// had (`createdAt`), seen now, a tag given twice kept once where it first appears.
+    func stamped(_ installation: Installation, createdAt: Date?, sequence: UInt64, now: Date) throws -> (Installation, Data) {
+        var stored = installation
+        stored.createdAt = createdAt ?? now
+        stored.lastSeen = now
+        stored.version = sequence
+        var seen = Set<String>()
+        stored.tags = stored.tags.filter { seen.insert($0).inserted }
+        return (stored, try encoder.encode(stored))
+    }
+
+    /// Installations written together (`upsert(all:)`) as they are stored once the sequence has
+    /// moved on to `last` by their number, a sequence each in order, with their documents; their
+    /// creation times are those of `storedDocuments`, the documents stored under their ids.
+    func stamped(_ installations: [Installation], last: UInt64, storedDocuments: [Data], now: Date) throws
+        -> [(installation: Installation, sequence: UInt64, document: Data)]
+    {
+        var created: [String: Date] = [:]
+        for document in storedDocuments {
+            let stored = try decoder.decode(Installation.self, from: document)
+            created[stored.installationId] = stored.createdAt
+        }
+        return try installations.enumerated().map { offset, installation in
+            let sequence = last - UInt64(installations.count - 1 - offset)
+            let (stored, document) = try stamped(installation, createdAt: created[installation.installationId], sequence: sequence, now: now)
+            return (stored, sequence, document)
         }
     }
 
     func upsert(_ installation: Installation, now: Date) throws -> (Installation, UInt64) {
         try transaction {
             let sequence = try nextSequence()
-            var stored = installation
-            stored.createdAt = try one(sql.stored, [installation.installationId]).map { try decode($0).createdAt } ?? now
-            stored.lastSeen = now
-            stored.version = sequence
-            // A tag given twice is kept once, where it first appears.
-            var seen = Set<String>()
-            stored.tags = stored.tags.filter { seen.insert($0).inserted }
-            let document = try encoder.encode(stored)
+            let createdAt = try one(sql.stored, [installation.installationId]).map { try decode($0).createdAt } ?? now
+            let (stored, document) = try stamped(installation, createdAt: createdAt, sequence: sequence, now: now)
             try run(sql.upsert, [stored.installationId, document, stored.userId, stored.expirationTime, now, stored.pushChannel])
             try run(sql.deleteTags, [stored.installationId])
             if !stored.tags.isEmpty { try insertTags(stored.tags, of: stored.installationId) }

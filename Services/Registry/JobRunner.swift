@@ -139,6 +139,8 @@ final class JobRunner {
                 current = nil
                 lookAgain = .now
             } catch let error as HubError where error.code == .unavailable {
+                // The store is away: the job is claimed again, from where the store has it, once it is back.
+                current?.close()
                 current = nil
                 throw error
             }
@@ -222,7 +224,7 @@ final class JobRunner {
             do {
                 try apply(line, type: type, scope: scope)
             } catch let error as HubError {
-                failures.append(JobFailure(line: number, code: error.code.rawValue, message: error.message))
+                failures.append(JobFailure(line: number, error))
             }
             taken += 1
             if ContinuousClock.now - started > turnBudget { break }
@@ -246,7 +248,7 @@ final class JobRunner {
                 guard ids.insert(installation.installationId).inserted else { break }
                 parsed.append((number, installation))
             } catch let error as HubError {
-                failures.append(JobFailure(line: number, code: error.code.rawValue, message: error.message))
+                failures.append(JobFailure(line: number, error))
             }
             taken += 1
         }
@@ -266,7 +268,7 @@ final class JobRunner {
                     ready.append((number, installation.keyed(in: scope), existing == nil))
                 }
             } catch let error as HubError {
-                failures.append(JobFailure(line: number, code: error.code.rawValue, message: error.message))
+                failures.append(JobFailure(line: number, error))
             }
         }
         do {
@@ -280,7 +282,7 @@ final class JobRunner {
             do {
                 _ = try handlers.save(installation, in: scope, rights: .manage, userToken: nil, creating: type == .importCreate, publish: false)
             } catch let error as HubError {
-                failures.append(JobFailure(line: number, code: error.code.rawValue, message: error.message))
+                failures.append(JobFailure(line: number, error))
             }
         }
         return Array(lines.prefix(taken))

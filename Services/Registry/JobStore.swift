@@ -21,6 +21,13 @@ struct JobFailure: Equatable {
     var message: String
 }
 
+extension JobFailure {
+    /// Line `line`, refused with `error`.
+    init(line: Int, _ error: HubError) {
+        self.init(line: line, code: error.code.rawValue, message: error.message)
+    }
+}
+
 /// Another process moved the job on first (several registry processes share a store): this
 /// batch was rolled back whole, and the job goes on from where the store says.
 struct JobMovedOn: Error {}

@@ -124,27 +124,17 @@ final class PostgresInstallationStore: InstallationEngine, PostgresBacked {
             let ids = installations.map(\.installationId)
             // The sequence moves by their number at once, its row locked until the commit as for one.
             let last = try oneRow(Self.advanceSequence, [installations.count]).sequence("sequence", of: "stream")
-            var created: [String: Date] = [:]
-            for row in try connection.query(Self.storedOfIds, [PostgresValue.textArray(ids)]) {
-                let stored = try decoder.decode(Installation.self, from: try row.data("document", of: "installations"))
-                created[stored.installationId] = stored.createdAt
-            }
+            let stored = try connection.query(Self.storedOfIds, [PostgresValue.textArray(ids)]).map { try $0.data("document", of: "installations") }
             var documents: [Data?] = [], sequences: [String?] = [], users: [String?] = [], expiries: [String?] = [], channels: [String?] = []
             var tagIds: [String?] = [], tags: [String?] = []
-            for (offset, installation) in installations.enumerated() {
-                var stored = installation
-                stored.createdAt = created[installation.installationId] ?? now
-                stored.lastSeen = now
-                stored.version = last - UInt64(installations.count - 1 - offset)
-                var seen = Set<String>()
-                stored.tags = stored.tags.filter { seen.insert($0).inserted }
-                documents.append(try encoder.encode(stored))
-                sequences.append(String(stored.version ?? 0))
-                users.append(stored.userId)
-                expiries.append(stored.expirationTime.map { String($0.timeIntervalSince1970) })
-                channels.append(stored.pushChannel)
-                for tag in stored.tags {
-                    tagIds.append(stored.installationId)
+            for (installation, sequence, document) in try stamped(installations, last: last, storedDocuments: stored, now: now) {
+                documents.append(document)
+                sequences.append(String(sequence))
+                users.append(installation.userId)
+                expiries.append(installation.expirationTime.map { String($0.timeIntervalSince1970) })
+                channels.append(installation.pushChannel)
+                for tag in installation.tags {
+                    tagIds.append(installation.installationId)
                     tags.append(tag)
                 }
             }

@@ -111,24 +111,13 @@ final class SQLiteInstallationStore: InstallationEngine {
             let ids = String(decoding: try encoder.encode(installations.map(\.installationId)), as: UTF8.self)
             let last = try oneRow("UPDATE stream SET sequence = sequence + ?1 WHERE id = 1 RETURNING sequence", [installations.count])
                 .sequence("sequence", of: "stream")
-            var created: [String: Date] = [:]
-            for row in try query("SELECT document FROM installations WHERE installation_id IN (SELECT value FROM json_each(?1))", [ids]) {
-                let stored = try decoder.decode(Installation.self, from: try row.data("document", of: "installations"))
-                created[stored.installationId] = stored.createdAt
-            }
+            let stored = try query("SELECT document FROM installations WHERE installation_id IN (SELECT value FROM json_each(?1))", [ids])
+                .map { try $0.data("document", of: "installations") }
             var rows: [[(any StoreValue)?]] = [], tags: [[(any StoreValue)?]] = [], changes: [[(any StoreValue)?]] = []
-            for (offset, installation) in installations.enumerated() {
-                var stored = installation
-                stored.createdAt = created[installation.installationId] ?? now
-                stored.lastSeen = now
-                let sequence = last - UInt64(installations.count - 1 - offset)
-                stored.version = sequence
-                var seen = Set<String>()
-                stored.tags = stored.tags.filter { seen.insert($0).inserted }
-                let document = try encoder.encode(stored)
-                rows.append([stored.installationId, document, stored.userId, stored.expirationTime, now, stored.pushChannel])
-                for tag in stored.tags { tags.append([stored.installationId, tag]) }
-                changes.append([Int64(sequence), stored.installationId, document])
+            for (installation, sequence, document) in try stamped(installations, last: last, storedDocuments: stored, now: now) {
+                rows.append([installation.installationId, document, installation.userId, installation.expirationTime, now, installation.pushChannel])
+                for tag in installation.tags { tags.append([installation.installationId, tag]) }
+                changes.append([Int64(sequence), installation.installationId, document])
             }
             try runMany("""
                 INSERT INTO installations (installation_id, document, user_id, expires_at, updated_at, push_channel) VALUES {}

@@ -8,13 +8,13 @@ import os
 import re
 import signal
 import subprocess
-import time
 import xml.etree.ElementTree as ET
 
 import pytest
 import requests
 
 from conftest import BIN, Hub, answers, wait_until
+from hubharness import stopped
 
 API = "api-version=2015-01"
 NS = "http://schemas.microsoft.com/netservices/2010/10/servicebus/connect"
@@ -120,15 +120,6 @@ def import_file(path):
     with open(path, "w") as f:
         f.write("\n".join(numbered) + "\n")
     return bad_by_line, good
-
-
-def stopped(pid):
-    """Whether the process is stopped (SIGSTOP at its fault point)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] == "T"
-    except OSError:
-        return False
 
 
 def job_state(hub, job_id):
