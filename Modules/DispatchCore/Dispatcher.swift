@@ -33,6 +33,14 @@ public struct Dispatcher {
     /// so that the loop is not held up by thousands of loads at once.
     private var reloads = FIFO<Route>()
     private var reloading: Set<Route> = []
+    /// Broadcasts stored once, not yet expired, oldest first: what agents away when they were
+    /// planned catch up on when they come back (`owed`).
+    public private(set) var parked: [ParkedBroadcast] = []
+    /// The registry's sequence the index stands at: a broadcast parked now is owed to an
+    /// installation whose version is no later.
+    public private(set) var registryAt: UInt64 = 0
+    /// The last notification planned, with one dispatcher (with several, each shard's cursor).
+    public private(set) var planned: UInt64 = 0
 
     public init(settings: DispatcherSettings = DispatcherSettings()) {
         self.settings = settings
@@ -45,13 +53,16 @@ public struct Dispatcher {
         switch event {
         case .backlog(let installations):
             backlog.formUnion(installations)
+        case .parked(let broadcasts, let cursor):
+            planned = max(planned, cursor ?? 0)
+            for broadcast in broadcasts { park(broadcast.notification, broadcast.shards) }
         case .snapshot(let snapshot):
             index.replace(with: snapshot)
+            registryAt = max(registryAt, snapshot.sequence)
             registryRead = true
             for route in sessions.keys.sorted(by: { $0.lexicographicallyPrecedes($1) }) { checkBinding(route, &actions) }
         case .installationChanged(let change):
-            index.apply(change)
-            if let route = routes[change.installationId] { checkBinding(route, &actions) }
+            changed(change, now: now, &actions)
         case .hello(let route, let peerKey, let installationId):
             hello(route: route, peerKey: peerKey, installationId: installationId, now: now, &actions)
         case .ack(let route, let ack):
@@ -102,6 +113,7 @@ public struct Dispatcher {
             feedStarved(now: now, &actions)
             if now.timeIntervalSince(lastSilenceCheck) >= min(1, settings.silenceAfter / 4) {
                 lastSilenceCheck = now
+                parked.removeAll { $0.notification.expiresAt <= now }
                 let cutoff = now.addingTimeInterval(-settings.silenceAfter)
                 let silent = sessions.filter { $0.value.lastSeen < cutoff }.map(\.key)
                 for route in silent.sorted(by: { $0.lexicographicallyPrecedes($1) }) { drop(route, reason: .silent, &actions) }
@@ -154,11 +166,15 @@ public struct Dispatcher {
         routes[installationId] = route
         counters.connected += 1
         actions.append(.note(.connected(installationId)))
-        if backlog.contains(installationId) {
+        // The broadcasts stored once while it was away, as they would be planned for it now; the
+        // store keeps those after its position, and marks it here, in the same write.
+        let owed = owed(installationId, since: installation.version, now: now)
+        if !owed.isEmpty || backlog.contains(installationId) {
             session.loading = true
             sessions[route] = session
-            actions.append(.load(installationId: installationId, route: route, limit: settings.loadLimit))
+            actions.append(.load(installationId: installationId, route: route, limit: settings.loadLimit, catchUp: owed))
         } else {
+            actions.append(.position(installationId, .here))
             session.welcomed = true
             sessions[route] = session
             actions.append(.reply(route, .welcome(AgentWelcome(installationId: installationId, pending: 0))))
@@ -182,6 +198,12 @@ public struct Dispatcher {
             if let flight = inFlight.removeValue(forKey: id) { resends.remove(id, from: flight.bucket) }
         }
         if !session.known.isEmpty || session.spilled || session.loading { backlog.insert(session.installationId) }
+        // Where it left: broadcasts planned after this are parked for it. A shard served elsewhere
+        // now is its new owner's to close (at its cursor, `DeliveryStore.closePositions`).
+        let shard = Shards.of(session.installationId)
+        if reason != .moved, shards?.owned.contains(shard) ?? true {
+            actions.append(.position(session.installationId, .away(after: shards?.cursors[shard] ?? planned)))
+        }
         counters.dropped[reason, default: 0] += 1
         actions.append(.note(.dropped(session.installationId, reason)))
     }
@@ -219,7 +241,7 @@ public struct Dispatcher {
         var count = 0
         while count < settings.reloadsPerTick, let route = reloads.popFirst() {
             guard reloading.remove(route) != nil, let session = sessions[route] else { continue }
-            actions.append(.load(installationId: session.installationId, route: route, limit: settings.loadLimit))
+            actions.append(.load(installationId: session.installationId, route: route, limit: settings.loadLimit, catchUp: []))
             count += 1
         }
     }
@@ -272,18 +294,24 @@ public struct Dispatcher {
         for notification in notifications {
             var plans: [PlannedDelivery]
             var planning: Set<Int>? = nil
+            // A broadcast is stored once: agents away are counted, not given a delivery each.
+            var parkedCounts: [Int: Int] = [:]
+            let parks: ((String) -> Bool)? = settings.parkBroadcasts && Self.parks(notification, now: now)
+                ? { [routes] in routes[$0] == nil } : nil
             if let shards, let eligible {
                 // Only this dispatcher's shards, and only those not planned for this notification yet.
                 let sequence = notification.sequence
-                plans = resolver.plan(notification, index: index, now: now) {
+                plans = resolver.plan(notification, index: index, now: now, include: {
                     let shard = Shards.of($0)
                     return eligible.contains(shard) && sequence > (shards.cursors[shard] ?? 0)
-                }
+                }, parking: parks, parked: &parkedCounts)
                 planning = eligible.filter { (shards.cursors[$0] ?? 0) < sequence }
                 for shard in planning ?? [] { self.shards?.cursors[shard] = sequence }
             } else {
-                plans = resolver.plan(notification, index: index, now: now)
+                plans = resolver.plan(notification, index: index, now: now, parking: parks, parked: &parkedCounts)
+                planned = max(planned, notification.sequence)
             }
+            if !parkedCounts.isEmpty { park(notification, parkedCounts.mapValues { _ in registryAt }) }
             // A platform the hub has no delivery path to: failed at once, with its reason, never sent.
             // Consecutive plans mostly share a platform, whose answer is kept rather than looked up again.
             var lastPlatform: (name: String, served: Bool)?
@@ -299,8 +327,9 @@ public struct Dispatcher {
             if plans.isEmpty, let reason = TargetResolver.unplannable(notification.send) {
                 actions.append(.note(.unplanned(notification.notificationId, reason)))
             }
-            actions.append(.record(notification, plans, shards: planning))
+            actions.append(.record(notification, plans, shards: planning, parked: ParkedCounts(counts: parkedCounts, registryAt: parkedCounts.isEmpty ? 0 : registryAt)))
             counters.planned += plans.count
+            counters.parked += parkedCounts.values.reduce(0, +)
             guard notification.expiresAt > now else { continue }
             for plan in plans where plan.unreachable == nil {
                 // A phone or a browser: its platform's push service takes it from here.
@@ -320,6 +349,66 @@ public struct Dispatcher {
             }
         }
         for route in touched { pump(route, now: now, &actions) }
+    }
+
+    /// Whether a notification is stored once for the agents away: a broadcast to tags or
+    /// templates, or to everyone. A send to installations or a user is per device by nature, and
+    /// a test send keeps its results per device.
+    static func parks(_ notification: AcceptedNotification, now: Date) -> Bool {
+        let send = notification.send
+        return send.test != true && send.installationId == nil && send.installationIds == nil && send.userId == nil
+            && notification.expiresAt > now && TargetResolver.unplannable(send) == nil
+    }
+
+    /// Keeps a broadcast parked in `shards` (each with the registry sequence it was planned at),
+    /// with what was parked of it before.
+    private mutating func park(_ notification: AcceptedNotification, _ shards: [Int: UInt64]) {
+        if let at = parked.firstIndex(where: { $0.notification.notificationId == notification.notificationId }) {
+            parked[at].shards.merge(shards) { max($0, $1) }
+            return
+        }
+        let entry = ParkedBroadcast(notification: notification, shards: shards)
+        let at = parked.lastIndex { $0.notification.sequence < notification.sequence }.map { $0 + 1 } ?? 0
+        parked.insert(entry, at: at)
+    }
+
+    /// The deliveries of parked broadcasts owed to the installation under `key` if it was away,
+    /// oldest first: each broadcast parked in its shard when the index had its form of `version`
+    /// (or a later one), as planned for it now. The store keeps those after its position.
+    func owed(_ key: String, since version: UInt64?, now: Date) -> [OwedDelivery] {
+        guard !parked.isEmpty else { return [] }
+        let shard = Shards.of(key)
+        var owed: [OwedDelivery] = []
+        var resolver = TargetResolver()
+        for broadcast in parked where broadcast.notification.expiresAt > now {
+            guard let at = broadcast.shards[shard], at >= version ?? 0 else { continue }
+            for plan in resolver.plan(broadcast.notification, for: key, index: index, now: now)
+            where plan.platform == Platform.linux.rawValue && plan.headers?[AppPushMessage.topicHeader] == nil {
+                owed.append(OwedDelivery(sequence: broadcast.notification.sequence, notificationId: broadcast.notification.notificationId, plan: plan))
+            }
+        }
+        return owed
+    }
+
+    /// Applies a registry change. An installation whose agent is away keeps the broadcasts it is
+    /// owed that still reach it: they become its own deliveries, since its new version is past
+    /// them. A tag added brings nothing older; a tag removed stops what it brought.
+    private mutating func changed(_ change: InstallationChanged, now: Date, _ actions: inout [DispatchAction]) {
+        let id = change.installationId
+        let before = index.installation(id)
+        let served = shards?.owned.contains(Shards.of(id)) ?? true
+        let wasOwed = before != nil && routes[id] == nil && served ? owed(id, since: before?.version, now: now) : []
+        index.apply(change)
+        registryAt = max(registryAt, change.installation?.version ?? 0)
+        if !wasOwed.isEmpty, change.change == .upserted {
+            let old = Set(wasOwed.map(\.plan.key))
+            let kept = owed(id, since: before?.version, now: now).filter { old.contains($0.plan.key) }
+            if !kept.isEmpty {
+                actions.append(.keepOwed(id, kept))
+                backlog.insert(id)
+            }
+        }
+        if let route = routes[id] { checkBinding(route, &actions) }
     }
 
     private mutating func loaded(
@@ -364,7 +453,7 @@ public struct Dispatcher {
         }
         if session.waiting == 0 && session.spilled && !session.loading {
             session.loading = true
-            actions.append(.load(installationId: session.installationId, route: route, limit: settings.loadLimit))
+            actions.append(.load(installationId: session.installationId, route: route, limit: settings.loadLimit, catchUp: []))
         }
         if session.waiting > 0 && session.inFlight < settings.window && isStarved.insert(route).inserted {
             starved.append(route)
@@ -485,6 +574,9 @@ public struct DispatcherSettings: Sendable, Equatable {
     public var maxInFlight = 20_000
     /// Sessions at once; a hello beyond it is refused with `unavailable`, and the agent tries again.
     public var maxAgents = 100_000
+    /// Whether a broadcast is stored once for the agents away, who catch up when they come back
+    /// (`ParkedBroadcast`), rather than as a delivery each.
+    public var parkBroadcasts = true
     /// Platforms the dispatcher delivers to. A delivery to any other is counted as failed
     /// (PnsUnavailable) in its notification's outcome, never as delivered.
     public var platforms: Set<String> = [Platform.linux.rawValue]
@@ -525,6 +617,9 @@ public struct DispatcherSettings: Sendable, Equatable {
 public enum DispatchEvent: Sendable {
     /// At start: installations with unacknowledged deliveries in the store.
     case backlog(Set<String>)
+    /// At start, or as shards are taken: the broadcasts parked in the store for them, and (with
+    /// one dispatcher) its cursor.
+    case parked([ParkedBroadcast], cursor: UInt64?)
     case snapshot(RegistrySnapshot)
     case installationChanged(InstallationChanged)
     /// An agent's hello on a connection; `peerKey` is the connection's CURVE key, nil when it has none.
@@ -557,7 +652,8 @@ public enum DispatchEvent: Sendable {
 public enum DispatchAction: Equatable, Sendable {
     /// Store: the notification's deliveries and outcome, and the cursor past it: the one cursor
     /// (`shards` nil), or the cursors of the shards it was planned for here.
-    case record(AcceptedNotification, [PlannedDelivery], shards: Set<Int>? = nil)
+    /// `parked`: the deliveries to agents away, by shard, stored once (`ParkedBroadcast`).
+    case record(AcceptedNotification, [PlannedDelivery], shards: Set<Int>? = nil, parked: ParkedCounts = ParkedCounts())
     /// Socket: a delivery to the agent on the route.
     case send(Route, AgentDelivery)
     /// A delivery to a phone or a browser, through its platform's push service.
@@ -568,8 +664,15 @@ public enum DispatchAction: Equatable, Sendable {
     case acknowledge(installationId: String, deliveryIds: [DeliveryKey])
     /// Store: deliveries the agent gave up on.
     case fail(installationId: String, [DeliveryFailure])
-    /// Store read: the installation's unacknowledged deliveries, answered with `.loaded`.
-    case load(installationId: String, route: Route, limit: Int)
+    /// Store read: the installation's unacknowledged deliveries, answered with `.loaded`; first, in
+    /// one write, the broadcasts it is `catchUp` owed after its position become its deliveries,
+    /// and it is marked here.
+    case load(installationId: String, route: Route, limit: Int, catchUp: [OwedDelivery])
+    /// Store: where an installation's agent is, for the broadcasts parked while it is away.
+    case position(String, AgentPosition)
+    /// Store: broadcasts an installation away is owed after its position, made its deliveries
+    /// before its tags change (`Dispatcher.changed`).
+    case keepOwed(String, [OwedDelivery])
     /// Something worth a log line.
     case note(DispatchNote)
 }
@@ -601,6 +704,8 @@ public enum DispatchNote: Equatable, Sendable {
 /// Totals since start, for metrics.
 public struct DispatcherCounters: Sendable, Equatable {
     public var planned = 0
+    /// Deliveries to agents away, stored once with their broadcast.
+    public var parked = 0
     /// Deliveries sent for the first time.
     public var sent = 0
     /// Sends of a delivery sent before: after its resend timeout, or to a new session of the same
@@ -701,4 +806,51 @@ struct InFlight {
     var sentAt: Date
     /// Where it waits in the resend queue.
     var bucket: DueQueue<DeliveryKey>.Bucket
+}
+
+/// A broadcast stored once for the agents that were away when it was planned: each catches up
+/// when it comes back, from its position (the last notification planned while it was here), on
+/// what still reaches it as it is then.
+public struct ParkedBroadcast: Equatable, Sendable {
+    public var notification: AcceptedNotification
+    /// The shards it was parked in, each with the registry sequence the planning index stood at:
+    /// it is owed to an installation of the shard whose version is no later.
+    public var shards: [Int: UInt64]
+
+    public init(notification: AcceptedNotification, shards: [Int: UInt64]) {
+        self.notification = notification
+        self.shards = shards
+    }
+}
+
+/// What a broadcast parked, by shard, and the registry sequence its planning index stood at.
+public struct ParkedCounts: Equatable, Sendable {
+    public var counts: [Int: Int]
+    public var registryAt: UInt64
+
+    public init(counts: [Int: Int] = [:], registryAt: UInt64 = 0) {
+        self.counts = counts
+        self.registryAt = registryAt
+    }
+}
+
+/// A delivery of a parked broadcast, owed to one installation if it is after its position.
+public struct OwedDelivery: Equatable, Sendable {
+    public var sequence: UInt64
+    public var notificationId: String
+    public var plan: PlannedDelivery
+
+    public init(sequence: UInt64, notificationId: String, plan: PlannedDelivery) {
+        self.sequence = sequence
+        self.notificationId = notificationId
+        self.plan = plan
+    }
+}
+
+/// Where an installation's agent is, as the store keeps it for parked broadcasts.
+public enum AgentPosition: Equatable, Sendable {
+    /// Connected: what is planned now is its own delivery.
+    case here
+    /// Away since the notification numbered `after` was planned: what is parked later is owed.
+    case away(after: UInt64)
 }

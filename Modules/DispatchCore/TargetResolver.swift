@@ -54,11 +54,36 @@ public struct TargetResolver {
     public mutating func plan(
         _ notification: AcceptedNotification, index: InstallationIndex, now: Date, include: ((String) -> Bool)? = nil
     ) -> [PlannedDelivery] {
+        var parked: [Int: Int] = [:]
+        return plan(notification, index: index, now: now, include: include, parking: nil, parked: &parked)
+    }
+
+    /// Plans a broadcast stored once: the deliveries to Linux agents that `parks` says are away
+    /// (by key) are not made but counted, by shard, in `parked`; each of them catches up when its
+    /// agent comes back (`plan(_:for:index:now:)`), planned then as it would have been now.
+    public mutating func plan(
+        _ notification: AcceptedNotification, index: InstallationIndex, now: Date, include: ((String) -> Bool)? = nil,
+        parking parks: ((String) -> Bool)?, parked: inout [Int: Int]
+    ) -> [PlannedDelivery] {
+        plan(notification, index: index, now: now, include: include, only: nil, parking: parks, parked: &parked)
+    }
+
+    /// The deliveries of `notification` to the one installation under `key`, as a broadcast plans
+    /// them: none when it is not among the send's targets.
+    public mutating func plan(_ notification: AcceptedNotification, for key: String, index: InstallationIndex, now: Date) -> [PlannedDelivery] {
+        var parked: [Int: Int] = [:]
+        return plan(notification, index: index, now: now, include: nil, only: key, parking: nil, parked: &parked)
+    }
+
+    private mutating func plan(
+        _ notification: AcceptedNotification, index: InstallationIndex, now: Date, include: ((String) -> Bool)?, only: String?,
+        parking parks: ((String) -> Bool)?, parked: inout [Int: Int]
+    ) -> [PlannedDelivery] {
         let send = notification.send
         // The send's ids, user and tags are its hub's.
         let scope = HubScope(named: send.hub)
         var expression: TagExpression?
-        let candidates: InstallationIndex.Candidates
+        var candidates: InstallationIndex.Candidates
         if let text = send.tagExpression {
             // The publish service checked it; a failure here means a newer sender, so nothing
             // matches, and `unplannable` says why (the dispatcher logs it).
@@ -80,6 +105,13 @@ public struct TargetResolver {
         } else {
             candidates = index.everyone(in: scope)
         }
+        if let only {
+            // One installation of the send's hub, whose tags the expression is asked of below.
+            guard send.installationId == nil, send.installationIds == nil, send.userId == nil,
+                HubScope.of(key: only) == scope, let installation = index.installation(only)
+            else { return [] }
+            candidates = .init([installation])
+        }
 
         var plans: [PlannedDelivery] = []
         // Installations of one app share their templates: each distinct body is rendered once per notification.
@@ -91,6 +123,17 @@ public struct TargetResolver {
         for position in candidates.indices where include?(candidates.key(at: position)) ?? true {
             let installation = candidates[position]
             guard (installation.expirationTime ?? .distantFuture) > now else { continue }
+            let before = plans.count
+            defer {
+                // An agent away: its deliveries are counted for its shard, and made when it comes back.
+                if let parks, plans.count > before, plans[before].platform == Platform.linux.rawValue,
+                    !plans[before...].contains(where: { $0.headers?[AppPushMessage.topicHeader] != nil }),
+                    parks(candidates.key(at: position))
+                {
+                    parked[Shards.of(candidates.key(at: position)), default: 0] += plans.count - before
+                    plans.removeSubrange(before...)
+                }
+            }
             // The installation's effective tags, and a template's own beside them, asked one at a time.
             func matches(adding extra: [String]?) -> Bool {
                 expression?.matches { tag in

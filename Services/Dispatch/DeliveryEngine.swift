@@ -155,7 +155,7 @@ extension DeliveryEngine {
     }
 
     /// Notes that the write under way writes for `shard`.
-    private func touch(_ shard: @autoclosure () -> Int) {
+    func touch(_ shard: @autoclosure () -> Int) {
         if ledger.fence != nil { ledger.scope.touched.insert(shard()) }
     }
 
@@ -230,11 +230,13 @@ extension DeliveryEngine {
 
     // MARK: Writes
 
-    func record(_ notification: AcceptedNotification, plans: [PlannedDelivery], sent: Set<DeliveryKey>, shards: Set<Int>?, now: Date) throws {
+    func record(
+        _ notification: AcceptedNotification, plans: [PlannedDelivery], parked: ParkedCounts, sent: Set<DeliveryKey>, shards: Set<Int>?, now: Date
+    ) throws {
         try write {
             let id = notification.notificationId
             let expired = notification.expiresAt <= now
-            let state: NotificationState = expired ? .abandoned : plans.isEmpty ? .noTargetFound : .completed
+            let state: NotificationState = expired ? .abandoned : plans.isEmpty && parked.counts.values.allSatisfy({ $0 == 0 }) ? .noTargetFound : .completed
             let adds = shards != nil
             // Targets are the deliveries this record stored: one recorded before (by this
             // dispatcher before a restart, or by another) counts once, however often it is recorded.
@@ -243,8 +245,12 @@ extension DeliveryEngine {
             // group commits. Any other is checked against the rows written (held ones are written
             // first, where an agent's delivery is).
             let holds = try groupOpen && notification.send.test != true && (shards != nil || pastCursor(notification.sequence))
+            // A shard's parked deliveries count once, however often the broadcast is recorded.
+            let parkedCount = expired ? 0 : try park(notification, parked)
             let targets = expired
-                ? 0 : try recordDeliveries(notification, plans: plans, sent: sent, now: now, adds: adds, holds: holds, byShard: shards != nil)
+                ? 0
+                : try recordDeliveries(
+                    notification, plans: plans, parked: parkedCount, sent: sent, now: now, adds: adds, holds: holds, byShard: shards != nil)
             ledger.scope.tally.open(id, OutcomeOpening(
                 state: state, enqueuedAt: notification.enqueuedAt, at: now, targets: targets, expired: expired ? 1 : 0,
                 hub: notification.send.hub, adds: adds))
@@ -265,17 +271,17 @@ extension DeliveryEngine {
     /// Stores the deliveries not stored yet; returns how many it stored. `holds`: agents'
     /// deliveries may be held, each (`byShard`) where its shard's cursor is behind the notification.
     private func recordDeliveries(
-        _ notification: AcceptedNotification, plans: [PlannedDelivery], sent: Set<DeliveryKey>, now: Date, adds: Bool, holds: Bool,
-        byShard: Bool
+        _ notification: AcceptedNotification, plans: [PlannedDelivery], parked: Int, sent: Set<DeliveryKey>, now: Date, adds: Bool,
+        holds: Bool, byShard: Bool
     ) throws -> Int {
         let id = notification.notificationId
-        var stored = 0
+        var stored = parked
         var payloadIds: [String: Int64] = [:]
         // The last payload's id: a broadcast's plans share theirs, and comparing is cheaper than hashing.
         var lastPayload: (body: String, id: Int64)?
         var platformCounts: [PlatformCountKey: Int] = [:]
         // Targets per platform, and deliveries that went out, counted here and added once.
-        var targets: [String: Int] = [:]
+        var targets: [String: Int] = parked > 0 ? [Platform.linux.rawValue: parked] : [:]
         var delivered = 0
         // Agents' deliveries inserted together after the loop, where a statement takes many rows.
         var batch: [(String, UnwrittenDeliveries.Delivery)] = []
@@ -522,7 +528,7 @@ extension DeliveryEngine {
                 if let platform = try row.optionalString("platform", of: "deliveries") { ledger.scope.tally.countPlatform(notificationId, platform, "Expired") }
                 try testOutcome(notificationId, deliveryId: deliveryId, "Expired before the device acknowledged it", success: false)
             }
-            return removed.count + expiredHeld.count
+            return removed.count + expiredHeld.count + (try expireParked(now: now, shards: shards))
         }
     }
 

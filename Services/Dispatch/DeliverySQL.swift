@@ -96,6 +96,27 @@ struct DeliverySQL: Sendable {
     var releaseLeases: String
     /// (now) → (shard, endpoint).
     var leaseOwners: String
+    /// (notification_id, sequence, expires_at, body): a broadcast stored once, unless there.
+    var insertBroadcast: String
+    /// (notification_id, shard, registry_at, parked, expires_at): what it parked in a shard, unless there.
+    var insertBroadcastShard: String
+    /// (now, shards) → (notification_id, shard, registry_at, body): the broadcasts parked in those shards, not expired.
+    var parkedBroadcasts: String
+    /// (count, notification_id, shard): deliveries of a parked broadcast made an installation's own.
+    var addCaughtUp: String
+    /// (now, shards) → (notification_id, shard, parked, caught_up): deletes what expired broadcasts parked there.
+    var expireBroadcasts: String
+    /// (now): deletes expired broadcasts parked in no shard any more.
+    var dropBroadcasts: String
+    /// (installation_id) → (after, here): an installation's position.
+    var position: String
+    /// (installation_id, shard, after, here).
+    var setPosition: String
+    /// (after, shard): the agents marked here in a shard are away since `after`.
+    var closePositions: String
+    /// (delivery_id, notification_id, installation_id, shard, template, payload, expires_at, rich): an
+    /// owed delivery of a parked broadcast, its payload its own, unless there.
+    var insertOwed: String
     /// Shards as the engine's list parameter.
     var shards: @Sendable (Set<Int>) -> String
 

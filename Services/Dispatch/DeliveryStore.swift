@@ -44,7 +44,26 @@ protocol DeliveryStore: LeaseStore {
     /// shards (the dispatcher's own), whose targets and counts add to what other dispatchers wrote
     /// for their shards. Deliveries in `sent` went out in the same turn: they are recorded as
     /// delivered at once. Each distinct payload is stored once, however many installations it went to.
-    func record(_ notification: AcceptedNotification, plans: [PlannedDelivery], sent: Set<DeliveryKey>, shards: Set<Int>?, now: Date) throws
+    ///
+    /// `parked`: deliveries to agents away, by shard, stored once with the broadcast and counted
+    /// among its targets (once per shard, however often it is recorded); each becomes a delivery
+    /// of its own when its agent comes back (`catchUp`) or its tags change (`keepOwed`), and
+    /// counts as expired when the broadcast expires if it never did.
+    func record(
+        _ notification: AcceptedNotification, plans: [PlannedDelivery], parked: ParkedCounts, sent: Set<DeliveryKey>, shards: Set<Int>?, now: Date
+    ) throws
+    /// Marks where installations' agents are: here, or away since a notification (`AgentPosition`).
+    func setPositions(_ positions: [(String, AgentPosition)]) throws
+    /// Turns the broadcasts an installation is owed into its deliveries, those after its position
+    /// (none while its agent is marked here), each counted as caught up with its broadcast.
+    func keepOwed(_ owed: [OwedDelivery], installationId: String, now: Date) throws
+    /// `keepOwed` and, in the same write, marks the agent here: what a hello does before loading.
+    func catchUp(_ owed: [OwedDelivery], installationId: String, now: Date) throws
+    /// The broadcasts parked for `shards` (nil: every shard) and not expired, oldest first.
+    func parked(now: Date, shards: Set<Int>?) throws -> [ParkedBroadcast]
+    /// Closes the positions of agents still marked here in `shards` (nil: every shard) at each
+    /// shard's cursor: their sessions ended with a dispatcher that stopped, or lost the shard.
+    func closePositions(shards: Set<Int>?) throws
     /// Notes that deliveries went out; the first send of each counts as delivered.
     func markSent(_ deliveries: [AgentDelivery], now: Date) throws
     /// Records acknowledgements, each an installation's and the ids it acknowledged; each delivery
@@ -88,7 +107,11 @@ protocol DeliveryStore: LeaseStore {
 extension DeliveryStore {
     /// Records with one dispatcher, which plans every shard.
     func record(_ notification: AcceptedNotification, plans: [PlannedDelivery], sent: Set<DeliveryKey>, now: Date) throws {
-        try record(notification, plans: plans, sent: sent, shards: nil, now: now)
+        try record(notification, plans: plans, parked: ParkedCounts(), sent: sent, shards: nil, now: now)
+    }
+
+    func record(_ notification: AcceptedNotification, plans: [PlannedDelivery], sent: Set<DeliveryKey>, shards: Set<Int>?, now: Date) throws {
+        try record(notification, plans: plans, parked: ParkedCounts(), sent: sent, shards: shards, now: now)
     }
 
     func backlog(now: Date) throws -> Set<String> { try backlog(now: now, shards: nil) }

@@ -81,6 +81,9 @@ public enum DispatchMain {
             // the start; a registry not up yet is asked again as its stream comes.
             do { try dispatch.readRegistry() } catch { context.logger.warning("registry snapshot not read yet", ("error", "\(error)")) }
             if !dispatch.shared {
+                // Agents here when the dispatcher stopped left then, at its cursor.
+                try store.closePositions(shards: nil)
+                dispatch.handle(.parked(try store.parked(now: Date(), shards: nil), cursor: try store.cursor()))
                 dispatch.handle(.backlog(try store.backlog(now: Date())))
                 try dispatch.resumePush()
             }

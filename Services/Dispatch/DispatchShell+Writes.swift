@@ -67,6 +67,9 @@ extension DispatchShell {
                 if before != map.owned { logger.info("shards", ("held", map.owned.count), ("gained", map.owned.subtracting(before ?? []).count)) }
             case .loadBacklog(let shards):
                 do {
+                    // Agents its last owner had here left with it, at the shards' cursors.
+                    try store.closePositions(shards: shards)
+                    handle(.parked(try store.parked(now: Date(), shards: shards), cursor: nil))
                     handle(.backlog(try store.backlog(now: Date(), shards: shards)))
                     submit(try store.pendingPush(now: Date(), limit: PushResume.page, shards: shards))
                 } catch {

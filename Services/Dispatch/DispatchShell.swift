@@ -83,8 +83,12 @@ final class DispatchShell {
     private func perform(_ actions: [DispatchAction]) {
         for action in actions {
             switch action {
-            case .record(let notification, let plans, let shards):
-                writes.turn.records.append((notification, plans, shards, Date()))
+            case .record(let notification, let plans, let shards, let parked):
+                writes.turn.records.append((notification, plans, shards, Date(), parked))
+            case .position(let installationId, let position):
+                writes.turn.positions.append((installationId, position))
+            case .keepOwed(let installationId, let owed):
+                writes.turn.owed.append((installationId, owed))
             case .send(let route, let delivery):
                 // A rich delivery carries a ticket that lets this installation, and no other, fetch the payload.
                 guard let rich = delivery.rich else {
@@ -109,9 +113,11 @@ final class DispatchShell {
             case .fail(let installationId, let failures):
                 writes.turn.failures.append((installationId, failures))
                 for failure in failures { logger.warning("delivery failed", ("delivery", failure.deliveryId), ("reason", failure.reason)) }
-            case .load(let installationId, let route, let limit):
+            case .load(let installationId, let route, let limit, let owed):
                 writeGathered()
                 do {
+                    // What it missed while away, and that it is here, in one write before it loads.
+                    try store.catchUp(owed, installationId: installationId, now: Date())
                     let (deliveries, sentBefore) = try store.unacknowledged(for: installationId, now: Date(), limit: limit)
                     handle(.loaded(installationId: installationId, route: route, deliveries, complete: deliveries.count < limit, sentBefore: sentBefore))
                 } catch {

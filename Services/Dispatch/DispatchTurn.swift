@@ -6,8 +6,13 @@ import Push
 /// What one turn of the loop has to commit.
 struct DispatchTurn {
     /// Notifications planned, with the shards whose cursors move past them (nil: the one cursor),
-    /// and when: a record is written as of then (its expiry, its times), however late its group is written.
-    var records: [(AcceptedNotification, [PlannedDelivery], Set<Int>?, Date)] = []
+    /// and when: a record is written as of then (its expiry, its times), however late its group is
+    /// written; and what each parked for agents away.
+    var records: [(AcceptedNotification, [PlannedDelivery], Set<Int>?, Date, ParkedCounts)] = []
+    /// Where agents came and went, in order.
+    var positions: [(String, AgentPosition)] = []
+    /// Broadcasts owed to installations away whose tags change, made their own deliveries.
+    var owed: [(String, [OwedDelivery])] = []
     var sent: [AgentDelivery] = []
     var acks: [(String, [DeliveryKey])] = []
     var failures: [(String, [DeliveryFailure])] = []
@@ -23,10 +28,13 @@ struct DispatchTurn {
         let sentKeys = records.isEmpty ? [] : sent.map { DeliveryKey($0.deliveryId) }
         let sentIds = Set(sentKeys)
         var plannedIds = Set<DeliveryKey>(minimumCapacity: records.isEmpty ? 0 : planned)
-        for (notification, plans, shards, plannedAt) in records {
-            try store.record(notification, plans: plans, sent: sentIds, shards: shards, now: plannedAt)
+        for (notification, plans, shards, plannedAt, parked) in records {
+            try store.record(notification, plans: plans, parked: parked, sent: sentIds, shards: shards, now: plannedAt)
             for plan in plans { plannedIds.insert(plan.key) }
         }
+        // A position before what is owed, which is kept only after it.
+        try store.setPositions(positions)
+        for (installationId, owed) in owed { try store.keepOwed(owed, installationId: installationId, now: now) }
         // What a record of this turn planned and sent is delivered already; the rest was recorded
         // before (a notification recorded again, for other shards or with nothing left to plan, is
         // not enough: its sends may be of deliveries an earlier record planned).
@@ -36,7 +44,10 @@ struct DispatchTurn {
         try store.pushed(pushResults, now: now)
     }
 
-    var isEmpty: Bool { records.isEmpty && sent.isEmpty && acks.isEmpty && failures.isEmpty && pushes.isEmpty && pushResults.isEmpty }
+    var isEmpty: Bool {
+        records.isEmpty && sent.isEmpty && acks.isEmpty && failures.isEmpty && pushes.isEmpty && pushResults.isEmpty && positions.isEmpty
+            && owed.isEmpty
+    }
 
     /// How many deliveries its records planned.
     var planned: Int { records.reduce(0) { $0 + $1.1.count } }
@@ -44,11 +55,14 @@ struct DispatchTurn {
     /// Keeps only the work of `shards`: what was planned, sent, answered and pushed for their installations.
     mutating func keep(shards: Set<Int>) {
         func held(_ installationId: String) -> Bool { shards.contains(Shards.of(installationId)) }
-        records = records.compactMap { notification, plans, planned, plannedAt in
+        records = records.compactMap { notification, plans, planned, plannedAt, parked in
             let kept = planned.map { $0.intersection(shards) }
             if let kept, kept.isEmpty { return nil }
-            return (notification, plans.filter { held($0.installationId) }, kept, plannedAt)
+            let parkedKept = ParkedCounts(counts: parked.counts.filter { shards.contains($0.key) }, registryAt: parked.registryAt)
+            return (notification, plans.filter { held($0.installationId) }, kept, plannedAt, parkedKept)
         }
+        positions.removeAll { !held($0.0) }
+        owed.removeAll { !held($0.0) }
         sent.removeAll { !held($0.installationId) }
         acks.removeAll { !held($0.0) }
         failures.removeAll { !held($0.0) }
@@ -63,6 +77,8 @@ struct DispatchTurn {
         let bound = 100_000
         guard sent.count + acks.count + failures.count + pushResults.count < bound else { return }
         sent = failed.sent + sent
+        positions = failed.positions + positions
+        owed = failed.owed + owed
         acks = failed.acks + acks
         failures = failed.failures + failures
         pushResults = failed.pushResults + pushResults

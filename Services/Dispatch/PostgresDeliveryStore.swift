@@ -101,6 +101,33 @@ final class PostgresDeliveryStore: DeliveryEngine, PostgresBacked {
             """),
         // The hub a notification was sent to (NULL: the default hub), whose Send keys may read its outcome.
         Migration(version: 4, "ALTER TABLE dispatch.outcomes ADD COLUMN hub TEXT;"),
+        // Broadcasts stored once for the agents away, and where each agent is (`DeliveryEngine+Parked`).
+        Migration(
+            version: 5,
+            """
+            CREATE TABLE dispatch.broadcasts (
+                notification_id TEXT PRIMARY KEY,
+                sequence BIGINT NOT NULL,
+                expires_at DOUBLE PRECISION NOT NULL,
+                body TEXT NOT NULL
+            );
+            CREATE TABLE dispatch.broadcast_shards (
+                notification_id TEXT NOT NULL,
+                shard INTEGER NOT NULL,
+                registry_at BIGINT NOT NULL,
+                parked BIGINT NOT NULL,
+                caught_up BIGINT NOT NULL DEFAULT 0,
+                expires_at DOUBLE PRECISION NOT NULL,
+                PRIMARY KEY (notification_id, shard)
+            );
+            CREATE TABLE dispatch.agent_positions (
+                installation_id TEXT PRIMARY KEY,
+                shard INTEGER NOT NULL,
+                after BIGINT NOT NULL,
+                here BOOLEAN NOT NULL
+            );
+            CREATE INDEX agent_positions_here ON dispatch.agent_positions(shard) WHERE here;
+            """),
     ]
 
     /// Lists of shards are int[] literals. Each read of a few shards is a statement of its own, so
@@ -275,6 +302,39 @@ final class PostgresDeliveryStore: DeliveryEngine, PostgresBacked {
             """,
         releaseLeases: "UPDATE dispatch.leases SET owner = NULL, endpoint = NULL, expires_at = 0 WHERE owner = $1 AND shard = ANY($2::int[])",
         leaseOwners: "SELECT shard, endpoint FROM dispatch.leases WHERE owner IS NOT NULL AND expires_at > $1",
+        insertBroadcast: """
+            INSERT INTO dispatch.broadcasts (notification_id, sequence, expires_at, body) VALUES ($1, $2, $3, $4)
+            ON CONFLICT (notification_id) DO NOTHING
+            """,
+        insertBroadcastShard: """
+            INSERT INTO dispatch.broadcast_shards (notification_id, shard, registry_at, parked, expires_at) VALUES ($1, $2, $3, $4, $5)
+            ON CONFLICT (notification_id, shard) DO NOTHING
+            """,
+        parkedBroadcasts: """
+            SELECT s.notification_id, s.shard, s.registry_at, b.body
+            FROM dispatch.broadcast_shards s JOIN dispatch.broadcasts b USING (notification_id)
+            WHERE s.expires_at > $1 AND s.shard = ANY($2::int[]) ORDER BY b.sequence, s.shard
+            """,
+        addCaughtUp: "UPDATE dispatch.broadcast_shards SET caught_up = caught_up + $1 WHERE notification_id = $2 AND shard = $3",
+        expireBroadcasts: """
+            DELETE FROM dispatch.broadcast_shards WHERE expires_at <= $1 AND shard = ANY($2::int[])
+            RETURNING notification_id, shard, parked, caught_up
+            """,
+        dropBroadcasts: """
+            DELETE FROM dispatch.broadcasts b WHERE b.expires_at <= $1
+              AND NOT EXISTS (SELECT 1 FROM dispatch.broadcast_shards s WHERE s.notification_id = b.notification_id)
+            """,
+        position: "SELECT after, here FROM dispatch.agent_positions WHERE installation_id = $1",
+        setPosition: """
+            INSERT INTO dispatch.agent_positions (installation_id, shard, after, here) VALUES ($1, $2, $3, $4)
+            ON CONFLICT (installation_id) DO UPDATE SET after = excluded.after, here = excluded.here
+            """,
+        closePositions: "UPDATE dispatch.agent_positions SET here = false, after = $1 WHERE here AND shard = $2",
+        insertOwed: """
+            WITH p AS (INSERT INTO dispatch.payloads (notification_id, body) VALUES ($2, $6) RETURNING id)
+            INSERT INTO dispatch.deliveries (delivery_id, notification_id, installation_id, shard, template, payload_id, expires_at, rich)
+            SELECT $1, $2, $3, $4, $5, p.id, $7, $8 FROM p ON CONFLICT (delivery_id) DO NOTHING
+            """,
         shards: { "{" + $0.sorted().map(String.init).joined(separator: ",") + "}" },
         fencedShards: { "{" + $0.joined(separator: ",") + "}" })
 

@@ -123,6 +123,28 @@ final class SQLiteDeliveryStore: DeliveryEngine {
         Migration(version: 10, "DROP INDEX deliveries_by_shard;"),
         // The hub a notification was sent to (NULL: the default hub), whose Send keys may read its outcome.
         Migration(version: 11, "ALTER TABLE outcomes ADD COLUMN hub TEXT;"),
+        // Broadcasts stored once for the agents away, and where each agent is (`DeliveryEngine+Parked`).
+        Migration(
+            version: 12,
+            """
+            CREATE TABLE broadcasts (notification_id TEXT PRIMARY KEY, sequence INTEGER NOT NULL, expires_at REAL NOT NULL, body TEXT NOT NULL);
+            CREATE TABLE broadcast_shards (
+                notification_id TEXT NOT NULL,
+                shard INTEGER NOT NULL,
+                registry_at INTEGER NOT NULL,
+                parked INTEGER NOT NULL,
+                caught_up INTEGER NOT NULL DEFAULT 0,
+                expires_at REAL NOT NULL,
+                PRIMARY KEY (notification_id, shard)
+            );
+            CREATE TABLE agent_positions (
+                installation_id TEXT PRIMARY KEY,
+                shard INTEGER NOT NULL,
+                after INTEGER NOT NULL,
+                here INTEGER NOT NULL
+            );
+            CREATE INDEX agent_positions_here ON agent_positions(shard) WHERE here = 1;
+            """),
     ]
 
     /// Lists of shards are JSON arrays, read with json_each.
@@ -267,6 +289,33 @@ final class SQLiteDeliveryStore: DeliveryEngine {
             UPDATE leases SET owner = NULL, endpoint = NULL, expires_at = 0 WHERE owner = ?1 AND shard IN (SELECT value FROM json_each(?2))
             """,
         leaseOwners: "SELECT shard, endpoint FROM leases WHERE owner IS NOT NULL AND expires_at > ?1",
+        insertBroadcast: "INSERT OR IGNORE INTO broadcasts (notification_id, sequence, expires_at, body) VALUES (?1, ?2, ?3, ?4)",
+        insertBroadcastShard: """
+            INSERT OR IGNORE INTO broadcast_shards (notification_id, shard, registry_at, parked, expires_at) VALUES (?1, ?2, ?3, ?4, ?5)
+            """,
+        parkedBroadcasts: """
+            SELECT s.notification_id, s.shard, s.registry_at, b.body FROM broadcast_shards s JOIN broadcasts b USING (notification_id)
+            WHERE s.expires_at > ?1 AND s.shard IN (SELECT value FROM json_each(?2)) ORDER BY b.sequence, s.shard
+            """,
+        addCaughtUp: "UPDATE broadcast_shards SET caught_up = caught_up + ?1 WHERE notification_id = ?2 AND shard = ?3",
+        expireBroadcasts: """
+            DELETE FROM broadcast_shards WHERE expires_at <= ?1 AND shard IN (SELECT value FROM json_each(?2))
+            RETURNING notification_id, shard, parked, caught_up
+            """,
+        dropBroadcasts: """
+            DELETE FROM broadcasts WHERE expires_at <= ?1
+              AND NOT EXISTS (SELECT 1 FROM broadcast_shards s WHERE s.notification_id = broadcasts.notification_id)
+            """,
+        position: "SELECT after, here FROM agent_positions WHERE installation_id = ?1",
+        setPosition: """
+            INSERT INTO agent_positions (installation_id, shard, after, here) VALUES (?1, ?2, ?3, ?4)
+            ON CONFLICT (installation_id) DO UPDATE SET after = excluded.after, here = excluded.here
+            """,
+        closePositions: "UPDATE agent_positions SET here = 0, after = ?1 WHERE here = 1 AND shard = ?2",
+        insertOwed: """
+            INSERT OR IGNORE INTO deliveries (delivery_id, notification_id, installation_id, shard, template, payload, expires_at, rich)
+            VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
+            """,
         shards: { "[" + $0.sorted().map(String.init).joined(separator: ",") + "]" },
         fencedShards: { "[" + $0.map { "\"\($0)\"" }.joined(separator: ",") + "]" })
 

@@ -32,6 +32,14 @@ struct DispatcherTests {
     }
 
     /// A dispatcher that knows `installations` and has `connected` sessions on routes named after them.
+    /// Settings that give every target a delivery of its own, agents away too, as before
+    /// broadcasts were stored once: for tests of what happens to each delivery.
+    static var perDevice: DispatcherSettings {
+        var settings = DispatcherSettings()
+        settings.parkBroadcasts = false
+        return settings
+    }
+
     static func dispatcher(
         _ installations: [Installation], connected: [(Route, String, String)] = [], settings: DispatcherSettings = DispatcherSettings()
     ) -> Dispatcher {
@@ -91,7 +99,7 @@ struct DispatcherTests {
         #expect(dispatcher.on(.hello(route: Self.routeA, peerKey: Self.keyA, installationId: "a"), now: Self.t0).isEmpty)
         #expect(dispatcher.counters.connected == 1)
         let actions = dispatcher.on(.accepted([Self.send(1)]), now: Self.t0)
-        guard case .record(let notification, let plans, _) = actions.first else {
+        guard case .record(let notification, let plans, _, _) = actions.first else {
             Issue.record("the first action records the notification")
             return
         }
@@ -172,7 +180,7 @@ struct DispatcherTests {
         _ = dispatcher.on(.accepted([Self.send(1)]), now: Self.t0)
         let hello = dispatcher.on(.hello(route: Self.routeB, peerKey: Self.keyA, installationId: "a"), now: Self.t0)
         #expect(hello.contains(.note(.dropped("a", .replaced))))
-        #expect(hello.contains(.load(installationId: "a", route: Self.routeB, limit: DispatcherSettings().loadLimit)))
+        #expect(hello.contains(.load(installationId: "a", route: Self.routeB, limit: DispatcherSettings().loadLimit, catchUp: [])))
         #expect(dispatcher.route(of: "a") == Self.routeB)
         #expect(dispatcher.installation(on: Self.routeA) == nil)
         // The store answers with the unacknowledged delivery: the new session gets it and a welcome.
@@ -219,7 +227,7 @@ struct DispatcherTests {
         _ = dispatcher.on(.backlog(["offline"]), now: Self.t0)
         let renewed = dispatcher.on(.storeRenewed, now: Self.t0.addingTimeInterval(1))
         let limit = DispatcherSettings().loadLimit
-        #expect(renewed == [.load(installationId: "a", route: Self.routeA, limit: limit), .load(installationId: "b", route: Self.routeB, limit: limit)])
+        #expect(renewed == [.load(installationId: "a", route: Self.routeA, limit: limit, catchUp: []), .load(installationId: "b", route: Self.routeB, limit: limit, catchUp: [])])
         #expect(dispatcher.inFlightCount == 0 && dispatcher.sessionCount == 2)
         #expect(dispatcher.backlogCount == 1, "installations waiting in the store still load when their agents come")
         #expect(dispatcher.counters.storeRenewals == 1)
@@ -250,7 +258,7 @@ struct DispatcherTests {
             zip(ids, keys).map { Self.installation($0, key: $1) },
             connected: zip(ids, keys).map { (Data($0.utf8), $0, $1) }, settings: settings)
         func loads(_ actions: [DispatchAction]) -> [String] {
-            actions.compactMap { if case .load(let id, _, _) = $0 { return id } else { return nil } }
+            actions.compactMap { if case .load(let id, _, _, _) = $0 { return id } else { return nil } }
         }
         #expect(loads(dispatcher.on(.storeRenewed, now: Self.t0)) == ["i0", "i1"])
         // i3 ends before its turn: it loads when its agent says hello again, not from the queue.
@@ -259,7 +267,7 @@ struct DispatcherTests {
         #expect(loads(dispatcher.on(.tick, now: Self.t0)).isEmpty)
         // A load the store could not answer ends the session; the next hello loads again.
         let failed = dispatcher.on(.loadFailed(installationId: "i0", route: Data("i0".utf8)), now: Self.t0)
-        #expect(failed == [.note(.dropped("i0", .storeUnavailable))])
+        #expect(failed == [.position("i0", .away(after: 0)), .note(.dropped("i0", .storeUnavailable))])
         let hello = dispatcher.on(.hello(route: Data("i0".utf8), peerKey: keys[0], installationId: "i0"), now: Self.t0)
         #expect(loads(hello) == ["i0"])
         // A load answered for a session no longer loading changes nothing.
@@ -319,7 +327,8 @@ struct DispatcherTests {
         let stranger = dispatcher.on(.bye(route: Data("elsewhere".utf8), installationId: "a"), now: Self.t0)
         #expect(stranger.count == 1 && Self.refusal(stranger.first) == .unauthorized)
         #expect(dispatcher.sessionCount == 2)
-        #expect(dispatcher.on(.bye(route: Self.routeA, installationId: "a"), now: Self.t0) == [.note(.dropped("a", .left))])
+        // It left after notification 1: what is parked later is owed to it.
+        #expect(dispatcher.on(.bye(route: Self.routeA, installationId: "a"), now: Self.t0) == [.position("a", .away(after: 1)), .note(.dropped("a", .left))])
         #expect(dispatcher.sessionCount == 1)
         #expect(dispatcher.inFlightCount == 1)
         #expect(dispatcher.backlogCount == 1)
@@ -343,17 +352,19 @@ struct DispatcherTests {
         #expect(dispatcher.backlogCount == 1)
         // Back again: it loads from the store.
         let hello = dispatcher.on(.hello(route: Self.routeB, peerKey: Self.keyA, installationId: "a"), now: Self.t0.addingTimeInterval(20))
-        #expect(hello.contains { if case .load(installationId: "a", _, _) = $0 { return true } else { return false } })
+        #expect(hello.contains { if case .load(installationId: "a", _, _, _) = $0 { return true } else { return false } })
     }
 
     @Test("a connection that is gone ends its session at once")
     func unreachable() {
         var dispatcher = Self.dispatcher([Self.installation("a", key: Self.keyA)], connected: [(Self.routeA, "a", Self.keyA)])
-        #expect(dispatcher.on(.unreachable(route: Self.routeA), now: Self.t0) == [.note(.dropped("a", .unreachable))])
+        #expect(dispatcher.on(.unreachable(route: Self.routeA), now: Self.t0) == [.position("a", .away(after: 0)), .note(.dropped("a", .unreachable))])
         #expect(dispatcher.sessionCount == 0)
+        // A broadcast while it is away is parked for it, not given a delivery of its own.
         let actions = dispatcher.on(.accepted([Self.send(1)]), now: Self.t0)
         #expect(Self.sends(actions).isEmpty)
-        #expect(dispatcher.backlogCount == 1)
+        #expect(actions.contains(.record(Self.send(1), [], shards: nil, parked: ParkedCounts(counts: [Shards.of("a"): 1], registryAt: 1))))
+        #expect(dispatcher.backlogCount == 0 && dispatcher.counters.parked == 1)
     }
 
     @Test("at most `window` deliveries are in flight per session; each ack lets the next one go")
@@ -473,7 +484,7 @@ struct DispatcherPushTests {
         settings.platforms = ["linux", "apns"]
         var dispatcher = DispatcherTests.dispatcher(installations, connected: [(DispatcherTests.routeA, "desk", DispatcherTests.keyA)], settings: settings)
         let actions = dispatcher.on(.accepted([DispatcherTests.send(1)]), now: DispatcherTests.t0)
-        guard case .record(_, let plans, _) = actions.first else {
+        guard case .record(_, let plans, _, _) = actions.first else {
             Issue.record("the first action records the notification")
             return
         }
@@ -546,12 +557,12 @@ struct DispatcherShardTests {
     @Test("only the shards held here are planned, each once per notification, from its own cursor")
     func planning() {
         let ids = Self.ids(inShards: [4, 5, 6])
-        var dispatcher = DispatcherTests.dispatcher(ids.map { DispatcherTests.installation($0, key: DispatcherTests.keyA) })
+        var dispatcher = DispatcherTests.dispatcher(ids.map { DispatcherTests.installation($0, key: DispatcherTests.keyA) }, settings: DispatcherTests.perDevice)
         // Shard 5 was planned up to notification 2 by its previous owner.
         _ = dispatcher.on(.shards(ShardMap(owned: [4, 5], cursors: [4: 0, 5: 2])), now: DispatcherTests.t0)
         func planned(_ sequence: UInt64) -> [String] {
             let actions = dispatcher.on(.accepted([DispatcherTests.send(sequence)]), now: DispatcherTests.t0)
-            guard case .record(_, let plans, _)? = actions.first else { return [] }
+            guard case .record(_, let plans, _, _)? = actions.first else { return [] }
             return plans.map(\.installationId).sorted()
         }
         #expect(planned(1) == [ids[0]])
@@ -565,13 +576,13 @@ struct DispatcherShardTests {
     @Test("a shard taken over while a pull was under way is not planned from that pull: it waits for a pull from its own cursor")
     func takeoverDuringPull() {
         let ids = Self.ids(inShards: [4, 5])
-        var dispatcher = DispatcherTests.dispatcher(ids.map { DispatcherTests.installation($0, key: DispatcherTests.keyA) })
+        var dispatcher = DispatcherTests.dispatcher(ids.map { DispatcherTests.installation($0, key: DispatcherTests.keyA) }, settings: DispatcherTests.perDevice)
         // Shard 4 is planned up to 14 here; a pull after 14 is under way when shard 5, planned up
         // to 10 by its previous owner, is taken over.
         _ = dispatcher.on(.shards(ShardMap(owned: [4], cursors: [4: 14])), now: DispatcherTests.t0)
         _ = dispatcher.on(.shards(ShardMap(owned: [4, 5], cursors: [4: 14, 5: 10])), now: DispatcherTests.t0)
         let late = dispatcher.on(.accepted([DispatcherTests.send(15)], after: 14), now: DispatcherTests.t0)
-        guard case .record(_, let plans, let shards)? = late.first else {
+        guard case .record(_, let plans, let shards, _)? = late.first else {
             Issue.record("the pull records what it planned")
             return
         }
@@ -582,7 +593,7 @@ struct DispatcherShardTests {
         // The pull from shard 5's cursor plans 11 to 15 for it, and nothing twice for shard 4.
         let catchUp = dispatcher.on(.accepted((11...15).map { DispatcherTests.send(UInt64($0)) }, after: 10), now: DispatcherTests.t0)
         let records = catchUp.compactMap { action -> (UInt64, [String], Set<Int>?)? in
-            guard case .record(let notification, let plans, let shards) = action else { return nil }
+            guard case .record(let notification, let plans, let shards, _) = action else { return nil }
             return (notification.sequence, plans.map(\.installationId), shards)
         }
         #expect(records.map(\.0) == [11, 12, 13, 14, 15])

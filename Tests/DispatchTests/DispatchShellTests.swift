@@ -65,9 +65,17 @@ final class DispatchShellTests {
         }
     }
 
+    static var perDevice: DispatcherSettings {
+        var settings = DispatcherSettings()
+        settings.parkBroadcasts = false
+        return settings
+    }
+
+    /// A shell whose broadcasts give agents away a delivery each, so that the store's rows show
+    /// what each write kept.
     func shell(_ store: any DeliveryStore) -> DispatchShell {
         let shell = DispatchShell(
-            context: harness.context, settings: DispatcherSettings(), inbox: AgentInbox(messagesPerSecond: 100), store: store,
+            context: harness.context, settings: Self.perDevice, inbox: AgentInbox(messagesPerSecond: 100), store: store,
             leases: ShardLeaseKeeper(store: store, id: Self.here, period: 30), push: push, agents: AgentChannelStandIn(),
             publish: ForwardingStandIn(), registryWrites: ForwardingStandIn(), registry: nil, shared: true)
         shell.handle(.snapshot(RegistrySnapshot(sequence: 1, installations: [Self.x, Self.y].map {

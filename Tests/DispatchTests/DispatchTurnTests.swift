@@ -11,7 +11,7 @@ struct DispatchTurnTests {
     static func turn(_ a: String, _ b: String) -> DispatchTurn {
         let plans = [Fixture.plan("n", a), Fixture.plan("n", b)]
         var turn = DispatchTurn()
-        turn.records = [(Fixture.notification("n", sequence: 1), plans, [4, 9], Fixture.now)]
+        turn.records = [(Fixture.notification("n", sequence: 1), plans, [4, 9], Fixture.now, ParkedCounts())]
         turn.sent = plans.map { Fixture.delivery($0, of: "n") }
         turn.acks = [(a, [DeliveryKey("x/\(a)")]), (b, [DeliveryKey("x/\(b)")])]
         turn.failures = [(b, [DeliveryFailure(deliveryId: "y/\(b)", reason: "gone")])]
@@ -41,7 +41,7 @@ struct DispatchTurnTests {
         let store = try engine.makeStore()
         let plans = [Fixture.plan("n", "a"), Fixture.plan("n", "b")]
         var first = DispatchTurn()
-        first.records = [(Fixture.notification("n", sequence: 1, expiresIn: 1), plans, nil, Fixture.now)]
+        first.records = [(Fixture.notification("n", sequence: 1, expiresIn: 1), plans, nil, Fixture.now, ParkedCounts())]
         // Written 5 s after it was planned, past the notification's expiry: still as of its planning.
         try store.writeTurn { try first.write(to: store, now: Fixture.now.addingTimeInterval(5)) }
         try store.flush()
@@ -49,7 +49,7 @@ struct DispatchTurnTests {
         #expect(outcome.state == .completed && outcome.targets == 2 && outcome.expired == 0)
         // The next group sends one of them, and records the notification again with nothing left to plan.
         var second = DispatchTurn()
-        second.records = [(Fixture.notification("n", sequence: 1, expiresIn: 1), [], nil, Fixture.now)]
+        second.records = [(Fixture.notification("n", sequence: 1, expiresIn: 1), [], nil, Fixture.now, ParkedCounts())]
         second.sent = [Fixture.delivery(plans[0], of: "n")]
         try store.writeTurn { try second.write(to: store, now: Fixture.now) }
         try store.flush()
@@ -92,7 +92,7 @@ struct GroupCommitPolicyTests {
         var policy = GroupCommitPolicy(now: start)
         let plans = [Fixture.plan("n", "a"), Fixture.plan("n", "b")]
         var turn = DispatchTurn()
-        turn.records = [(Fixture.notification("n", sequence: 1), plans, nil, Fixture.now)]
+        turn.records = [(Fixture.notification("n", sequence: 1), plans, nil, Fixture.now, ParkedCounts())]
         turn.sent = plans.map { Fixture.delivery($0, of: "n") }
         #expect(turn.planned == 2)
         #expect(!policy.writes(gathered: turn, at: at(10), awaited: 0), "younger than 50 ms")

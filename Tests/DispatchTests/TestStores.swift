@@ -117,9 +117,21 @@ final class GroupedStore: DeliveryStore {
     var commits: CommitStrategy { inner.commits }
     func cursor() throws -> UInt64 { try inner.cursor() }
 
-    func record(_ notification: AcceptedNotification, plans: [PlannedDelivery], sent: Set<DeliveryKey>, shards: Set<Int>?, now: Date) throws {
-        try turn { try inner.record(notification, plans: plans, sent: sent, shards: shards, now: now) }
+    func record(
+        _ notification: AcceptedNotification, plans: [PlannedDelivery], parked: ParkedCounts, sent: Set<DeliveryKey>, shards: Set<Int>?, now: Date
+    ) throws {
+        try turn { try inner.record(notification, plans: plans, parked: parked, sent: sent, shards: shards, now: now) }
     }
+
+    func setPositions(_ positions: [(String, AgentPosition)]) throws { try turn { try inner.setPositions(positions) } }
+    func keepOwed(_ owed: [OwedDelivery], installationId: String, now: Date) throws {
+        try turn { try inner.keepOwed(owed, installationId: installationId, now: now) }
+    }
+    func catchUp(_ owed: [OwedDelivery], installationId: String, now: Date) throws {
+        try turn { try inner.catchUp(owed, installationId: installationId, now: now) }
+    }
+    func parked(now: Date, shards: Set<Int>?) throws -> [ParkedBroadcast] { try inner.parked(now: now, shards: shards) }
+    func closePositions(shards: Set<Int>?) throws { try turn { try inner.closePositions(shards: shards) } }
 
     func markSent(_ deliveries: [AgentDelivery], now: Date) throws { try turn { try inner.markSent(deliveries, now: now) } }
 

@@ -24,7 +24,7 @@ struct WritePathTests {
     static func turn(pushes: Bool = false) -> DispatchTurn {
         var turn = DispatchTurn()
         let plans = [Fixture.plan("n1", a), Fixture.plan("n1", b)]
-        turn.records.append((Fixture.notification("n1", sequence: 1), plans, [3, 5], Fixture.now))
+        turn.records.append((Fixture.notification("n1", sequence: 1), plans, [3, 5], Fixture.now, ParkedCounts()))
         turn.sent = plans.map { Fixture.delivery($0, of: "n1") }
         turn.acks = [(a, [DeliveryKey("old/\(a)")]), (b, [DeliveryKey("old/\(b)")])]
         if pushes {
