@@ -63,8 +63,8 @@ public struct Dispatcher {
             for route in sessions.keys.sorted(by: { $0.lexicographicallyPrecedes($1) }) { checkBinding(route, &actions) }
         case .installationChanged(let change):
             changed(change, now: now, &actions)
-        case .hello(let route, let peerKey, let installationId):
-            hello(route: route, peerKey: peerKey, installationId: installationId, now: now, &actions)
+        case .hello(let route, let peerKey, let installationId, let registered):
+            hello(route: route, peerKey: peerKey, installationId: installationId, registered: registered, now: now, &actions)
         case .ack(let route, let ack):
             acknowledge(route: route, ack, now: now, &actions)
         case .bye(let route, let installationId):
@@ -124,7 +124,9 @@ public struct Dispatcher {
 
     // MARK: Sessions
 
-    private mutating func hello(route: Route, peerKey: String?, installationId: String, now: Date, _ actions: inout [DispatchAction]) {
+    private mutating func hello(
+        route: Route, peerKey: String?, installationId: String, registered: UInt64?, now: Date, _ actions: inout [DispatchAction]
+    ) {
         if let session = sessions[route] {
             guard speaksFor(session, installationId, on: route, &actions) else { return }
             session.lastSeen = now
@@ -145,6 +147,13 @@ public struct Dispatcher {
         }
         if let shards, !shards.owned.contains(Shards.of(installationId)) {
             redirect(route, installationId, &actions)
+            return
+        }
+        if let registered, (installation.version ?? 0) < registered {
+            // What it catches up on is planned for it as it registered: its tags may have changed.
+            refuse(route, .unavailable,
+                   "the dispatcher has not read version \(registered) of installation '\(installationId)' from the registry yet; say hello again shortly",
+                   &actions)
             return
         }
         guard installation.pushChannel == peerKey else {
@@ -622,8 +631,9 @@ public enum DispatchEvent: Sendable {
     case parked([ParkedBroadcast], cursor: UInt64?)
     case snapshot(RegistrySnapshot)
     case installationChanged(InstallationChanged)
-    /// An agent's hello on a connection; `peerKey` is the connection's CURVE key, nil when it has none.
-    case hello(route: Route, peerKey: String?, installationId: String)
+    /// An agent's hello on a connection; `peerKey` is the connection's CURVE key, nil when it has
+    /// none; `registered`: the registry version its last registration stored, where it says.
+    case hello(route: Route, peerKey: String?, installationId: String, registered: UInt64? = nil)
     case ack(route: Route, AgentAck)
     /// The agent on `route` is stopping.
     case bye(route: Route, installationId: String)

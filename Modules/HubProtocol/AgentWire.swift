@@ -37,7 +37,7 @@ public enum AgentWire {
     public static func encode(_ frame: AgentFrame) -> Data {
         switch frame {
         case .hello(let hello):
-            return lines(.hello, [version, hello.installationId])
+            return lines(.hello, [version, hello.installationId] + (hello.registered.map { [String($0)] } ?? []))
         case .ack(let ack):
             let failures = (ack.failures ?? []).map { "!\($0.deliveryId)\t\(oneLine($0.reason))" }
             return lines(.ack, ack.deliveryIds + failures)
@@ -194,12 +194,13 @@ public enum AgentWire {
         }
         switch verb {
         case .hello:
-            let parts = try fields(2, "version, installation id")
+            let parts = try fields(lines.ranges.count >= 3 ? 3 : 2, "version, installation id, and the registered version if known")
             guard parts[0] == Self.version else {
                 throw HubError(.unsupportedVersion, "agent channel version '\(parts[0].prefix(24))' is not spoken here; this dispatcher speaks \(Self.version)")
             }
             guard !parts[1].isEmpty, !parts[1].contains("\n") else { throw malformed("'hello' needs one installation id on its second line") }
-            return .hello(AgentHello(installationId: parts[1]))
+            let registered = parts.count == 3 ? try number(parts[2], "registered version", as: UInt64.self) : nil
+            return .hello(AgentHello(installationId: parts[1], registered: registered))
         case .ack:
             var ids: [String] = []
             var failures: [DeliveryFailure] = []
@@ -258,7 +259,7 @@ public enum AgentWire {
     struct Lines {
         let first: String
         /// Where each line after the first starts and ends, in bytes.
-        private let ranges: [Range<Int>]
+        private(set) var ranges: [Range<Int>]
         private let text: String
 
         init(_ text: String) {

@@ -6,7 +6,14 @@ public struct AgentHello: HubRequest {
     public typealias Reply = AgentWelcome
     public static let messageType: MessageType = "agent.hello"
     public var installationId: String
-    public init(installationId: String) { self.installationId = installationId }
+    /// The registry version the agent's last registration stored: a dispatcher whose index has an
+    /// older one says to come again shortly, so that what the agent catches up on is planned for
+    /// its installation as registered (its tags changed while it was away, say).
+    public var registered: UInt64?
+    public init(installationId: String, registered: UInt64? = nil) {
+        self.installationId = installationId
+        self.registered = registered
+    }
 }
 
 /// Agent → dispatcher, as the agent stops: its session ends at once, so that the dispatcher counts

@@ -31,6 +31,8 @@ final class AgentDaemon {
     private var core: AgentCore
     private let keys: CurveKeyPair
     private(set) var registered = false
+    /// The registry version of the last registration, said with each hello (`AgentHello.registered`).
+    private var registeredVersion: UInt64?
     private var lastRegistrationError = ""
 
     init(context: ServiceContext, store: AgentStore, identity: AgentIdentity, environment: [String: String]) throws {
@@ -257,7 +259,7 @@ final class AgentDaemon {
         let installation = Installation(
             installationId: installationId, platform: "linux", pushChannel: keys.publicKey, tags: categories,
             userId: userId, templates: ["default": InstallationTemplate(body: template)], endpoints: try distributor.store.endpoints())
-        _ = try registry.call(InstallationUpsert(installation: installation, userToken: userSync?.accessToken()))
+        registeredVersion = try registry.call(InstallationUpsert(installation: installation, userToken: userSync?.accessToken())).installation.version
         registered = true
         lastRegistrationError = ""
         // The registration stands whatever the channel does with the hello that follows.
@@ -298,7 +300,7 @@ final class AgentDaemon {
         for action in actions {
             switch action {
             case .hello:
-                _ = try channel.send(AgentWire.encode(.hello(AgentHello(installationId: channelId))), wait: false)
+                _ = try channel.send(AgentWire.encode(.hello(AgentHello(installationId: channelId, registered: registeredVersion))), wait: false)
             case .show(let delivery):
                 // Shown, then remembered as seen, then acknowledged (after this batch): a crash
                 // before the show leaves it unseen and unacknowledged, so it comes again and is shown;

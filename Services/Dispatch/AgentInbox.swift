@@ -45,7 +45,7 @@ struct AgentInbox {
             }
             switch try AgentWire.decode(body[0]) {
             case .hello(let hello):
-                return .event(.hello(route: route, peerKey: peer, installationId: installationKey(hello.installationId)))
+                return .event(.hello(route: route, peerKey: peer, installationId: installationKey(hello.installationId), registered: hello.registered))
             case .ack(let ack):
                 return .event(.ack(route: route, ack))
             case .bye(let bye):

@@ -81,6 +81,18 @@ struct ParkedBroadcastTests {
         #expect(Self.owed(dispatcher.on(.hello(route: T.routeB, peerKey: T.keyA, installationId: "y"), now: Self.t0)) == ["n4/y/t"])
     }
 
+    @Test("a hello naming a registration the index has not read yet is told to come again; once read, it catches up as registered")
+    func helloAfterRegistration() {
+        var dispatcher = T.dispatcher([T.installation("x", key: T.keyA, tags: ["World"])])
+        _ = dispatcher.on(.accepted([T.send(1)]), now: Self.t0)
+        let early = dispatcher.on(.hello(route: T.routeA, peerKey: T.keyA, installationId: "x", registered: 5), now: Self.t0)
+        #expect(T.errors(early) == [.unavailable] && dispatcher.sessionCount == 0)
+        // Its agent registered Sports in place of World while away: n1 stops.
+        _ = dispatcher.on(Self.change("x", tags: ["Sports"], version: 5), now: Self.t0)
+        let hello = dispatcher.on(.hello(route: T.routeA, peerKey: T.keyA, installationId: "x", registered: 5), now: Self.t0)
+        #expect(Self.owed(hello) == nil && dispatcher.sessionCount == 1 && hello.contains(.position("x", .here)))
+    }
+
     @Test("an agent leaving writes where it left; an expired broadcast is owed to no one and forgotten; a shard elsewhere is not parked here")
     func positionsAndExpiry() {
         var dispatcher = T.dispatcher([T.installation("a", key: T.keyA)], connected: [(T.routeA, "a", T.keyA)])

@@ -117,12 +117,20 @@ struct DispatchDecisionsTests {
             guard case .error(let error)? = try? AgentWire.decode(frames[0]) else { return nil }
             return error.code
         }
-        guard case .event(.hello(let helloRoute, let key, let id))? = inbox.read([route, AgentWire.encode(.hello(AgentHello(installationId: "i1")))], peer: "K", now: 0)
+        guard case .event(.hello(let helloRoute, let key, let id, let registered))? = inbox.read([route, AgentWire.encode(.hello(AgentHello(installationId: "i1")))], peer: "K", now: 0)
         else {
             Issue.record("hello")
             return
         }
-        #expect(helloRoute == route && key == "K" && id == "i1")
+        #expect(helloRoute == route && key == "K" && id == "i1" && registered == nil)
+        // With the version its registration stored.
+        guard case .event(.hello(_, _, _, let version))? = inbox.read(
+            [route, AgentWire.encode(.hello(AgentHello(installationId: "i1", registered: 42)))], peer: "K", now: 0)
+        else {
+            Issue.record("hello with its version")
+            return
+        }
+        #expect(version == 42)
         // The rate (1 a second, bursts of 2) counts hellos, never acknowledgements.
         let ack = AgentWire.encode(.ack(AgentAck(deliveryIds: ["d1"])))
         for _ in 0..<5 {

@@ -11,6 +11,7 @@ struct AgentWireTests {
 
     static let samples: [(String, AgentFrame)] = [
         ("hello", .hello(AgentHello(installationId: "linux-1"))),
+        ("hello-registered", .hello(AgentHello(installationId: "linux-1", registered: 1_234))),
         ("ack", .ack(AgentAck(deliveryIds: ["n1/linux-1/default", "n2/linux-1/default"]))),
         ("ack-with-failures", .ack(AgentAck(deliveryIds: ["n1/linux-1/default"],
                                             failures: [DeliveryFailure(deliveryId: "n3/linux-1/native", reason: "rich fetch failed after 8 tries")]))),
@@ -118,6 +119,7 @@ struct AgentWireTests {
             ("hello\n9\nx", .unsupportedVersion, "version '9'"),
             ("hello\n1\n", .malformedFrames, "one installation id"),
             ("hello", .malformedFrames, "has 0 of its 2 fields"),
+            ("hello\n1\nx\nsoon", .malformedFrames, "registered version 'soon' is not a whole number"),
             ("bye", .malformedFrames, "has 0 of its 1 fields"),
             ("bye\n", .malformedFrames, "'bye' needs one installation id"),
             ("bye\nlinux-1\nlinux-2", .malformedFrames, "'bye' needs one installation id"),
