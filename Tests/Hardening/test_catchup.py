@@ -15,7 +15,8 @@ Then the six come back. Each shows exactly what reaches it as it is now, once, i
 sent; the expired one never. Every outcome is exact: targets counted when planned, acknowledged
 as agents catch up, and expired for those that never could.
 
-Runs on the server NH_TEST_POSTGRES names (`make test` starts a throwaway one); skipped without it."""
+The first test runs on the server NH_TEST_POSTGRES names (`make test` starts a throwaway one),
+skipped without it; the second on SQLite."""
 import json
 import os
 import subprocess
@@ -26,10 +27,10 @@ import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "Support"))
 
-from hubharness import BIN, POSTGRES, free_port, wait_until  # noqa: E402
+from hubharness import BIN, POSTGRES, Hub, free_port, health_row, json_lines, wait_until  # noqa: E402
 from test_failover import AGENTS, Fleet  # noqa: E402
 
-pytestmark = pytest.mark.skipif(not POSTGRES, reason="NH_TEST_POSTGRES is not set: run under Tests/Support/pgserver.py run -- …")
+needs_postgres = pytest.mark.skipif(not POSTGRES, reason="NH_TEST_POSTGRES is not set: run under Tests/Support/pgserver.py run -- …")
 
 AWAY = [f"agent-{i}" for i in range(6)]
 HERE = [f"agent-{i}" for i in range(6, AGENTS)]
@@ -82,6 +83,7 @@ def fleet():
         fleet.stop()
 
 
+@needs_postgres
 def test_agents_away_catch_up_once_in_order_on_what_reaches_them_now_across_a_takeover_and_a_restart(fleet):
     hub = fleet.hub
     n0 = fleet.send_to("before", "News")
@@ -163,3 +165,63 @@ def test_agents_away_catch_up_once_in_order_on_what_reaches_them_now_across_a_ta
     assert sorted(line.split("|")[0] for line in parked.splitlines()) == sorted([n1, n4, n5]), parked
     # Each agent's position is marked here again.
     assert fleet.sql("SELECT count(*) FROM dispatch.agent_positions WHERE here") == str(AGENTS)
+
+
+def test_on_sqlite_an_agent_connected_when_the_dispatcher_dies_is_away_from_its_cursor_and_catches_up_once():
+    """One dispatcher on SQLite, the default: killed with an agent connected, whose position
+    was marked here. At the next start it is closed at the store's cursor, so that the broadcasts
+    parked for it from then on are owed, and none before. The agent away all along catches up too."""
+    hub = Hub(prefix="nh-catchup-", settings={"NH_AGENT_HEARTBEAT_MS": "500", "NH_LOG_LEVEL": "info"})
+    outputs = {}
+    labels = {}
+    try:
+        assert hub.start_services()
+
+        def env(name):
+            return {"NH_AGENT_HOME": os.path.join(hub.data, name), "NH_AGENT_INSTALLATION_ID": name,
+                    "NH_AGENT_REQUESTS": f"tcp://127.0.0.1:{free_port()}"}
+
+        def start_agent(name):
+            hub.start(name, "nh-agent", env=env(name), stdout=open(outputs[name], "ab"))
+
+        def shown(name):
+            return [labels[line["notificationId"]] for line in json_lines(outputs[name]) if line.get("notificationId") in labels]
+
+        def served():
+            done = subprocess.run([os.path.join(BIN, "nhctl"), "--json", "health"], env=hub.env, capture_output=True, text=True, timeout=30)
+            return int(health_row(done.stdout, "nh-dispatch").get("details", {}).get("agents", 0))
+
+        def send(label):
+            done = subprocess.run([os.path.join(BIN, "nhctl"), "--json", "send", "--tag", "News", f"messageParam={label}"],
+                                  env=hub.env, capture_output=True, text=True, timeout=60)
+            assert done.returncode == 0, done.stderr
+            labels[json.loads(done.stdout.splitlines()[-1])["notificationId"]] = label
+
+        for name in ["here", "away"]:
+            outputs[name] = os.path.join(hub.data, f"{name}.jsonl")
+            done = subprocess.run([os.path.join(BIN, "nh-agent"), "subscribe", "News"], env={**hub.env, **env(name)},
+                                  capture_output=True, text=True, timeout=60)
+            assert done.returncode == 0, done.stderr
+            start_agent(name)
+        assert wait_until(lambda: served() == 2, timeout=30, interval=0.3)
+        send("one")
+        assert wait_until(lambda: shown("here") == ["one"] and shown("away") == ["one"], timeout=30, interval=0.3)
+        hub.stop("away")
+        assert wait_until(lambda: served() == 1, timeout=30, interval=0.3)
+        send("two")
+        assert wait_until(lambda: shown("here") == ["one", "two"], timeout=30, interval=0.3)
+        # Killed with "here" connected: its position says here. The agent stops meanwhile.
+        time.sleep(2.5)  # the dispatcher's group of writes commits
+        hub.kill("nh-dispatch")
+        hub.stop("here")
+        hub.start("nh-dispatch")
+        send("three")
+        send("four")
+        for name in ["here", "away"]:
+            start_agent(name)
+        expected = {"here": ["one", "two", "three", "four"], "away": ["one", "two", "three", "four"]}
+        assert wait_until(lambda: all(shown(n) == e for n, e in expected.items()), timeout=60, interval=0.3), {n: shown(n) for n in expected}
+        time.sleep(1.5)
+        assert {n: shown(n) for n in expected} == expected
+    finally:
+        hub.stop_all()
