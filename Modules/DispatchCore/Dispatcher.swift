@@ -546,6 +546,8 @@ public struct Dispatcher {
     public var inFlightCount: Int { inFlight.count }
     public var backlogCount: Int { backlog.count }
     public func route(of installationId: String) -> Route? { routes[installationId] }
+    /// Whether the store may hold unacknowledged deliveries for the installation.
+    public func hasBacklog(_ installationId: String) -> Bool { backlog.contains(installationId) }
 
     /// Where an installation is served, as this dispatcher (its agent endpoint `advertised`) knows
     /// it: one dispatcher with no shard map serves every shard; with one, the lease holder does.

@@ -289,12 +289,12 @@ final class FleetProcess: @unchecked Sendable {
     private(set) var latencies: [Double] = []
 
     /// The agents' hellos and transport heartbeats follow the cluster's `agentHeartbeatMs`.
-    init(cluster: HubCluster, prefix: String, count: Int) throws {
+    init(cluster: HubCluster, prefix: String, count: Int, tag: String? = nil) throws {
         self.prefix = prefix
         self.count = count
         process = Process()
         process.executableURL = cluster.binDirectory.appendingPathComponent("nh-bench")
-        process.arguments = ["fleet", "--count", String(count), "--prefix", prefix]
+        process.arguments = ["fleet", "--count", String(count), "--prefix", prefix] + (tag.map { ["--tag", $0] } ?? [])
         process.environment = cluster.environment
         process.standardInput = input
         process.standardOutput = output

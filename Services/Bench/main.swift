@@ -21,7 +21,8 @@ let usage = """
            nh-bench fanout-shards [--fanout N] [--broadcasts B] [--json] [--output FILE]
            nh-bench hubs [--hubs H] [--per-hub I] [--sends N] [--offline M] [--json] [--output FILE]
            nh-bench users [--posts N] [--dismisses N] [--json] [--output FILE]
-           nh-bench offline [--devices N] [--broadcasts B] [--json] [--output FILE]
+           nh-bench offline [--devices N] [--broadcasts B] [--connected C] [--returning R] [--missed M]
+                            [--no-postgres] [--json] [--output FILE]
            nh-bench curve-connect [--fanout N] [--json] [--output FILE]
            nh-bench instructions [--fanout N] [--broadcasts B] [--json] [--output FILE]
            nh-bench desktop [--popups N] [--tries N] [--json] [--output FILE]
@@ -66,12 +67,14 @@ let usage = """
     from the send until the dispatcher's outcome is Completed.
 
     The offline figures (`offline`, and part of the whole run unless --no-offline) import N Linux
-    installations (default 1,000,000) by a job from a file, with none connected, then broadcast B
-    times (default 3) to all of them: the import's rate, until the job completed and until the
-    dispatcher had every one; the dispatcher's resident memory per installation indexed; per
-    broadcast, the time until it is planned and durable, and what it adds to the data folder and to
-    the dispatcher's resident memory, per offline device. Then the same import with the stores on
-    a throwaway PostgreSQL server (unless --no-postgres).
+    installations (default 1,000,000) by a job from a file, connect C simulated agents beside them
+    (default 1,000), then broadcast B times (default 3) to all of them: the import's rate, until the
+    job completed and until the dispatcher had every one; the dispatcher's resident memory per
+    installation indexed; per broadcast, the time until it is planned and durable, and what it adds
+    to the data folder and to the dispatcher's resident memory. Then R more agents (default 10,000),
+    registered but not connected, miss M broadcasts (default 10) and connect: the seconds until all
+    have caught up, and how many deliveries came twice. Then the same import and broadcasts with
+    the stores on a throwaway PostgreSQL server and two dispatchers (unless --no-postgres).
 
     The push figures (`push`, and part of the whole run unless --no-push) start the stand-in push
     services (python3 Tests/Support/pushstandins.py, found above nh-bench's folder, under
@@ -151,6 +154,18 @@ func fanout(_ parsed: Arguments, sizes: [Int], hub: Bool, mosquitto: Bool) throw
 }
 
 /// `fanout-shards`' N: --fanout's one agent count, else the default.
+/// The offline figures' scale: --devices, --connected, --returning, --missed, and with
+/// `broadcasts` (the offline command, where it is not the fan-out's) --broadcasts.
+func offlineScale(_ parsed: Arguments, broadcasts: Bool) -> OfflineBench.Scale {
+    var scale = OfflineBench.Scale()
+    scale.devices = parsed[option: "devices"].flatMap(Int.init) ?? scale.devices
+    scale.connected = parsed[option: "connected"].flatMap(Int.init) ?? scale.connected
+    scale.returning = parsed[option: "returning"].flatMap(Int.init) ?? scale.returning
+    scale.missed = parsed[option: "missed"].flatMap(Int.init) ?? scale.missed
+    if broadcasts { scale.broadcasts = parsed[option: "broadcasts"].flatMap(Int.init) ?? scale.broadcasts }
+    return scale
+}
+
 func shardedFanoutAgents(_ parsed: Arguments) throws -> Int {
     guard let text = parsed[option: "fanout"] else { return FanoutShardsBench.defaultAgents }
     guard let agents = Int(text.trimmingCharacters(in: .whitespaces)), agents > 0 else {
@@ -181,7 +196,7 @@ do {
         Array(CommandLine.arguments.dropFirst()),
         valued: [
             "messages", "round-trips", "size", "posts", "dismisses", "sends", "fanout", "broadcasts", "rate", "latency-count", "output", "push",
-            "standins", "popups", "tries", "pushes", "hubs", "per-hub", "offline", "devices",
+            "standins", "popups", "tries", "pushes", "hubs", "per-hub", "offline", "devices", "connected", "returning", "missed",
         ],
         flags: ["no-mosquitto", "no-services", "no-fanout", "no-push", "no-postgres", "no-desktop", "no-unifiedpush", "no-hubs", "no-offline", "json"])
     if parsed.has("help") {
@@ -254,11 +269,16 @@ do {
             settings: BenchSettings(messages: 0, roundTrips: 0, size: 5), parsed)
         exit(0)
     case "offline":
-        try report(
-            try OfflineBench.run(devices: parsed[option: "devices"].flatMap(Int.init) ?? 1_000_000,
-                                 broadcasts: parsed[option: "broadcasts"].flatMap(Int.init) ?? 3)
-                + (parsed.has("no-postgres") ? [] : (try? OfflineBench.importOnPostgres(devices: parsed[option: "devices"].flatMap(Int.init) ?? 1_000_000)) ?? []),
-            settings: BenchSettings(messages: 0, roundTrips: 0, size: 0), parsed)
+        let scale = offlineScale(parsed, broadcasts: true)
+        var results = try OfflineBench.run(scale)
+        if !parsed.has("no-postgres") {
+            do {
+                results += try OfflineBench.onPostgres(devices: scale.devices, broadcasts: scale.broadcasts)
+            } catch let error as BenchUnavailable {
+                FileHandle.standardError.write(Data("nh-bench: PostgreSQL figures skipped: \(error)\n".utf8))
+            }
+        }
+        try report(results, settings: BenchSettings(messages: 0, roundTrips: 0, size: 0), parsed)
         exit(0)
     case "users":
         try report(
@@ -311,11 +331,11 @@ do {
                 sends: 2 * sends, offline: parsed[option: "offline"].flatMap(Int.init) ?? 10_000)
         }
         if !parsed.has("no-offline") {
-            let devices = parsed[option: "devices"].flatMap(Int.init) ?? 1_000_000
-            results += try OfflineBench.run(devices: devices)
+            let scale = offlineScale(parsed, broadcasts: false)
+            results += try OfflineBench.run(scale)
             if !parsed.has("no-postgres") {
                 do {
-                    results += try OfflineBench.importOnPostgres(devices: devices)
+                    results += try OfflineBench.onPostgres(devices: scale.devices, broadcasts: scale.broadcasts)
                 } catch let error as BenchUnavailable {
                     FileHandle.standardError.write(Data("nh-bench: PostgreSQL import skipped: \(error)\n".utf8))
                 }

@@ -43,37 +43,64 @@ extension DeliveryEngine {
     }
 
     func keepOwed(_ owed: [OwedDelivery], installationId: String, now: Date) throws {
-        try write { try makeOwed(owed, installationId: installationId, now: now) }
+        try write { _ = try makeOwed(owed, installationId: installationId, now: now) }
     }
 
-    func catchUp(_ owed: [OwedDelivery], installationId: String, now: Date) throws {
+    func catchUp(_ owed: [OwedDelivery], installationId: String, now: Date) throws -> [AgentDelivery] {
         try write {
-            try makeOwed(owed, installationId: installationId, now: now)
+            let made = try makeOwed(owed, installationId: installationId, now: now)
             try run(sql.setPosition, [installationId, Shards.of(installationId), Int64(0), true])
+            return made
         }
     }
 
-    /// Inserts the owed deliveries after the installation's position, oldest first, each once.
-    private func makeOwed(_ owed: [OwedDelivery], installationId: String, now: Date) throws {
+    /// Makes the owed deliveries after the installation's position, oldest first, each once;
+    /// returns them. Inside an open group of writes they are held in memory as a broadcast's
+    /// deliveries to agents here are (`UnwrittenDeliveries`), so that one acknowledged before the
+    /// group commits is never written; their payload is stored once per notification and body.
+    private func makeOwed(_ owed: [OwedDelivery], installationId: String, now: Date) throws -> [AgentDelivery] {
         let shard = Shards.of(installationId)
         touch(shard)
-        guard !owed.isEmpty else { return }
+        guard !owed.isEmpty else { return [] }
         let position = try one(sql.position, [installationId])
-        if let position, try position.bool("here", of: "agent_positions") { return }
+        if let position, try position.bool("here", of: "agent_positions") { return [] }
         let after = try position?.sequence("after", of: "agent_positions") ?? 0
         var caughtUp: [String: Int] = [:]
+        var made: [AgentDelivery] = []
         for delivery in owed.sorted(by: { $0.sequence < $1.sequence }) where delivery.sequence > after && delivery.plan.expiresAt > now {
             let plan = delivery.plan
             let rich = try plan.rich.map { try ledger.encoder.encode($0) }
-            let inserted = try run(sql.insertOwed, [
-                plan.deliveryId, delivery.notificationId, installationId, shard, plan.template, plan.payload,
-                plan.expiresAt.timeIntervalSince1970, rich,
-            ])
-            if inserted > 0 { caughtUp[delivery.notificationId, default: 0] += 1 }
+            if groupOpen {
+                // Never written before: no delivery of a parked broadcast is, but for this agent after its position.
+                guard ledger.unwritten[plan.key] == nil else { continue }
+                ledger.unwritten.add(plan.key, UnwrittenDeliveries.Delivery(
+                    notificationId: delivery.notificationId, installationId: installationId, shard: shard, template: plan.template,
+                    payloadId: try owedPayload(delivery.notificationId, plan.payload), expiresAt: plan.expiresAt, rich: rich, deliveredAt: nil))
+            } else {
+                let inserted = try run(sql.insertOwed, [
+                    plan.deliveryId, delivery.notificationId, installationId, shard, plan.template, plan.payload,
+                    plan.expiresAt.timeIntervalSince1970, rich,
+                ])
+                guard inserted > 0 else { continue }
+            }
+            caughtUp[delivery.notificationId, default: 0] += 1
+            made.append(AgentDelivery(
+                deliveryId: plan.deliveryId, notificationId: delivery.notificationId, installationId: installationId, template: plan.template,
+                payload: plan.payload, expiresAt: plan.expiresAt, rich: plan.rich))
         }
         for (notificationId, count) in caughtUp.sorted(by: { $0.key < $1.key }) {
             try run(sql.addCaughtUp, [count, notificationId, shard])
         }
+        return made
+    }
+
+    /// The payload row of a parked broadcast's body, stored at its first catch-up.
+    private func owedPayload(_ notificationId: String, _ body: String) throws -> Int64 {
+        let key = OwedPayload(notificationId: notificationId, body: body)
+        if let id = ledger.scope.owedPayloads[key] ?? ledger.owedPayloads[key] { return id }
+        let id = try oneRow(sql.insertPayload, [notificationId, body]).int64("id", of: "payloads")
+        ledger.scope.owedPayloads[key] = id
+        return id
     }
 
     func parked(now: Date, shards: Set<Int>?) throws -> [ParkedBroadcast] {

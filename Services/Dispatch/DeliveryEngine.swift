@@ -539,6 +539,7 @@ extension DeliveryEngine {
                 try run(statement, age.map { [now.timeIntervalSince1970 - $0] } ?? [])
             }
             ledger.testNotifications = try testNotificationIds()
+            ledger.owedPayloads = [:]
         }
     }
 }

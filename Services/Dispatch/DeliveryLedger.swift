@@ -15,6 +15,9 @@ final class DeliveryLedger {
     var knownCursor: UInt64?
     /// Deliveries acknowledged while held, so never written, since the store opened.
     var acknowledgedUnwritten = 0
+    /// The payload rows of parked broadcasts' bodies made for agents catching up, forgotten when
+    /// payloads are purged or a group of writes is rolled back.
+    var owedPayloads: [OwedPayload: Int64] = [:]
     /// The write under way, if any: a write inside it joins it.
     var open: WriteScope?
     let encoder = HubCodec.makeEncoder()
@@ -30,6 +33,8 @@ final class DeliveryLedger {
     func settle(_ scope: WriteScope) {
         if let moved = scope.knownCursor { knownCursor = moved }
         acknowledgedUnwritten += scope.acknowledgedUnwritten
+        if owedPayloads.count > 10_000 { owedPayloads.removeAll() }
+        owedPayloads.merge(scope.owedPayloads) { $1 }
         unwritten.settle()
     }
 }
@@ -52,6 +57,8 @@ struct WriteScope {
     var shardCursorsTo: [Int: UInt64] = [:]
     /// Deliveries acknowledged while held in this write.
     var acknowledgedUnwritten = 0
+    /// Payload rows this write made for parked broadcasts' bodies.
+    var owedPayloads: [OwedPayload: Int64] = [:]
     /// Where the held deliveries' journal stood as the write began.
     let mark: Int
 
@@ -59,6 +66,12 @@ struct WriteScope {
         self.mark = mark
         self.knownCursor = knownCursor
     }
+}
+
+/// A parked broadcast's body as rendered for an agent catching up.
+struct OwedPayload: Hashable {
+    var notificationId: String
+    var body: String
 }
 
 /// How an engine commits the dispatcher's turns, one value per engine: read by the store's shared

@@ -58,7 +58,9 @@ protocol DeliveryStore: LeaseStore {
     /// (none while its agent is marked here), each counted as caught up with its broadcast.
     func keepOwed(_ owed: [OwedDelivery], installationId: String, now: Date) throws
     /// `keepOwed` and, in the same write, marks the agent here: what a hello does before loading.
-    func catchUp(_ owed: [OwedDelivery], installationId: String, now: Date) throws
+    /// Returns the deliveries it made, oldest first.
+    @discardableResult
+    func catchUp(_ owed: [OwedDelivery], installationId: String, now: Date) throws -> [AgentDelivery]
     /// The broadcasts parked for `shards` (nil: every shard) and not expired, oldest first.
     func parked(now: Date, shards: Set<Int>?) throws -> [ParkedBroadcast]
     /// Closes the positions of agents still marked here in `shards` (nil: every shard) at each

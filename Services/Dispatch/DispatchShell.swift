@@ -116,8 +116,15 @@ final class DispatchShell {
             case .load(let installationId, let route, let limit, let owed):
                 writeGathered()
                 do {
-                    // What it missed while away, and that it is here, in one write before it loads.
-                    try store.catchUp(owed, installationId: installationId, now: Date())
+                    // What it missed while away, and that it is here, in one write before it loads
+                    // (a turn of the open group on SQLite, where what it makes is held in memory).
+                    var made: [AgentDelivery] = []
+                    try store.writeTurn { made = try store.catchUp(owed, installationId: installationId, now: Date()) }
+                    if !core.hasBacklog(installationId), made.count < limit {
+                        // The store holds nothing else for it: what was made is all there is.
+                        handle(.loaded(installationId: installationId, route: route, made, complete: true))
+                        continue
+                    }
                     let (deliveries, sentBefore) = try store.unacknowledged(for: installationId, now: Date(), limit: limit)
                     handle(.loaded(installationId: installationId, route: route, deliveries, complete: deliveries.count < limit, sentBefore: sentBefore))
                 } catch {

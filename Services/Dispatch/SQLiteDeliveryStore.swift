@@ -359,6 +359,7 @@ final class SQLiteDeliveryStore: DeliveryEngine {
             database.rollBackGroup()
             ledger.unwritten = UnwrittenDeliveries()
             ledger.knownCursor = nil
+            ledger.owedPayloads = [:]
             throw error
         }
     }

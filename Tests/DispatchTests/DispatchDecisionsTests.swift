@@ -125,7 +125,7 @@ struct DispatchDecisionsTests {
         #expect(helloRoute == route && key == "K" && id == "i1" && registered == nil)
         // With the version its registration stored.
         guard case .event(.hello(_, _, _, let version))? = inbox.read(
-            [route, AgentWire.encode(.hello(AgentHello(installationId: "i1", registered: 42)))], peer: "K", now: 0)
+            [Data("another".utf8), AgentWire.encode(.hello(AgentHello(installationId: "i1", registered: 42)))], peer: "K2", now: 0)
         else {
             Issue.record("hello with its version")
             return

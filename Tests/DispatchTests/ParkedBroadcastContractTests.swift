@@ -51,13 +51,14 @@ struct ParkedBroadcastContractTests {
         for n in [n1, n2] { try store.record(n, plans: [], parked: ParkedCounts(counts: [shard: 1], registryAt: 1), sent: [], shards: nil, now: now) }
         // Away since notification 1: only n2 is owed, though the dispatcher asks for both.
         try store.setPositions([(a, .away(after: 1))])
-        try store.catchUp([Self.owed(n2, a), Self.owed(n1, a)], installationId: a, now: now)
+        let made = try store.catchUp([Self.owed(n2, a), Self.owed(n1, a)], installationId: a, now: now)
+        #expect(made.map(\.notificationId) == ["n2"] && made.map(\.payload) == ["for \(a)"])
         try store.flush()
         #expect(try store.pending(for: a, now: now).map(\.notificationId) == ["n2"])
         #expect(try store.pending(for: a, now: now).map(\.payload) == ["for \(a)"])
         // A second session while marked here is owed nothing more, even after acknowledging.
         try store.acknowledge([Self.owed(n2, a).plan.deliveryId], installationId: a, now: now)
-        try store.catchUp([Self.owed(n1, a), Self.owed(n2, a)], installationId: a, now: now)
+        #expect(try store.catchUp([Self.owed(n1, a), Self.owed(n2, a)], installationId: a, now: now).isEmpty)
         try store.keepOwed([Self.owed(n2, a)], installationId: a, now: now)
         try store.flush()
         #expect(try store.pending(for: a, now: now).isEmpty)

@@ -127,7 +127,8 @@ final class GroupedStore: DeliveryStore {
     func keepOwed(_ owed: [OwedDelivery], installationId: String, now: Date) throws {
         try turn { try inner.keepOwed(owed, installationId: installationId, now: now) }
     }
-    func catchUp(_ owed: [OwedDelivery], installationId: String, now: Date) throws {
+    @discardableResult
+    func catchUp(_ owed: [OwedDelivery], installationId: String, now: Date) throws -> [AgentDelivery] {
         try turn { try inner.catchUp(owed, installationId: installationId, now: now) }
     }
     func parked(now: Date, shards: Set<Int>?) throws -> [ParkedBroadcast] { try inner.parked(now: now, shards: shards) }
