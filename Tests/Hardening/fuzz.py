@@ -808,13 +808,18 @@ def agent_verdict(frames):
         return bool(INTEGER.fullmatch(text)) and low <= int(text) <= high
 
     if name == "hello":
-        parts = fields(2)
+        # A third field, when there is one, is the registry version the agent registered.
+        parts = fields(3 if rest.count("\n") >= 2 else 2)
         if parts is None:
             return "frame", malformed
         if parts[0] != "1":
             return "frame", {"unsupported_version"}
         if parts[1] == "" or "\n" in parts[1]:
             return "frame", malformed
+        if len(parts) == 3:
+            if not whole(parts[2], 0, (1 << 64) - 1):
+                return "frame", malformed
+            return "frame", {"not_found", "forbidden", "unavailable"}
         return "frame", {"not_found", "forbidden"}
     if name == "ack":
         unsure = not text.isascii()
