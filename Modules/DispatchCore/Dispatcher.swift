@@ -149,7 +149,9 @@ public struct Dispatcher {
             redirect(route, installationId, &actions)
             return
         }
-        if let registered, (installation.version ?? 0) < registered {
+        if let registered, (installation.version ?? 0) < registered,
+            parked.contains(where: { $0.shards[Shards.of(installationId)] != nil && $0.notification.expiresAt > now })
+        {
             // What it catches up on is planned for it as it registered: its tags may have changed.
             refuse(route, .unavailable,
                    "the dispatcher has not read version \(registered) of installation '\(installationId)' from the registry yet; say hello again shortly",

@@ -91,6 +91,10 @@ struct ParkedBroadcastTests {
         _ = dispatcher.on(Self.change("x", tags: ["Sports"], version: 5), now: Self.t0)
         let hello = dispatcher.on(.hello(route: T.routeA, peerKey: T.keyA, installationId: "x", registered: 5), now: Self.t0)
         #expect(Self.owed(hello) == nil && dispatcher.sessionCount == 1 && hello.contains(.position("x", .here)))
+        // With nothing parked in its shard, it has nothing to catch up on: welcomed whatever the index has.
+        var quiet = T.dispatcher([T.installation("x", key: T.keyA, tags: ["World"])])
+        let welcomed = quiet.on(.hello(route: T.routeA, peerKey: T.keyA, installationId: "x", registered: 5), now: Self.t0)
+        #expect(T.errors(welcomed).isEmpty && quiet.sessionCount == 1)
     }
 
     @Test("an agent leaving writes where it left; an expired broadcast is owed to no one and forgotten; a shard elsewhere is not parked here")
