@@ -11,6 +11,9 @@ every run. After each fault:
 - the survivor takes every shard while its peer is still stopped, even when the peer was stopped
   holding locks (the takeover time is printed; it is not asserted, since these machines are noisy).
 
+Then six agents stop and catch up on the broadcasts stored once while they were away, across a
+takeover, with their categories changed meanwhile and a broadcast that expires.
+
 Runs on the server NH_TEST_POSTGRES names (`make test` starts a throwaway one); skipped without it."""
 import json
 import os
@@ -32,6 +35,9 @@ AGENTS = 8
 HEARTBEAT_MS = 500
 LEASE = 3.0  # max(3 s, three heartbeats), as the dispatcher takes it
 PAUSE = 2 * LEASE + 2
+# The catch-up test's agents away and here.
+AWAY = [f"agent-{i}" for i in range(6)]
+HERE = [f"agent-{i}" for i in range(6, AGENTS)]
 
 
 class Fleet:
@@ -51,6 +57,7 @@ class Fleet:
                 "NH_FAULT_PAUSE": os.path.join(self.hub.data, f"pause-{name}")}
         self.outputs = {}
         self.sent = []
+        self.labels = {}
 
     def sql(self, statement):
         done = subprocess.run(["psql", self.url, "-qtAc", statement], capture_output=True, text=True, timeout=30)
@@ -126,6 +133,36 @@ class Fleet:
         outcomes = self.outcomes()
         return all(outcomes.get(n) == (AGENTS, AGENTS, AGENTS, 0, 0) for n in self.sent)
 
+    # For the catch-up test: agents by name, sends by label.
+
+    def agent_env(self, name):
+        i = int(name.split("-")[1])
+        both = ",".join(d["NH_DISPATCH_AGENTS"] for d in self.dispatchers.values())
+        return {**self.hub.env, "NH_AGENT_HOME": os.path.join(self.hub.data, name), "NH_AGENT_INSTALLATION_ID": f"failover-{i}",
+                "NH_DISPATCH_AGENTS": both}
+
+    def agent_cli(self, name, *args):
+        done = subprocess.run([os.path.join(BIN, "nh-agent"), *args], env=self.agent_env(name), capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+
+    def send_to(self, label, tag, ttl=None):
+        command = [os.path.join(BIN, "nhctl"), "--json", "send", "--tag", tag, f"messageParam={label}", f"title={tag}"]
+        if ttl:
+            command += ["--ttl", str(ttl)]
+        done = subprocess.run(command, env=self.hub.env, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        notification = json.loads(done.stdout.splitlines()[-1])["notificationId"]
+        self.labels[notification] = label
+        self.sent.append(notification)
+        return notification
+
+    def shown_labels(self, name):
+        return [self.labels[i] for i in self.shown(name) if i in self.labels]
+
+    def outcome(self, notification):
+        rows = self.sql(f"SELECT targets, delivered, acknowledged, failed, expired FROM dispatch.outcomes WHERE notification_id = '{notification}'")
+        return tuple(int(x) for x in rows.split("|")) if rows else None
+
     def stop(self):
         self.hub.stop_all()
 
@@ -186,6 +223,95 @@ def test_a_dispatcher_paused_or_killed_at_a_point_of_its_cycle_loses_nothing_and
         fleet.send(f"{point}-{fault}-after-{i}")
     check(fleet, f"{fault} at {point}")
     assert wait_until(fleet.balanced, timeout=60, interval=0.5), fleet.holders()
+
+
+def test_agents_away_catch_up_once_in_order_on_what_reaches_them_now_across_a_takeover(fleet):
+    """Broadcasts stored once: six of the eight agents stop. While they are away, broadcasts go to
+    News and Sports; one agent's user swaps News for Sports and another's adds Sports
+    (`nh-agent subscribe`, registered as each agent starts again); A is killed with two agents
+    connected to the pair and B takes its shards over, closing the positions A left marked here at
+    each shard's cursor; a broadcast with a 3-second time to live expires. When the six come back,
+    each shows exactly what reaches it as registered now, once, in the order sent: a tag added
+    brings nothing older, a tag removed stops what it brought. Every outcome is exact."""
+    assert wait_until(fleet.balanced, timeout=60, interval=0.5), fleet.holders()
+    hub = fleet.hub
+    n0 = fleet.send_to("before", "News")
+    assert wait_until(lambda: all(fleet.shown_labels(a) == ["before"] for a in fleet.outputs), timeout=60, interval=0.5)
+    assert wait_until(lambda: fleet.outcome(n0) == (AGENTS, AGENTS, AGENTS, 0, 0), timeout=30, interval=0.5), fleet.outcome(n0)
+
+    for name in AWAY:
+        hub.stop(name)
+    assert wait_until(lambda: fleet.agents_served() == len(HERE), timeout=30, interval=0.5)
+    # Nothing is stored per agent away: the broadcast's rows are one, and one per shard.
+    before = int(fleet.sql("SELECT count(*) FROM dispatch.deliveries WHERE acked_at IS NULL"))
+
+    n1 = fleet.send_to("news-1", "News")
+    n2 = fleet.send_to("sports-2", "Sports")
+    assert wait_until(lambda: all(fleet.shown_labels(a)[-1:] == ["news-1"] for a in HERE), timeout=60, interval=0.5)
+    assert int(fleet.sql("SELECT count(*) FROM dispatch.deliveries WHERE acked_at IS NULL")) == before
+    assert fleet.sql(f"SELECT sum(parked) FROM dispatch.broadcast_shards WHERE notification_id = '{n1}'") == str(len(AWAY))
+
+    # While away, agent-0's user swaps News for Sports, and agent-1's adds Sports: registered
+    # when each starts again.
+    fleet.agent_cli("agent-0", "subscribe", "Sports")
+    fleet.agent_cli("agent-0", "unsubscribe", "News")
+    fleet.agent_cli("agent-1", "subscribe", "Sports")
+    n3 = fleet.send_to("sports-3", "Sports")
+    n4 = fleet.send_to("news-4", "News")
+    assert wait_until(lambda: all(fleet.shown_labels(a)[-1:] == ["news-4"] for a in HERE), timeout=60, interval=0.5)
+
+    # A is killed with agents connected to the pair; B takes every shard over.
+    hub.kill("dispatch-A")
+    assert wait_until(lambda: fleet.holders()["B"] == 64, timeout=30, interval=0.2), fleet.holders()
+    assert wait_until(lambda: fleet.agents_served(only="B") == len(HERE), timeout=30, interval=0.5)
+    n5 = fleet.send_to("news-5", "News")
+    assert wait_until(lambda: all(fleet.shown_labels(a)[-1:] == ["news-5"] for a in HERE), timeout=60, interval=0.5)
+
+    # One that expires while they are away: the agents here show it; for the others it expires.
+    n6 = fleet.send_to("news-6-short", "News", ttl=3)
+    assert wait_until(lambda: all(fleet.shown_labels(a)[-1:] == ["news-6-short"] for a in HERE), timeout=60, interval=0.5)
+    assert wait_until(lambda: fleet.outcome(n6) == (AGENTS, 2, 2, 0, 6), timeout=30, interval=0.5), fleet.outcome(n6)
+
+    for name in AWAY:
+        hub.start(name, "nh-agent", env={**fleet.agent_env(name), "NH_AGENT_REQUESTS": f"tcp://127.0.0.1:{free_port()}"},
+                  stdout=open(fleet.outputs[name], "ab"))
+    expected = {
+        "agent-0": ["before"],
+        "agent-1": ["before", "news-1", "news-4", "news-5"],
+        **{a: ["before", "news-1", "news-4", "news-5"] for a in AWAY[2:]},
+        **{a: ["before", "news-1", "news-4", "news-5", "news-6-short"] for a in HERE},
+    }
+    assert wait_until(lambda: all(fleet.shown_labels(a)[-1:] == expected[a][-1:] for a in expected), timeout=90, interval=0.5), {
+        a: fleet.shown_labels(a) for a in expected}
+    assert wait_until(lambda: fleet.agents_served() == AGENTS, timeout=30, interval=0.5)
+    # A broadcast after they are back reaches each as registered now.
+    n7 = fleet.send_to("sports-7", "Sports")
+    for a in ["agent-0", "agent-1"]:
+        expected[a].append("sports-7")
+    assert wait_until(lambda: all(fleet.shown_labels(a)[-1:] == ["sports-7"] for a in ["agent-0", "agent-1"]), timeout=60, interval=0.5)
+    time.sleep(1)  # anything shown twice, or late, would show by now
+    assert {a: fleet.shown_labels(a) for a in expected} == expected
+
+    # Outcomes: (targets, delivered, acknowledged, failed, expired).
+    # agent-0 dropped News: its part of each News broadcast it missed waits for that one's expiry.
+    exact = {
+        n1: (AGENTS, AGENTS - 1, AGENTS - 1, 0, 0),
+        n2: (0, 0, 0, 0, 0),  # no one had Sports then
+        n3: (0, 0, 0, 0, 0),  # nor then: the new categories are registered as the agents start
+        n4: (AGENTS, AGENTS - 1, AGENTS - 1, 0, 0),
+        n5: (AGENTS, AGENTS - 1, AGENTS - 1, 0, 0),
+        n6: (AGENTS, 2, 2, 0, 6),
+        n7: (2, 2, 2, 0, 0),
+    }
+    assert wait_until(lambda: all(fleet.outcome(n) == o for n, o in exact.items()), timeout=30, interval=0.5), {
+        n: fleet.outcome(n) for n in exact}
+    assert fleet.sql(f"SELECT state FROM dispatch.outcomes WHERE notification_id = '{n2}'") == "NoTargetFound"
+    # What agent-0 will never catch up on is still parked; nothing else is.
+    parked = fleet.sql("SELECT notification_id, sum(parked) - sum(caught_up) FROM dispatch.broadcast_shards GROUP BY notification_id "
+                       "HAVING sum(parked) > sum(caught_up) ORDER BY 1")
+    assert sorted(line.split("|")[0] for line in parked.splitlines()) == sorted([n1, n4, n5]), parked
+    # Each agent's position is marked here again.
+    assert fleet.sql("SELECT count(*) FROM dispatch.agent_positions WHERE here") == str(AGENTS)
 
 
 # Agents whose hellos go every 30 s: were they to leave a dispatcher only after three of them
