@@ -28,6 +28,9 @@ enum DispatchHealth {
             "agents": String(core.sessionCount),
             "inFlight": String(core.inFlightCount),
             "backlogInstallations": String(core.backlogCount),
+            // Broadcasts stored once for agents away, not expired, and the deliveries they parked.
+            "parkedBroadcasts": String(core.parked.count),
+            "parkedTotal": String(counters.parked),
             "sentTotal": String(counters.sent),
             "resentTotal": String(counters.resent),
             "ackedTotal": String(counters.acknowledged),

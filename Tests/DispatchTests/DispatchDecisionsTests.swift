@@ -154,7 +154,11 @@ struct DispatchDecisionsTests {
     @Test("health names the core's state and totals, the cursor and the push services' counts")
     func health() {
         var core = Dispatcher()
-        _ = core.on(.snapshot(RegistrySnapshot(sequence: 1, installations: [Installation(installationId: "i", pushChannel: "k")])), now: Date())
+        _ = core.on(.snapshot(RegistrySnapshot(sequence: 1, installations: [Installation(installationId: "i", pushChannel: "k", tags: ["World"])])), now: Date())
+        // A broadcast while its agent is away is parked.
+        _ = core.on(.accepted([AcceptedNotification(
+            sequence: 1, notificationId: "n1", send: SendNotification(format: .native, body: "{}", tagExpression: "World"),
+            enqueuedAt: Date(), expiresAt: Date().addingTimeInterval(60))]), now: Date())
         var counters = PushCounters()
         counters.sent = 3
         counters.errors = ["BadDeviceToken": 2]
@@ -167,6 +171,7 @@ struct DispatchDecisionsTests {
         #expect(details["pushPending"] == "7" && details["pushInFlight"] == "8")
         #expect(details["pushApnsSentTotal"] == "3" && details["pushApnsErrorBaddevicetokenTotal"] == "2")
         #expect(details["sessionsEndedSilentTotal"] == "0" && details["shards"] == nil)
+        #expect(details["parkedBroadcasts"] == "1" && details["parkedTotal"] == "1")
         #expect(DispatchHealth.details(core, DispatchHealth.Inputs())["registrySequence"] == "none")
     }
 }
