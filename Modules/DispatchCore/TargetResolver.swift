@@ -83,18 +83,24 @@ public struct TargetResolver {
         // The send's ids, user and tags are its hub's.
         let scope = HubScope(named: send.hub)
         var expression: TagExpression?
-        var candidates: InstallationIndex.Candidates
         if let text = send.tagExpression {
             // The publish service checked it; a failure here means a newer sender, so nothing
             // matches, and `unplannable` says why (the dispatcher logs it).
-            let parsed: TagExpression
             do {
-                parsed = try TagExpression.parsed(text)
+                expression = try TagExpression.parsed(text)
             } catch {
                 return []
             }
-            expression = parsed
-            candidates = index.candidates(for: parsed, in: scope)
+        }
+        let candidates: InstallationIndex.Candidates
+        if let only {
+            // One installation of a broadcast of its hub, whose tags the expression is asked of below.
+            guard send.installationId == nil, send.installationIds == nil, send.userId == nil,
+                HubScope.of(key: only) == scope, let installation = index.installation(only)
+            else { return [] }
+            candidates = .init([installation])
+        } else if let expression {
+            candidates = index.candidates(for: expression, in: scope)
         } else if let id = send.installationId {
             candidates = .init(index.installation(scope.key(id)).map { [$0] } ?? [])
         } else if let ids = send.installationIds {
@@ -104,13 +110,6 @@ public struct TargetResolver {
             candidates = .init(index.installations(ofUser: scope.key(user)))
         } else {
             candidates = index.everyone(in: scope)
-        }
-        if let only {
-            // One installation of the send's hub, whose tags the expression is asked of below.
-            guard send.installationId == nil, send.installationIds == nil, send.userId == nil,
-                HubScope.of(key: only) == scope, let installation = index.installation(only)
-            else { return [] }
-            candidates = .init([installation])
         }
 
         var plans: [PlannedDelivery] = []

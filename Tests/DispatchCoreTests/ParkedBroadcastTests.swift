@@ -59,6 +59,17 @@ struct ParkedBroadcastTests {
         #expect(Self.owed(hello) == ["n1/b/t", "n3/b/t", "n4/b/t"])
         let late = dispatcher.on(.hello(route: T.routeA, peerKey: T.keyA, installationId: "late"), now: Self.t0)
         #expect(Self.owed(late) == ["n4/late/t"])
+        // Away again: a broadcast to everyone is parked and owed alike (the store keeps what is
+        // after its position); one to another hub's everyone is not.
+        _ = dispatcher.on(.bye(route: T.routeA, installationId: "late"), now: Self.t0)
+        var everyone = T.send(6)
+        everyone.send.tagExpression = nil
+        var elsewhere = T.send(7)
+        elsewhere.send.tagExpression = nil
+        elsewhere.send.hub = "other"
+        _ = dispatcher.on(.accepted([everyone, elsewhere]), now: Self.t0)
+        let back = dispatcher.on(.hello(route: T.routeA, peerKey: T.keyA, installationId: "late"), now: Self.t0)
+        #expect(Self.owed(back) == ["n4/late/t", "n6/late/t"])
         // Here now: what comes is planned for it, not parked.
         let (plans, parked) = Self.record(dispatcher.on(.accepted([T.send(5)]), now: Self.t0))!
         #expect(Set(plans.map(\.installationId)) == ["b", "late"] && parked.counts.isEmpty)
