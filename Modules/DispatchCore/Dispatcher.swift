@@ -393,8 +393,7 @@ public struct Dispatcher {
         var resolver = TargetResolver()
         for broadcast in parked where broadcast.notification.expiresAt > now {
             guard let at = broadcast.shards[shard], at >= version ?? 0 else { continue }
-            for plan in resolver.plan(broadcast.notification, for: key, index: index, now: now)
-            where plan.platform == Platform.linux.rawValue && plan.headers?[AppPushMessage.topicHeader] == nil {
+            for plan in resolver.plan(broadcast.notification, for: key, index: index, now: now) where plan.isPlainAgentDelivery {
                 owed.append(OwedDelivery(sequence: broadcast.notification.sequence, notificationId: broadcast.notification.notificationId, plan: plan))
             }
         }

@@ -27,6 +27,13 @@ public struct PlannedDelivery: Equatable, Sendable {
     /// PnsUnavailable); it is recorded as failed at once and never sent.
     public var unreachable: String? = nil
 
+    /// A Linux agent's delivery without a topic: one the store may hold in memory until its group
+    /// commits, and one a broadcast parks for an agent away. (One with a topic replaces another
+    /// in the store, so it is written at once, per device.)
+    public var isPlainAgentDelivery: Bool {
+        platform == Platform.linux.rawValue && headers?[AppPushMessage.topicHeader] == nil
+    }
+
     public init(
         deliveryId: String, installationId: String, template: String?, payload: String, expiresAt: Date, rich: RichReference? = nil,
         platform: String = Platform.linux.rawValue
@@ -125,8 +132,7 @@ public struct TargetResolver {
             let before = plans.count
             defer {
                 // An agent away: its deliveries are counted for its shard, and made when it comes back.
-                if let parks, plans.count > before, plans[before].platform == Platform.linux.rawValue,
-                    !plans[before...].contains(where: { $0.headers?[AppPushMessage.topicHeader] != nil }),
+                if let parks, plans.count > before, plans[before...].allSatisfy(\.isPlainAgentDelivery),
                     parks(candidates.key(at: position))
                 {
                     parked[Shards.of(candidates.key(at: position)), default: 0] += plans.count - before

@@ -326,7 +326,7 @@ extension DeliveryEngine {
             // An agent's delivery is held in memory until the group commits (past its cursor), or
             // goes with the others in one statement where a statement takes many rows, counted
             // then by the ids the statement says it inserted.
-            let agent = plan.platform == Platform.linux.rawValue && plan.headers?[AppPushMessage.topicHeader] == nil
+            let agent = plan.isPlainAgentDelivery
             let hold = try agent && holds && (!byShard || pastCursor(notification.sequence, shard: shard))
             if agent, hold || batchesRows {
                 let delivery = UnwrittenDeliveries.Delivery(
